@@ -1,0 +1,632 @@
+"""Trusted fork server: one per sandbox worker, runs untrusted programs in forked children.
+
+This file is executed as a script (``python -I -S -B _server.py CONFIG_JSON``), possibly inside a
+bubblewrap or apptainer container, so it imports nothing from ``lit_codeRL`` and only the standard
+library. Protocol with the parent (the trainer side), over the server's stdin/stdout:
+4-byte big-endian length + JSON object, one request -> one reply; the server first sends
+``{"ready": true}``.
+
+Per job the server forks a child that sets rlimits, moves into a fresh working directory, points
+fds 0/1/2 at files there, and runs :func:`_run_untrusted`. The child reports the program's status
+and each test's outcome over a pipe as HMAC-SHA256-authenticated records keyed by a per-job random
+key; the server (a separate process the untrusted code cannot touch in memory) enforces the wall
+clock, kills every descendant, verifies the records and builds the result. See the threat model
+in ``lit_codeRL/sandbox/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import bisect  # noqa: F401
+import builtins
+import collections  # noqa: F401
+import copy  # noqa: F401
+import errno
+import functools  # noqa: F401
+import gc
+import hashlib
+import heapq  # noqa: F401
+import hmac
+import io
+import itertools  # noqa: F401
+import json
+import math  # noqa: F401
+import operator  # noqa: F401
+import os
+import random  # noqa: F401
+import re  # noqa: F401
+import resource
+import select
+import signal
+import string  # noqa: F401
+import struct
+import sys
+import time
+import traceback
+
+# bisect ... string above are preloaded so forked children do not pay for them per program (fork
+# shares the pages) and so their module dicts are in the pristine snapshot restored before tests.
+_HDR = struct.Struct(">I")
+_RESULT_FD = 3
+_SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
+
+
+# ----------------------------------------------------------------------------------------------
+# framing with the parent
+# ----------------------------------------------------------------------------------------------
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, n)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(fd: int) -> dict:
+    (n,) = _HDR.unpack(_read_exact(fd, _HDR.size))
+    return json.loads(_read_exact(fd, n))
+
+
+def _send(fd: int, obj: dict) -> None:
+    data = json.dumps(obj).encode()
+    data = _HDR.pack(len(data)) + data
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+# ----------------------------------------------------------------------------------------------
+# the untrusted side (runs in the forked child)
+# ----------------------------------------------------------------------------------------------
+
+
+_PRISTINE: tuple[dict, list] | None = None
+
+
+def _pristine() -> tuple[dict, list]:
+    """``sys.modules`` and (module dict, copy) pairs, taken once in the server, which never runs
+    untrusted code, so forked children inherit a snapshot no program has touched."""
+    global _PRISTINE
+    if _PRISTINE is None:
+        mods = {n: m for n, m in sys.modules.items() if m is not None}
+        _PRISTINE = (mods, [(m.__dict__, dict(m.__dict__)) for m in mods.values()])
+    return _PRISTINE
+
+
+def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
+    """Compile and run the program, then each test, reporting authenticated records on ``wfd``.
+
+    Everything this function needs after the untrusted code started is captured in locals first:
+    C-level callables (``os.write``, ``exec``, the sha256 constructor) that a program cannot
+    rebind for us, and a pristine copy of every loaded module's dict (builtins included) that is
+    put back before each test.
+    """
+    _write, _exit, _exec, _compile, _str, _type = os.write, os._exit, exec, compile, str, type
+    _isinstance, _len, _base_exc, _sysexit = isinstance, len, BaseException, SystemExit
+    _sha256, _settrace, _setprofile = hashlib.sha256, sys.settrace, sys.setprofile
+    _modules, _b_dict = sys.modules, builtins.__dict__
+    saved_modules, snapshot = _pristine()
+    _update = dict.update
+    k = key.ljust(64, b"\0")
+    ipad = bytes(b ^ 0x36 for b in k)
+    opad = bytes(b ^ 0x5C for b in k)
+    del key, k
+    seq = [0]
+    stdin, stdout, stderr = sys.stdin, sys.stdout, sys.stderr
+
+    def record(kind: bytes, *fields: bytes) -> None:
+        body = b"|".join((_str(seq[0]).encode(), kind) + fields)
+        seq[0] += 1
+        mac = _sha256(opad + _sha256(ipad + body).digest()).hexdigest().encode()
+        line = mac + b" " + body + b"\n"
+        while line:
+            line = line[_write(wfd, line) :]
+
+    def hexs(s: object) -> bytes:
+        return _str(s)[:2000].encode("utf-8", "replace").hex().encode()
+
+    def describe(e: BaseException) -> tuple[bytes, bytes]:
+        try:
+            name = _type(e).__name__
+            msg = _str(e)
+        except _base_exc:  # a hostile __str__ must not stop the report
+            name, msg = "Exception", "<unprintable>"
+        return hexs(name), hexs(msg)
+
+    def restore() -> None:
+        # Unconditional C-level updates: cheaper than diffing, and no comparison ever calls a
+        # program-supplied __eq__. Names a program *added* to a module stay (harmless to grading).
+        _settrace(None)
+        _setprofile(None)
+        _update(_modules, saved_modules)
+        for d, snap in snapshot:
+            _update(d, snap)
+        sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
+
+    def flush() -> None:
+        for f in (stdout, stderr):
+            try:
+                f.flush()
+            except _base_exc:
+                pass
+
+    def report_traceback(e: BaseException) -> None:
+        try:
+            stderr.write("".join(traceback.format_exception(e)[-20:]))
+        except _base_exc:
+            pass
+
+    code: str = job["code"]
+    tests: list[str] = job["tests"]
+    ns: dict = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        prog = _compile(code, "<program>", "exec", dont_inherit=True, optimize=0)
+    except _base_exc as e:  # SyntaxError, or ValueError for NUL bytes
+        record(b"P", b"syntax", *describe(e))
+        record(b"E")
+        flush()
+        _exit(0)
+    try:
+        compiled = [
+            _compile(t, f"<test {i}>", "exec", dont_inherit=True, optimize=0) for i, t in enumerate(tests)
+        ]
+        setup = _compile(job.get("setup_code") or "", "<setup>", "exec", dont_inherit=True, optimize=0)
+    except _base_exc as e:
+        record(b"P", b"badtest", *describe(e))
+        record(b"E")
+        flush()
+        _exit(0)
+    status = b"ok"
+    err = (b"", b"")
+    try:
+        _exec(prog, ns)
+    except _sysexit as e:
+        # sys.exit(0) / exit() is a normal end of a script; tests still run on its definitions.
+        if e.code not in (None, 0):
+            status, err = b"error", describe(e)
+    except _base_exc as e:
+        status, err = b"error", describe(e)
+        report_traceback(e)
+    restore()
+    flush()
+    if status == b"ok" and setup.co_code:
+        try:
+            _exec(setup, ns)
+        except _base_exc as e:
+            status, err = b"error", describe(e)
+            report_traceback(e)
+    record(b"P", status, *err)
+    if status == b"ok":
+        setup_names = dict(ns)
+        for i, t in enumerate(compiled):
+            restore()
+            tns = dict(setup_names)
+            tns["__builtins__"] = builtins
+            ok, terr = b"1", (b"", b"")
+            try:
+                _exec(t, tns)
+            except _base_exc as e:
+                ok, terr = b"0", describe(e)
+            record(b"T", _str(i).encode(), ok, *terr)
+    flush()
+    record(b"E")
+    _exit(0)
+
+
+def _child_main(job: dict, cfg: dict, workdir: str, key: bytes, wfd: int) -> None:
+    """In the forked child: isolate as far as the OS lets an unprivileged process, then run."""
+    try:
+        os.setsid()  # own session and process group: killpg reaches everything it starts
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        os.chdir(workdir)
+        stdin_path = os.path.join(workdir, ".stdin") if job.get("stdin") is not None else os.devnull
+        fd0 = os.open(stdin_path, os.O_RDONLY)
+        fd1 = os.open(os.path.join(workdir, ".stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd2 = os.open(os.path.join(workdir, ".stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for src, dst in ((fd0, 0), (fd1, 1), (fd2, 2), (wfd, _RESULT_FD)):
+            os.dup2(src, dst)
+        os.closerange(_RESULT_FD + 1, 1 << 16)  # parent pipes, pidfds, everything else
+        timeout = float(job["timeout_s"])
+        limits = [
+            (resource.RLIMIT_CPU, int(timeout) + 1, int(timeout) + 2),
+            (resource.RLIMIT_FSIZE, cfg["max_output_bytes"], cfg["max_output_bytes"]),
+            (resource.RLIMIT_NOFILE, cfg["max_open_files"], cfg["max_open_files"]),
+            (resource.RLIMIT_NPROC, cfg["max_processes"], cfg["max_processes"]),
+            (resource.RLIMIT_CORE, 0, 0),
+        ]
+        if cfg["memory_mb"]:
+            mem = cfg["memory_mb"] << 20
+            limits += [(resource.RLIMIT_AS, mem, mem), (resource.RLIMIT_DATA, mem, mem)]
+        for which, soft, hard in limits:
+            try:
+                resource.setrlimit(which, (soft, hard))
+            except (ValueError, OSError):
+                pass
+        os.environ.clear()
+        os.environ.update(
+            {
+                "PATH": "/usr/bin:/bin",
+                "HOME": workdir,
+                "TMPDIR": workdir,
+                "LANG": "C.UTF-8",
+                "PYTHONHASHSEED": "0",
+            }
+        )
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = "1"
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="replace"
+        )
+        sys.stderr = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+        )
+        sys.argv = ["main.py"]
+        _run_untrusted(job, key, _RESULT_FD)
+    except BaseException:
+        pass
+    os._exit(0)
+
+
+# ----------------------------------------------------------------------------------------------
+# the trusted side (the server loop)
+# ----------------------------------------------------------------------------------------------
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of every live descendant of ``root`` (a /proc scan; no psutil)."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the comm field may contain spaces and parens: ppid is the 2nd field after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if fields and fields[0] != b"Z":
+            parent[int(name)] = int(fields[1])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    out, stack = [], [root]
+    while stack:
+        for c in children.get(stack.pop(), ()):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _kill_all_descendants(pgid: int | None) -> None:
+    """SIGKILL the child's process group and every process below this server, until none is left.
+
+    The server is a child subreaper, so daemonized grandchildren (double fork + setsid) are
+    reparented to it instead of escaping to init; killed processes cannot fork any more, so the
+    loop converges even against a fork bomb (which the pids limit bounds anyway).
+    """
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:  # fast path: with the subreaper, no child at all means no descendant at all
+        if os.waitpid(-1, os.WNOHANG) == (0, 0):
+            pass
+    except ChildProcessError:
+        return
+    me = os.getpid()
+    for _ in range(1000):
+        pids = _descendants(me)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap()
+        time.sleep(0.001)
+    _reap()
+
+
+def _parse_records(data: bytes, key: bytes, n_tests: int) -> dict:
+    """Verify the child's records; any forged, garbled, duplicated or reordered line is tampering."""
+    out: dict = {"program": None, "tests": {}, "end": False, "tampered": False}
+    expected_seq = 0
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        mac, _, body = line.partition(b" ")
+        good = hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+        if not hmac.compare_digest(mac, good):
+            out["tampered"] = True
+            return out
+        parts = body.split(b"|")
+        try:
+            seq, kind = int(parts[0]), parts[1]
+            fields = [p.decode() for p in parts[2:]]
+        except (ValueError, IndexError, UnicodeDecodeError):
+            out["tampered"] = True
+            return out
+        if seq != expected_seq or out["end"]:
+            out["tampered"] = True
+            return out
+        expected_seq += 1
+
+        def unhex(h: str) -> str:
+            return bytes.fromhex(h).decode("utf-8", "replace")
+
+        if kind == b"P" and out["program"] is None and len(fields) == 3:
+            out["program"] = (fields[0], unhex(fields[1]), unhex(fields[2]))
+        elif kind == b"T" and out["program"] is not None and len(fields) == 4:
+            i = int(fields[0])
+            if i != len(out["tests"]) or i >= n_tests:
+                out["tampered"] = True
+                return out
+            out["tests"][i] = (fields[1] == "1", unhex(fields[2]), unhex(fields[3]))
+        elif kind == b"E" and not fields:
+            out["end"] = True
+        else:
+            out["tampered"] = True
+            return out
+    return out
+
+
+def _read_capped(path: str, cap: int) -> tuple[str, int]:
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            data = f.read(cap)
+    except OSError:
+        return "", 0
+    return data.decode("utf-8", "replace"), size
+
+
+def _rmtree(path: str) -> None:
+    """Remove the workdir, fixing permissions a program may have removed (chmod 000 dirs)."""
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            try:
+                os.unlink(os.path.join(root, name))
+            except OSError:
+                pass
+        for name in dirs:
+            p = os.path.join(root, name)
+            try:
+                if os.path.islink(p):
+                    os.unlink(p)
+                else:
+                    os.chmod(p, 0o700)
+                    os.rmdir(p)
+            except OSError:
+                _rmtree_force(p)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _rmtree_force(path: str) -> None:
+    try:
+        os.chmod(path, 0o700)
+        _rmtree(path)
+    except OSError:
+        pass
+
+
+def _stdout_matches(actual: str, expected: str) -> bool:
+    def norm(s: str) -> list[str]:
+        return [line.rstrip() for line in s.strip("\n").split("\n")] if s.strip() else []
+
+    return norm(actual) == norm(expected)
+
+
+def _run_job(job: dict, cfg: dict, counter: int) -> dict:
+    t0 = time.monotonic()
+    workdir = os.path.join(cfg["work_root"], f"job{counter}")
+    os.mkdir(workdir, 0o700)
+    if job.get("stdin") is not None:
+        with open(os.path.join(workdir, ".stdin"), "w", encoding="utf-8") as f:
+            f.write(job["stdin"])
+    key = os.urandom(32)
+    rfd, wfd = os.pipe()
+    _pristine()
+    gc.freeze()  # children then never touch (copy-on-write) the server's objects when collecting
+    timeout = float(job["timeout_s"])
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.close(rfd)
+        _child_main(job, cfg, workdir, key, wfd)
+        os._exit(0)
+    os.close(wfd)
+    os.set_blocking(rfd, False)
+    pidfd = os.pidfd_open(pid)
+    data = bytearray()
+    status = None
+    timed_out = False
+    deadline = t0 + timeout
+    record_cap = 256 * 1024 + 4096 * max(1, len(job["tests"]))
+    watch = [rfd, pidfd]
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select(watch, [], [], remaining)
+        if rfd in ready:
+            try:
+                chunk = os.read(rfd, 65536)
+            except BlockingIOError:
+                chunk = None
+            if chunk:
+                data += chunk
+                if len(data) > record_cap:  # a program spamming the result pipe
+                    break
+            elif chunk == b"":  # every writer closed it; wait for the exit status only
+                watch = [pidfd]
+        if pidfd in ready:
+            _, status = os.waitpid(pid, 0)
+            break
+    wall = time.monotonic() - t0
+    if status is None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _, status = os.waitpid(pid, 0)
+    os.close(pidfd)
+    # drain what the child wrote before it exited (non-blocking: an orphan may hold the pipe)
+    while True:
+        try:
+            chunk = os.read(rfd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > record_cap:
+            break
+    os.close(rfd)
+    _kill_all_descendants(pid)
+    cap = cfg["max_capture_bytes"]
+    stdout, out_size = _read_capped(os.path.join(workdir, ".stdout"), cap)
+    stderr, err_size = _read_capped(os.path.join(workdir, ".stderr"), cap)
+    full_stdout = stdout
+    if job.get("expected_stdout") is not None and out_size > cap:
+        full_stdout, _ = _read_capped(os.path.join(workdir, ".stdout"), cfg["max_output_bytes"])
+    _rmtree(workdir)
+
+    n_tests = len(job["tests"])
+    rec = _parse_records(bytes(data), key, n_tests)
+    test_passed = [bool(rec["tests"].get(i, (False,))[0]) for i in range(n_tests)]
+    res: dict = {
+        "verdict": "passed",
+        "test_passed": test_passed,
+        "failed_test": None,
+        "exception_type": None,
+        "exception_message": None,
+        "stdout": stdout,
+        "stderr": stderr,
+        "wall_time_s": wall,
+    }
+    term_sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    hit_output_cap = max(out_size, err_size) >= cfg["max_output_bytes"]
+
+    def fail(verdict: str, etype: str | None = None, msg: str | None = None) -> dict:
+        res["verdict"] = verdict
+        res["exception_type"] = res["exception_type"] or etype
+        res["exception_message"] = res["exception_message"] or msg
+        if verdict != "passed" and res["failed_test"] is None:
+            res["failed_test"] = next((i for i, p in enumerate(test_passed) if not p), None)
+        return res
+
+    if rec["tampered"]:
+        res["test_passed"] = test_passed = [False] * n_tests
+        return fail("failed", "ProtocolViolation", "result channel was written by the program")
+    if timed_out or term_sig in (signal.SIGXCPU, signal.SIGKILL) and not rec["end"]:
+        return fail("timeout", "TimeoutError", f"exceeded {timeout:g} s")
+    prog = rec["program"]
+    if prog is not None and prog[1] in ("MemoryError",):
+        return fail("memory_limit", prog[1], prog[2])
+    if prog is not None and prog[1] == "OSError" and f"[Errno {errno.EFBIG}]" in prog[2]:
+        return fail("output_limit", prog[1], prog[2])
+    if prog is None:
+        if hit_output_cap or term_sig == signal.SIGXFSZ:
+            return fail("output_limit", "OutputLimit", "output cap exceeded")
+        if term_sig == signal.SIGSEGV and cfg["memory_mb"]:
+            return fail("memory_limit", "MemoryError", "killed by SIGSEGV under the memory limit")
+        what = f"killed by signal {term_sig}" if term_sig else "exited before reporting (os._exit?)"
+        return fail("runtime_error", "EarlyExit", what)
+    kind, etype, emsg = prog
+    if kind == "syntax":
+        return fail("syntax_error", etype, emsg)
+    if kind == "badtest":
+        return fail("sandbox_error", etype, f"a test does not compile: {emsg}")
+    if kind == "error":
+        return fail("runtime_error", etype, emsg)
+    # program ran; grade the tests
+    for i in range(n_tests):
+        if i not in rec["tests"]:
+            what = f"killed by signal {term_sig}" if term_sig else "exited before reporting (os._exit?)"
+            if hit_output_cap:
+                return fail("output_limit", "OutputLimit", "output cap exceeded")
+            return fail("failed", "EarlyExit", f"test {i}: {what}")
+    failures = [i for i in range(n_tests) if not test_passed[i]]
+    if failures:
+        i = failures[0]
+        _, etype, emsg = rec["tests"][i]
+        res["failed_test"] = i
+        if etype == "MemoryError":
+            return fail("memory_limit", etype, emsg)
+        if etype == "OSError" and f"[Errno {errno.EFBIG}]" in emsg:
+            return fail("output_limit", etype, emsg)
+        return fail("failed", etype or None, emsg or None)
+    if not rec["end"]:
+        return fail("failed", "EarlyExit", "no end record")
+    if hit_output_cap:
+        return fail("output_limit", "OutputLimit", "output cap exceeded")
+    if job.get("expected_stdout") is not None and not _stdout_matches(full_stdout, job["expected_stdout"]):
+        return fail("failed", "WrongOutput", "stdout differs from the expected output")
+    return res
+
+
+def _set_subreaper() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
+        # PR_SET_DUMPABLE=0: same-uid children cannot ptrace us or open /proc/<us>/fd/*
+        libc.prctl(4, 0, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort; the /proc scan still finds attached descendants
+        pass
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    _set_subreaper()
+    os.makedirs(cfg["work_root"], exist_ok=True)
+    # Keep the protocol fds away from 0/1 so nothing printed by accident corrupts the stream.
+    rfd, wfd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _send(wfd, {"ready": True, "pid": os.getpid()})
+    counter = 0
+    while True:
+        try:
+            job = _recv(rfd)
+        except EOFError:
+            break
+        counter += 1
+        try:
+            reply = _run_job(job, cfg, counter)
+        except Exception as e:  # noqa: BLE001 - report, never die silently
+            reply = {
+                "verdict": "sandbox_error",
+                "exception_type": type(e).__name__,
+                "exception_message": str(e),
+            }
+        _send(wfd, reply)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Sandbox configuration: which backend, how many workers, and the per-program limits."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+BackendName = Literal["auto", "local", "bwrap", "apptainer"]
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Knobs of :func:`lit_codeRL.sandbox.make_sandbox`. Defaults suit MBPP-style reward grading."""
+
+    backend: BackendName = "auto"
+    """``auto`` picks the safest available: apptainer (binary + image), else bwrap (if a probe
+    run works), else local. ``local`` is resource limits only, NOT isolation."""
+    workers: int = 0
+    """Parallel worker processes (each a fork server running one program at a time); 0 = CPU count."""
+    timeout_s: float = 5.0
+    """Default wall-clock limit per program (program + all its tests)."""
+    memory_mb: int = 1024
+    """Address-space limit per program (RLIMIT_AS/RLIMIT_DATA); 0 disables."""
+    max_output_bytes: int = 1 << 20
+    """Cap on any file the program writes, stdout/stderr included (RLIMIT_FSIZE); exceeding it
+    gives ``OUTPUT_LIMIT``."""
+    max_capture_bytes: int = 16 << 10
+    """How much stdout/stderr comes back in the result (the rest is truncated, not an error)."""
+    max_processes: int = 16
+    """RLIMIT_NPROC for the program (only enforced for non-root uids by the kernel), and the pids
+    cgroup limit per worker when a writable pids cgroup exists."""
+    max_open_files: int = 64
+    """RLIMIT_NOFILE for the program."""
+    max_pending: int = 0
+    """Bound on submitted-but-unfinished programs; ``submit`` blocks beyond it. 0 = 64 x workers."""
+    grace_s: float = 5.0
+    """Extra time the parent waits for a worker's reply past the program timeout before it kills
+    and recreates the worker (a safety net: the worker enforces the timeout itself)."""
+    python: str = sys.executable
+    """Interpreter for the worker (inside bwrap the host path is bound read-only)."""
+    apptainer_image: str | None = None
+    """Path to the ``.sif`` image for the apptainer backend (see ``env/sandbox.def``); defaults to
+    ``$LIT_CODERL_SANDBOX_SIF``."""
+    apptainer_python: str = "/usr/local/bin/python3"
+    """Interpreter path inside the apptainer image."""
+    use_pids_cgroup: bool = True
+    """Put each worker into its own pids cgroup (v1 or v2) when one is writable: the fork-bomb
+    guard that also works when running as root (where RLIMIT_NPROC is not enforced)."""

@@ -1,0 +1,306 @@
+"""The worker pool: N fork-server workers kept busy by a thread per worker, with bounded queueing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from lit_codeRL.sandbox import backends
+from lit_codeRL.sandbox.config import SandboxConfig
+from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
+
+logger = logging.getLogger(__name__)
+
+_HDR = struct.Struct(">I")
+_START_TIMEOUT_S = 60.0
+
+
+class WorkerDied(RuntimeError):
+    """The fork server stopped answering (killed by a program, crashed, or too slow)."""
+
+
+class _Worker:
+    """One fork server process (maybe inside a container) and the pipes to it."""
+
+    def __init__(self, cfg: SandboxConfig, backend: str) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.proc: subprocess.Popen | None = None
+        self.cgroup: backends.PidsCgroup | None = None
+        self.work_root: str | None = None
+        self.jobs = 0
+
+    def _argv(self) -> list[str]:
+        if self.backend == "local":
+            self.work_root = tempfile.mkdtemp(prefix="lcrl-sandbox-")
+            return backends.local_argv(self.cfg, self.work_root)
+        if self.backend == "bwrap":
+            return backends.bwrap_argv(self.cfg)
+        if self.backend == "apptainer":
+            image = backends.apptainer_image(self.cfg)
+            if image is None:
+                raise RuntimeError("apptainer backend needs SandboxConfig.apptainer_image (a .sif file)")
+            return backends.apptainer_argv(self.cfg, image)
+        raise ValueError(f"unknown sandbox backend {self.backend!r}")
+
+    def start(self) -> None:
+        argv = self._argv()
+        if self.cfg.use_pids_cgroup:
+            # +8: the server itself, bwrap's two processes, slack for a child being reaped
+            self.cgroup = backends.PidsCgroup(self.cfg.max_processes + 8)
+            if self.cgroup.procs:
+                # join the cgroup before exec so everything the wrapper forks is inside it
+                argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', self.cgroup.procs, *argv]
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None if os.environ.get("LCRL_SANDBOX_DEBUG") else subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",  # the repo path must not leak into the sandbox's environment
+        )
+        reply = self._recv(time.monotonic() + _START_TIMEOUT_S)
+        if not reply.get("ready"):
+            raise WorkerDied(f"worker did not start: {reply}")
+
+    def _recv(self, deadline: float) -> dict:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+
+        def read_exact(n: int) -> bytes:
+            buf = bytearray()
+            while len(buf) < n:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                    raise WorkerDied("worker reply timed out")
+                chunk = os.read(fd, n - len(buf))
+                if not chunk:
+                    raise WorkerDied("worker exited")
+                buf += chunk
+            return bytes(buf)
+
+        (n,) = _HDR.unpack(read_exact(_HDR.size))
+        return json.loads(read_exact(n))
+
+    def run(self, job: dict) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        data = json.dumps(job).encode()
+        try:
+            self.proc.stdin.write(_HDR.pack(len(data)) + data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise WorkerDied(f"worker pipe closed: {e}") from e
+        self.jobs += 1
+        return self._recv(time.monotonic() + float(job["timeout_s"]) + self.cfg.grace_s)
+
+    def stop(self) -> None:
+        """Kill the worker and everything it started; safe to call twice."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            victims = set(self.cgroup.pids() if self.cgroup else ())
+            if self.backend == "local":
+                # the server is a subreaper, so its descendants are its tree; bwrap/apptainer
+                # take their whole PID namespace down with them.
+                from lit_codeRL.sandbox._server import _descendants
+
+                victims.update(_descendants(proc.pid))
+            for pid in [proc.pid, *victims]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    if stream:
+                        stream.close()
+                except OSError:
+                    pass
+            proc.wait()
+            if self.cgroup:
+                for _ in range(200):  # fork-bomb stragglers
+                    pids = self.cgroup.pids()
+                    if not pids:
+                        break
+                    for pid in pids:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+                    time.sleep(0.005)
+        if self.cgroup:
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.work_root:
+            shutil.rmtree(self.work_root, ignore_errors=True)
+            self.work_root = None
+
+
+def _to_result(d: dict, backend: str) -> ExecutionResult:
+    return ExecutionResult(
+        verdict=Verdict(d.get("verdict", "sandbox_error")),
+        test_passed=list(d.get("test_passed", [])),
+        failed_test=d.get("failed_test"),
+        exception_type=d.get("exception_type"),
+        exception_message=d.get("exception_message"),
+        stdout=d.get("stdout", ""),
+        stderr=d.get("stderr", ""),
+        wall_time_s=float(d.get("wall_time_s", 0.0)),
+        backend=backend,
+    )
+
+
+class Sandbox:
+    """Runs untrusted programs on a pool of isolated fork-server workers.
+
+    Thread-safe. ``submit`` returns a future and blocks once ``max_pending`` programs are in
+    flight; ``run_batch`` keeps every worker busy and returns results in input order. A stuck
+    program holds only its own worker, and only until its timeout.
+    """
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.backend = backends.resolve_backend(config)
+        self.workers = config.workers or os.cpu_count() or 1
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._all = [_Worker(config, self.backend) for _ in range(self.workers)]
+        self._pending = threading.BoundedSemaphore(config.max_pending or 64 * self.workers)
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
+        self._closed = False
+        # Start workers from the executor's own (long-lived) threads: bwrap --die-with-parent is
+        # PR_SET_PDEATHSIG, which fires when the *thread* that spawned it exits.
+        barrier = threading.Barrier(self.workers)
+
+        def start(w: _Worker) -> None:
+            barrier.wait()  # one worker per executor thread
+            w.start()
+
+        starts = [self._executor.submit(start, w) for w in self._all]
+        for w, fut in zip(self._all, starts, strict=True):
+            try:
+                fut.result()
+            except Exception as e:  # noqa: BLE001 - retried on first use; logged here
+                logger.warning("sandbox worker failed to start: %s", e)
+                w.stop()
+            self._idle.put(w)
+        logger.info(
+            "sandbox: backend=%s (requested %s), workers=%d, timeout=%.1fs, memory=%dMB",
+            self.backend,
+            config.backend,
+            self.workers,
+            config.timeout_s,
+            config.memory_mb,
+        )
+
+    # -- execution -----------------------------------------------------------------------------
+
+    def _job(self, program: Program) -> dict:
+        timeout = program.timeout_s if program.timeout_s is not None else self.config.timeout_s
+        return {
+            "code": program.code,
+            "tests": list(program.tests),
+            "setup_code": program.setup_code,
+            "stdin": program.stdin,
+            "expected_stdout": program.expected_stdout,
+            "timeout_s": float(timeout),
+        }
+
+    def _execute(self, program: Program) -> ExecutionResult:
+        job = self._job(program)
+        worker = self._idle.get()
+        t0 = time.monotonic()
+        try:
+            try:
+                reply = worker.run(job)
+            except WorkerDied as e:
+                # The program killed its server or wedged it: recreate it, blame the program only
+                # when it ran past its time, otherwise report that it broke the sandbox worker.
+                elapsed = time.monotonic() - t0
+                worker.stop()
+                verdict = Verdict.TIMEOUT if elapsed >= job["timeout_s"] else Verdict.RUNTIME_ERROR
+                return ExecutionResult(
+                    verdict=verdict,
+                    test_passed=[False] * len(program.tests),
+                    failed_test=0 if program.tests else None,
+                    exception_type="WorkerDied",
+                    exception_message=str(e),
+                    wall_time_s=elapsed,
+                    backend=self.backend,
+                )
+            except Exception as e:  # noqa: BLE001 - e.g. worker could not start
+                worker.stop()
+                return ExecutionResult(
+                    verdict=Verdict.SANDBOX_ERROR,
+                    test_passed=[False] * len(program.tests),
+                    exception_type=type(e).__name__,
+                    exception_message=str(e),
+                    wall_time_s=time.monotonic() - t0,
+                    backend=self.backend,
+                )
+        finally:
+            self._idle.put(worker)
+        return _to_result(reply, self.backend)
+
+    def submit(self, program: Program) -> Future[ExecutionResult]:
+        """Queue one program; blocks while ``max_pending`` programs are already in flight."""
+        if self._closed:
+            raise RuntimeError("sandbox is closed")
+        self._pending.acquire()
+        try:
+            fut = self._executor.submit(self._execute, program)
+        except BaseException:
+            self._pending.release()
+            raise
+        fut.add_done_callback(lambda _: self._pending.release())
+        return fut
+
+    def run(self, program: Program) -> ExecutionResult:
+        return self.submit(program).result()
+
+    def run_batch(self, programs: Iterable[Program]) -> list[ExecutionResult]:
+        """Run all programs in parallel; results in input order."""
+        futures = [self.submit(p) for p in programs]
+        return [f.result() for f in futures]
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True)
+        for w in self._all:
+            w.stop()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort; close() is the contract
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,85 @@
+"""Shared fixtures: one sandbox per available backend, and a leak check on processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from lit_codeRL.sandbox import Sandbox, make_sandbox
+from lit_codeRL.sandbox.backends import bwrap_works
+
+BACKENDS = ["local"] + (["bwrap"] if bwrap_works() else [])
+"""Every backend that runs on this machine (apptainer has its own marked tests)."""
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, start time in clock ticks since boot, cmdline) for live, non-zombie processes."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_bytes()
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if fields[0] == b"Z":
+            continue
+        out[int(name)] = (int(fields[1]), int(fields[19]), cmd)
+    return out
+
+
+def _boot_ticks_now() -> int:
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * CLK_TCK)
+
+
+def leaked_processes(since_ticks: int, markers: tuple[str, ...] = ()) -> list[str]:
+    """Processes started after ``since_ticks`` below this test process (other than sandbox
+    workers), plus any process anywhere whose command line contains one of ``markers``."""
+    table = _proc_table()
+    me = os.getpid()
+    leaks = []
+    for pid, (_, start, cmd) in table.items():
+        if any(m in cmd for m in markers):
+            leaks.append(f"{pid}: {cmd}")
+            continue
+        if start < since_ticks or pid == me:
+            continue
+        p, seen = pid, 0
+        while p > 1 and seen < 64:
+            p = table.get(p, (0, 0, ""))[0]
+            seen += 1
+            if p == me:
+                if "_server.py" not in cmd and not cmd.startswith(("bwrap", "/bin/sh -c echo")):
+                    leaks.append(f"{pid}: {cmd}")
+                break
+    return leaks
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def sandbox(request) -> Sandbox:
+    sb = make_sandbox(backend=request.param, workers=2, timeout_s=3.0, memory_mb=512)
+    yield sb
+    sb.close()
+
+
+@pytest.fixture
+def leak_check():
+    """Yields a callable asserting nothing the test started is still alive (after a short settle)."""
+    start = _boot_ticks_now() - 1
+
+    def check(*markers: str) -> None:
+        for _ in range(50):
+            leaks = leaked_processes(start, markers)
+            if not leaks:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"processes left behind: {leaks}")
+
+    return check

@@ -1,0 +1,391 @@
+"""Hostile programs: no escape, no false pass, no hang, nothing left behind, the caller unharmed.
+
+Tests parametrized over every available backend (``sandbox`` fixture) check what *all* backends
+promise: limits, cleanup and unforgeable grading. ``local`` is resource limits only, not
+isolation, so the containment tests (network, host files, writes outside the workdir, kill(-1))
+run against bwrap only.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from lit_codeRL.sandbox import Program, Verdict, make_sandbox
+from lit_codeRL.sandbox.backends import PidsCgroup, bwrap_works
+
+needs_bwrap = pytest.mark.skipif(not bwrap_works(), reason="bubblewrap does not work here")
+
+WRONG_F = "def f(x):\n    return x - 1\n"
+TESTS = ("assert f(1) == 2", "assert f(5) == 6")
+
+
+def run(sb, code: str, tests=TESTS, **kw):
+    return sb.run(Program(code=textwrap.dedent(code), tests=tuple(tests), **kw))
+
+
+def assert_healthy(sb) -> None:
+    """The sandbox still grades a correct and a wrong program right after the hostile one."""
+    good = sb.run(Program(code="def f(x):\n    return x + 1\n", tests=TESTS))
+    bad = sb.run(Program(code=WRONG_F, tests=TESTS))
+    assert good.verdict is Verdict.PASSED, good
+    assert bad.verdict is Verdict.FAILED, bad
+
+
+# ----------------------------------------------------------------------------------------------
+# false-pass attempts (every backend)
+# ----------------------------------------------------------------------------------------------
+
+HACKS = {
+    "sys_exit_before_asserts": WRONG_F + "import sys\nsys.exit(0)\n",
+    "os_exit_before_asserts": WRONG_F + "import os\nos._exit(0)\n",
+    "exit_builtin": WRONG_F + "exit()\n",
+    "print_fake_success": WRONG_F
+    + "print('PASSED'); print('All tests passed'); print('{\"passed\": true}')\n",
+    "assertion_error_redefined": WRONG_F
+    + "import builtins\nclass Nope(BaseException): pass\nbuiltins.AssertionError = Nope\nAssertionError = Nope\n",
+    "builtins_dict_tampered": WRONG_F
+    + "__builtins__.__dict__['AssertionError'] = type('X', (Exception,), {})\n"
+    + "import builtins\nbuiltins.__dict__.clear()\n",
+    "sys_exit_patched": WRONG_F + "import sys, os\nsys.exit = lambda *a: None\nos._exit = lambda *a: None\n",
+    "os_write_swallowed": WRONG_F + "import os\nos.write = lambda fd, b: len(b)\n",
+    "hashlib_patched": WRONG_F
+    + "import hashlib, hmac\nhashlib.sha256 = lambda *a: hashlib.md5(*a)\nhmac.compare_digest = lambda a, b: True\n",
+    "settrace_skips_asserts": WRONG_F
+    + textwrap.dedent(
+        """
+        import sys
+        def tracer(frame, event, arg):
+            if frame.f_code.co_filename.startswith('<test'):
+                frame.f_trace_lines = True
+                def skip(fr, ev, a):
+                    if ev == 'line':
+                        try:
+                            fr.f_lineno = fr.f_lineno + 1
+                        except Exception:
+                            pass
+                    return skip
+                return skip
+            return None
+        sys.settrace(tracer)
+        """
+    ),
+    "fake_records_on_result_fd": WRONG_F
+    + textwrap.dedent(
+        """
+        import os
+        for fd in range(3, 20):
+            for seq, body in enumerate([b'P|ok||', b'T|0|1||', b'T|1|1||', b'E']):
+                try:
+                    os.write(fd, b'0' * 64 + b' ' + str(seq).encode() + b'|' + body + b'\\n')
+                except OSError:
+                    pass
+        """
+    ),
+    "fake_records_then_os_exit": WRONG_F
+    + textwrap.dedent(
+        """
+        import os
+        try:
+            os.write(3, b'garbage\\n')
+        finally:
+            os._exit(0)
+        """
+    ),
+    "systemexit_inside_test": "def f(x):\n    raise SystemExit(0)\n",
+    "keyboardinterrupt_inside_test": "def f(x):\n    raise KeyboardInterrupt\n",
+    "os_exit_inside_test": "import os\ndef f(x):\n    os._exit(0)\n",
+    "close_result_fd": WRONG_F + "import os\nos.closerange(3, 1000)\n",
+    "thread_writes_garbage": WRONG_F
+    + textwrap.dedent(
+        """
+        import os, threading, time
+        def spam():
+            while True:
+                try:
+                    os.write(3, b'x' * 100 + b'\\n')
+                except OSError:
+                    return
+                time.sleep(0.0005)
+        threading.Thread(target=spam, daemon=True).start()
+        time.sleep(0.01)
+        """
+    ),
+    "math_isclose_patched": "import math\nmath.isclose = lambda *a, **k: True\ndef f(x):\n    return 0.0\n",
+    "sys_modules_replaced": "import sys, types\nfake = types.ModuleType('math')\nfake.isclose = lambda *a, **k: True\n"
+    "sys.modules['math'] = fake\ndef f(x):\n    return 0.0\n",
+    "sorted_builtin_patched": "import builtins\nbuiltins.sorted = lambda *a, **k: [1, 2]\ndef f(x):\n    return [9]\n",
+}
+
+CUSTOM_TESTS = {
+    "math_isclose_patched": ("assert math.isclose(f(1), 2.0)",),
+    "sys_modules_replaced": ("import math\nassert math.isclose(f(1), 2.0)",),
+    "sorted_builtin_patched": ("assert sorted(f(1)) == [1, 2]",),
+}
+SETUP = {"math_isclose_patched": "import math"}
+
+
+@pytest.mark.parametrize("hack", sorted(HACKS))
+def test_grading_hack_does_not_pass(sandbox, hack, leak_check):
+    res = run(sandbox, HACKS[hack], tests=CUSTOM_TESTS.get(hack, TESTS), setup_code=SETUP.get(hack, ""))
+    assert res.verdict is not Verdict.PASSED, res
+    assert res.num_passed == 0, res
+    assert not all(res.test_passed)
+    leak_check()
+
+
+def test_exit_hack_with_correct_solution_still_passes(sandbox):
+    """sys.exit(0) at top level is a normal end of a script: a correct solution is not punished."""
+    res = run(sandbox, "def f(x):\n    return x + 1\nimport sys\nsys.exit(0)\n")
+    assert res.verdict is Verdict.PASSED, res
+
+
+def test_forged_records_fail_whole_run(sandbox):
+    """A correct solution that also writes to the result channel is marked as tampering."""
+    res = run(sandbox, "import os\nos.write(3, b'junk\\n')\ndef f(x):\n    return x + 1\n")
+    assert res.verdict is Verdict.FAILED and res.exception_type == "ProtocolViolation", res
+
+
+# ----------------------------------------------------------------------------------------------
+# resource abuse (every backend)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_infinite_loop_times_out(sandbox, leak_check):
+    t = time.monotonic()
+    res = run(sandbox, "while True:\n    pass\n", timeout_s=1.0)
+    assert res.verdict is Verdict.TIMEOUT, res
+    assert time.monotonic() - t < 1.0 + 1.5
+    leak_check()
+
+
+def test_memory_bomb(sandbox, leak_check):
+    res = run(sandbox, "x = []\nwhile True:\n    x.append(bytearray(50 * 2**20))\n", timeout_s=5.0)
+    assert res.verdict is Verdict.MEMORY_LIMIT, res
+    res = run(sandbox, "x = bytearray(2**40)\n")
+    assert res.verdict is Verdict.MEMORY_LIMIT, res
+    leak_check()
+
+
+def test_infinite_output(sandbox, leak_check):
+    t = time.monotonic()
+    res = run(sandbox, "while True:\n    print('y' * 1000)\n", timeout_s=5.0)
+    assert res.verdict is Verdict.OUTPUT_LIMIT, res
+    assert len(res.stdout) <= sandbox.config.max_capture_bytes
+    res = run(sandbox, "import sys\nwhile True:\n    sys.stderr.write('e' * 4096)\n", timeout_s=5.0)
+    assert res.verdict is Verdict.OUTPUT_LIMIT, res
+    res = run(
+        sandbox,
+        "with open('big', 'wb') as fh:\n    while True:\n        fh.write(b'0' * 65536)\n",
+        timeout_s=5.0,
+    )
+    assert res.verdict is Verdict.OUTPUT_LIMIT, res
+    assert time.monotonic() - t < 10
+    leak_check()
+
+
+def _fork_bomb_is_bounded() -> bool:
+    """RLIMIT_NPROC binds only non-root uids; as root a writable pids cgroup is needed."""
+    if os.getuid() != 0:
+        return True
+    cg = PidsCgroup(8)
+    ok = cg.path is not None
+    cg.remove()
+    return ok
+
+
+@pytest.mark.skipif(
+    not _fork_bomb_is_bounded(), reason="root without a pids cgroup: a fork bomb is unbounded"
+)
+def test_fork_bomb(sandbox, leak_check):
+    code = textwrap.dedent(
+        """
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+        """
+    )
+    t = time.monotonic()
+    res = run(sandbox, code, timeout_s=1.5)
+    assert res.verdict is not Verdict.PASSED
+    assert time.monotonic() - t < 1.5 + 3.0
+    leak_check()
+    assert_healthy(sandbox)
+
+
+def test_daemonized_orphans_are_killed(sandbox, leak_check):
+    marker = f"{time.time() % 1000 + 1000:.4f}"  # unique sleep duration in argv
+    code = f"""
+    import os, subprocess, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv('/bin/sleep', ['sleep', '{marker}'])
+        os._exit(0)
+    subprocess.Popen(['sleep', '{marker}'], start_new_session=True)
+    time.sleep(0.2)
+    def f(x):
+        return x + 1
+    """
+    res = run(sandbox, code)
+    assert res.verdict is Verdict.PASSED, res  # the program itself is correct
+    leak_check(marker)
+
+
+def test_subprocess_left_running_after_timeout(sandbox, leak_check):
+    marker = f"{time.time() % 1000 + 2000:.4f}"
+    code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\nwhile True:\n    pass\n"
+    res = run(sandbox, code, timeout_s=1.0)
+    assert res.verdict is Verdict.TIMEOUT
+    leak_check(marker)
+
+
+def test_killing_the_parent(sandbox, leak_check):
+    """The program's parent is its fork server; killing it costs a worker restart, never a pass."""
+    for code in (
+        WRONG_F + "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+        WRONG_F + "import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)\n",
+        WRONG_F + "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
+    ):
+        res = run(sandbox, code, timeout_s=1.0)
+        assert res.verdict is not Verdict.PASSED, res
+    assert os.getpid() > 0  # we are still here
+    assert_healthy(sandbox)
+    leak_check()
+
+
+def test_stuck_program_does_not_block_quick_ones(sandbox):
+    stuck = Program(code="while True:\n    pass\n", timeout_s=2.0)
+    quick = [
+        Program(code=f"def f(x):\n    return x + {i}\n", tests=(f"assert f(0) == {i}",)) for i in range(40)
+    ]
+    t0 = time.monotonic()
+    stuck_fut = sandbox.submit(stuck)
+    quick_futs = [sandbox.submit(p) for p in quick]
+    quick_res = [f.result() for f in quick_futs]
+    quick_done = time.monotonic() - t0
+    assert all(r.verdict is Verdict.PASSED for r in quick_res)
+    assert quick_done < 1.5, f"quick programs waited for the stuck one ({quick_done:.2f}s)"
+    assert stuck_fut.result().verdict is Verdict.TIMEOUT
+
+
+# ----------------------------------------------------------------------------------------------
+# containment (bwrap only: local is not isolation)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bwrap_sandbox():
+    if not bwrap_works():
+        pytest.skip("bubblewrap does not work here")
+    sb = make_sandbox(backend="bwrap", workers=2, timeout_s=3.0, memory_mb=512)
+    yield sb
+    sb.close()
+
+
+@needs_bwrap
+def test_no_network(bwrap_sandbox):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(0.5)
+    port = srv.getsockname()[1]
+    code = f"""
+    import socket
+    out = []
+    for addr in [('127.0.0.1', {port}), ('8.8.8.8', 53), ('1.1.1.1', 443)]:
+        try:
+            s = socket.create_connection(addr, timeout=1)
+            out.append('CONNECTED')
+        except OSError as e:
+            out.append('refused')
+    try:
+        socket.getaddrinfo('pypi.org', 443)
+        out.append('DNS')
+    except OSError:
+        out.append('nodns')
+    print(out)
+    """
+    res = run(bwrap_sandbox, code, tests=())
+    assert res.verdict is Verdict.PASSED, res
+    assert "CONNECTED" not in res.stdout and "DNS" not in res.stdout, res.stdout
+    with pytest.raises(OSError):
+        srv.accept()
+    srv.close()
+
+
+@needs_bwrap
+def test_host_files_invisible(bwrap_sandbox, tmp_path):
+    secret = tmp_path / "secret.txt"
+    token = uuid.uuid4().hex
+    secret.write_text(token)
+    code = f"""
+    import os
+    found = []
+    for p in [{str(secret)!r}, '/etc/shadow', '/etc/passwd', os.path.expanduser('~/.bashrc'),
+              '/root/.ssh/id_rsa', {str(Path.cwd())!r} + '/pyproject.toml']:
+        try:
+            with open(p) as fh:
+                found.append((p, fh.read()[:200]))
+        except OSError as e:
+            pass
+    for root in ['/work', '/home', '/etc', '/root/.ssh']:
+        try:
+            found.append((root, os.listdir(root)))
+        except OSError:
+            pass
+    print(found)
+    """
+    res = run(bwrap_sandbox, code, tests=())
+    assert res.verdict is Verdict.PASSED, res
+    assert res.stdout.strip() == "[]", res.stdout  # nothing of the host is visible
+
+
+@needs_bwrap
+def test_writes_outside_workdir_do_not_reach_host(bwrap_sandbox):
+    name = f"lcrl_escape_{uuid.uuid4().hex}"
+    targets = [Path.cwd() / name, Path.home() / name, Path("/tmp") / name, Path("/usr") / name]
+    code = f"""
+    for p in {[str(t) for t in targets]!r}:
+        try:
+            with open(p, 'w') as fh:
+                fh.write('owned')
+        except OSError:
+            pass
+    def f(x):
+        return x + 1
+    """
+    res = run(bwrap_sandbox, code)
+    assert res.verdict is Verdict.PASSED, res
+    for t in targets:
+        assert not t.exists(), f"sandbox wrote {t}"
+
+
+@needs_bwrap
+def test_kill_everything(bwrap_sandbox, leak_check):
+    """kill(-1) inside the PID namespace reaches only the sandbox, never the trainer."""
+    res = run(bwrap_sandbox, WRONG_F + "import os, signal\nos.kill(-1, signal.SIGKILL)\n", timeout_s=1.0)
+    assert res.verdict is not Verdict.PASSED
+    assert_healthy(bwrap_sandbox)
+    leak_check()
+
+
+@needs_bwrap
+def test_cannot_see_host_processes(bwrap_sandbox):
+    res = run(
+        bwrap_sandbox,
+        "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n",
+        tests=(),
+    )
+    pids = eval(res.stdout)  # noqa: S307 - our own program's output
+    assert os.getpid() not in pids or len(pids) < 10
+    assert max(pids) < 1000, pids
