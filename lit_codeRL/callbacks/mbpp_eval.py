@@ -74,7 +74,11 @@ class MBPPEvalCallback(Callback):
         output_dir: str | None = None,
     ) -> None:
         self.problem_settings = ProblemSettings(
-            source=source, split=split, limit=limit, system_prompt=system_prompt, num_shown_tests=num_shown_tests
+            source=source,
+            split=split,
+            limit=limit,
+            system_prompt=system_prompt,
+            num_shown_tests=num_shown_tests,
         )
         self.n_samples = n_samples
         self.k = [kk for kk in (k or [1]) if kk <= n_samples] or [1]
@@ -115,7 +119,9 @@ class MBPPEvalCallback(Callback):
     def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, float]:
         """Run one evaluation on all ranks; returns (and logs) the gathered metrics."""
         if not hasattr(pl_module, "generation_context"):
-            raise TypeError(f"{type(pl_module).__name__} has no generation_context(); MBPPEvalCallback needs one")
+            raise TypeError(
+                f"{type(pl_module).__name__} has no generation_context(); MBPPEvalCallback needs one"
+            )
         start = time.perf_counter()
         model, engine, ctx = pl_module.generation_context()
         problems = self.problems()
@@ -126,19 +132,36 @@ class MBPPEvalCallback(Callback):
             env = UnitTestEnv(sandbox)
             for i in range(0, len(shard), self.batch_size):
                 chunk = shard[i : i + self.batch_size]
-                prompts = [render_prompt(engine.tokenizer, p, self.problem_settings.system_prompt,
-                                         self.problem_settings.num_shown_tests) for p in chunk]
+                prompts = [
+                    render_prompt(
+                        engine.tokenizer,
+                        p,
+                        self.problem_settings.system_prompt,
+                        self.problem_settings.num_shown_tests,
+                    )
+                    for p in chunk
+                ]
                 ids, mask = engine.encode_prompts(prompts)
                 out = engine.generate(model, ids, mask, self.sampling, self.n_samples)
                 graded = env.score_batch([p for p in chunk for _ in range(self.n_samples)], out.texts)
                 for j, problem in enumerate(chunk):
                     rows = range(j * self.n_samples, (j + 1) * self.n_samples)
-                    local.append({
-                        "task_id": problem.task_id,
-                        "num_correct": sum(graded[r].verdict == "passed" for r in rows),
-                        "samples": [{"completion": out.texts[r], "code": graded[r].code, "verdict": graded[r].verdict,
-                                     "pass_fraction": graded[r].pass_fraction, "info": graded[r].info} for r in rows],
-                    })
+                    local.append(
+                        {
+                            "task_id": problem.task_id,
+                            "num_correct": sum(graded[r].verdict == "passed" for r in rows),
+                            "samples": [
+                                {
+                                    "completion": out.texts[r],
+                                    "code": graded[r].code,
+                                    "verdict": graded[r].verdict,
+                                    "pass_fraction": graded[r].pass_fraction,
+                                    "info": graded[r].info,
+                                }
+                                for r in rows
+                            ],
+                        }
+                    )
         results = _gather(local, world)
         results.sort(key=lambda r: r["task_id"])
         metrics = self._metrics(results)
@@ -152,7 +175,10 @@ class MBPPEvalCallback(Callback):
             self._write(trainer, results, metrics, step)
             log.info(
                 "mbpp_eval step %d: pass@1 %.3f (%d/%d problems) in %.0fs",
-                step, metrics["mbpp_eval/pass_rate"], metrics["mbpp_eval/problems_passed"], len(results),
+                step,
+                metrics["mbpp_eval/pass_rate"],
+                metrics["mbpp_eval/problems_passed"],
+                len(results),
                 metrics["mbpp_eval/seconds"],
             )
         for key, value in metrics.items():
@@ -162,18 +188,21 @@ class MBPPEvalCallback(Callback):
     def _metrics(self, results: list[dict[str, Any]]) -> dict[str, float]:
         n = self.n_samples
         metrics = {
-            "mbpp_eval/pass_rate": sum(pass_at_k(n, r["num_correct"], 1) for r in results) / max(1, len(results)),
+            "mbpp_eval/pass_rate": sum(pass_at_k(n, r["num_correct"], 1) for r in results)
+            / max(1, len(results)),
             "mbpp_eval/problems_passed": float(sum(r["num_correct"] > 0 for r in results)),
             "mbpp_eval/num_problems": float(len(results)),
         }
         for k in self.k:
             if k > 1:
-                metrics[f"mbpp_eval/pass@{k}"] = sum(pass_at_k(n, r["num_correct"], k) for r in results) / max(
-                    1, len(results)
-                )
+                metrics[f"mbpp_eval/pass@{k}"] = sum(
+                    pass_at_k(n, r["num_correct"], k) for r in results
+                ) / max(1, len(results))
         return metrics
 
-    def _write(self, trainer: Trainer, results: list[dict[str, Any]], metrics: dict[str, float], step: int) -> None:
+    def _write(
+        self, trainer: Trainer, results: list[dict[str, Any]], metrics: dict[str, float], step: int
+    ) -> None:
         root = Path(self.output_dir or Path(trainer.log_dir or ".") / "mbpp_eval")
         root.mkdir(parents=True, exist_ok=True)
         (root / f"step_{step:06d}.json").write_text(

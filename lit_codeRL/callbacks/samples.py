@@ -37,8 +37,12 @@ class CompletionTableCallback(Callback):
             return
         self._last_step = step
         rows = [
-            [r.get("problem_id", ""), f"{r.get('reward', 0):.3f}", r.get("verdict", ""),
-             str(r.get("completion", ""))[: self.max_chars]]
+            [
+                r.get("problem_id", ""),
+                f"{r.get('reward', 0):.3f}",
+                r.get("verdict", ""),
+                str(r.get("completion", ""))[: self.max_chars],
+            ]
             for r in records[: self.max_rows]
         ]
         columns = ["problem", "reward", "verdict", "completion"]

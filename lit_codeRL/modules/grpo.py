@@ -194,7 +194,12 @@ class GRPOModule(LightningModule):
             t_fb = time.perf_counter()
             for k, mb in enumerate(micro):
                 logps, entropy = token_logprobs(
-                    self.policy, mb.input_ids, mb.attention_mask, start, hp.sampling.temperature, with_entropy=True
+                    self.policy,
+                    mb.input_ids,
+                    mb.attention_mask,
+                    start,
+                    hp.sampling.temperature,
+                    with_entropy=True,
                 )
                 mask = mb.trainable_mask[:, start:]
                 # With one update per rollout the policy that sampled is the one being trained:
@@ -215,7 +220,9 @@ class GRPOModule(LightningModule):
                 )
                 # Re-weight micro-batch losses so their sum equals the whole-batch loss.
                 weight = (
-                    mask.sum().item() / total_tokens if hp.loss_type == "dapo" else mb.batch_size / batch.batch_size
+                    mask.sum().item() / total_tokens
+                    if hp.loss_type == "dapo"
+                    else mb.batch_size / batch.batch_size
                 )
                 with opt.toggle_model(sync_grad=k == len(micro) - 1):
                     self.manual_backward(loss * weight)
@@ -223,7 +230,9 @@ class GRPOModule(LightningModule):
                     stats.setdefault(key, []).append(float(value))
                 stats.setdefault("loss", []).append(float(loss.detach()))
                 if entropy is not None:
-                    stats.setdefault("entropy", []).append(float((entropy * mask).sum() / mask.sum().clamp(min=1)))
+                    stats.setdefault("entropy", []).append(
+                        float((entropy * mask).sum() / mask.sum().clamp(min=1))
+                    )
             t_opt = time.perf_counter()
             fwd_bwd_s += t_opt - t_fb
             opt.step()
@@ -237,21 +246,37 @@ class GRPOModule(LightningModule):
             if self._is_lora:
                 with self.policy.disable_adapter():
                     ref, _ = token_logprobs(
-                        self.policy, batch.input_ids, batch.attention_mask, start, self.hparams.sampling.temperature
+                        self.policy,
+                        batch.input_ids,
+                        batch.attention_mask,
+                        start,
+                        self.hparams.sampling.temperature,
                     )
             else:
                 ref, _ = token_logprobs(
-                    self._reference[0], batch.input_ids, batch.attention_mask, start, self.hparams.sampling.temperature
+                    self._reference[0],
+                    batch.input_ids,
+                    batch.attention_mask,
+                    start,
+                    self.hparams.sampling.temperature,
                 )
         return ref
 
     def on_before_optimizer_step(self, optimizer) -> None:
         # Here (not in training_step) gradients are already unscaled under 16-mixed.
         if self.hparams.max_grad_norm > 0:
-            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
+            self.clip_gradients(
+                optimizer, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm"
+            )
 
-    def _log_step(self, batch: TrajectoryBatch, stats: dict[str, list[float]], fwd_bwd_s: float, opt_s: float,
-                  train_s: float) -> None:
+    def _log_step(
+        self,
+        batch: TrajectoryBatch,
+        stats: dict[str, list[float]],
+        fwd_bwd_s: float,
+        opt_s: float,
+        train_s: float,
+    ) -> None:
         hp = self.hparams
         rewards = batch.rewards
         passed = torch.tensor([r["verdict"] == "passed" for r in batch.records], dtype=torch.float32)
@@ -263,7 +288,9 @@ class GRPOModule(LightningModule):
         gen_s = batch.stats.get("generate_s", 0.0)
         metrics = {
             "train/reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-            "train/frac_zero_std_groups": float(zero_std_groups(rewards.cpu(), hp.num_generations).float().mean()),
+            "train/frac_zero_std_groups": float(
+                zero_std_groups(rewards.cpu(), hp.num_generations).float().mean()
+            ),
             "train/completion_length": float(lengths.mean()),
             "train/truncated_frac": float(1 - sum(r["finished"] for r in batch.records) / len(batch.records)),
             "train/tokens_per_s": batch.stats.get("completion_tokens", 0.0) / max(gen_s, 1e-9),
@@ -288,7 +315,9 @@ class GRPOModule(LightningModule):
         params = [p for p in self.policy.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay)
         warmup = max(0, hp.warmup_steps)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------ checkpoint state

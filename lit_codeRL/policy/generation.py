@@ -110,12 +110,16 @@ class HFGenerationEngine:
         was_training = model.training
         model.eval()
         try:
-            out = self._sample(model, prompt_ids, prompt_mask, sampling, num_generations, generator, on_finished)
+            out = self._sample(
+                model, prompt_ids, prompt_mask, sampling, num_generations, generator, on_finished
+            )
         finally:
             model.train(was_training)
         return out
 
-    def _sample(self, model, prompt_ids, prompt_mask, sampling, n, generator, on_finished) -> GenerationOutput:
+    def _sample(
+        self, model, prompt_ids, prompt_mask, sampling, n, generator, on_finished
+    ) -> GenerationOutput:
         device = prompt_ids.device
         if generator is not None and generator.device != device:
             generator = None  # a CPU generator cannot drive CUDA sampling; fall back to the global RNG
@@ -208,7 +212,9 @@ def concat_generation_outputs(outputs: list[GenerationOutput], pad_token_id: int
     return GenerationOutput(
         prompt_ids=torch.cat([pad(o.prompt_ids, prompt_width, pad_token_id, True) for o in outputs]),
         prompt_mask=torch.cat([pad(o.prompt_mask, prompt_width, 0, True) for o in outputs]),
-        completion_ids=torch.cat([pad(o.completion_ids, completion_width, pad_token_id, False) for o in outputs]),
+        completion_ids=torch.cat(
+            [pad(o.completion_ids, completion_width, pad_token_id, False) for o in outputs]
+        ),
         completion_mask=torch.cat([pad(o.completion_mask, completion_width, 0, False) for o in outputs]),
         logprobs=torch.cat([pad(o.logprobs, completion_width, 0.0, False) for o in outputs]),
         texts=[t for o in outputs for t in o.texts],

@@ -194,7 +194,9 @@ def _plain_copy(quantized: torch.nn.Module) -> torch.nn.Module:
     # Tied output embeddings are legitimately absent from the state dict.
     missing = [k for k in missing if k != "lm_head.weight" or not config.tie_word_embeddings]
     if missing or unexpected:
-        raise ModelLoadError(f"GGUF conversion lost weights: missing={missing[:5]} unexpected={unexpected[:5]}")
+        raise ModelLoadError(
+            f"GGUF conversion lost weights: missing={missing[:5]} unexpected={unexpected[:5]}"
+        )
     if config.tie_word_embeddings:
         plain.tie_weights()
     return plain
@@ -281,10 +283,15 @@ def load_model(settings: ModelSettings | None = None, **overrides: Any):
             _check_hub(str(where))
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                where, dtype=torch.float32, revision=settings.revision, trust_remote_code=settings.trust_remote_code
+                where,
+                dtype=torch.float32,
+                revision=settings.revision,
+                trust_remote_code=settings.trust_remote_code,
             )
         except OSError as err:
-            raise ModelLoadError(f"cannot load model {settings.name_or_path!r}: {str(err).splitlines()[0]}") from err
+            raise ModelLoadError(
+                f"cannot load model {settings.name_or_path!r}: {str(err).splitlines()[0]}"
+            ) from err
         tokenizer = load_tokenizer(settings.name_or_path, settings.revision, settings.trust_remote_code)
     tokenizer = _finish_tokenizer(tokenizer)
     model.to(dtype)
@@ -319,8 +326,14 @@ def _apply_lora(model, lora: LoraSettings):
 
 
 def _dtype(name: str) -> torch.dtype:
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if name not in table:
         raise ModelLoadError(f"unknown model dtype {name!r}; use one of float32, bfloat16, float16")
     return table[name]

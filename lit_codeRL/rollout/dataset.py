@@ -141,7 +141,13 @@ class RolloutDataset(IterableDataset):
 
         start = time.perf_counter()
         out = self.engine.generate(
-            self._policy(), prompt_ids, prompt_mask, self.sampling, n, self.generator, on_finished=score_finished
+            self._policy(),
+            prompt_ids,
+            prompt_mask,
+            self.sampling,
+            n,
+            self.generator,
+            on_finished=score_finished,
         )
         stats["generate_s"] += time.perf_counter() - start
         start = time.perf_counter()
@@ -153,7 +159,11 @@ class RolloutDataset(IterableDataset):
         return out, results  # type: ignore[return-value]
 
     def _to_batch(
-        self, out: GenerationOutput, results: list[RewardResult], problems: list[Problem], stats: dict[str, float]
+        self,
+        out: GenerationOutput,
+        results: list[RewardResult],
+        problems: list[Problem],
+        stats: dict[str, float],
     ) -> TrajectoryBatch:
         n = self.num_generations
         rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)
@@ -174,7 +184,13 @@ class RolloutDataset(IterableDataset):
             for i, r in enumerate(results)
         ]
         batch = TrajectoryBatch.from_completions(
-            out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask, out.logprobs, rewards, group_ids,
+            out.prompt_ids,
+            out.prompt_mask,
+            out.completion_ids,
+            out.completion_mask,
+            out.logprobs,
+            rewards,
+            group_ids,
             records,
         )
         batch.stats.update(stats)

@@ -56,7 +56,9 @@ class TrajectoryBatch:
 
     def to(self, device: torch.device | str) -> TrajectoryBatch:
         moved = {
-            f.name: getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), Tensor) else getattr(self, f.name)
+            f.name: getattr(self, f.name).to(device)
+            if isinstance(getattr(self, f.name), Tensor)
+            else getattr(self, f.name)
             for f in fields(self)
         }
         return TrajectoryBatch(**moved)

@@ -9,8 +9,12 @@ from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams, con
 
 def _prompts(tokenizer):
     texts = ["Write a function add(a, b).", "Reverse a string s in Python, please, with a function."]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
-                                          tokenize=False) for t in texts]
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False
+        )
+        for t in texts
+    ]
 
 
 def test_greedy_matches_transformers_generate(smollm2):
@@ -30,8 +34,13 @@ def test_sampling_logprobs_match_training_forward_and_finish_hook(tiny_model):
     ids, mask = engine.encode_prompts(_prompts(tokenizer))
     finished_rows: list[int] = []
     out = engine.generate(
-        model, ids, mask, SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.9), num_generations=3,
-        generator=torch.Generator().manual_seed(0), on_finished=lambda rows, toks: finished_rows.extend(rows),
+        model,
+        ids,
+        mask,
+        SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.9),
+        num_generations=3,
+        generator=torch.Generator().manual_seed(0),
+        on_finished=lambda rows, toks: finished_rows.extend(rows),
     )
     assert out.completion_ids.size(0) == 6 and sorted(finished_rows) == list(range(6))
     full = torch.cat([out.prompt_ids, out.completion_ids], 1)
@@ -40,17 +49,24 @@ def test_sampling_logprobs_match_training_forward_and_finish_hook(tiny_model):
     with torch.no_grad():
         logits = model(input_ids=full, attention_mask=full_mask, position_ids=pos).logits
     logits = logits[:, out.prompt_ids.size(1) - 1 : -1].float() / 0.7
-    lp = torch.log_softmax(logits, -1).gather(-1, out.completion_ids[..., None]).squeeze(-1) * out.completion_mask
+    lp = (
+        torch.log_softmax(logits, -1).gather(-1, out.completion_ids[..., None]).squeeze(-1)
+        * out.completion_mask
+    )
     torch.testing.assert_close(lp, out.logprobs, atol=1e-4, rtol=1e-4)
     # Rows of a group share the prompt; the group layout is contiguous.
-    assert torch.equal(out.prompt_ids[0], out.prompt_ids[2]) and not torch.equal(out.prompt_ids[0], out.prompt_ids[3])
+    assert torch.equal(out.prompt_ids[0], out.prompt_ids[2]) and not torch.equal(
+        out.prompt_ids[0], out.prompt_ids[3]
+    )
 
 
 def test_eos_rows_are_dropped_and_padded(tiny_model):
     model, tokenizer = tiny_model
     engine = HFGenerationEngine(tokenizer, stop_token_ids=list(range(len(tokenizer))))  # every token stops
     ids, mask = engine.encode_prompts(_prompts(tokenizer))
-    out = engine.generate(model, ids, mask, SamplingParams(max_new_tokens=8, temperature=1.0), num_generations=2)
+    out = engine.generate(
+        model, ids, mask, SamplingParams(max_new_tokens=8, temperature=1.0), num_generations=2
+    )
     assert out.completion_ids.size(1) == 1 and bool(out.finished.all())
     merged = concat_generation_outputs([out, out], engine.pad_token_id)
     assert merged.completion_ids.size(0) == 8

@@ -20,7 +20,9 @@ def test_embedded_gguf_is_plain_trainable_and_round_trips(smollm2, tmp_path):
 
     # It writes correct tiny functions: a real pretrained model, not random weights.
     messages = [{"role": "user", "content": "Write a python function add(a, b) that returns a+b."}]
-    enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    enc = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     out = model.generate(**enc, max_new_tokens=40, do_sample=False)
     assert "return a + b" in tokenizer.decode(out[0, enc["input_ids"].shape[1] :])
 
@@ -80,7 +82,9 @@ def test_tiny_random_is_deterministic_and_lora_wraps(tiny_model):
 
 
 def test_gradient_checkpointing_and_dtype():
-    model, _ = load_model(ModelSettings(name_or_path="tiny-random", gradient_checkpointing=True, dtype="bfloat16"))
+    model, _ = load_model(
+        ModelSettings(name_or_path="tiny-random", gradient_checkpointing=True, dtype="bfloat16")
+    )
     assert model.is_gradient_checkpointing
     assert next(model.parameters()).dtype == torch.bfloat16
     with pytest.raises(ModelLoadError, match="dtype"):

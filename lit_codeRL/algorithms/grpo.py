@@ -1,0 +1,175 @@
+"""GRPO math as pure tensor functions: group-relative advantages and the clipped policy loss.
+
+References: GRPO (Shao et al. 2024, DeepSeekMath), DAPO (Yu et al. 2025: clip-higher, token-level
+aggregation, dynamic sampling) and Dr. GRPO (Liu et al. 2025: no std scaling, constant
+normaliser). Knob names and defaults follow TRL's ``GRPOConfig`` / ``GRPOTrainer`` where the
+meaning is the same (``scale_rewards``, ``epsilon``, ``epsilon_high``, ``loss_type``, ``beta``,
+``max_completion_length``).
+
+Layout convention: a batch of ``B = num_groups * group_size`` completions is group-contiguous
+(rows ``g * G .. g * G + G - 1`` answer prompt ``g``), as the rollout dataset produces it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lit_codeRL.algorithms.kl import k3_kl, masked_mean
+
+ScaleRewards = Literal["group", "batch", "none"]
+LossType = Literal["grpo", "dapo", "dr_grpo"]
+
+
+def _grouped(rewards: Tensor, group_size: int) -> Tensor:
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(
+            f"batch of {rewards.numel()} rewards is not a whole number of groups of {group_size}"
+        )
+    return rewards.view(-1, group_size)
+
+
+def group_advantages(
+    rewards: Tensor, group_size: int, scale_rewards: ScaleRewards = "group", eps: float = 1e-4
+) -> Tensor:
+    """Group-relative advantages ``[B] -> [B]``: each reward minus its group's mean, optionally scaled.
+
+    Args:
+        rewards: ``[B]`` scalar rewards, group-contiguous.
+        group_size: Completions per prompt (TRL's ``num_generations``).
+        scale_rewards: ``group`` divides by the group's std (GRPO); ``batch`` by the std of the
+            whole batch (more robust when a group's rewards are nearly equal); ``none`` does not
+            scale (Dr. GRPO: std scaling over-weights easy and hopeless prompts).
+        eps: Added to the std, so zero-std groups get advantage 0 instead of NaN.
+
+    The std is the unbiased one (``torch.std`` default, as TRL); a group of size 1 thus has an
+    undefined std: its advantage is 0 by construction and it is not divided.
+    """
+    grouped = _grouped(rewards, group_size).float()
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards == "none":
+        return centered.reshape(-1)
+    if scale_rewards == "group":
+        std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(centered[:, :1])
+    elif scale_rewards == "batch":
+        std = rewards.float().std() if rewards.numel() > 1 else rewards.new_zeros(()).float()
+    else:
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    return (centered / (std + eps)).reshape(-1)
+
+
+def zero_std_groups(rewards: Tensor, group_size: int) -> Tensor:
+    """``[num_groups]`` bool: True where every reward in the group is the same (no learning signal).
+
+    Used to log the fraction of dead groups and for DAPO's dynamic sampling (drop and refill).
+    """
+    grouped = _grouped(rewards, group_size)
+    return (grouped.max(dim=1).values - grouped.min(dim=1).values).abs() <= 1e-9
+
+
+def aggregate_token_loss(
+    per_token_loss: Tensor,
+    mask: Tensor,
+    loss_type: LossType = "grpo",
+    max_completion_length: int | None = None,
+) -> Tensor:
+    """Reduce a ``[B, T]`` per-token loss to a scalar over the ``mask``-ed tokens.
+
+    * ``grpo``: mean over each sequence's tokens, then mean over sequences (long completions
+      weigh less per token: the length bias Dr. GRPO points out).
+    * ``dapo``: sum over all tokens / number of tokens in the batch (every token weighs the same).
+    * ``dr_grpo``: sum over all tokens / (B * ``max_completion_length``), a constant normaliser;
+      without ``max_completion_length`` the padded width ``T`` is used.
+    """
+    mask = mask.to(per_token_loss.dtype)
+    if loss_type == "grpo":
+        return masked_mean(per_token_loss, mask, dim=1).mean()
+    if loss_type == "dapo":
+        return masked_mean(per_token_loss, mask)
+    if loss_type == "dr_grpo":
+        length = max_completion_length if max_completion_length is not None else per_token_loss.size(1)
+        kept = torch.where(mask != 0, per_token_loss * mask, torch.zeros_like(per_token_loss))
+        return kept.sum() / (per_token_loss.size(0) * length)
+    raise ValueError(f"loss_type must be 'grpo', 'dapo' or 'dr_grpo', got {loss_type!r}")
+
+
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    completion_mask: Tensor,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    loss_type: LossType = "grpo",
+    max_completion_length: int | None = None,
+    ref_logprobs: Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped surrogate loss of GRPO/DAPO/Dr. GRPO (+ ``beta`` * k3 KL), and its diagnostics.
+
+    Args:
+        logprobs: ``[B, T]`` log-probs of the sampled tokens under the policy being trained.
+        old_logprobs: ``[B, T]`` the same under the policy that sampled them (no gradient).
+        advantages: ``[B]`` one advantage per sequence, broadcast over its tokens.
+        completion_mask: ``[B, T]`` 1 on tokens the loss covers (policy tokens), 0 elsewhere.
+        epsilon: Lower clip range: the ratio is clipped below at ``1 - epsilon``.
+        epsilon_high: Upper clip range (DAPO clip-higher); ``None`` uses ``epsilon``.
+        loss_type: Token aggregation, see :func:`aggregate_token_loss`.
+        max_completion_length: Normaliser of ``dr_grpo``.
+        ref_logprobs: ``[B, T]`` log-probs under the frozen reference; with ``beta > 0`` the
+            per-token ``beta * k3_kl`` is added before aggregation (as in TRL).
+        beta: KL coefficient.
+
+    Per token: ``-min(r * A, clip(r, 1 - eps, 1 + eps_high) * A)`` with ``r = exp(lp - old)``.
+
+    Returns:
+        ``(loss, stats)``; ``stats`` (detached scalars): ``clip_ratio/low`` (tokens with ``A < 0``
+        and ``r < 1 - eps``), ``clip_ratio/high`` (``A > 0`` and ``r > 1 + eps_high``),
+        ``clip_ratio`` (either: where the clipped branch is the one taken and carries no
+        gradient), ``ratio`` (mean importance ratio) and ``kl`` (mean k3 KL to the reference, 0
+        without one), all averaged over masked tokens.
+    """
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != completion_mask.shape:
+        raise ValueError(
+            f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
+            f"completion_mask {tuple(completion_mask.shape)} must have the same [B, T] shape"
+        )
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(f"advantages must be [B]={logprobs.shape[0]}, got {tuple(advantages.shape)}")
+    eps_low = epsilon
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    mask = completion_mask.to(logprobs.dtype)
+    keep = mask != 0
+    adv = advantages.to(logprobs.dtype).unsqueeze(1)
+
+    # Masked positions (padding, prompt) may hold anything; zeroing their log-ratio before exp()
+    # keeps an inf there from turning into 0 * inf = NaN in the loss or its gradient.
+    log_ratio = torch.where(keep, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)
+
+    kl = None
+    if ref_logprobs is not None:
+        ref = torch.where(keep, ref_logprobs.to(logprobs.dtype), logprobs.detach())
+        kl = k3_kl(logprobs, ref)
+        if beta != 0.0:
+            per_token = per_token + beta * kl
+
+    loss = aggregate_token_loss(per_token, mask, loss_type, max_completion_length)
+
+    with torch.no_grad():
+        low = (ratio < 1.0 - eps_low) & (adv < 0)
+        high = (ratio > 1.0 + eps_high) & (adv > 0)
+        stats = {
+            "clip_ratio/low": masked_mean(low.to(mask.dtype), mask),
+            "clip_ratio/high": masked_mean(high.to(mask.dtype), mask),
+            "clip_ratio": masked_mean((low | high).to(mask.dtype), mask),
+            "ratio": masked_mean(ratio.detach(), mask),
+            "kl": masked_mean(kl.detach(), mask) if kl is not None else logprobs.new_zeros(()),
+        }
+    return loss, stats

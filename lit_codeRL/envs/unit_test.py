@@ -1,0 +1,65 @@
+"""``UnitTestEnv``: reward = fraction of the problem's tests the extracted program passes.
+
+Each test statement (``problem.test_statements()``: its asserts plus one per io pair) is graded
+on its own by the sandbox, so partial solutions get partial credit; ``all_pass_bonus`` adds a
+step at full correctness (set it > 0 to make "all tests" worth more than "most tests").
+"""
+
+from __future__ import annotations
+
+from lit_codeRL.envs.base import Executor, RewardResult, SingleTurnCodeEnv, result_info
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
+
+
+class UnitTestEnv(SingleTurnCodeEnv):
+    """Correctness reward from the problem's unit tests.
+
+    Args:
+        sandbox: Where programs run (``submit(program) -> Future[ExecutionResult]``).
+        all_pass_bonus: Added to the reward when every test passes.
+        syntax_error_reward: Reward of code that does not compile (its tests cannot run).
+        empty_reward: No code in the completion; defaults to ``syntax_error_reward``.
+        error_reward: The sandbox itself failed.
+        timeout_s: Wall-clock limit per program (program plus all tests); ``None`` uses the
+            sandbox's default.
+
+    A runtime error or timeout is not special-cased: tests that did not run count as failed, so
+    the reward is the fraction that passed before it (usually 0).
+    """
+
+    def __init__(
+        self,
+        sandbox: Executor,
+        all_pass_bonus: float = 0.0,
+        syntax_error_reward: float = 0.0,
+        empty_reward: float | None = None,
+        error_reward: float = 0.0,
+        timeout_s: float | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            sandbox,
+            timeout_s=timeout_s,
+            empty_reward=syntax_error_reward if empty_reward is None else empty_reward,
+            error_reward=error_reward,
+            **kwargs,
+        )
+        self.all_pass_bonus = all_pass_bonus
+        self.syntax_error_reward = syntax_error_reward
+
+    def build_program(self, problem: Problem, code: str) -> Program:
+        tests = tuple(problem.test_statements())
+        if not tests:
+            # Without tests the sandbox passes anything that runs: a reward of 1 for free.
+            raise ValueError(f"problem {problem.task_id!r} has no tests; UnitTestEnv cannot grade it")
+        return Program(code=code, tests=tests, setup_code=problem.setup_code, timeout_s=self.timeout_s)
+
+    def reward_from_result(self, problem: Problem, code: str, result: ExecutionResult) -> RewardResult:
+        verdict = Verdict(result.verdict)
+        info = result_info(result)
+        if verdict == Verdict.SYNTAX_ERROR:
+            return RewardResult(self.syntax_error_reward, verdict.value, 0.0, code, info)
+        fraction = result.pass_fraction
+        reward = fraction + (self.all_pass_bonus if verdict == Verdict.PASSED else 0.0)
+        return RewardResult(reward, verdict.value, fraction, code, info)
