@@ -29,6 +29,7 @@ from lit_codeRL.algorithms.grpo import group_advantages, policy_loss, zero_std_g
 from lit_codeRL.envs import CodeExecutionEnv, UnitTestEnv
 from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams
 from lit_codeRL.policy.loading import ModelSettings, load_model
+from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutDataset, RolloutWriter
 from lit_codeRL.rollout.logprobs import token_logprobs
 from lit_codeRL.rollout.prompts import ProblemSettings, ProblemStream, load_problem_set
@@ -69,7 +70,7 @@ class GRPOModule(LightningModule):
         filter_zero_std_groups: Dynamic sampling: drop groups whose rewards are all equal and refill.
         max_refill_rounds: Extra rollout rounds allowed per step when filtering.
         micro_batch_size: Sequences per forward/backward chunk (gradient accumulation inside the
-            step); ``None`` = the whole batch at once.
+            step); ``None`` = a hint from free device memory, logged once.
         save_hf_model: Write a ``save_pretrained`` copy of the policy under the run dir at the end.
         seed: Seed of prompt order and sampling (each rank offsets it by its rank).
     """
@@ -121,6 +122,7 @@ class GRPOModule(LightningModule):
         self.writer: RolloutWriter | None = None
         self.last_records: list[dict[str, Any]] = []
         self._pending_rollout_state: dict[str, Any] | None = None
+        self._auto_micro_batch: int | None = None
 
     # ----------------------------------------------------------------- data
     def setup(self, stage: str) -> None:
@@ -187,7 +189,7 @@ class GRPOModule(LightningModule):
         sched = self.lr_schedulers()
         stats: dict[str, list[float]] = {}
         t0 = time.perf_counter()
-        micro = batch.micro_batches(hp.micro_batch_size or batch.batch_size)
+        micro = batch.micro_batches(self._micro_batch_size(batch))
         total_tokens = max(1, batch.num_trainable_tokens)
         fwd_bwd_s = opt_s = 0.0
         for _ in range(hp.num_iterations):
@@ -240,6 +242,14 @@ class GRPOModule(LightningModule):
             sched.step()
             opt_s += time.perf_counter() - t_opt
         self._log_step(batch, stats, fwd_bwd_s, opt_s, time.perf_counter() - t0)
+
+    def _micro_batch_size(self, batch: TrajectoryBatch) -> int:
+        if self.hparams.micro_batch_size:
+            return self.hparams.micro_batch_size
+        if self._auto_micro_batch is None:
+            num_params = sum(p.numel() for p in self.policy.parameters())
+            self._auto_micro_batch = default_micro_batch_size(num_params, seq_len=batch.input_ids.size(1))
+        return self._auto_micro_batch
 
     def _reference_logprobs(self, batch: TrajectoryBatch, start: int) -> torch.Tensor:
         with torch.no_grad():
