@@ -26,8 +26,10 @@ use it only for trusted code or tests.
 any untrusted code runs) captures the C-level callables it needs and a copy of every loaded
 module's dict; compiles the program and each test separately; runs the program (``SystemExit(0)``
 at top level is a normal end: tests still run), then the setup code, then each test in a fresh
-copy of the namespace after restoring ``builtins``, ``sys`` and every other pre-loaded module's
-dict, ``sys.modules`` entries, ``sys.stdout/err`` and clearing trace/profile hooks. Each test's
+copy of the namespace after restoring ``builtins``, ``sys`` (streams included) and every other
+pre-loaded module's dict and the ``sys.modules`` entries, and clearing trace/profile hooks. A dict
+is rewritten only when its CPython version tag (PEP 509, bumped by every mutation; probed at
+start, else every dict is rewritten) moved, so an untouched stdlib costs nothing to restore. Each test's
 outcome is sent as a record ``HMAC-SHA256(key, seq|kind|fields)`` over a pipe, with a random
 per-program key that exists only in the runner's closure. The server (a separate process)
 accepts a run only with a valid, in-order, complete record sequence: program status, one record
@@ -38,9 +40,11 @@ So ``sys.exit(0)``/``os._exit(0)`` before the asserts, printing "PASSED", redefi
 ``SystemExit``/``BaseException`` inside a test, or settrace-based line skipping do not pass.
 
 Not defended: a program that deliberately introspects the runner's memory in its own process
-(frame walking, ``gc``, ``ctypes``, ``/proc/self/mem``) can recover the key and forge records, and a
-program may return objects with a permissive ``__eq__`` or shadow a builtin name in its own
-globals (tests run on the program's definitions). Such a program is still contained by (a); it
+(frame walking, ``gc``, ``ctypes``, ``/proc/self/mem``) can recover the key and forge records (or
+rewrite a dict's version tag), a program may return objects with a permissive ``__eq__``, shadow a
+builtin name in its own globals (tests run on the program's definitions), patch attributes of
+pure-Python classes (``collections.Counter.__eq__``: class dicts are not restored) or leave a
+thread running that re-patches a module between the restore and a test. Such a program is still contained by (a); it
 can only lie about its own grade. Tests and setup code are trusted.
 """
 

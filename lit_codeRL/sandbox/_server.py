@@ -83,17 +83,110 @@ def _send(fd: int, obj: dict) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-_PRISTINE: tuple[dict, list] | None = None
+def _dict_version_reader():  # noqa: ANN202 - returns a ctypes getter or None
+    """A C-level reader of a dict's PEP 509 version tag (``ma_version_tag``), or ``None``.
+
+    CPython bumps the tag on every mutation of a dict (it exists for global-variable guards), so
+    "tag unchanged" proves "dict unchanged" without touching a single value (no refcount writes,
+    so no copy-on-write page faults in a forked child). The layout is probed here on a scratch
+    dict against every mutation path; any mismatch (another interpreter, a free-threaded build, a
+    version that stops bumping the tag) returns ``None`` and restoring falls back to rewriting
+    every module dict before every test. Forging a tag needs raw memory writes (ctypes), which the
+    threat model already leaves undefended.
+    """
+    try:
+        import ctypes
+    except ImportError:
+        return None
+    if sys.implementation.name != "cpython" or sys.version_info >= (3, 14):
+        return None
+    word = ctypes.sizeof(ctypes.c_void_p)
+    if word != 8 or getattr(sys, "_is_gil_enabled", lambda: True)() is False:
+        return None
+    # PyDictObject: ob_refcnt, ob_type, ma_used, ma_version_tag. The getter is the C descriptor
+    # of _SimpleCData, so patching the c_uint64/c_ssize_t classes cannot change what it reads.
+    get = ctypes._SimpleCData.__dict__["value"].__get__
+
+    def views(d: dict) -> tuple:
+        return ctypes.c_ssize_t.from_address(id(d) + 2 * word), ctypes.c_uint64.from_address(id(d) + 3 * word)
+
+    try:
+        d = {f"k{i}": i for i in range(10)}
+        used, tag = views(d)
+        g: dict = {}
+        mutations = (
+            lambda: d.__setitem__("k0", object()),
+            lambda: d.__setitem__("new", 1),
+            lambda: d.__delitem__("new"),
+            lambda: d.pop("k1"),
+            lambda: d.popitem(),
+            lambda: d.setdefault("z", 2),
+            lambda: d.update({"k2": object()}),
+            lambda: d.__ior__({"k3": object()}),
+            lambda: d.clear(),
+            lambda: d.update({"a": 1, "b": 2}),
+        )
+        last = get(tag)
+        for mutate in mutations:
+            mutate()
+            now = get(tag)
+            if now == last or get(used) != len(d):
+                return None
+            last = now
+        _, gtag = views(g)
+        before = get(gtag)
+        exec("x = 1", g)  # STORE_NAME/STORE_GLOBAL on a namespace dict
+        if get(gtag) == before:
+            return None
+        import types
+
+        mod = types.ModuleType("probe")
+        _, mtag = views(mod.__dict__)
+        before = get(mtag)
+        mod.attr = object()  # module setattr, the usual way programs monkeypatch
+        if get(mtag) == before:
+            return None
+    except Exception:  # noqa: BLE001 - any surprise means: do not trust the tag
+        return None
+
+    def reader(dicts: list[dict]) -> tuple:
+        """(getter, views): ``getter(views[i])`` is the current version tag of ``dicts[i]``. The
+        views are allocated back to back so reading them all touches only a few pages."""
+        return get, [ctypes.c_uint64.from_address(id(d) + 3 * word) for d in dicts]
+
+    return reader
 
 
-def _pristine() -> tuple[dict, list]:
-    """``sys.modules`` and (module dict, copy) pairs, taken once in the server, which never runs
-    untrusted code, so forked children inherit a snapshot no program has touched."""
-    global _PRISTINE
-    if _PRISTINE is None:
+_STATE: dict = {}
+"""Server-side snapshot, filled once (a dict *value*, so filling it does not bump a module dict)."""
+
+
+def _pristine() -> dict:
+    """What a program could use to fool a test, and a copy of it: ``sys.modules`` and every loaded
+    module's ``__dict__`` (builtins and ``sys`` included). Taken once in the server, which never runs
+    untrusted code, so forked children inherit a snapshot no program has touched.
+
+    Keys: ``dicts`` and ``snaps`` (parallel lists), ``views`` and ``tags`` (version-tag views and
+    their values at copy time; ``views`` is ``None`` without a usable version tag), ``get``
+    (reads a view), ``pack`` (packs a list of tags into bytes, so comparing with ``tags`` touches one
+    object instead of one int per dict).
+    """
+    if not _STATE:
+        reader = _dict_version_reader()
         mods = {n: m for n, m in sys.modules.items() if m is not None}
-        _PRISTINE = (mods, [(m.__dict__, dict(m.__dict__)) for m in mods.values()])
-    return _PRISTINE
+        dicts = {id(sys.modules): (sys.modules, mods)}
+        for m in mods.values():
+            d = getattr(m, "__dict__", None)
+            if type(d) is dict and id(d) not in dicts:
+                dicts[id(d)] = (d, dict(d))
+        pairs = list(dicts.values())
+        snap: dict = {"dicts": [d for d, _ in pairs], "snaps": [c for _, c in pairs], "views": None}
+        if reader is not None:
+            get, views = reader(snap["dicts"])
+            pack = struct.Struct(f"{len(views)}Q").pack
+            snap.update(views=views, tags=pack(*[get(v) for v in views]), get=get, pack=pack)
+        _STATE.update(snap)
+    return _STATE
 
 
 def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
@@ -107,15 +200,26 @@ def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
     _write, _exit, _exec, _compile, _str, _type = os.write, os._exit, exec, compile, str, type
     _isinstance, _len, _base_exc, _sysexit = isinstance, len, BaseException, SystemExit
     _sha256, _settrace, _setprofile = hashlib.sha256, sys.settrace, sys.setprofile
-    _modules, _b_dict = sys.modules, builtins.__dict__
-    saved_modules, snapshot = _pristine()
-    _update = dict.update
+    _update, _list, _map, _range = dict.update, list, map, range
+    pristine = _pristine()
+    dicts, snaps, views = pristine["dicts"], pristine["snaps"], pristine["views"]
+    _get, _pack, tags = pristine.get("get"), pristine.get("pack"), None
+    if views is not None:
+        # The baseline restore() puts back: the server's copy of each dict, unless the dict moved
+        # since (nothing in this child should move one before the program; copy it then anyway).
+        tags = _list(_map(_get, views))
+        if _pack(*tags) != pristine["tags"]:
+            old = memoryview(pristine["tags"]).cast("Q")
+            snaps = [
+                s if t == old[i] else dict(d)
+                for i, (d, s, t) in enumerate(zip(dicts, snaps, tags, strict=True))
+            ]
     k = key.ljust(64, b"\0")
     ipad = bytes(b ^ 0x36 for b in k)
     opad = bytes(b ^ 0x5C for b in k)
     del key, k
     seq = [0]
-    stdin, stdout, stderr = sys.stdin, sys.stdout, sys.stderr
+    stdout, stderr = sys.stdout, sys.stderr
 
     def record(kind: bytes, *fields: bytes) -> None:
         body = b"|".join((_str(seq[0]).encode(), kind) + fields)
@@ -137,14 +241,21 @@ def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
         return hexs(name), hexs(msg)
 
     def restore() -> None:
-        # Unconditional C-level updates: cheaper than diffing, and no comparison ever calls a
-        # program-supplied __eq__. Names a program *added* to a module stay (harmless to grading).
+        # C-level updates (no comparison ever calls a program-supplied __eq__), only of dicts whose
+        # version tag moved: untouched dicts cost one read and no copy-on-write fault. Names a
+        # program *added* to a module stay (harmless to grading).
         _settrace(None)
         _setprofile(None)
-        _update(_modules, saved_modules)
-        for d, snap in snapshot:
-            _update(d, snap)
-        sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
+        if views is None:
+            for i in _range(_len(dicts)):
+                _update(dicts[i], snaps[i])
+            return
+        now = _list(_map(_get, views))
+        if now != tags:
+            for i in _range(_len(views)):
+                if now[i] != tags[i]:
+                    _update(dicts[i], snaps[i])
+                    tags[i] = _get(views[i])
 
     def flush() -> None:
         for f in (stdout, stderr):
@@ -217,12 +328,14 @@ def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
 
 
 def _child_main(job: dict, cfg: dict, workdir: str, key: bytes, wfd: int) -> None:
-    """In the forked child: isolate as far as the OS lets an unprivileged process, then run."""
+    """In the forked child: isolate as far as the OS lets an unprivileged process, then run.
+
+    Signal dispositions, the environment, ``sys.argv`` and the ``sys.std*`` wrappers (over fds
+    0/1/2) were set once in the server (:func:`_prepare_server`) and are inherited, so a child only
+    does what differs per program: session, fds, limits.
+    """
     try:
         os.setsid()  # own session and process group: killpg reaches everything it starts
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         os.chdir(workdir)
         stdin_path = os.path.join(workdir, ".stdin") if job.get("stdin") is not None else os.devnull
         fd0 = os.open(stdin_path, os.O_RDONLY)
@@ -247,30 +360,46 @@ def _child_main(job: dict, cfg: dict, workdir: str, key: bytes, wfd: int) -> Non
                 resource.setrlimit(which, (soft, hard))
             except (ValueError, OSError):
                 pass
-        os.environ.clear()
-        os.environ.update(
-            {
-                "PATH": "/usr/bin:/bin",
-                "HOME": workdir,
-                "TMPDIR": workdir,
-                "LANG": "C.UTF-8",
-                "PYTHONHASHSEED": "0",
-            }
-        )
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = "1"
-        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
-        sys.stdout = io.TextIOWrapper(
-            io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="replace"
-        )
-        sys.stderr = io.TextIOWrapper(
-            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
-        )
-        sys.argv = ["main.py"]
         _run_untrusted(job, key, _RESULT_FD)
     except BaseException:
         pass
     os._exit(0)
+
+
+def _prepare_server(workdir: str) -> None:
+    """Per-process state every child inherits, set once here instead of once per program.
+
+    Also makes the server's own ``sys`` what the pristine snapshot records, so a child changes no
+    module dict before the program runs (and restoring costs nothing when the program did not).
+    """
+    # Ignored dispositions survive exec (e.g. nohup): reset them. SIGPIPE stays ignored (Python's
+    # default) so a program writing to a closed pipe gets BrokenPipeError; the server's own write
+    # to a dead parent raises it too and ends the server. SIGXFSZ stays ignored: EFBIG -> OSError.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    os.environ.clear()
+    os.environ.update(
+        {
+            "PATH": "/usr/bin:/bin",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONHASHSEED": "0",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
+    )
+    # Wrappers over fds 0/1/2, never used by the server (it talks over dup'ed fds): a child dup2s
+    # its files onto 0/1/2 and finds fresh, empty, ready streams.
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="replace"
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+    )
+    sys.argv = ["main.py"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -438,16 +567,59 @@ def _stdout_matches(actual: str, expected: str) -> bool:
     return norm(actual) == norm(expected)
 
 
-def _run_job(job: dict, cfg: dict, counter: int) -> dict:
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        _rmtree_force(path)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _reset_work_root(root: str, workdir: str) -> None:
+    """Leave ``root`` holding only an empty ``workdir``: whatever a program wrote anywhere under the
+    root goes (a program may rename, chmod or replace the workdir itself), so nothing carries over
+    to the next program. One listing per level, so an ordinary job costs two ``listdir`` calls
+    and the unlinks of its output files."""
+    for path in (root, workdir):
+        try:
+            os.chmod(path, 0o700)
+        except OSError:
+            pass
+    try:
+        names = os.listdir(root)
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(root, name)
+        if path == workdir and os.path.isdir(path) and not os.path.islink(path):
+            try:
+                inner = os.listdir(path)
+            except OSError:
+                inner = [""]  # unreadable: recreate it below
+            for sub in inner:
+                if sub:
+                    _remove(os.path.join(path, sub))
+        else:
+            _remove(path)
+    try:
+        ok = os.path.isdir(workdir) and not os.path.islink(workdir) and not os.listdir(workdir)
+    except OSError:
+        ok = False
+    if not ok:
+        _remove(workdir)
+        os.mkdir(workdir, 0o700)
+
+
+def _run_job(job: dict, cfg: dict) -> dict:
     t0 = time.monotonic()
-    workdir = os.path.join(cfg["work_root"], f"job{counter}")
-    os.mkdir(workdir, 0o700)
+    workdir = cfg["workdir"]
     if job.get("stdin") is not None:
         with open(os.path.join(workdir, ".stdin"), "w", encoding="utf-8") as f:
             f.write(job["stdin"])
     key = os.urandom(32)
     rfd, wfd = os.pipe()
-    _pristine()
     gc.freeze()  # children then never touch (copy-on-write) the server's objects when collecting
     timeout = float(job["timeout_s"])
     pid = os.fork()
@@ -511,7 +683,7 @@ def _run_job(job: dict, cfg: dict, counter: int) -> dict:
     full_stdout = stdout
     if job.get("expected_stdout") is not None and out_size > cap:
         full_stdout, _ = _read_capped(os.path.join(workdir, ".stdout"), cfg["max_output_bytes"])
-    _rmtree(workdir)
+    _reset_work_root(cfg["work_root"], workdir)
 
     n_tests = len(job["tests"])
     rec = _parse_records(bytes(data), key, n_tests)
@@ -602,23 +774,25 @@ def _set_subreaper() -> None:
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     _set_subreaper()
-    os.makedirs(cfg["work_root"], exist_ok=True)
+    # One working directory per worker, emptied after every program (see _reset_work_root).
+    cfg["workdir"] = os.path.join(cfg["work_root"], "w")
+    os.makedirs(cfg["workdir"], mode=0o700, exist_ok=True)
     # Keep the protocol fds away from 0/1 so nothing printed by accident corrupts the stream.
     rfd, wfd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.close(devnull)
+    _prepare_server(cfg["workdir"])
+    _pristine()
     _send(wfd, {"ready": True, "pid": os.getpid()})
-    counter = 0
     while True:
         try:
             job = _recv(rfd)
         except EOFError:
             break
-        counter += 1
         try:
-            reply = _run_job(job, cfg, counter)
+            reply = _run_job(job, cfg)
         except Exception as e:  # noqa: BLE001 - report, never die silently
             reply = {
                 "verdict": "sandbox_error",

@@ -36,7 +36,8 @@ class Program:
     tests: tuple[str, ...] = ()
     """Independent test statements (usually ``assert`` lines), each graded on its own, in order."""
     setup_code: str = ""
-    """Trusted code run before ``code`` (imports the tests need)."""
+    """Trusted code run after ``code`` and before the tests, in the program's namespace (imports the
+    tests need, fixtures built from the program's classes, e.g. MBPP task 367)."""
     stdin: str | None = None
     """Text fed to the program's standard input."""
     expected_stdout: str | None = None

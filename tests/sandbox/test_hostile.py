@@ -121,14 +121,39 @@ HACKS = {
     "sys_modules_replaced": "import sys, types\nfake = types.ModuleType('math')\nfake.isclose = lambda *a, **k: True\n"
     "sys.modules['math'] = fake\ndef f(x):\n    return 0.0\n",
     "sorted_builtin_patched": "import builtins\nbuiltins.sorted = lambda *a, **k: [1, 2]\ndef f(x):\n    return [9]\n",
+    # restoring is skipped for dicts whose version tag did not move: every way of patching must move it
+    "vars_update_patched": "import math\nvars(math).update(isclose=lambda *a, **k: True)\ndef f(x):\n    return 0.0\n",
+    "module_dict_setdefault": "import math\ndel math.isclose\nmath.__dict__.setdefault('isclose', lambda *a, **k: True)\n"
+    "def f(x):\n    return 0.0\n",
+    "deep_stdlib_patched": "import re\nre.fullmatch = lambda *a, **k: True\ndef f(x):\n    return 'abc'\n",
+    "operator_patched_in_function": "import operator\ndef f(x):\n    operator.eq = lambda a, b: True\n    return 0\n",
+    "version_view_class_patched": "import ctypes, math\nctypes.c_uint64.value = property(lambda s: 0)\n"
+    "ctypes.c_ulong.value = property(lambda s: 0)\nmath.isclose = lambda *a, **k: True\ndef f(x):\n    return 0.0\n",
+    "patched_again_by_first_test": "import math\ndef f(x):\n    math.isclose = lambda *a, **k: True\n    return 0.0\n",
 }
 
 CUSTOM_TESTS = {
     "math_isclose_patched": ("assert math.isclose(f(1), 2.0)",),
     "sys_modules_replaced": ("import math\nassert math.isclose(f(1), 2.0)",),
     "sorted_builtin_patched": ("assert sorted(f(1)) == [1, 2]",),
+    "vars_update_patched": ("assert math.isclose(f(1), 2.0)",),
+    "module_dict_setdefault": ("assert math.isclose(f(1), 2.0)",),
+    "deep_stdlib_patched": ("import re\nassert re.fullmatch('[0-9]+', f(1))",),
+    # the first test runs the patching f, the second relies on the patch
+    "operator_patched_in_function": ("assert f(1) == 2", "import operator\nassert operator.eq(f(1), 2)"),
+    "version_view_class_patched": ("assert math.isclose(f(1), 2.0)",),
+    "patched_again_by_first_test": ("assert math.isclose(f(1), 2.0)", "assert math.isclose(1.0, 2.0)"),
 }
-SETUP = {"math_isclose_patched": "import math"}
+SETUP = {
+    name: "import math"
+    for name in (
+        "math_isclose_patched",
+        "vars_update_patched",
+        "module_dict_setdefault",
+        "version_view_class_patched",
+        "patched_again_by_first_test",
+    )
+}
 
 
 @pytest.mark.parametrize("hack", sorted(HACKS))
@@ -138,6 +163,55 @@ def test_grading_hack_does_not_pass(sandbox, hack, leak_check):
     assert res.num_passed == 0, res
     assert not all(res.test_passed)
     leak_check()
+
+
+def test_dict_version_fast_path_is_used():
+    """On CPython < 3.14 restoring uses dict version tags (the hostile tests above exercise that
+    path); the probe must see every kind of module mutation."""
+    import sys
+    import types
+
+    from lit_codeRL.sandbox import _server
+
+    reader = _server._dict_version_reader()
+    if sys.version_info >= (3, 14) or sys.implementation.name != "cpython":
+        pytest.skip("falls back to restoring every dict")
+    assert reader is not None
+    mod = types.ModuleType("m")
+    mod.x = 1
+    get, (view,) = reader([mod.__dict__])
+    seen = [get(view)]
+    for mutate in (
+        lambda: setattr(mod, "x", 2),
+        lambda: vars(mod).update(y=1),
+        lambda: delattr(mod, "y"),
+        lambda: exec("global x\nx = 3", mod.__dict__),
+        lambda: mod.__dict__.pop("x"),
+    ):
+        mutate()
+        seen.append(get(view))
+        assert seen[-1] != seen[-2]
+
+
+def test_files_do_not_carry_over(sandbox):
+    """Whatever a program leaves in (or does to) its working directory is gone for the next one."""
+    planters = [
+        "import os\nopen('x', 'w').write('1')\nos.mkdir('d')\nopen('d/y', 'w').write('2')\nos.chmod('d', 0)\n"
+        "open('../planted', 'w').write('3')\nos.chmod('.', 0o500)\n",
+        "import os\nos.mkdir('../other')\nos.rename('../w', '../moved')\n",
+        "import os\nos.symlink('/', '../link')\nos.chmod('..', 0o500)\n",
+    ]
+    for code in planters * 2:
+        assert run(sandbox, code, tests=()).verdict is Verdict.PASSED
+    check = (
+        "import os\nassert sorted(os.listdir('.')) == ['.stderr', '.stdout'], os.listdir('.')",
+        "import os\nassert os.listdir('..') == ['w'], os.listdir('..')",
+        "import os\nassert os.getcwd().endswith('/w') and os.environ['HOME'] == os.getcwd()",
+    )
+    for _ in range(4):
+        res = run(sandbox, "pass", tests=check)
+        assert res.verdict is Verdict.PASSED, res
+    assert_healthy(sandbox)
 
 
 def test_exit_hack_with_correct_solution_still_passes(sandbox):
