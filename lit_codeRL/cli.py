@@ -79,11 +79,23 @@ def main(args: list[str] | None = None) -> None:
     _setup_logging()
     try:
         CodeRLCLI(args=args)
-    except (ConfigError, FileNotFoundError) as err:
-        if os.environ.get("LIT_CODERL_TRACEBACK"):
+    except Exception as err:
+        cause = _user_error(err)
+        if cause is None or os.environ.get("LIT_CODERL_TRACEBACK"):
             raise
-        print(f"lit-coderl: error: {err}", file=sys.stderr)
+        print(f"lit-coderl: error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _user_error(err: BaseException | None) -> BaseException | None:
+    """The user-fixable error behind ``err`` (jsonargparse wraps instantiation errors), if any."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, ConfigError | FileNotFoundError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 if __name__ == "__main__":

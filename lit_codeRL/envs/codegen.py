@@ -561,6 +561,7 @@ class CodeGenerationEnv(gym.Env):
                     ok[i] = False
             self._slot_ok.append(ok)
         self.progress = 0.0
+        self.problem_weights: np.ndarray | None = None
         self._order: list[int] = []
         self._problem = 0
         self._lines: list[_Line] = [_Line(1)]
@@ -582,6 +583,19 @@ class CodeGenerationEnv(gym.Env):
     def set_progress(self, progress: float) -> None:
         """Training progress in [0, 1]: drives the ``curriculum`` reward mix and problem unlocking."""
         self.progress = min(max(float(progress), 0.0), 1.0)
+
+    def set_problem_weights(self, weights: Sequence[float] | None) -> None:
+        """Relative sampling weights of the problems for the following resets (e.g. more episodes on
+        the problems the policy still fails); None restores the reshuffled round-robin order."""
+        if weights is None:
+            self.problem_weights = None
+            return
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (len(self.problems),) or (w < 0).any() or not w.sum() > 0:
+            raise ValueError(
+                f"need {len(self.problems)} non-negative weights with a positive sum, got {weights}"
+            )
+        self.problem_weights = w
 
     def code(self, close_brackets: bool = True) -> str:
         """The program so far: the signature line and the body (open brackets closed if asked)."""
@@ -692,6 +706,7 @@ class CodeGenerationEnv(gym.Env):
             "done": self._done,
             "order": list(self._order),
             "progress": self.progress,
+            "problem_weights": None if self.problem_weights is None else self.problem_weights.tolist(),
             "episodes": self.episodes,
             "rng": self.np_random.bit_generator.state,
         }
@@ -704,6 +719,7 @@ class CodeGenerationEnv(gym.Env):
         self._done = bool(state["done"])
         self._order = [int(i) for i in state["order"]]
         self.progress = float(state["progress"])
+        self.set_problem_weights(state.get("problem_weights"))
         self.episodes = int(state["episodes"])
         self.np_random.bit_generator.state = state["rng"]
         self._refresh_mask()
@@ -716,6 +732,10 @@ class CodeGenerationEnv(gym.Env):
             ranks = [_DIFFICULTY_RANK.get(str(p.difficulty).lower(), 1) for p in self.problems]
             unlocked = min(ranks) + int(self.progress * (max(ranks) - min(ranks) + 1))
             candidates = [i for i in candidates if ranks[i] <= unlocked]
+        if self.problem_weights is not None:
+            w = self.problem_weights[candidates]
+            if w.sum() > 0:
+                return int(self.np_random.choice(candidates, p=w / w.sum()))
         self._order = [i for i in self._order if i in candidates]
         if not self._order:
             self._order = [int(i) for i in self.np_random.permutation(candidates)]

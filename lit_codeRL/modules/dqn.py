@@ -4,7 +4,9 @@ One training step: the ``ReplayDataset`` steps ``num_envs`` envs with the live o
 (ε-greedy over the env's action mask) and stores the transitions, then hands over a replay batch;
 ``training_step`` computes the (Double) DQN target with the target network and a Huber loss
 (importance-weighted under prioritized replay); every ``target_sync_every`` optimizer steps the
-target network copies the online one. ε follows its schedule in *environment* steps.
+target network copies the online one. ε follows its schedule in *environment* steps. Each greedy
+evaluation (``greedy_eval_every``) can refocus exploration on the problems the greedy policy still
+fails: more episodes on them (``solved_problem_weight``) and a higher ε there (``unsolved_epsilon``).
 
 Everything that shapes the next step is checkpointed (``on_save_checkpoint``): the replay buffer,
 the collector (env step count that drives ε, episode stats, RNG) and every env's episode state, so
@@ -118,6 +120,7 @@ class GreedyEvalCallback(pl.Callback):
         # Greedy episodes are deterministic and their programs mostly cached: a cheap progress signal.
         rows = module.evaluate("train", episodes=1, epsilon=0.0)
         solved = float(sum(r["success_rate"] == 1.0 for r in rows))
+        module.update_problem_weights(rows)
         module.log("greedy/train_solved", solved, on_step=True, on_epoch=False, batch_size=1)
 
 
@@ -143,6 +146,8 @@ class DQNModule(pl.LightningModule):
         sandbox_timeout_s: float = 2.0,
         cache_size: int = 100_000,
         num_envs: int = 8,
+        solved_problem_weight: float | None = None,
+        unsolved_epsilon: float | None = None,
         # network
         dueling: bool = True,
         hidden_sizes: list[int] | None = None,
@@ -196,6 +201,13 @@ class DQNModule(pl.LightningModule):
             sandbox_timeout_s: Wall-clock limit per program.
             cache_size: Entries of the LRU cache of graded programs.
             num_envs: Envs stepped in lockstep per collector round (one batched Q forward).
+            solved_problem_weight: Sampling weight of a training problem the greedy policy solved at the
+                latest greedy evaluation, relative to 1 for an unsolved one, so that exploration goes
+                where it is still needed; None = every problem equally often (reshuffled round-robin).
+            unsolved_epsilon: Least ε of episodes on training problems the greedy policy did not solve
+                at the latest greedy evaluation (solved ones follow the schedule): a policy stuck at a
+                partly correct program (``return a`` for max_of_three) keeps trying other tokens there.
+                None = the schedule's ε everywhere.
             dueling: Dueling Q-network instead of a plain MLP head.
             hidden_sizes: MLP hidden widths; None = [256, 256].
             embed_dim: Embedding width of each history token.
@@ -230,6 +242,10 @@ class DQNModule(pl.LightningModule):
             raise ValueError(f"reward_type must be one of {REWARD_TYPES}, got {reward_type!r}")
         if epsilon_schedule not in EPSILON_SCHEDULES:
             raise ValueError(f"epsilon_schedule must be one of {EPSILON_SCHEDULES}, got {epsilon_schedule!r}")
+        if solved_problem_weight is not None and solved_problem_weight < 0:
+            raise ValueError(f"solved_problem_weight must be >= 0, got {solved_problem_weight}")
+        if unsolved_epsilon is not None and not 0.0 <= unsolved_epsilon <= 1.0:
+            raise ValueError(f"unsolved_epsilon must be in [0, 1], got {unsolved_epsilon}")
         if test_split not in ("train", "eval", "both"):
             raise ValueError(f"test_split must be train, eval or both, got {test_split!r}")
         self.save_hyperparameters()
@@ -291,6 +307,21 @@ class DQNModule(pl.LightningModule):
         return epsilon_schedule(
             steps, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps, hp.epsilon_schedule
         )
+
+    @torch.no_grad()
+    def update_problem_weights(self, rows: list[dict]) -> None:
+        """Focus exploration from greedy results of ``evaluate("train")``: sampling weight 1 for an
+        unsolved problem and ``solved_problem_weight`` for a solved one, and ε at least
+        ``unsolved_epsilon`` on unsolved ones (each part a no-op when its knob is None)."""
+        floor = self.hparams.unsolved_epsilon
+        if floor is not None:
+            self.collector.set_epsilon_floors([0.0 if r["success_rate"] == 1.0 else floor for r in rows])
+        w = self.hparams.solved_problem_weight
+        if w is None:
+            return
+        weights = [w if r["success_rate"] == 1.0 else 1.0 for r in rows]
+        # All solved (and w = 0) would leave nothing to sample: fall back to uniform.
+        self.collector.set_problem_weights(weights if sum(weights) > 0 else None)
 
     @torch.no_grad()
     def q_values(self, obs: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ Knob names follow TRL's ``GRPOConfig`` where the meaning is the same (``num_gene
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -28,7 +29,7 @@ from torchmetrics import MeanMetric
 from lit_codeRL.algorithms.grpo import group_advantages, policy_loss, zero_std_groups
 from lit_codeRL.envs import CodeExecutionEnv, UnitTestEnv
 from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams
-from lit_codeRL.policy.loading import ModelSettings, load_model
+from lit_codeRL.policy.loading import LoraSettings, ModelSettings, load_model
 from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutDataset, RolloutWriter
 from lit_codeRL.rollout.logprobs import token_logprobs
@@ -105,7 +106,19 @@ class GRPOModule(LightningModule):
         super().__init__()
         if num_generations < 2:
             raise ValueError("num_generations must be >= 2: group-relative advantages need a group")
+        model, problems, sandbox, sampling = (
+            _as(ModelSettings, model),
+            _as(ProblemSettings, problems),
+            _as(SandboxConfig, sandbox),
+            _as(SamplingParams, sampling),
+        )
         self.save_hyperparameters()
+        # Plain dicts in checkpoints: loadable with torch.load(weights_only=True) and readable in hparams.yaml.
+        for key, value in list(self.hparams.items()):
+            if dataclasses.is_dataclass(value):
+                self.hparams[key] = dataclasses.asdict(value)
+        # hparams may hold these as plain dicts (CLI); keep the typed objects for our own use.
+        self.problem_settings, self.sandbox_config, self.sampling = problems, sandbox, sampling
         self.automatic_optimization = False
         self.policy, self.tokenizer = load_model(model)
         self.engine = HFGenerationEngine(self.tokenizer)
@@ -129,23 +142,23 @@ class GRPOModule(LightningModule):
         if stage != "fit" or self.dataset is not None:
             return
         hp = self.hparams
-        self.sandbox = make_sandbox(hp.sandbox)
+        self.sandbox = make_sandbox(self.sandbox_config)
         env = (
             UnitTestEnv(self.sandbox, all_pass_bonus=hp.all_pass_bonus)
             if hp.env == "unit_test"
             else CodeExecutionEnv(self.sandbox)
         )
         rank = self.trainer.global_rank if self._trainer is not None else 0
-        stream = ProblemStream(load_problem_set(hp.problems), seed=hp.seed, rank=rank)
+        stream = ProblemStream(load_problem_set(self.problem_settings), seed=hp.seed, rank=rank)
         self.dataset = RolloutDataset(
             stream,
             env,
             self.engine,
-            hp.sampling,
+            self.sampling,
             hp.num_generations,
             hp.prompts_per_step,
-            system_prompt=hp.problems.system_prompt,
-            num_shown_tests=hp.problems.num_shown_tests,
+            system_prompt=self.problem_settings.system_prompt,
+            num_shown_tests=self.problem_settings.num_shown_tests,
             filter_zero_std_groups=hp.filter_zero_std_groups,
             max_refill_rounds=hp.max_refill_rounds,
             seed=hp.seed + 7919 * rank,
@@ -153,8 +166,9 @@ class GRPOModule(LightningModule):
         self.dataset.attach_policy(lambda: self.policy)
         if self._pending_rollout_state is not None:
             self.dataset.load_state_dict(self._pending_rollout_state)
-        log_dir = self.trainer.log_dir if self._trainer is not None else None
-        suffix = f".rank{rank}" if self.trainer.world_size > 1 else ""
+        attached = self._trainer is not None
+        log_dir = self.trainer.log_dir if attached else None
+        suffix = f".rank{rank}" if attached and self.trainer.world_size > 1 else ""
         self.writer = RolloutWriter(Path(log_dir) / f"rollouts{suffix}.jsonl" if log_dir else None)
 
     def teardown(self, stage: str) -> None:
@@ -200,7 +214,7 @@ class GRPOModule(LightningModule):
                     mb.input_ids,
                     mb.attention_mask,
                     start,
-                    hp.sampling.temperature,
+                    self.sampling.temperature,
                     with_entropy=True,
                 )
                 mask = mb.trainable_mask[:, start:]
@@ -216,7 +230,7 @@ class GRPOModule(LightningModule):
                     epsilon=hp.epsilon,
                     epsilon_high=hp.epsilon_high,
                     loss_type=hp.loss_type,
-                    max_completion_length=hp.sampling.max_new_tokens,
+                    max_completion_length=self.sampling.max_new_tokens,
                     ref_logprobs=ref,
                     beta=hp.beta,
                 )
@@ -260,7 +274,7 @@ class GRPOModule(LightningModule):
                         batch.input_ids,
                         batch.attention_mask,
                         start,
-                        self.hparams.sampling.temperature,
+                        self.sampling.temperature,
                     )
             else:
                 ref, _ = token_logprobs(
@@ -268,7 +282,7 @@ class GRPOModule(LightningModule):
                     batch.input_ids,
                     batch.attention_mask,
                     start,
-                    self.hparams.sampling.temperature,
+                    self.sampling.temperature,
                 )
         return ref
 
@@ -290,10 +304,20 @@ class GRPOModule(LightningModule):
         hp = self.hparams
         rewards = batch.rewards
         passed = torch.tensor([r["verdict"] == "passed" for r in batch.records], dtype=torch.float32)
-        self.reward_mean.update(rewards)
-        self.pass_rate.update(passed)
-        self.log("train/reward", self.reward_mean, on_step=True, prog_bar=True, batch_size=batch.batch_size)
-        self.log("train/pass_rate", self.pass_rate, on_step=True, batch_size=batch.batch_size)
+        # torchmetrics sync across ranks in compute(), so every rank logs the same global value.
+        for name, metric, values in (
+            ("train/reward", self.reward_mean, rewards),
+            ("train/pass_rate", self.pass_rate, passed),
+        ):
+            metric.update(values.to(self.device))
+            self.log(
+                name,
+                metric.compute(),
+                on_step=True,
+                prog_bar=name == "train/reward",
+                batch_size=batch.batch_size,
+            )
+            metric.reset()
         lengths = torch.tensor([r["completion_tokens"] for r in batch.records], dtype=torch.float32)
         gen_s = batch.stats.get("generate_s", 0.0)
         metrics = {
@@ -351,6 +375,15 @@ class GRPOModule(LightningModule):
     def generation_context(self):
         """What evaluation callbacks need to sample from the live policy."""
         return self.policy, self.engine, nullcontext()
+
+
+def _as(cls: type, value: Any) -> Any:
+    """Settings given as a dict (a checkpoint's hparams) become their dataclass again."""
+    if isinstance(value, dict):
+        if cls is ModelSettings and isinstance(value.get("lora"), dict):
+            value = {**value, "lora": LoraSettings(**value["lora"])}
+        return cls(**value)
+    return value
 
 
 def _unwrap(item: Any) -> TrajectoryBatch:

@@ -24,10 +24,11 @@ QFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
 def select_actions(
-    q_values: np.ndarray, masks: np.ndarray, epsilon: float, rng: np.random.Generator
+    q_values: np.ndarray, masks: np.ndarray, epsilon: float | np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
     """ε-greedy over allowed actions: with probability ε a uniform allowed action, else the allowed
-    action of highest value. ``q_values`` ``[N, A]``, ``masks`` ``[N, A]`` bool."""
+    action of highest value. ``q_values`` ``[N, A]``, ``masks`` ``[N, A]`` bool, ``epsilon`` a float
+    or one value per row."""
     greedy = np.where(masks, q_values, -np.inf).argmax(axis=1)
     explore = rng.random(len(q_values)) < epsilon
     actions = greedy.copy()
@@ -63,6 +64,8 @@ class ExperienceCollector:
         self.recent_success: deque[float] = deque(maxlen=stats_window)
         self.recent_lengths: deque[int] = deque(maxlen=stats_window)
         self.timings = {"policy_s": 0.0, "env_s": 0.0}
+        self.epsilon_floors: np.ndarray | None = None
+        """Per problem index: the least ε of an episode on that problem (None = the schedule's ε)."""
         self._seed = seed
         self._obs: np.ndarray | None = None
         self._returns = np.zeros(len(self.envs))
@@ -76,6 +79,15 @@ class ExperienceCollector:
         for env in self.envs:
             env.set_progress(progress)
 
+    def set_problem_weights(self, weights: Sequence[float] | None) -> None:
+        """Relative problem sampling weights of every env (``CodeGenerationEnv.set_problem_weights``)."""
+        for env in self.envs:
+            env.set_problem_weights(weights)
+
+    def set_epsilon_floors(self, floors: Sequence[float] | None) -> None:
+        """Least ε per problem index (each env explores at ``max(ε, floor of its problem)``); None = off."""
+        self.epsilon_floors = None if floors is None else np.asarray(floors, dtype=np.float64)
+
     def collect(self, q_fn: QFunction, epsilon: float, buffer: ReplayBuffer, rounds: int = 1) -> None:
         """``rounds`` lockstep steps of every env (``rounds * len(envs)`` transitions)."""
         self._ensure_started()
@@ -85,7 +97,11 @@ class ExperienceCollector:
             masks = np.stack([env.action_masks() for env in self.envs])
             with torch.no_grad():
                 q = q_fn(torch.from_numpy(self._obs)).float().cpu().numpy()
-            actions = select_actions(q, masks, epsilon, self.rng)
+            eps: float | np.ndarray = epsilon
+            if self.epsilon_floors is not None:
+                problems = [env.problem_index for env in self.envs]
+                eps = np.maximum(epsilon, self.epsilon_floors[problems])
+            actions = select_actions(q, masks, eps, self.rng)
             t1 = time.perf_counter()
             for i, env in enumerate(self.envs):
                 next_obs, reward, terminated, truncated, info = env.step(int(actions[i]))
@@ -150,6 +166,7 @@ class ExperienceCollector:
             "recent_returns": list(self.recent_returns),
             "recent_success": list(self.recent_success),
             "recent_lengths": list(self.recent_lengths),
+            "epsilon_floors": None if self.epsilon_floors is None else self.epsilon_floors.tolist(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -173,6 +190,7 @@ class ExperienceCollector:
         self.recent_success.extend(state["recent_success"])
         self.recent_lengths.clear()
         self.recent_lengths.extend(state["recent_lengths"])
+        self.set_epsilon_floors(state.get("epsilon_floors"))
 
 
 class ReplayDataset(IterableDataset):

@@ -301,3 +301,37 @@ def test_sandbox_executor_grades_like_the_double(train_problems):
         assert steps[-1][3]["code"] == "def is_even(n):\n    return not n % 2\n"
     finally:
         env.close()
+
+
+def test_problem_weights_focus_sampling_and_checkpoint(train_problems, executor):
+    env = make_env(train_problems, executor)
+    env.reset(seed=0)
+    weights = [0.0] * len(train_problems)
+    weights[MAX3], weights[ADD] = 3.0, 1.0
+    env.set_problem_weights(weights)
+    picks = []
+    for _ in range(400):
+        env.reset()
+        picks.append(env.problem_index)
+    assert set(picks) == {MAX3, ADD}
+    assert 0.65 < picks.count(MAX3) / len(picks) < 0.85  # 3:1
+
+    restored = make_env(train_problems, executor)
+    restored.reset(seed=1)
+    restored.set_state(env.get_state())
+    nxt = []
+    for e in (env, restored):
+        e.reset()
+        nxt.append(e.problem_index)
+    assert nxt[0] == nxt[1] and restored.problem_weights.tolist() == weights
+
+    env.set_problem_weights(None)  # back to the round-robin: every problem within one pass
+    seen = set()
+    for _ in range(len(train_problems)):
+        env.reset()
+        seen.add(env.problem_index)
+    assert len(seen) >= len(train_problems) - 1  # the pass may have started before the switch
+    with pytest.raises(ValueError):
+        env.set_problem_weights([1.0])
+    with pytest.raises(ValueError):
+        env.set_problem_weights([0.0] * len(train_problems))

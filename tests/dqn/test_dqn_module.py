@@ -46,6 +46,9 @@ def make_module(**overrides) -> DQNModule:
 
 
 def trainer(max_steps: int, **kwargs) -> L.Trainer:
+    # Without an explicit ModelCheckpoint, Lightning would write checkpoints into the cwd.
+    has_ckpt_cb = any(isinstance(cb, ModelCheckpoint) for cb in kwargs.get("callbacks", []))
+    kwargs.setdefault("enable_checkpointing", has_ckpt_cb)
     return L.Trainer(
         accelerator="cpu",
         max_steps=max_steps,
@@ -138,32 +141,58 @@ def test_test_prints_per_problem_results(tmp_path, capsys):
     assert all(0.0 <= r["success_rate"] <= 1.0 and r["code"].startswith("def ") for r in rows)
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(
-    reason="not yet tuned: 1500 steps left add at 'return a' in the last run (DQN learning is slow, see report)",
-    strict=False,
-)
-def test_learns_two_problems():
-    """A real learning check: greedy solves add and negate after a short run (~20 s)."""
-    import tempfile
+def test_greedy_results_reweight_problem_sampling():
+    module = make_module(solved_problem_weight=0.25, unsolved_epsilon=0.3)
+    rows = [{"success_rate": 1.0 if i % 2 else 0.0} for i in range(len(module.train_set))]
+    module.update_problem_weights(rows)
+    expected = [0.25 if i % 2 else 1.0 for i in range(len(rows))]
+    assert all(env.problem_weights.tolist() == expected for env in module.collector.envs)
+    floors = [0.0 if i % 2 else 0.3 for i in range(len(rows))]
+    assert module.collector.epsilon_floors.tolist() == floors
+    state = module.collector.state_dict()  # weights and ε floors travel with the checkpoint
+    assert state["envs"][0]["problem_weights"] == expected and state["epsilon_floors"] == floors
 
+    uniform = make_module()  # solved_problem_weight=None: sampling stays round-robin
+    uniform.update_problem_weights(rows)
+    assert all(env.problem_weights is None for env in uniform.collector.envs)
+    assert uniform.collector.epsilon_floors is None
+    with pytest.raises(ValueError):
+        make_module(solved_problem_weight=-1.0)
+
+
+@pytest.fixture
+def one_thread():
+    # The nets are tiny: a second intra-op thread only adds spin-waits (several times slower on a
+    # busy 2-core machine), see scripts/train_dqn_codegen.py.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_learns_two_problems(tmp_path, one_thread):
+    """A real learning check: the greedy policy writes add and negate after 5,000 updates (~20 s).
+
+    Init seeds 0-5 checked: 5 of 6 pass; the other leaves add at the partial-credit ``return a``."""
     problems = json.loads(TRAIN_JSON.read_text())
-    subset = [p for p in problems if p["function_name"] in ("add", "negate")]
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(subset, f)
+    subset = tmp_path / "two.json"
+    subset.write_text(json.dumps([p for p in problems if p["function_name"] in ("add", "negate")]))
     L.seed_everything(0)
     module = make_module(
-        train_problems=f.name,
+        train_problems=str(subset),
         eval_problems=None,
         hidden_sizes=[64, 64],
         embed_dim=8,
         batch_size=64,
         learning_rate=1e-3,
+        n_step=3,
         epsilon_decay_steps=6000,
+        epsilon_end=0.1,
         target_sync_every=100,
         warmup_steps=256,
     )
-    trainer(1500, enable_checkpointing=False).fit(module)
+    trainer(5000, enable_checkpointing=False).fit(module)
     rows = module.evaluate("train")
     assert [r["success_rate"] for r in rows] == [1.0, 1.0], rows
 

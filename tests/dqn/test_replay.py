@@ -113,6 +113,8 @@ def test_select_actions_respects_mask_and_epsilon():
     q = np.array([[5.0, 1.0, 9.0], [0.0, 2.0, 1.0]])
     mask = np.array([[True, True, False], [True, False, True]])
     assert select_actions(q, mask, 0.0, rng).tolist() == [0, 2]
+    per_row = np.stack([select_actions(q, mask, np.array([0.0, 1.0]), rng) for _ in range(200)])
+    assert set(per_row[:, 0]) == {0} and set(per_row[:, 1]) == {0, 2}  # ε per row: greedy, random
     picks = np.stack([select_actions(q, mask, 1.0, rng) for _ in range(200)])
     assert set(picks[:, 0]) == {0, 1} and set(picks[:, 1]) == {0, 2}
 
