@@ -93,8 +93,14 @@ class MBPPEvalCallback(Callback):
         self.last_eval_step: int | None = None
         self.history: list[dict[str, Any]] = []
         self._problems: list[Problem] | None = None
+        self._log_dir: str | None = None
 
     # ------------------------------------------------------------------ hooks
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # trainer.log_dir is a collective under DDP: every rank resolves it here, so the
+        # rank-zero-only writer never calls it alone (which deadlocks the other ranks).
+        self._log_dir = trainer.log_dir
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.eval_at_start:
             self.evaluate(trainer, pl_module)
@@ -203,7 +209,7 @@ class MBPPEvalCallback(Callback):
     def _write(
         self, trainer: Trainer, results: list[dict[str, Any]], metrics: dict[str, float], step: int
     ) -> None:
-        root = Path(self.output_dir or Path(trainer.log_dir or ".") / "mbpp_eval")
+        root = Path(self.output_dir or Path(self._log_dir or ".") / "mbpp_eval")
         root.mkdir(parents=True, exist_ok=True)
         (root / f"step_{step:06d}.json").write_text(
             json.dumps({"step": step, "metrics": metrics, "problems": results}, indent=1, default=str)

@@ -25,6 +25,12 @@ class CompletionTableCallback(Callback):
     def __init__(self, every_n_steps: int = 10, max_rows: int = 8, max_chars: int = 600) -> None:
         self.every_n_steps, self.max_rows, self.max_chars = every_n_steps, max_rows, max_chars
         self._last_step = -1
+        self._log_dir: str | None = None
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # trainer.log_dir is a collective under DDP: resolve it here, where every rank calls it,
+        # never inside the rank-zero-only branch below (that deadlocks the other ranks).
+        self._log_dir = trainer.log_dir
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
         step = trainer.global_step
@@ -52,8 +58,8 @@ class CompletionTableCallback(Callback):
                 logger.experiment.add_text("samples/completions", markdown, global_step=step)
             elif isinstance(logger, WandbLogger):
                 logger.log_table(key="samples/completions", columns=columns, data=rows, step=step)
-        if trainer.log_dir:
-            out = Path(trainer.log_dir) / "samples"
+        if self._log_dir:
+            out = Path(self._log_dir) / "samples"
             out.mkdir(parents=True, exist_ok=True)
             (out / f"step_{step:06d}.md").write_text(markdown)
 

@@ -72,6 +72,12 @@ class GRPOModule(LightningModule):
         max_refill_rounds: Extra rollout rounds allowed per step when filtering.
         micro_batch_size: Sequences per forward/backward chunk (gradient accumulation inside the
             step); ``None`` = a hint from free device memory, logged once.
+        cpu_decode_threads: Torch threads for the token-by-token decode loop on CPU (prefill and
+            training keep all threads): one is fastest for small decode matmuls and leaves the
+            other cores to the sandbox; ``None`` keeps torch's setting.
+        entropy_interval: Log the policy entropy every N steps (it costs a softmax over the whole
+            vocabulary per token); 0 never.
+        fused_optimizer: Use the fused AdamW kernel when the parameters' device supports it.
         save_hf_model: Write a ``save_pretrained`` copy of the policy under the run dir at the end.
         seed: Seed of prompt order and sampling (each rank offsets it by its rank).
     """
@@ -100,6 +106,9 @@ class GRPOModule(LightningModule):
         filter_zero_std_groups: bool = False,
         max_refill_rounds: int = 3,
         micro_batch_size: int | None = None,
+        cpu_decode_threads: int | None = 1,
+        entropy_interval: int = 10,
+        fused_optimizer: bool = True,
         save_hf_model: bool = True,
         seed: int = 0,
     ) -> None:
@@ -121,7 +130,7 @@ class GRPOModule(LightningModule):
         self.problem_settings, self.sandbox_config, self.sampling = problems, sandbox, sampling
         self.automatic_optimization = False
         self.policy, self.tokenizer = load_model(model)
-        self.engine = HFGenerationEngine(self.tokenizer)
+        self.engine = HFGenerationEngine(self.tokenizer, cpu_decode_threads=cpu_decode_threads)
         # The reference is never trained and is rebuilt from the same source on resume, so it
         # lives outside the module tree (not in checkpoints, not in the optimizer).
         self._reference: list[torch.nn.Module] = []
@@ -136,6 +145,7 @@ class GRPOModule(LightningModule):
         self.last_records: list[dict[str, Any]] = []
         self._pending_rollout_state: dict[str, Any] | None = None
         self._auto_micro_batch: int | None = None
+        self.run_dir: Path | None = None
 
     # ----------------------------------------------------------------- data
     def setup(self, stage: str) -> None:
@@ -169,7 +179,8 @@ class GRPOModule(LightningModule):
         attached = self._trainer is not None
         log_dir = self.trainer.log_dir if attached else None
         suffix = f".rank{rank}" if attached and self.trainer.world_size > 1 else ""
-        self.writer = RolloutWriter(Path(log_dir) / f"rollouts{suffix}.jsonl" if log_dir else None)
+        self.run_dir = Path(log_dir) if log_dir else None
+        self.writer = RolloutWriter(self.run_dir / f"rollouts{suffix}.jsonl" if self.run_dir else None)
 
     def teardown(self, stage: str) -> None:
         if self.sandbox is not None:
@@ -206,6 +217,7 @@ class GRPOModule(LightningModule):
         micro = batch.micro_batches(self._micro_batch_size(batch))
         total_tokens = max(1, batch.num_trainable_tokens)
         fwd_bwd_s = opt_s = 0.0
+        with_entropy = hp.entropy_interval > 0 and self.global_step % hp.entropy_interval == 0
         for _ in range(hp.num_iterations):
             t_fb = time.perf_counter()
             for k, mb in enumerate(micro):
@@ -215,7 +227,7 @@ class GRPOModule(LightningModule):
                     mb.attention_mask,
                     start,
                     self.sampling.temperature,
-                    with_entropy=True,
+                    with_entropy=with_entropy,
                 )
                 mask = mb.trainable_mask[:, start:]
                 # With one update per rollout the policy that sampled is the one being trained:
@@ -347,7 +359,9 @@ class GRPOModule(LightningModule):
     def configure_optimizers(self):
         hp = self.hparams
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay)
+        # Fused AdamW is one kernel per step instead of a dozen per parameter (measured 6x on CPU).
+        fused = hp.fused_optimizer and all(p.device.type in ("cpu", "cuda") for p in params)
+        opt = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay, fused=fused)
         warmup = max(0, hp.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
@@ -365,8 +379,9 @@ class GRPOModule(LightningModule):
             self.dataset.load_state_dict(self._pending_rollout_state)
 
     def on_train_end(self) -> None:
-        if self.hparams.save_hf_model and self.trainer.is_global_zero and self.trainer.log_dir:
-            out = Path(self.trainer.log_dir) / "hf_model"
+        # self.run_dir, not trainer.log_dir: the latter is a collective and only rank 0 is here.
+        if self.hparams.save_hf_model and self.trainer.is_global_zero and self.run_dir:
+            out = self.run_dir / "hf_model"
             self.policy.save_pretrained(out)
             self.tokenizer.save_pretrained(out)
             rank_zero_info(f"saved the trained policy to {out}")

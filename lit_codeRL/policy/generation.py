@@ -9,7 +9,8 @@ is what lets GRPO reuse them as ``old_logprobs`` instead of paying for a second 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -77,8 +78,14 @@ class HFGenerationEngine:
     are dropped from the batch (and the cache) instead of being carried to the longest sequence.
     """
 
-    def __init__(self, tokenizer, stop_token_ids: list[int] | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        stop_token_ids: list[int] | None = None,
+        cpu_decode_threads: int | None = None,
+    ):
         self.tokenizer = tokenizer
+        self.cpu_decode_threads = cpu_decode_threads
         eos = tokenizer.eos_token_id
         self.stop_token_ids = sorted({*(stop_token_ids or []), *([eos] if eos is not None else [])})
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -117,6 +124,20 @@ class HFGenerationEngine:
             model.train(was_training)
         return out
 
+    @contextmanager
+    def _decode_threads(self, device: torch.device) -> Iterator[None]:
+        # Decode matmuls on CPU are too small to amortise intra-op threading, and the freed cores
+        # score finished completions in the sandbox meanwhile. Prefill keeps every thread.
+        if device.type != "cpu" or self.cpu_decode_threads is None:
+            yield
+            return
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, min(self.cpu_decode_threads, threads)))
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+
     def _sample(
         self, model, prompt_ids, prompt_mask, sampling, n, generator, on_finished
     ) -> GenerationOutput:
@@ -148,41 +169,42 @@ class HFGenerationEngine:
         active = torch.arange(batch, device=device)  # original row of each live cache row
         mask = prompt_mask
         next_pos = positions[:, -1:] + 1
-        for step in range(max_new):
-            logits = logits.float()
-            if sampling.temperature > 0:
-                scaled = logits / sampling.temperature
-                logp_all = torch.log_softmax(scaled, dim=-1)
-                filtered = _filter_logits(scaled, sampling.top_k, sampling.top_p)
-                token = torch.multinomial(filtered.softmax(-1), 1, generator=generator).squeeze(-1)
-            else:
-                logp_all = torch.log_softmax(logits, dim=-1)
-                token = logits.argmax(-1)
-            tokens[active, step] = token
-            logprobs[active, step] = logp_all.gather(-1, token[:, None]).squeeze(-1)
-            done = torch.isin(token, stop)
-            if done.any():
-                finished[active[done]] = True
-                lengths[active[done]] = step + 1
-                if on_finished is not None:
-                    rows = active[done].tolist()
-                    on_finished(rows, [tokens[r, : step + 1].tolist() for r in rows])
-                keep = (~done).nonzero().squeeze(-1)
-                if keep.numel() == 0:
+        with self._decode_threads(device):
+            for step in range(max_new):
+                logits = logits.float()
+                if sampling.temperature > 0:
+                    scaled = logits / sampling.temperature
+                    logp_all = torch.log_softmax(scaled, dim=-1)
+                    filtered = _filter_logits(scaled, sampling.top_k, sampling.top_p)
+                    token = torch.multinomial(filtered.softmax(-1), 1, generator=generator).squeeze(-1)
+                else:
+                    logp_all = torch.log_softmax(logits, dim=-1)
+                    token = logits.argmax(-1)
+                tokens[active, step] = token
+                logprobs[active, step] = logp_all.gather(-1, token[:, None]).squeeze(-1)
+                done = torch.isin(token, stop)
+                if done.any():
+                    finished[active[done]] = True
+                    lengths[active[done]] = step + 1
+                    if on_finished is not None:
+                        rows = active[done].tolist()
+                        on_finished(rows, [tokens[r, : step + 1].tolist() for r in rows])
+                    keep = (~done).nonzero().squeeze(-1)
+                    if keep.numel() == 0:
+                        break
+                    cache.batch_select_indices(keep)
+                    active, token, mask, next_pos = active[keep], token[keep], mask[keep], next_pos[keep]
+                if step == max_new - 1:
                     break
-                cache.batch_select_indices(keep)
-                active, token, mask, next_pos = active[keep], token[keep], mask[keep], next_pos[keep]
-            if step == max_new - 1:
-                break
-            mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
-            logits = model(
-                input_ids=token[:, None],
-                attention_mask=mask,
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1, :]
-            next_pos = next_pos + 1
+                mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
+                logits = model(
+                    input_ids=token[:, None],
+                    attention_mask=mask,
+                    position_ids=next_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                ).logits[:, -1, :]
+                next_pos = next_pos + 1
         if on_finished is not None and not bool(finished.all()):
             rows = (~finished).nonzero().squeeze(-1).tolist()
             on_finished(rows, [tokens[r].tolist() for r in rows])
