@@ -32,7 +32,7 @@ from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams
 from lit_codeRL.policy.loading import LoraSettings, ModelSettings, load_model
 from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutDataset, RolloutWriter
-from lit_codeRL.rollout.logprobs import token_logprobs
+from lit_codeRL.rollout.logprobs import grouped_prompt_token_logprobs
 from lit_codeRL.rollout.prompts import ProblemSettings, ProblemStream, load_problem_set
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
@@ -73,10 +73,14 @@ class GRPOModule(LightningModule):
         micro_batch_size: Sequences per forward/backward chunk (gradient accumulation inside the
             step); ``None`` = a hint from free device memory, logged once.
         cpu_decode_threads: Torch threads for the token-by-token decode loop on CPU (prefill and
-            training keep all threads): one is fastest for small decode matmuls and leaves the
-            other cores to the sandbox; ``None`` keeps torch's setting.
+            training keep all threads); ``None`` keeps torch's setting. On a quiet 2-core box all
+            threads decode fastest (150 vs 91 tokens/s with one); one thread helps when the
+            sandbox or other jobs saturate the cores.
         entropy_interval: Log the policy entropy every N steps (it costs a softmax over the whole
             vocabulary per token); 0 never.
+        share_prompt_forward: Run each group's shared prompt once in the training forward and let
+            its G completions attend to that one KV cache (exact: same values and gradients,
+            (G-1)/G of the prompt compute saved; 2.4x faster forward+backward measured on CPU).
         fused_optimizer: Use the fused AdamW kernel when the parameters' device supports it.
         save_hf_model: Write a ``save_pretrained`` copy of the policy under the run dir at the end.
         seed: Seed of prompt order and sampling (each rank offsets it by its rank).
@@ -106,8 +110,9 @@ class GRPOModule(LightningModule):
         filter_zero_std_groups: bool = False,
         max_refill_rounds: int = 3,
         micro_batch_size: int | None = None,
-        cpu_decode_threads: int | None = 1,
+        cpu_decode_threads: int | None = None,
         entropy_interval: int = 10,
+        share_prompt_forward: bool = True,
         fused_optimizer: bool = True,
         save_hf_model: bool = True,
         seed: int = 0,
@@ -221,14 +226,7 @@ class GRPOModule(LightningModule):
         for _ in range(hp.num_iterations):
             t_fb = time.perf_counter()
             for k, mb in enumerate(micro):
-                logps, entropy = token_logprobs(
-                    self.policy,
-                    mb.input_ids,
-                    mb.attention_mask,
-                    start,
-                    self.sampling.temperature,
-                    with_entropy=with_entropy,
-                )
+                logps, entropy = self._logprobs(self.policy, mb, start, with_entropy)
                 mask = mb.trainable_mask[:, start:]
                 # With one update per rollout the policy that sampled is the one being trained:
                 # ratio == 1 exactly, and no second forward pass is needed (as in TRL).
@@ -270,33 +268,39 @@ class GRPOModule(LightningModule):
         self._log_step(batch, stats, fwd_bwd_s, opt_s, time.perf_counter() - t0)
 
     def _micro_batch_size(self, batch: TrajectoryBatch) -> int:
-        if self.hparams.micro_batch_size:
-            return self.hparams.micro_batch_size
-        if self._auto_micro_batch is None:
-            num_params = sum(p.numel() for p in self.policy.parameters())
-            self._auto_micro_batch = default_micro_batch_size(num_params, seq_len=batch.input_ids.size(1))
-        return self._auto_micro_batch
+        size = self.hparams.micro_batch_size
+        if not size:
+            if self._auto_micro_batch is None:
+                num_params = sum(p.numel() for p in self.policy.parameters())
+                self._auto_micro_batch = default_micro_batch_size(num_params, seq_len=batch.input_ids.size(1))
+            size = self._auto_micro_batch
+        g = self.hparams.num_generations
+        # Whole groups per micro-batch, so each group's prompt is still run once.
+        if self.hparams.share_prompt_forward and size > g:
+            size -= size % g
+        return size
 
     def _reference_logprobs(self, batch: TrajectoryBatch, start: int) -> torch.Tensor:
         with torch.no_grad():
             if self._is_lora:
                 with self.policy.disable_adapter():
-                    ref, _ = token_logprobs(
-                        self.policy,
-                        batch.input_ids,
-                        batch.attention_mask,
-                        start,
-                        self.sampling.temperature,
-                    )
-            else:
-                ref, _ = token_logprobs(
-                    self._reference[0],
-                    batch.input_ids,
-                    batch.attention_mask,
-                    start,
-                    self.sampling.temperature,
-                )
-        return ref
+                    return self._logprobs(self.policy, batch, start)[0]
+            return self._logprobs(self._reference[0], batch, start)[0]
+
+    def _logprobs(
+        self, model: torch.nn.Module, batch: TrajectoryBatch, start: int, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # group=1 turns prompt sharing off (the function then runs every row in full).
+        group = self.hparams.num_generations if self.hparams.share_prompt_forward else 1
+        return grouped_prompt_token_logprobs(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            start,
+            group,
+            self.sampling.temperature,
+            with_entropy=with_entropy,
+        )
 
     def on_before_optimizer_step(self, optimizer) -> None:
         # Here (not in training_step) gradients are already unscaled under 16-mixed.

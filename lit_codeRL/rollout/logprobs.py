@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from transformers import DynamicCache
 
 
 def token_logprobs(
@@ -20,16 +21,93 @@ def token_logprobs(
     vocabulary the prompt's logits would otherwise dominate activation memory. ``temperature``
     must match sampling so these agree with the engine's sampling log-probs.
     """
-    from lit_codeRL.algorithms.logprobs import entropy_from_logits, selective_log_softmax
-
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     keep = input_ids.size(1) - start + 1
     logits = model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, logits_to_keep=keep
     ).logits[:, :-1, :]
+    return _from_logits(logits, input_ids[:, start:], temperature, with_entropy)
+
+
+def shares_prompts(input_ids: Tensor, attention_mask: Tensor, start: int, group_size: int) -> bool:
+    """True when every run of ``group_size`` rows has identical columns ``[0, start)``."""
+    rows = input_ids.size(0)
+    if group_size < 2 or start < 1 or rows % group_size:
+        return False
+    for t in (input_ids[:, :start], attention_mask[:, :start]):
+        grouped = t.view(rows // group_size, group_size, start)
+        if not torch.equal(grouped, grouped[:, :1].expand_as(grouped)):
+            return False
+    return True
+
+
+def grouped_prompt_token_logprobs(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    start: int,
+    group_size: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`token_logprobs` for batches whose groups share their prompt (GRPO), prompt run once.
+
+    The prompt of each group goes through the model once, with gradients; its KV cache is
+    repeated for the group's rows and the completions attend to it. Backpropagation sums the
+    rows' gradients into the one prompt pass, so values and gradients equal the row-by-row
+    forward; the saving is ``(G - 1) / G`` of the prompt tokens' forward and backward. Falls back
+    to :func:`token_logprobs` when the rows of a group do not share ``[0, start)``, or under
+    gradient checkpointing (which turns the KV cache off in training).
+    """
+    if (
+        _checkpointing(model)
+        and model.training
+        or not shares_prompts(input_ids, attention_mask, start, group_size)
+    ):
+        return token_logprobs(model, input_ids, attention_mask, start, temperature, with_entropy)
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    head = slice(None, None, group_size)
+    prompt_logits = model(
+        input_ids=input_ids[head, :start],
+        attention_mask=attention_mask[head, :start],
+        position_ids=positions[head, :start],
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits
+    parts = [prompt_logits.repeat_interleave(group_size, 0)]  # predicts the first completion token
+    if input_ids.size(1) - start > 1:
+        cache.batch_repeat_interleave(group_size)  # out-of-place: the graph reaches the prompt pass
+        parts.append(
+            model(
+                input_ids=input_ids[:, start:-1],
+                attention_mask=attention_mask[:, :-1],
+                position_ids=positions[:, start:-1],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits
+        )
+    logits = torch.cat(parts, dim=1)
+    return _from_logits(logits, input_ids[:, start:], temperature, with_entropy)
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    # transformers renamed the flag; PEFT wrappers forward attribute lookups to the base model.
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name) or name in dir(model):
+            return bool(getattr(model, name))
+    return False
+
+
+def _from_logits(
+    logits: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    from lit_codeRL.algorithms.logprobs import entropy_from_logits, selective_log_softmax
+
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logprobs = selective_log_softmax(logits, input_ids[:, start:])
+    logprobs = selective_log_softmax(logits, targets)
     entropy = None
     if with_entropy:
         with torch.no_grad():
