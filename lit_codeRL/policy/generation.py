@@ -9,6 +9,7 @@ is what lets GRPO reuse them as ``old_logprobs`` instead of paying for a second 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass
@@ -54,6 +56,67 @@ class GenerationOutput:
     @property
     def num_completion_tokens(self) -> int:
         return int(self.completion_mask.sum())
+
+
+class _PreallocatedLayer(DynamicLayer):
+    """A KV-cache layer that appends into spare capacity instead of ``torch.cat``-ing the cache.
+
+    ``DynamicLayer`` copies the whole cache every decode step (O(L^2) bytes per sequence); here a
+    step writes one token's keys/values into a buffer sized for the whole completion and returns a
+    view. Row selection (finished sequences) and group repetition act on the buffer.
+    """
+
+    def __init__(self, reserve: int = 256) -> None:
+        super().__init__()
+        self.reserve = reserve
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+        self._len = 0
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        new_len = self._len + key_states.size(-2)
+        if self._k is None or new_len > self._k.size(-2):
+            self._grow(key_states, value_states, new_len + self.reserve)
+        self._k[..., self._len : new_len, :] = key_states
+        self._v[..., self._len : new_len, :] = value_states
+        self._len = new_len
+        self.keys, self.values = self._k[..., :new_len, :], self._v[..., :new_len, :]
+        return self.keys, self.values
+
+    def _grow(self, key_states: Tensor, value_states: Tensor, capacity: int) -> None:
+        def grown(old: Tensor | None, like: Tensor) -> Tensor:
+            buf = like.new_empty(*like.shape[:-2], capacity, like.size(-1))
+            if old is not None:
+                buf[..., : self._len, :] = old[..., : self._len, :]
+            return buf
+
+        self._k, self._v = grown(self._k, key_states), grown(self._v, value_states)
+
+    def get_seq_length(self) -> int:
+        return self._len
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self._k is not None:
+            self._k = self._k.repeat_interleave(repeats, dim=0)
+            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self.keys, self.values = self._k[..., : self._len, :], self._v[..., : self._len, :]
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        if self._k is not None:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self.keys, self.values = self._k[..., : self._len, :], self._v[..., : self._len, :]
+
+
+def _decode_cache(reserve: int) -> DynamicCache:
+    """A cache whose layers append in place; plain ``DynamicCache`` where transformers differs."""
+    try:
+        cache = DynamicCache()
+        cache.layer_class_to_replicate = functools.partial(_PreallocatedLayer, reserve)
+        return cache
+    except (AttributeError, TypeError):
+        return DynamicCache()
 
 
 def _filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
@@ -144,7 +207,7 @@ class HFGenerationEngine:
         device = prompt_ids.device
         if generator is not None and generator.device != device:
             generator = None  # a CPU generator cannot drive CUDA sampling; fall back to the global RNG
-        cache = DynamicCache()
+        cache = _decode_cache(reserve=sampling.max_new_tokens + 1)
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(
             input_ids=prompt_ids,

@@ -70,3 +70,27 @@ def test_eos_rows_are_dropped_and_padded(tiny_model):
     assert out.completion_ids.size(1) == 1 and bool(out.finished.all())
     merged = concat_generation_outputs([out, out], engine.pad_token_id)
     assert merged.completion_ids.size(0) == 8
+
+
+def test_preallocated_cache_layer_behaves_like_dynamic_layer():
+    from transformers.cache_utils import DynamicLayer
+
+    from lit_codeRL.policy.generation import _decode_cache, _PreallocatedLayer
+
+    torch.manual_seed(0)
+    ours, ref = _PreallocatedLayer(reserve=2), DynamicLayer()
+    steps = [torch.randn(3, 2, n, 4) for n in (5, 1, 1, 1, 1)]  # prefill, then decode (grows twice)
+    for i in range(len(steps)):
+        k = steps[i]
+        got, want = ours.update(k, -k), ref.update(k, -k)
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
+        if i == 1:
+            ours.batch_repeat_interleave(2), ref.batch_repeat_interleave(2)
+            steps = [s.repeat_interleave(2, 0) for s in steps]
+        if i == 2:
+            keep = torch.tensor([0, 3, 5])
+            ours.batch_select_indices(keep), ref.batch_select_indices(keep)
+            steps = [s[keep] for s in steps]
+    assert ours.get_seq_length() == ref.get_seq_length() == 9
+    assert isinstance(_decode_cache(8).layer_class_to_replicate(), _PreallocatedLayer)
