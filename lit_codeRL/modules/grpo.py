@@ -197,6 +197,9 @@ class GRPOModule(LightningModule):
         return DataLoader(self.dataset, batch_size=None, collate_fn=_identity, num_workers=0)
 
     def on_fit_start(self) -> None:
+        # from_pretrained returns eval mode and Lightning keeps submodule modes: without this,
+        # dropout and gradient checkpointing (both gated on .training in transformers) stay off.
+        self.policy.train()
         for ref in self._reference:
             ref.to(self.device)
 

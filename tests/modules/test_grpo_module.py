@@ -242,3 +242,40 @@ def test_ddp_eval_count_equals_single_process(tmp_path):
     assert results["ddp_count"] == results["single_count"]
     assert results["ddp"] == results["single"]
     assert results["single_count"] > 0, "the real model should solve some embedded eval problems"
+
+
+def test_policy_trains_in_train_mode(tmp_path):
+    """from_pretrained returns eval mode; dropout and gradient checkpointing need .training."""
+    from lightning.pytorch import Callback, Trainer
+
+    from lit_codeRL.modules.grpo import GRPOModule
+    from lit_codeRL.policy.generation import SamplingParams
+    from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.sandbox import SandboxConfig
+
+    modes: list[bool] = []
+
+    class RecordMode(Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            modes.append(pl_module.policy.training)
+
+    module = GRPOModule(
+        model=ModelSettings(name_or_path="tiny-random"),
+        sampling=SamplingParams(max_new_tokens=8),
+        sandbox=SandboxConfig(workers=1),
+        num_generations=2,
+        prompts_per_step=1,
+        save_hf_model=False,
+    )
+    module.policy.eval()  # the state from_pretrained (GGUF, hub) returns it in
+    Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[RecordMode()],
+    ).fit(module)
+    assert modes == [True, True]
