@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
@@ -15,6 +16,10 @@ from lightning.pytorch.cli import LightningCLI
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.precision import resolve_precision
+
+# Our modules optimise manually and a checkpoint after the step is the consistent one (weights,
+# optimizer and global_step agree); Lightning's 20-line suggestion to save pre-step weights is noise.
+warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
 log = logging.getLogger("lit_codeRL")
 
