@@ -133,6 +133,28 @@ def _filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     return logits
 
 
+def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One draw per row of ``probs`` ``[B, V]`` (non-negative, need not sum to 1) -> ``[B]``.
+
+    Inverse-CDF sampling: one uniform number per row and a binary search in the running sum.
+    ``torch.multinomial`` draws an exponential variate for every vocabulary entry instead, which
+    took 14 ms per decode step for 16 x 49k on CPU (15% of the step). Zero-probability entries
+    are never chosen: their cumulative sum equals their predecessor's.
+    """
+    u = torch.rand(probs.size(0), generator=generator, device=probs.device, dtype=probs.dtype)
+    return inverse_cdf(probs, u)
+
+
+def inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
+    """The entry of each row of ``probs`` ``[B, V]`` where mass fraction ``u`` ``[B]`` in [0, 1] falls."""
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    token = torch.searchsorted(cdf, u[:, None].to(cdf.dtype) * total, right=True)
+    # u * total can round up to total; the first index reaching total is the last positive entry.
+    last = torch.searchsorted(cdf, total, right=False)
+    return torch.minimum(token, last).squeeze(-1)
+
+
 class HFGenerationEngine:
     """Batched, KV-cached sampling over a transformers causal LM.
 
@@ -235,16 +257,18 @@ class HFGenerationEngine:
         with self._decode_threads(device):
             for step in range(max_new):
                 logits = logits.float()
+                scaled = logits / sampling.temperature if sampling.temperature > 0 else logits
+                lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
                 if sampling.temperature > 0:
-                    scaled = logits / sampling.temperature
-                    logp_all = torch.log_softmax(scaled, dim=-1)
-                    filtered = _filter_logits(scaled, sampling.top_k, sampling.top_p)
-                    token = torch.multinomial(filtered.softmax(-1), 1, generator=generator).squeeze(-1)
+                    if sampling.top_k > 0 or sampling.top_p < 1.0:
+                        probs = _filter_logits(scaled, sampling.top_k, sampling.top_p).softmax(-1)
+                    else:
+                        probs = (scaled - lse).exp_()
+                    token = sample_categorical(probs, generator)
                 else:
-                    logp_all = torch.log_softmax(logits, dim=-1)
                     token = logits.argmax(-1)
                 tokens[active, step] = token
-                logprobs[active, step] = logp_all.gather(-1, token[:, None]).squeeze(-1)
+                logprobs[active, step] = (scaled.gather(-1, token[:, None]) - lse).squeeze(-1)
                 done = torch.isin(token, stop)
                 if done.any():
                     finished[active[done]] = True

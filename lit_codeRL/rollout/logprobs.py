@@ -76,20 +76,27 @@ def grouped_prompt_token_logprobs(
         use_cache=True,
         logits_to_keep=1,
     ).logits
-    parts = [prompt_logits.repeat_interleave(group_size, 0)]  # predicts the first completion token
+    targets = input_ids[:, start:]
+    # The prompt pass predicts the first completion token; log-probs are taken per part and
+    # joined, so the [B, T, V] logits are never copied into one tensor.
+    parts = [
+        _from_logits(
+            prompt_logits.repeat_interleave(group_size, 0), targets[:, :1], temperature, with_entropy
+        )
+    ]
     if input_ids.size(1) - start > 1:
         cache.batch_repeat_interleave(group_size)  # out-of-place: the graph reaches the prompt pass
-        parts.append(
-            model(
-                input_ids=input_ids[:, start:-1],
-                attention_mask=attention_mask[:, :-1],
-                position_ids=positions[:, start:-1],
-                past_key_values=cache,
-                use_cache=True,
-            ).logits
-        )
-    logits = torch.cat(parts, dim=1)
-    return _from_logits(logits, input_ids[:, start:], temperature, with_entropy)
+        logits = model(
+            input_ids=input_ids[:, start:-1],
+            attention_mask=attention_mask[:, :-1],
+            position_ids=positions[:, start:-1],
+            past_key_values=cache,
+            use_cache=True,
+        ).logits
+        parts.append(_from_logits(logits, targets[:, 1:], temperature, with_entropy))
+    logprobs = torch.cat([lp for lp, _ in parts], dim=1)
+    entropy = torch.cat([e for _, e in parts], dim=1) if with_entropy else None
+    return logprobs, entropy
 
 
 def _checkpointing(model: torch.nn.Module) -> bool:

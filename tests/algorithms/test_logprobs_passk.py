@@ -37,6 +37,16 @@ def test_selective_log_softmax_gradient():
     torch.testing.assert_close(logits.grad, ref.grad)
 
 
+def test_selective_log_softmax_gradient_hand_values_and_gradcheck():
+    # d/dz log softmax(z)[1] at z = [0, ln 3] is onehot(1) - softmax(z) = [-1/4, 1/4]; upstream 2.
+    logits = torch.tensor([[[0.0, math.log(3.0)]]], requires_grad=True)
+    (2 * selective_log_softmax(logits, torch.tensor([[1]]))).sum().backward()
+    torch.testing.assert_close(logits.grad, torch.tensor([[[-0.5, 0.5]]]))
+    z = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    ids = torch.tensor([[0, 0, 4], [2, 2, 2]])
+    assert torch.autograd.gradcheck(lambda x: selective_log_softmax(x, ids), (z,))
+
+
 def test_entropy_hand_values_and_stability():
     logits = torch.tensor(
         [

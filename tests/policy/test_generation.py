@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams, concat_generation_outputs
+from lit_codeRL.policy.generation import (
+    HFGenerationEngine,
+    SamplingParams,
+    concat_generation_outputs,
+    inverse_cdf,
+    sample_categorical,
+)
 
 
 def _prompts(tokenizer):
@@ -94,3 +100,17 @@ def test_preallocated_cache_layer_behaves_like_dynamic_layer():
             steps = [s[keep] for s in steps]
     assert ours.get_seq_length() == ref.get_seq_length() == 9
     assert isinstance(_decode_cache(8).layer_class_to_replicate(), _PreallocatedLayer)
+
+
+def test_sample_categorical_matches_distribution_and_skips_zero_mass():
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3, 0.0], [0.0, 0.0, 0.0, 2.0, 0.0]])  # row 2 unnormalised
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([sample_categorical(probs, g) for _ in range(20_000)])
+    freq = torch.bincount(draws[:, 0], minlength=5).float() / draws.size(0)
+    assert torch.allclose(freq, probs[0], atol=0.01)
+    assert freq[1] == 0 and freq[4] == 0
+    assert bool((draws[:, 1] == 3).all())
+    # u at the ends of [0, 1] lands on the first / last entry with mass, never on a zero.
+    edge = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.0, 0.5, 0.5, 0.0]])
+    assert inverse_cdf(edge, torch.tensor([0.0, 1.0])).tolist() == [1, 2]
+    assert inverse_cdf(edge, torch.tensor([0.49, 0.51])).tolist() == [1, 2]
