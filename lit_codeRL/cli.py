@@ -33,7 +33,25 @@ class CodeRLTrainer(Trainer):
 
     def __init__(self, *args: Any, precision: Any = "auto", **kwargs: Any) -> None:
         accelerator = kwargs.get("accelerator", "auto")
+        kwargs["callbacks"] = _with_default_progress_bar(
+            kwargs.get("callbacks"), kwargs.get("enable_progress_bar")
+        )
         super().__init__(*args, precision=resolve_precision(precision, str(accelerator)), **kwargs)
+
+
+def _with_default_progress_bar(callbacks: Any, enabled: bool | None) -> Any:
+    """Add :class:`StepLimitedRichProgressBar` where Lightning would add its own Rich bar."""
+    from lightning.pytorch.callbacks import Callback, ProgressBar
+    from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
+
+    if enabled is False or not _RICH_AVAILABLE:
+        return callbacks
+    listed = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
+    if any(isinstance(cb, ProgressBar) for cb in listed):
+        return callbacks
+    from lit_codeRL.callbacks.progress import StepLimitedRichProgressBar
+
+    return [*listed, StepLimitedRichProgressBar()]
 
 
 class CodeRLCLI(LightningCLI):

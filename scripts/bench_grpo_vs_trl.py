@@ -175,7 +175,10 @@ def summarize(runs: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
             "max_step_s": max(times),
             "tokens_per_step": statistics.fmean(tokens),
             "tokens_per_s": sum(tokens) / sum(times),
-            "s_per_1k_tokens": 1000 * sum(times) / max(1, sum(tokens)),
+            # Median of per-step cost, like the step time: one disturbed step does not move it.
+            "s_per_1k_tokens": statistics.median(
+                1000 * t / max(1, n) for t, n in zip(times, tokens, strict=True)
+            ),
             "median_phase_s": phases,
             "round_medians_s": [
                 statistics.median(s["time_s"] for s in r["steps"] if s["step"] >= warmup)
@@ -203,7 +206,7 @@ def summarize(runs: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
 
 def render_table(summary: dict[str, Any]) -> str:
     lines = [
-        "| framework | median step s | mean step s | steps | tokens/step | tokens/s | s per 1k tokens | speedup |",
+        "| framework | median step s | mean step s | steps | tokens/step | tokens/s | median s per 1k tokens | speedup |",
         "|---|---|---|---|---|---|---|---|",
     ]
     base = summary.get("trl", {}).get("median_step_s")

@@ -105,3 +105,25 @@ def test_unknown_model_offline_is_one_clear_error():
         "1",
     )
     _assert_one_line_error(out, "nobody/no-such-model", "offline")
+
+
+def test_step_limited_run_has_no_negative_epoch_bound_in_its_progress_bar():
+    from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
+
+    from lit_codeRL.callbacks.progress import StepLimitedRichProgressBar
+    from lit_codeRL.cli import CodeRLTrainer
+
+    trainer = CodeRLTrainer(max_steps=3, logger=False, accelerator="cpu")
+    bar = trainer.progress_bar_callback
+    assert isinstance(bar, StepLimitedRichProgressBar)
+    bar._trainer = trainer  # Lightning sets it in setup()
+    trainer.fit_loop.max_epochs = -1  # what Trainer.fit sets for a step-limited run
+    assert bar._get_train_description(0).strip() == "Epoch 0"
+    # An epoch-limited run keeps Lightning's "Epoch i/last"; a user's own bar is left alone.
+    epochs = CodeRLTrainer(max_epochs=2, logger=False)
+    epochs.progress_bar_callback._trainer = epochs
+    assert epochs.progress_bar_callback._get_train_description(0).strip() == "Epoch 0/1"
+    own = TQDMProgressBar()
+    trainer = CodeRLTrainer(max_steps=3, logger=False, callbacks=[own])
+    assert [cb for cb in trainer.callbacks if isinstance(cb, ProgressBar)] == [own]
+    assert CodeRLTrainer(max_steps=3, logger=False, enable_progress_bar=False).progress_bar_callback is None

@@ -275,7 +275,11 @@ class GRPOModule(LightningModule):
         if not size:
             if self._auto_micro_batch is None:
                 num_params = sum(p.numel() for p in self.policy.parameters())
-                self._auto_micro_batch = default_micro_batch_size(num_params, seq_len=batch.input_ids.size(1))
+                hint = default_micro_batch_size(num_params, seq_len=batch.input_ids.size(1))
+                # Free memory differs per rank; one shared value keeps the ranks' steps in lockstep.
+                if self._trainer is not None and self.trainer.world_size > 1:
+                    hint = self.trainer.strategy.broadcast(hint, src=0)
+                self._auto_micro_batch = hint
             size = self._auto_micro_batch
         g = self.hparams.num_generations
         # Whole groups per micro-batch, so each group's prompt is still run once.
