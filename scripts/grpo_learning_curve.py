@@ -4,7 +4,7 @@ Trains through the same CLI a user runs (``configs/quickstart.yaml`` + overrides
 run's ``metrics.csv`` and reports the per-step training reward, its rolling mean, and the interval
 evaluations (start / middle / end). Writes ``bench_results/grpo_learning_curve.json``.
 
-    python scripts/grpo_learning_curve.py                  # 50 steps on 8 train problems, ~8 min on 2 cores
+    python scripts/grpo_learning_curve.py                  # 50 steps on 8 train problems, ~13 min on 2 cores
     python scripts/grpo_learning_curve.py --problems-limit 0 --steps 40 --lr 5e-6 -- --any.cli=override
 
 Defaults: the first 8 train problems (each seen every 4 steps, so the rolling mean tracks

@@ -148,7 +148,7 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) 
 def inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     """The entry of each row of ``probs`` ``[B, V]`` where mass fraction ``u`` ``[B]`` in [0, 1] falls."""
     cdf = probs.cumsum(-1)
-    total = cdf[:, -1:]
+    total = cdf[:, -1:].contiguous()  # a strided slice makes searchsorted copy and warn
     token = torch.searchsorted(cdf, u[:, None].to(cdf.dtype) * total, right=True)
     # u * total can round up to total; the first index reaching total is the last positive entry.
     last = torch.searchsorted(cdf, total, right=False)
