@@ -24,6 +24,7 @@ from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 logger = logging.getLogger(__name__)
 
 _HDR = struct.Struct(">I")
+_ANNOUNCED: set[tuple] = set()  # sandbox settings already logged at INFO in this process
 _START_TIMEOUT_S = 60.0
 
 
@@ -204,14 +205,14 @@ class Sandbox:
                 logger.warning("sandbox worker failed to start: %s", e)
                 w.stop()
             self._idle.put(w)
-        logger.info(
+        setting = (self.backend, config.backend, self.workers, config.timeout_s, config.memory_mb)
+        # Evaluations open a pool each time; say which isolation is in force once per setting.
+        logger.log(
+            logging.DEBUG if setting in _ANNOUNCED else logging.INFO,
             "sandbox: backend=%s (requested %s), workers=%d, timeout=%.1fs, memory=%dMB",
-            self.backend,
-            config.backend,
-            self.workers,
-            config.timeout_s,
-            config.memory_mb,
+            *setting,
         )
+        _ANNOUNCED.add(setting)
 
     # -- execution -----------------------------------------------------------------------------
 

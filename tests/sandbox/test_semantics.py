@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from lit_codeRL.sandbox import Program, SandboxConfig, Verdict, make_sandbox
+from lit_codeRL.sandbox import Program, SandboxConfig, Verdict, make_sandbox, pool
 from lit_codeRL.sandbox.backends import SERVER_MOUNT, apptainer_argv, bwrap_argv, resolve_backend
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -100,13 +100,22 @@ def test_batch_order_and_future(sandbox):
     assert sandbox.submit(progs[1]).result().passed
 
 
-def test_config_and_auto_logging(caplog):
-    with caplog.at_level(logging.INFO, logger="lit_codeRL.sandbox"):
-        with make_sandbox(SandboxConfig(workers=1), timeout_s=2.0) as sb:
-            assert sb.config.timeout_s == 2.0 and sb.workers == 1
-            assert sb.backend == resolve_backend(SandboxConfig())
-            assert sb.run(Program(code=ADD, tests=("assert add(2, 3) == 5",))).passed
-    assert any("backend=" in r.getMessage() for r in caplog.records)
+def test_config_and_auto_logging(caplog, monkeypatch):
+    monkeypatch.setattr(pool, "_ANNOUNCED", set())
+
+    def open_once() -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="lit_codeRL.sandbox"):
+            with make_sandbox(SandboxConfig(workers=1), timeout_s=2.0) as sb:
+                assert sb.config.timeout_s == 2.0 and sb.workers == 1
+                assert sb.backend == resolve_backend(SandboxConfig())
+                assert sb.run(Program(code=ADD, tests=("assert add(2, 3) == 5",))).passed
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+
+    first = open_once()
+    assert any(f"backend={resolve_backend(SandboxConfig())} (requested auto)" in m for m in first)
+    # the same setting again (an eval every N steps) is not announced twice
+    assert not any("backend=" in m for m in open_once())
 
 
 def test_closed_sandbox_refuses():
