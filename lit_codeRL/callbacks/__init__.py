@@ -1,6 +1,7 @@
-"""Lightning callbacks: interval evaluation and sample tables."""
+"""Lightning callbacks: interval evaluation, sample tables and the step-limited progress bar."""
 
 from lit_codeRL.callbacks.mbpp_eval import MBPPEvalCallback
+from lit_codeRL.callbacks.progress import StepLimitedRichProgressBar
 from lit_codeRL.callbacks.samples import CompletionTableCallback
 
-__all__ = ["CompletionTableCallback", "MBPPEvalCallback"]
+__all__ = ["CompletionTableCallback", "MBPPEvalCallback", "StepLimitedRichProgressBar"]
