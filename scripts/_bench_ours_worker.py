@@ -28,6 +28,7 @@ def run(w: Workload) -> dict[str, Any]:
     import lightning as L
     import torch
 
+    from lit_codeRL.envs.settings import EnvSettings
     from lit_codeRL.modules.grpo import GRPOModule
     from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import ModelSettings
@@ -36,7 +37,7 @@ def run(w: Workload) -> dict[str, Any]:
     module = GRPOModule(
         model=ModelSettings(name_or_path=w.model, dtype="float32"),
         problems=problem_settings(w),
-        env="unit_test",
+        env=EnvSettings(name="unit_test"),
         sandbox=sandbox_config(w),
         sampling=SamplingParams(max_new_tokens=w.max_completion_length, temperature=w.temperature),
         num_generations=w.num_generations,

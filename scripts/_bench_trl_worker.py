@@ -31,7 +31,7 @@ def run(w: Workload) -> dict[str, Any]:
     from lit_codeRL.envs import UnitTestEnv
     from lit_codeRL.policy.loading import load_model
     from lit_codeRL.problems.prompts import chat_messages
-    from lit_codeRL.rollout.dataset import render_prompt
+    from lit_codeRL.rollout.chat import render_prompt
     from lit_codeRL.sandbox import make_sandbox
 
     problems = load_workload_problems(w)

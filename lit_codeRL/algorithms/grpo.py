@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lit_codeRL.algorithms.kl import k3_kl, masked_mean
+from lit_codeRL.algorithms.kl import add_kl_penalty, masked_mean
 
 ScaleRewards = Literal["group", "batch", "none"]
 LossType = Literal["grpo", "dapo", "dr_grpo"]
@@ -34,7 +34,11 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
 
 
 def group_advantages(
-    rewards: Tensor, group_size: int, scale_rewards: ScaleRewards = "group", eps: float = 1e-4
+    rewards: Tensor,
+    group_size: int,
+    scale_rewards: ScaleRewards = "group",
+    eps: float = 1e-4,
+    valid: Tensor | None = None,
 ) -> Tensor:
     """Group-relative advantages ``[B] -> [B]``: each reward minus its group's mean, optionally scaled.
 
@@ -45,18 +49,28 @@ def group_advantages(
             whole batch (more robust when a group's rewards are nearly equal); ``none`` does not
             scale (Dr. GRPO: std scaling over-weights easy and hopeless prompts).
         eps: Added to the std, so zero-std groups get advantage 0 instead of NaN.
+        valid: ``[B]`` bool, False for samples without a reward (the sandbox failed): they are left
+            out of every mean and std and get advantage 0. ``None``: all valid.
 
-    The std is the unbiased one (``torch.std`` default, as TRL); a group of size 1 thus has an
-    undefined std: its advantage is 0 by construction and it is not divided.
+    The std is the unbiased one (``torch.std`` default, as TRL); a group with one valid sample
+    has an undefined std: its advantage is 0 by construction and it is not divided.
     """
     grouped = _grouped(rewards, group_size).float()
-    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    if valid is None:
+        keep = torch.ones_like(grouped)
+    else:
+        keep = _grouped(valid, group_size).to(grouped.dtype)
+    count = keep.sum(dim=1, keepdim=True)
+    mean = (grouped * keep).sum(dim=1, keepdim=True) / count.clamp(min=1)
+    centered = (grouped - mean) * keep
     if scale_rewards == "none":
         return centered.reshape(-1)
     if scale_rewards == "group":
-        std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(centered[:, :1])
+        var = (centered**2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)
+        std = torch.where(count > 1, var.sqrt(), torch.zeros_like(var))
     elif scale_rewards == "batch":
-        std = rewards.float().std() if rewards.numel() > 1 else rewards.new_zeros(()).float()
+        flat, flat_keep = grouped.reshape(-1), keep.reshape(-1) > 0
+        std = flat[flat_keep].std() if int(flat_keep.sum()) > 1 else flat.new_zeros(())
     else:
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
     return (centered / (std + eps)).reshape(-1)
@@ -76,6 +90,8 @@ def aggregate_token_loss(
     mask: Tensor,
     loss_type: LossType = "grpo",
     max_completion_length: int | None = None,
+    num_rows: float | None = None,
+    num_tokens: float | None = None,
 ) -> Tensor:
     """Reduce a ``[B, T]`` per-token loss to a scalar over the ``mask``-ed tokens.
 
@@ -84,17 +100,34 @@ def aggregate_token_loss(
     * ``dapo``: sum over all tokens / number of tokens in the batch (every token weighs the same).
     * ``dr_grpo``: sum over all tokens / (B * ``max_completion_length``), a constant normaliser;
       without ``max_completion_length`` the padded width ``T`` is used.
+
+    ``num_rows`` / ``num_tokens`` replace this tensor's own B and token count when it is one
+    micro-batch of a larger batch: with the whole batch's counts, the micro-batch losses add up
+    to exactly the whole-batch loss, whatever the split. Rows without a masked token (a sample
+    left out of the loss) do not count as rows.
     """
     mask = mask.to(per_token_loss.dtype)
+    kept = torch.where(mask != 0, per_token_loss * mask, torch.zeros_like(per_token_loss))
     if loss_type == "grpo":
-        return masked_mean(per_token_loss, mask, dim=1).mean()
+        rows = float((mask.sum(1) > 0).sum()) if num_rows is None else num_rows
+        return masked_mean(per_token_loss, mask, dim=1).sum() / max(rows, 1.0)
     if loss_type == "dapo":
-        return masked_mean(per_token_loss, mask)
+        tokens = float(mask.sum()) if num_tokens is None else num_tokens
+        return kept.sum() / max(tokens, 1.0)
     if loss_type == "dr_grpo":
+        rows = float((mask.sum(1) > 0).sum()) if num_rows is None else num_rows
         length = max_completion_length if max_completion_length is not None else per_token_loss.size(1)
-        kept = torch.where(mask != 0, per_token_loss * mask, torch.zeros_like(per_token_loss))
-        return kept.sum() / (per_token_loss.size(0) * length)
+        return kept.sum() / (max(rows, 1.0) * length)
     raise ValueError(f"loss_type must be 'grpo', 'dapo' or 'dr_grpo', got {loss_type!r}")
+
+
+def broadcast_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
+    """``[B]`` sequence advantages (or ``[B, T]`` per-token ones) as ``[B, T]``, 0 off the mask."""
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(mask)
+    return torch.where(
+        mask != 0, advantages.to(torch.float32), torch.zeros_like(advantages, dtype=torch.float32)
+    )
 
 
 def policy_loss(
@@ -108,13 +141,16 @@ def policy_loss(
     max_completion_length: int | None = None,
     ref_logprobs: Tensor | None = None,
     beta: float = 0.0,
+    num_rows: float | None = None,
+    num_tokens: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss of GRPO/DAPO/Dr. GRPO (+ ``beta`` * k3 KL), and its diagnostics.
 
     Args:
         logprobs: ``[B, T]`` log-probs of the sampled tokens under the policy being trained.
         old_logprobs: ``[B, T]`` the same under the policy that sampled them (no gradient).
-        advantages: ``[B]`` one advantage per sequence, broadcast over its tokens.
+        advantages: ``[B]`` one advantage per sequence, broadcast over its tokens, or ``[B, T]``
+            one per token (multi-turn credit, GAE).
         completion_mask: ``[B, T]`` 1 on tokens the loss covers (policy tokens), 0 elsewhere.
         epsilon: Lower clip range: the ratio is clipped below at ``1 - epsilon``.
         epsilon_high: Upper clip range (DAPO clip-higher); ``None`` uses ``epsilon``.
@@ -123,6 +159,8 @@ def policy_loss(
         ref_logprobs: ``[B, T]`` log-probs under the frozen reference; with ``beta > 0`` the
             per-token ``beta * k3_kl`` is added before aggregation (as in TRL).
         beta: KL coefficient.
+        num_rows, num_tokens: Whole-batch counts when this is a micro-batch, see
+            :func:`aggregate_token_loss`.
 
     Per token: ``-min(r * A, clip(r, 1 - eps, 1 + eps_high) * A)`` with ``r = exp(lp - old)``.
 
@@ -138,13 +176,17 @@ def policy_loss(
             f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
             f"completion_mask {tuple(completion_mask.shape)} must have the same [B, T] shape"
         )
-    if advantages.shape != logprobs.shape[:1]:
-        raise ValueError(f"advantages must be [B]={logprobs.shape[0]}, got {tuple(advantages.shape)}")
+    if advantages.shape not in (logprobs.shape[:1], logprobs.shape):
+        raise ValueError(
+            f"advantages must be [B]={logprobs.shape[0]} or [B, T]={tuple(logprobs.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
     eps_low = epsilon
     eps_high = epsilon if epsilon_high is None else epsilon_high
     mask = completion_mask.to(logprobs.dtype)
     keep = mask != 0
-    adv = advantages.to(logprobs.dtype).unsqueeze(1)
+    adv = advantages.to(logprobs.dtype)
+    adv = adv.unsqueeze(1) if adv.dim() == 1 else torch.where(keep, adv, torch.zeros_like(adv))
 
     # Masked positions (padding, prompt) may hold anything; zeroing their log-ratio before exp()
     # keeps an inf there from turning into 0 * inf = NaN in the loss or its gradient.
@@ -153,14 +195,9 @@ def policy_loss(
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)
 
-    kl = None
-    if ref_logprobs is not None:
-        ref = torch.where(keep, ref_logprobs.to(logprobs.dtype), logprobs.detach())
-        kl = k3_kl(logprobs, ref)
-        if beta != 0.0:
-            per_token = per_token + beta * kl
+    per_token, kl = add_kl_penalty(per_token, logprobs, ref_logprobs, keep, beta)
 
-    loss = aggregate_token_loss(per_token, mask, loss_type, max_completion_length)
+    loss = aggregate_token_loss(per_token, mask, loss_type, max_completion_length, num_rows, num_tokens)
 
     with torch.no_grad():
         low = (ratio < 1.0 - eps_low) & (adv < 0)

@@ -33,3 +33,15 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     if dim is None:
         return kept.sum() / mask.sum().clamp(min=1.0)
     return kept.sum(dim) / mask.sum(dim).clamp(min=1.0)
+
+
+def add_kl_penalty(
+    per_token: Tensor, logprobs: Tensor, ref_logprobs: Tensor | None, keep: Tensor, beta: float
+) -> tuple[Tensor, Tensor | None]:
+    """``per_token + beta * k3_kl`` on the kept tokens, and the per-token KL (``None`` without a
+    reference). Off the mask the reference is set equal to the policy, so the KL there is 0."""
+    if ref_logprobs is None:
+        return per_token, None
+    ref = torch.where(keep, ref_logprobs.to(logprobs.dtype), logprobs.detach())
+    kl = k3_kl(logprobs, ref)
+    return (per_token + beta * kl if beta != 0.0 else per_token), kl

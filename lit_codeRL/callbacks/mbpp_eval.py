@@ -1,12 +1,15 @@
 """``MBPPEvalCallback``: pass@k on an MBPP-format problem set before, during and after training.
 
-Works with any ``LightningModule`` that exposes ``generation_context() -> (model, engine, ctx)``
-(every lit-coderl language-model module does), so it also drops into a user's own script::
+Works with any ``LightningModule`` that exposes ``generation_engine() -> GenerationEngine``
+(every lit-coderl language-policy module does), so it also drops into a user's own script::
 
     trainer = L.Trainer(callbacks=[MBPPEvalCallback(source="../shared/data/mbpp", split="test")])
 
 Problems are sharded across ranks, each rank generates and grades its shard, and the per-problem
-results are gathered, so the counts do not depend on the number of processes.
+results are gathered, so the counts do not depend on the number of processes. Prompts go through
+the same path as training rollouts (env observation -> chat template -> ids -> the episode
+runner). With ``max_turns > 1`` the evaluation is multi-turn code repair and reports the pass
+rate after each turn on the same problems.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lit_codeRL.algorithms.passk import pass_at_k
-from lit_codeRL.envs import UnitTestEnv
-from lit_codeRL.policy.generation import SamplingParams
+from lit_codeRL.envs import CodeRepairEnv, UnitTestEnv
+from lit_codeRL.policy.engine import SamplingParams
 from lit_codeRL.problems import Problem
-from lit_codeRL.rollout.dataset import render_prompt
+from lit_codeRL.rollout.episodes import EpisodeRunner
 from lit_codeRL.rollout.prompts import ProblemSettings, load_problem_set
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
 
@@ -50,6 +53,8 @@ class MBPPEvalCallback(Callback):
         eval_at_end: Evaluate after the last training step.
         system_prompt: System message; ``None`` uses the model default.
         num_shown_tests: Tests shown in the prompt (MBPP protocol: the first of three).
+        max_turns: 1 = the standard single-answer protocol; more = code repair with feedback on
+            the shown tests, reporting ``mbpp_eval/pass_rate_turn_k`` for every k.
         sandbox: Sandbox for grading.
         output_dir: Where per-problem JSON goes; default ``<log_dir>/mbpp_eval``.
     """
@@ -70,6 +75,7 @@ class MBPPEvalCallback(Callback):
         eval_at_end: bool = True,
         system_prompt: str | None = None,
         num_shown_tests: int = 1,
+        max_turns: int = 1,
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008 - dataclass defaults show in --print_config
         output_dir: str | None = None,
     ) -> None:
@@ -86,6 +92,7 @@ class MBPPEvalCallback(Callback):
         if n_samples > 1 and temperature == 0:
             raise ValueError("n_samples > 1 needs temperature > 0 (greedy samples are identical)")
         self.batch_size = batch_size
+        self.max_turns = max_turns
         self.eval_interval_steps = eval_interval_steps
         self.eval_at_start, self.eval_at_end = eval_at_start, eval_at_end
         self.sandbox_config = sandbox
@@ -124,48 +131,48 @@ class MBPPEvalCallback(Callback):
     @torch.no_grad()
     def evaluate(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, float]:
         """Run one evaluation on all ranks; returns (and logs) the gathered metrics."""
-        if not hasattr(pl_module, "generation_context"):
+        if not hasattr(pl_module, "generation_engine"):
             raise TypeError(
-                f"{type(pl_module).__name__} has no generation_context(); MBPPEvalCallback needs one"
+                f"{type(pl_module).__name__} has no generation_engine(); MBPPEvalCallback needs one"
             )
         start = time.perf_counter()
-        model, engine, ctx = pl_module.generation_context()
+        engine = pl_module.generation_engine()
         problems = self.problems()
         rank, world = trainer.global_rank, trainer.world_size
         shard = problems[rank::world]
         local: list[dict[str, Any]] = []
-        with make_sandbox(self.sandbox_config) as sandbox, trainer.precision_plugin.forward_context(), ctx:
-            env = UnitTestEnv(sandbox)
+        n = self.n_samples
+        with make_sandbox(self.sandbox_config) as sandbox, trainer.precision_plugin.forward_context():
+            shown = self.problem_settings.num_shown_tests
+            env = (
+                CodeRepairEnv(sandbox, num_shown_tests=shown)
+                if self.max_turns > 1
+                else UnitTestEnv(sandbox, num_shown_tests=shown)
+            )
+            runner = EpisodeRunner(
+                engine, env, self.sampling, self.max_turns, system_prompt=self.problem_settings.system_prompt
+            )
             for i in range(0, len(shard), self.batch_size):
                 chunk = shard[i : i + self.batch_size]
-                prompts = [
-                    render_prompt(
-                        engine.tokenizer,
-                        p,
-                        self.problem_settings.system_prompt,
-                        self.problem_settings.num_shown_tests,
-                    )
-                    for p in chunk
-                ]
-                ids, mask = engine.encode_prompts(prompts)
-                out = engine.generate(model, ids, mask, self.sampling, self.n_samples)
-                graded = env.score_batch([p for p in chunk for _ in range(self.n_samples)], out.texts)
+                episodes = runner.run(chunk, n)
                 for j, problem in enumerate(chunk):
-                    rows = range(j * self.n_samples, (j + 1) * self.n_samples)
+                    group = episodes[j * n : (j + 1) * n]
+                    valid = [e for e in group if e.valid]
                     local.append(
                         {
                             "task_id": problem.task_id,
-                            "num_correct": sum(graded[r].verdict == "passed" for r in rows),
-                            "samples": [
-                                {
-                                    "completion": out.texts[r],
-                                    "code": graded[r].code,
-                                    "verdict": graded[r].verdict,
-                                    "pass_fraction": graded[r].pass_fraction,
-                                    "info": graded[r].info,
-                                }
-                                for r in rows
+                            "num_samples": len(valid),
+                            "num_correct": sum(e.first_success_turn() is not None for e in valid),
+                            "correct_by_turn": [
+                                sum(
+                                    e.first_success_turn() is not None and e.first_success_turn() <= k
+                                    for e in valid
+                                )
+                                for k in range(1, self.max_turns + 1)
                             ],
+                            "sandbox_errors": len(group) - len(valid),
+                            "prompt": group[0].prompt_text,
+                            "samples": [_sample(e) for e in group],
                         }
                     )
         results = _gather(local, world)
@@ -192,18 +199,30 @@ class MBPPEvalCallback(Callback):
         return metrics
 
     def _metrics(self, results: list[dict[str, Any]]) -> dict[str, float]:
-        n = self.n_samples
+        """pass@k over the problems with at least one graded sample; sandbox failures are counted
+        apart (``mbpp_eval/sandbox_errors``), never as wrong answers."""
+        graded = [r for r in results if r["num_samples"] > 0]
+        count = max(1, len(graded))
+
+        def mean_pass(k: int, key: str = "num_correct", turn: int | None = None) -> float:
+            total = 0.0
+            for r in graded:
+                correct = r[key] if turn is None else r[key][turn]
+                total += pass_at_k(r["num_samples"], correct, min(k, r["num_samples"]))
+            return total / count
+
         metrics = {
-            "mbpp_eval/pass_rate": sum(pass_at_k(n, r["num_correct"], 1) for r in results)
-            / max(1, len(results)),
-            "mbpp_eval/problems_passed": float(sum(r["num_correct"] > 0 for r in results)),
+            "mbpp_eval/pass_rate": mean_pass(1),
+            "mbpp_eval/problems_passed": float(sum(r["num_correct"] > 0 for r in graded)),
             "mbpp_eval/num_problems": float(len(results)),
+            "mbpp_eval/sandbox_errors": float(sum(r["sandbox_errors"] for r in results)),
         }
         for k in self.k:
             if k > 1:
-                metrics[f"mbpp_eval/pass@{k}"] = sum(
-                    pass_at_k(n, r["num_correct"], k) for r in results
-                ) / max(1, len(results))
+                metrics[f"mbpp_eval/pass@{k}"] = mean_pass(k)
+        if self.max_turns > 1:
+            for t in range(self.max_turns):
+                metrics[f"mbpp_eval/pass_rate_turn_{t + 1}"] = mean_pass(1, "correct_by_turn", t)
         return metrics
 
     def _write(
@@ -221,6 +240,20 @@ class MBPPEvalCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.last_eval_step = state_dict.get("last_eval_step")
         self.history = state_dict.get("history", [])
+
+
+def _sample(episode: Any) -> dict[str, Any]:
+    last = episode.turns[-1]
+    info = {k: v for k, v in last.info.items() if k not in ("code", "verdict", "pass_fraction")}
+    return {
+        "completion": episode.record()["completion"],
+        "code": last.info.get("code", ""),
+        "verdict": last.info.get("verdict", ""),
+        "pass_fraction": last.info.get("pass_fraction", 0.0),
+        "num_turns": len(episode.turns),
+        "success_turn": episode.first_success_turn(),
+        "info": info,
+    }
 
 
 def _gather(local: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:

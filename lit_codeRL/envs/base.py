@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import gymnasium as gym
 
 from lit_codeRL.envs.extraction import extract_code, has_no_statements
+from lit_codeRL.envs.protocol import Action, EpisodeStart, PendingSteps, StepResult
+from lit_codeRL.problems.prompts import format_prompt
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 
@@ -61,6 +63,16 @@ class RewardResult:
         return asdict(self)
 
 
+def step_info(graded: RewardResult) -> dict[str, Any]:
+    """The info dict of a graded step: the sandbox details plus verdict, pass fraction and code."""
+    return {
+        **graded.info,
+        "verdict": graded.verdict,
+        "pass_fraction": graded.pass_fraction,
+        "code": graded.code,
+    }
+
+
 def result_info(result: ExecutionResult) -> dict[str, Any]:
     """The JSON-ready summary of a sandbox result that goes into ``RewardResult.info``."""
     return {
@@ -70,6 +82,7 @@ def result_info(result: ExecutionResult) -> dict[str, Any]:
         "wall_time_s": float(result.wall_time_s),
         "num_tests": result.num_tests,
         "num_passed": result.num_passed,
+        "failed_test": result.failed_test,
         "sandbox_error": False,
     }
 
@@ -111,6 +124,10 @@ class SingleTurnCodeEnv(gym.Env):
         empty_reward: Reward of a completion with no code in it (the sandbox is not called).
         error_reward: Reward when the sandbox itself fails (not the policy's fault).
         problems: Problems ``reset()`` samples from when it is not given one in ``options``.
+        num_shown_tests: Tests of a problem shown in its prompt (MBPP protocol: the first).
+
+    It is also a :class:`~lit_codeRL.envs.protocol.TextEnv` with one turn: ``reset_batch`` gives
+    the prompt, ``step_batch`` grades and always terminates.
     """
 
     metadata = {"render_modes": []}
@@ -124,8 +141,10 @@ class SingleTurnCodeEnv(gym.Env):
         empty_reward: float = 0.0,
         error_reward: float = 0.0,
         problems: Sequence[Problem] | None = None,
+        num_shown_tests: int = 1,
     ) -> None:
         super().__init__()
+        self.num_shown_tests = num_shown_tests
         self.sandbox = sandbox
         self.timeout_s = timeout_s
         self.empty_reward = empty_reward
@@ -148,10 +167,9 @@ class SingleTurnCodeEnv(gym.Env):
         raise NotImplementedError
 
     def observation(self, problem: Problem) -> str:
-        """What the policy sees (plain text; chat templating belongs to the rollout layer)."""
-        if problem.starter_code:
-            return f"{problem.prompt}\n\n{problem.starter_code}"
-        return problem.prompt
+        """What the policy sees: the task, its shown tests or starter code, and the answer format
+        (plain text; chat templating belongs to the rollout layer)."""
+        return format_prompt(problem, self.num_shown_tests)
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(
@@ -173,9 +191,24 @@ class SingleTurnCodeEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         graded = self.score_batch([self.problem], [action])[0]
         self.problem = None
-        info = {**graded.info, "verdict": graded.verdict, "pass_fraction": graded.pass_fraction}
-        info["code"] = graded.code
-        return "", graded.reward, True, False, info
+        return "", graded.reward, True, False, step_info(graded)
+
+    # ------------------------------------------------------------------ TextEnv API
+    def reset_batch(self, problems: Sequence[Problem]) -> list[EpisodeStart]:
+        """One episode per problem; the state is the problem itself."""
+        return [
+            EpisodeStart(self.observation(p), p, {"task_id": p.task_id, "entry_point": p.entry_point})
+            for p in problems
+        ]
+
+    def step_batch(self, states: Sequence[Problem], actions: Sequence[Action]) -> PendingSteps:
+        """Grade every action (queued on the sandbox at once); every episode terminates."""
+        pending = self.submit_batch(list(states), [a.text for a in actions])
+
+        def resolve() -> list[StepResult]:
+            return [StepResult("", g.reward, True, False, step_info(g)) for g in pending.result()]
+
+        return PendingSteps(resolve, pending.done)
 
     # ------------------------------------------------------------------ batched API
     def submit_batch(self, problems: Sequence[Problem], completions: Sequence[str]) -> PendingRewards:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -32,6 +32,10 @@ class SamplingParams:
     """Nucleus sampling mass; 1.0 disables it."""
     top_k: int = 0
     """Keep only the k most likely tokens; 0 disables it."""
+    stop: list[str] = field(default_factory=list)
+    """Strings that end a completion (e.g. ``</execute>`` or a closing code fence). The completion
+    ends with the token that completes the string and keeps it: its token ids stay exactly what
+    was sampled, so a multi-turn row rebuilt from them equals what the policy produced."""
 
 
 @dataclass
@@ -51,7 +55,10 @@ class GenerationOutput:
     texts: list[str]
     """Decoded completions without special tokens."""
     finished: Tensor
-    """``[B]`` True where the sequence ended with EOS rather than hitting ``max_new_tokens``."""
+    """``[B]`` True where the sequence ended by itself (EOS, a stop token or a stop string) rather
+    than hitting ``max_new_tokens``."""
+    finish_reasons: list[str] = field(default_factory=list)
+    """Per row: ``"stop"`` (EOS or stop token), ``"stop_string"`` or ``"length"`` (cut off)."""
 
     @property
     def num_completion_tokens(self) -> int:
@@ -156,24 +163,34 @@ def inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
 
 
 class HFGenerationEngine:
-    """Batched, KV-cached sampling over a transformers causal LM.
+    """Batched, KV-cached sampling over a transformers causal LM (the :class:`GenerationEngine`
+    protocol of ``policy/engine.py``).
 
     Two things make it faster than ``model.generate`` for RL rollouts: each prompt is prefilled
     once and its KV cache repeated for the ``n`` samples of its group, and rows that emitted EOS
     are dropped from the batch (and the cache) instead of being carried to the longest sequence.
+
+    It samples from the very module being trained (``sync_weights`` only records which one), so
+    its weights are always current; an engine with its own copy (vLLM) copies them there.
     """
 
     def __init__(
         self,
         tokenizer,
+        model: torch.nn.Module | None = None,
         stop_token_ids: list[int] | None = None,
         cpu_decode_threads: int | None = None,
     ):
         self.tokenizer = tokenizer
+        self.model = model
         self.cpu_decode_threads = cpu_decode_threads
         eos = tokenizer.eos_token_id
         self.stop_token_ids = sorted({*(stop_token_ids or []), *([eos] if eos is not None else [])})
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Sample from ``model`` from now on (the live module itself: nothing is copied)."""
+        self.model = model
 
     def encode_prompts(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
         """Left-padded ids and mask for already-templated prompt strings."""
@@ -181,22 +198,29 @@ class HFGenerationEngine:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         return enc["input_ids"], enc["attention_mask"]
 
+    def pad_prompts(self, prompts: list[list[int]]) -> tuple[Tensor, Tensor]:
+        """Left-padded ids and mask for prompts given as token ids (multi-turn contexts)."""
+        return left_pad(prompts, self.pad_token_id)
+
     @torch.no_grad()
     def generate(
         self,
-        model: torch.nn.Module,
         prompt_ids: Tensor,
         prompt_mask: Tensor,
         sampling: SamplingParams,
         num_generations: int = 1,
         generator: torch.Generator | None = None,
-        on_finished: Callable[[list[int], list[list[int]]], None] | None = None,
+        on_finished: Callable[[list[int], list[list[int]], list[str]], None] | None = None,
     ) -> GenerationOutput:
         """Sample ``num_generations`` completions per prompt row; output rows are group-contiguous.
 
-        ``on_finished(rows, token_ids)`` is called as soon as rows end (EOS, or the length limit at
-        the end), so their rewards can be computed while the rest of the batch is still generating.
+        ``on_finished(rows, token_ids, finish_reasons)`` is called as soon as rows end (EOS, a stop
+        string, or the length limit at the end), so their rewards can be computed while the rest of the batch is
+        still generating.
         """
+        model = self.model
+        if model is None:
+            raise RuntimeError("the engine has no model: call sync_weights(model) first")
         device = next(model.parameters()).device
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
         was_training = model.training
@@ -251,6 +275,7 @@ class HFGenerationEngine:
         lengths = torch.full((batch,), max_new, dtype=torch.long, device=device)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         stop = torch.tensor(self.stop_token_ids, device=device)
+        by_string = torch.zeros(batch, dtype=torch.bool, device=device)
         active = torch.arange(batch, device=device)  # original row of each live cache row
         mask = prompt_mask
         next_pos = positions[:, -1:] + 1
@@ -270,12 +295,17 @@ class HFGenerationEngine:
                 tokens[active, step] = token
                 logprobs[active, step] = (scaled.gather(-1, token[:, None]) - lse).squeeze(-1)
                 done = torch.isin(token, stop)
+                if sampling.stop:
+                    hit = self._stop_string_hits(tokens, active, step, sampling.stop) & ~done
+                    by_string[active[hit]] = True
+                    done = done | hit
                 if done.any():
                     finished[active[done]] = True
                     lengths[active[done]] = step + 1
                     if on_finished is not None:
                         rows = active[done].tolist()
-                        on_finished(rows, [tokens[r, : step + 1].tolist() for r in rows])
+                        reasons = ["stop_string" if by_string[r] else "stop" for r in rows]
+                        on_finished(rows, [tokens[r, : step + 1].tolist() for r in rows], reasons)
                     keep = (~done).nonzero().squeeze(-1)
                     if keep.numel() == 0:
                         break
@@ -294,14 +324,41 @@ class HFGenerationEngine:
                 next_pos = next_pos + 1
         if on_finished is not None and not bool(finished.all()):
             rows = (~finished).nonzero().squeeze(-1).tolist()
-            on_finished(rows, [tokens[r].tolist() for r in rows])
+            on_finished(rows, [tokens[r].tolist() for r in rows], ["length"] * len(rows))
         completion_mask = (torch.arange(max_new, device=device)[None, :] < lengths[:, None]).long()
         width = int(lengths.max()) if batch else 0
         tokens, logprobs, completion_mask = tokens[:, :width], logprobs[:, :width], completion_mask[:, :width]
         tokens = tokens.masked_fill(completion_mask == 0, self.pad_token_id)
         logprobs = logprobs * completion_mask
         texts = self.tokenizer.batch_decode(tokens.cpu(), skip_special_tokens=True)
-        return GenerationOutput(prompt_ids, prompt_mask, tokens, completion_mask, logprobs, texts, finished)
+        reasons = [
+            "stop_string" if s else "stop" if f else "length"
+            for f, s in zip(finished.tolist(), by_string.tolist(), strict=True)
+        ]
+        return GenerationOutput(
+            prompt_ids, prompt_mask, tokens, completion_mask, logprobs, texts, finished, reasons
+        )
+
+    def _stop_string_hits(self, tokens: Tensor, active: Tensor, step: int, stops: list[str]) -> Tensor:
+        """``[len(active)]`` bool: the row's text now ends in (contains, within the last few tokens)
+        one of ``stops``. Checked every step, so a hit always involves the newest token."""
+        # A stop string of n characters spans at most n + 1 tokens (one may carry extra text).
+        window = max(len(s) for s in stops) + 1
+        lo = max(0, step + 1 - window)
+        tails = self.tokenizer.batch_decode(tokens[active, lo : step + 1].tolist())
+        return torch.tensor([any(s in t for s in stops) for t in tails], device=tokens.device)
+
+
+def left_pad(rows: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
+    """``[B, max_len]`` left-padded ids and their mask."""
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
+    return ids, mask
 
 
 def concat_generation_outputs(outputs: list[GenerationOutput], pad_token_id: int) -> GenerationOutput:
@@ -328,4 +385,5 @@ def concat_generation_outputs(outputs: list[GenerationOutput], pad_token_id: int
         logprobs=torch.cat([pad(o.logprobs, completion_width, 0.0, False) for o in outputs]),
         texts=[t for o in outputs for t in o.texts],
         finished=torch.cat([o.finished for o in outputs]),
+        finish_reasons=[r for o in outputs for r in o.finish_reasons],
     )

@@ -28,6 +28,11 @@ def format_prompt(problem: Problem, num_shown_tests: int = 1) -> str:
 
 def chat_messages(problem: Problem, system_prompt: str | None = None, num_shown_tests: int = 1) -> list[dict]:
     """``[{"role", "content"}, ...]``: an optional system message, then :func:`format_prompt`."""
+    return chat_messages_from_text(format_prompt(problem, num_shown_tests), system_prompt)
+
+
+def chat_messages_from_text(user_message: str, system_prompt: str | None = None) -> list[dict]:
+    """An optional system message, then ``user_message``: the first prompt of every episode."""
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": format_prompt(problem, num_shown_tests)})
+    messages.append({"role": "user", "content": user_message})
     return messages

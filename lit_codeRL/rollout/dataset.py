@@ -1,45 +1,32 @@
-"""``RolloutDataset``: prompts -> current policy -> environment -> trajectory batches.
+"""``RolloutDataset``: problems -> live policy -> environment episodes -> trajectory batches.
 
-Each ``next()`` samples ``num_generations`` completions for each of ``prompts_per_step``
-problems with the policy *as it is at that moment* and scores them. Two Lightning details make
-that true: ``num_workers=0`` (a worker process would hold a stale copy of the model) and the
-module pulls batches itself through ``training_step(self, dataloader_iter)``, which turns off
-Lightning's one-batch prefetch (a prefetched batch would come from the previous policy).
+Each ``next()`` runs ``num_generations`` episodes for each of ``prompts_per_step`` problems with
+the policy *as it is at that moment* (through the engine, which the module keeps in sync) and
+lays them out as one :class:`TrajectoryBatch`, one row per episode. Two Lightning details make
+"as it is at that moment" true: ``num_workers=0`` (a worker process would hold a stale copy of
+the model) and the module pulls batches itself through ``training_step(self, dataloader_iter)``,
+which turns off Lightning's one-batch prefetch (a prefetched batch would come from the previous
+policy).
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset
 
-from lit_codeRL.envs import RewardResult, SingleTurnCodeEnv
-from lit_codeRL.policy.generation import (
-    GenerationOutput,
-    HFGenerationEngine,
-    SamplingParams,
-    concat_generation_outputs,
-)
-from lit_codeRL.problems import Problem
+from lit_codeRL.rollout.episodes import Episode, EpisodeRunner
 from lit_codeRL.rollout.prompts import ProblemStream
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 
 
-def render_prompt(tokenizer, problem: Problem, system_prompt: str | None, num_shown_tests: int) -> str:
-    """The chat-templated prompt string the policy sees for ``problem``."""
-    from lit_codeRL.problems.prompts import chat_messages
-
-    messages = chat_messages(problem, system_prompt=system_prompt, num_shown_tests=num_shown_tests)
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-
-
 class RolloutWriter:
-    """Appends one JSON line per trajectory (prompt, completion, reward, verdict) beside the logs."""
+    """Appends one JSON line per trajectory beside the logs: prompt, completion (every turn),
+    reward, verdict, and the token ids with the spans the policy wrote (what BC trains on)."""
 
     def __init__(self, path: str | Path | None):
         self.path = Path(path) if path else None
@@ -54,148 +41,117 @@ class RolloutWriter:
                 f.write(json.dumps({**common, **record}, default=str) + "\n")
 
 
+def episode_batch(
+    episodes: list[Episode], pad_token_id: int, stats: dict[str, float] | None = None
+) -> TrajectoryBatch:
+    """One row per episode; reward = the episode's return (0 for invalid episodes)."""
+    batch = TrajectoryBatch.from_segments(
+        [e.segments() for e in episodes],
+        pad_token_id,
+        rewards=torch.tensor([e.episode_return if e.valid else 0.0 for e in episodes], dtype=torch.float32),
+        group_ids=torch.tensor([e.group for e in episodes], dtype=torch.long),
+        records=[e.record() for e in episodes],
+        episode_ids=torch.arange(len(episodes)),
+        terminated=torch.tensor([e.terminated for e in episodes]),
+        truncated=torch.tensor([e.truncated for e in episodes]),
+        valid=torch.tensor([e.valid for e in episodes]),
+    )
+    batch.stats.update(stats or {})
+    return batch
+
+
+def turn_batch(
+    episodes: list[Episode], pad_token_id: int, stats: dict[str, float] | None = None
+) -> TrajectoryBatch:
+    """One row per turn (self-play): the context before the turn, then its action; reward = the
+    episode's return; ``role_ids`` from each turn's ``info["player"]`` (0 when absent)."""
+    rows, rewards, groups, eps, roles, term, trunc, valid, records = [], [], [], [], [], [], [], [], []
+    for i, e in enumerate(episodes):
+        record = e.record()
+        for k, t in enumerate(e.turns):
+            rows.append(e.turn_segments(k))
+            rewards.append(e.episode_return if e.valid else 0.0)
+            groups.append(e.group)
+            eps.append(i)
+            roles.append(int(t.info.get("player", 0)))
+            term.append(e.terminated)
+            trunc.append(e.truncated)
+            valid.append(e.valid)
+            records.append({**record, "turn": k})
+    batch = TrajectoryBatch.from_segments(
+        rows,
+        pad_token_id,
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        group_ids=torch.tensor(groups, dtype=torch.long),
+        records=records,
+        episode_ids=torch.tensor(eps, dtype=torch.long),
+        role_ids=torch.tensor(roles, dtype=torch.long),
+        terminated=torch.tensor(term),
+        truncated=torch.tensor(trunc),
+        valid=torch.tensor(valid),
+    )
+    batch.stats.update(stats or {})
+    return batch
+
+
 class RolloutDataset(IterableDataset):
-    """Endless stream of scored single-turn rollouts from the live policy."""
+    """Endless stream of episode batches from the live policy.
+
+    Args:
+        stream: Where problems come from (checkpointed position).
+        runner: Runs the episodes (engine, env, sampling, turn and context limits).
+        num_generations: Episodes per problem (a group: GRPO/RLOO baselines compare within it).
+        prompts_per_step: Groups per batch.
+        filter_zero_std_groups: Dynamic sampling (DAPO): drop groups whose returns are all equal
+            and refill from new problems.
+        max_refill_rounds: Extra rounds allowed per batch when filtering.
+        seed: Seed of the sampling generator (checkpointed).
+    """
 
     def __init__(
         self,
         stream: ProblemStream,
-        env: SingleTurnCodeEnv,
-        engine: HFGenerationEngine,
-        sampling: SamplingParams,
+        runner: EpisodeRunner,
         num_generations: int,
         prompts_per_step: int,
-        system_prompt: str | None = None,
-        num_shown_tests: int = 1,
         filter_zero_std_groups: bool = False,
         max_refill_rounds: int = 3,
         seed: int = 0,
     ):
         super().__init__()
-        self.stream, self.env, self.engine, self.sampling = stream, env, engine, sampling
+        self.stream, self.runner = stream, runner
         self.num_generations, self.prompts_per_step = num_generations, prompts_per_step
-        self.system_prompt, self.num_shown_tests = system_prompt, num_shown_tests
         self.filter_zero_std_groups, self.max_refill_rounds = filter_zero_std_groups, max_refill_rounds
         self.generator = torch.Generator().manual_seed(seed)
-        self._policy: Callable[[], torch.nn.Module] | None = None
-        self._prompt_cache: dict[str, str] = {}
-
-    def attach_policy(self, policy: Callable[[], torch.nn.Module]) -> None:
-        """``policy()`` returns the model to sample from (called at every rollout, never cached)."""
-        self._policy = policy
 
     def __iter__(self) -> Iterator[TrajectoryBatch]:
         while True:
             yield self.collect()
 
     def collect(self) -> TrajectoryBatch:
-        """One rollout batch: ``prompts_per_step`` groups of ``num_generations`` scored completions."""
-        if self._policy is None:
-            raise RuntimeError("RolloutDataset has no policy; call attach_policy() first")
-        outputs, results, problems, stats = [], [], [], {"generate_s": 0.0, "reward_wait_s": 0.0}
-        kept_groups, rounds = 0, 0
+        """One batch: ``prompts_per_step`` groups of ``num_generations`` episodes."""
+        n = self.num_generations
+        episodes: list[Episode] = []
+        stats: dict[str, float] = {"generate_s": 0.0, "reward_wait_s": 0.0, "filtered_groups": 0.0}
+        kept, rounds = 0, 0
         while True:
             rounds += 1
-            need = self.prompts_per_step - kept_groups
-            batch_problems = self.stream.take(need)
-            out, res = self._generate_and_score(batch_problems, stats)
-            keep = list(range(len(batch_problems)))
+            problems = self.stream.take(self.prompts_per_step - kept)
+            ran = self.runner.run(problems, n, self.generator, stats)
+            groups = [ran[g * n : (g + 1) * n] for g in range(len(problems))]
             if self.filter_zero_std_groups and rounds <= self.max_refill_rounds:
-                keep = [g for g in keep if not self._zero_std(res, g)]
-                stats["filtered_groups"] = stats.get("filtered_groups", 0) + len(batch_problems) - len(keep)
-            if keep:
-                rows = [g * self.num_generations + i for g in keep for i in range(self.num_generations)]
-                outputs.append(_select_rows(out, rows))
-                results += [res[r] for r in rows]
-                problems += [batch_problems[g] for g in keep]
-                kept_groups += len(keep)
-            if kept_groups >= self.prompts_per_step or rounds > self.max_refill_rounds:
+                alive = [grp for grp in groups if not _zero_std(grp)]
+                stats["filtered_groups"] += len(groups) - len(alive)
+                groups = alive
+            for grp in groups:
+                for e in grp:
+                    e.group = kept
+                episodes += grp
+                kept += 1
+            if kept >= self.prompts_per_step or rounds > self.max_refill_rounds:
                 break
         stats["rollout_rounds"] = rounds
-        merged = concat_generation_outputs(outputs, self.engine.pad_token_id)
-        return self._to_batch(merged, results, problems, stats)
-
-    def _zero_std(self, results: list[RewardResult], group: int) -> bool:
-        g = self.num_generations
-        rewards = [r.reward for r in results[group * g : (group + 1) * g]]
-        return max(rewards) - min(rewards) < 1e-9
-
-    def _prompt(self, problem: Problem) -> str:
-        if problem.task_id not in self._prompt_cache:
-            self._prompt_cache[problem.task_id] = render_prompt(
-                self.engine.tokenizer, problem, self.system_prompt, self.num_shown_tests
-            )
-        return self._prompt_cache[problem.task_id]
-
-    def _generate_and_score(
-        self, problems: list[Problem], stats: dict[str, float]
-    ) -> tuple[GenerationOutput, list[RewardResult]]:
-        tokenizer, n = self.engine.tokenizer, self.num_generations
-        prompt_ids, prompt_mask = self.engine.encode_prompts([self._prompt(p) for p in problems])
-        pending: list[tuple[list[int], Any]] = []
-
-        def score_finished(rows: list[int], token_ids: list[list[int]]) -> None:
-            # Sandbox work starts while the rest of the batch is still generating.
-            texts = tokenizer.batch_decode(token_ids, skip_special_tokens=True)
-            pending.append((rows, self.env.submit_batch([problems[r // n] for r in rows], texts)))
-
-        start = time.perf_counter()
-        out = self.engine.generate(
-            self._policy(),
-            prompt_ids,
-            prompt_mask,
-            self.sampling,
-            n,
-            self.generator,
-            on_finished=score_finished,
-        )
-        stats["generate_s"] += time.perf_counter() - start
-        start = time.perf_counter()
-        results: list[RewardResult | None] = [None] * len(out.texts)
-        for rows, handle in pending:
-            for row, result in zip(rows, handle.result(), strict=True):
-                results[row] = result
-        stats["reward_wait_s"] += time.perf_counter() - start
-        return out, results  # type: ignore[return-value]
-
-    def _to_batch(
-        self,
-        out: GenerationOutput,
-        results: list[RewardResult],
-        problems: list[Problem],
-        stats: dict[str, float],
-    ) -> TrajectoryBatch:
-        n = self.num_generations
-        rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)
-        group_ids = torch.arange(len(problems)).repeat_interleave(n)
-        records = [
-            {
-                "problem_id": problems[i // n].task_id,
-                "group": i // n,
-                "prompt": self._prompt(problems[i // n]),
-                "completion": out.texts[i],
-                "reward": r.reward,
-                "verdict": r.verdict,
-                "pass_fraction": r.pass_fraction,
-                "completion_tokens": int(out.completion_mask[i].sum()),
-                "finished": bool(out.finished[i]),
-                "sandbox_s": float(r.info.get("wall_time_s", 0.0) or 0.0),
-            }
-            for i, r in enumerate(results)
-        ]
-        batch = TrajectoryBatch.from_completions(
-            out.prompt_ids,
-            out.prompt_mask,
-            out.completion_ids,
-            out.completion_mask,
-            out.logprobs,
-            rewards,
-            group_ids,
-            records,
-        )
-        batch.stats.update(stats)
-        batch.stats["completion_tokens"] = float(out.num_completion_tokens)
-        return batch
+        return episode_batch(episodes, self.runner.engine.pad_token_id, stats)
 
     def state_dict(self) -> dict[str, Any]:
         return {"stream": self.stream.state_dict(), "generator": self.generator.get_state()}
@@ -205,16 +161,6 @@ class RolloutDataset(IterableDataset):
         self.generator.set_state(state["generator"])
 
 
-def _select_rows(out: GenerationOutput, rows: list[int]) -> GenerationOutput:
-    if rows == list(range(len(out.texts))):
-        return out
-    idx = torch.tensor(rows, dtype=torch.long)
-    return GenerationOutput(
-        prompt_ids=out.prompt_ids[idx],
-        prompt_mask=out.prompt_mask[idx],
-        completion_ids=out.completion_ids[idx],
-        completion_mask=out.completion_mask[idx],
-        logprobs=out.logprobs[idx],
-        texts=[out.texts[i] for i in rows],
-        finished=out.finished[idx],
-    )
+def _zero_std(group: list[Episode]) -> bool:
+    returns = [e.episode_return for e in group if e.valid]
+    return len(returns) < 2 or max(returns) - min(returns) < 1e-9

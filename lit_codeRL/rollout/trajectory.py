@@ -1,17 +1,35 @@
 """The one trajectory record every algorithm trains on.
 
-A row is a whole interaction laid out as tokens: prompt + completion here, later prompt + several
-turns of model and environment. ``trainable_mask`` marks the tokens the policy produced, so the
-same record serves single-turn GRPO, multi-turn PPO, self-play (``roles``) and behaviour cloning.
+A row is a whole interaction laid out as tokens: ``[left padding | prompt | turn 1 action |
+observation 1 | turn 2 action | ... | right padding]`` (one row per episode), or the context
+before one turn plus that turn's action (one row per turn, self-play). ``trainable_mask`` marks
+the tokens the policy produced, so the same record serves single-turn GRPO, multi-turn REINFORCE
+and PPO, self-play (``role_ids``) and behaviour cloning. The loss path reads these tensors only;
+``records`` are for logs and dumps.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
 from torch import Tensor
+
+
+@dataclass
+class Segment:
+    """A run of tokens in a trajectory row: the prompt, one action, or one observation."""
+
+    ids: list[int]
+    """Exact token ids (actions: as sampled, never re-tokenized)."""
+    trainable: bool = False
+    """True for the policy's own tokens."""
+    logprobs: list[float] | None = None
+    """Sampling log-probs of ``ids`` (trainable segments)."""
+    turn: int = -1
+    """Turn index (-1 for the prompt)."""
 
 
 @dataclass
@@ -31,11 +49,25 @@ class TrajectoryBatch:
     group_ids: Tensor
     """``[B]`` group index (GRPO/RLOO groups share a prompt); groups are contiguous."""
     roles: list[str] = field(default_factory=list)
-    """Seat of the acting player per row (self-play); empty for single-agent envs."""
+    """Name of the acting role per row (self-play, e.g. ``"tictactoe/0"``); empty for single-agent envs."""
+    role_ids: Tensor | None = None
+    """``[B]`` integer seat of the acting player (self-play); ``None`` for single-agent envs."""
+    episode_ids: Tensor | None = None
+    """``[B]`` episode of each row (one-row-per-turn batches have several rows per episode)."""
+    turn_ids: Tensor | None = None
+    """``[B, L]`` turn index of each token: the action of turn k and the observation after it
+    carry k; prompt and padding carry -1."""
+    terminated: Tensor | None = None
+    """``[B]`` bool: the episode reached a terminal state (tests passed, game over)."""
+    truncated: Tensor | None = None
+    """``[B]`` bool: the episode was cut (turn, token or context limit) before it terminated."""
+    valid: Tensor | None = None
+    """``[B]`` bool: the row has a reward. False when the sandbox failed on it: such rows are left
+    out of advantages and the loss (their trainable mask is zeroed) and only counted."""
     ref_logprobs: Tensor | None = None
     """Per-token log-probs under the reference policy, when a KL penalty needs them."""
     advantages: Tensor | None = None
-    """``[B]`` (or ``[B, L]``) advantages, filled in by the algorithm."""
+    """``[B, L]`` per-token advantages (or ``[B]`` per sequence), filled in by the algorithm."""
     records: list[dict[str, Any]] = field(default_factory=list)
     """One JSON-ready dict per row for logs and rollout dumps (problem id, completion, verdict...)."""
     stats: dict[str, float] = field(default_factory=dict)
@@ -80,6 +112,72 @@ class TrajectoryBatch:
     def micro_batches(self, size: int) -> list[TrajectoryBatch]:
         size = max(1, size)
         return [self.select(slice(i, i + size)) for i in range(0, self.batch_size, size)]
+
+    @property
+    def num_trainable_rows(self) -> int:
+        """Rows with at least one trainable token (the ``B`` of per-sequence loss normalisers)."""
+        return int((self.trainable_mask.sum(1) > 0).sum())
+
+    def drop_invalid_from_loss(self) -> int:
+        """Zero the trainable mask of rows without a reward (``valid`` False); returns how many."""
+        if self.valid is None:
+            return 0
+        bad = ~self.valid.bool()
+        self.trainable_mask = self.trainable_mask * (~bad)[:, None].to(self.trainable_mask.dtype)
+        return int(bad.sum())
+
+    @staticmethod
+    def from_segments(
+        rows: Sequence[Sequence[Segment]],
+        pad_token_id: int,
+        rewards: Tensor,
+        group_ids: Tensor,
+        records: list[dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> TrajectoryBatch:
+        """Lay out rows of token segments: the first segment of each row (the prompt) is
+        left-padded to a common width, the rest follows and is right-padded.
+
+        With the prompt first and left-aligned, rows whose prompts are equal have identical
+        columns ``[0, prompt width)``, so a group's prompt can still be run once in training.
+        ``extra`` sets further fields (``episode_ids``, ``terminated``...)."""
+        if not rows or any(not row for row in rows):
+            raise ValueError("every row needs at least its prompt segment")
+        prompt_w = max(len(row[0].ids) for row in rows)
+        rest_w = max(sum(len(seg.ids) for seg in row[1:]) for row in rows)
+        width = prompt_w + rest_w
+        b = len(rows)
+        ids = torch.full((b, width), pad_token_id, dtype=torch.long)
+        attn = torch.zeros((b, width), dtype=torch.long)
+        train = torch.zeros((b, width), dtype=torch.long)
+        logps = torch.zeros((b, width), dtype=torch.float32)
+        turns = torch.full((b, width), -1, dtype=torch.long)
+        for i, row in enumerate(rows):
+            pos = prompt_w - len(row[0].ids)
+            for seg in row:
+                n = len(seg.ids)
+                if n == 0:
+                    continue
+                sl = slice(pos, pos + n)
+                ids[i, sl] = torch.tensor(seg.ids, dtype=torch.long)
+                attn[i, sl] = 1
+                turns[i, sl] = seg.turn
+                if seg.trainable:
+                    train[i, sl] = 1
+                    if seg.logprobs is not None:
+                        logps[i, sl] = torch.tensor(seg.logprobs, dtype=torch.float32)
+                pos += n
+        return TrajectoryBatch(
+            input_ids=ids,
+            attention_mask=attn,
+            trainable_mask=train,
+            old_logprobs=logps,
+            rewards=rewards,
+            group_ids=group_ids,
+            turn_ids=turns,
+            records=list(records or []),
+            **extra,
+        )
 
     @staticmethod
     def from_completions(

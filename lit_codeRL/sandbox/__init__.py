@@ -1,51 +1,27 @@
 """Run untrusted programs and grade them: ``make_sandbox(...)`` -> :class:`Sandbox`.
 
-Backends (``SandboxConfig.backend``): ``local`` (rlimits + process cleanup, NOT isolation),
-``bwrap`` (bubblewrap namespaces: no network, read-only minimal root, private /tmp, PID
-namespace) and ``apptainer`` (``apptainer exec --containall --cleanenv --net --network none``).
-``auto`` picks the safest available. All of them run the same trusted fork server
+Backends (``SandboxConfig.backend``): ``bwrap`` (bubblewrap namespaces: no network, read-only
+minimal root with exactly the interpreter's files, private /tmp and /dev/shm, PID namespace),
+``apptainer`` (``apptainer exec --containall --cleanenv --net --network none``) and ``local``
+(rlimits + process cleanup, NOT isolation, only when asked for). ``auto`` picks the safest that
+works and raises :class:`SandboxUnavailable` (a ``ConfigError`` naming the fixes) when none does:
+it never silently runs untrusted code unisolated. All backends run the same trusted fork server
 (``_server.py``): one long-lived server per worker forks a child per program.
 
-Threat model
-------------
-The program is written by a policy being optimised against our grader, so it is assumed to try
-(by accident of optimisation or on purpose) to (a) escape or harm the host and (b) be graded
-PASSED without solving the task.
+The full threat model, the test shapes whose expected values never enter the program's process
+(``assert <expr> == <literal>``, io pairs, stdin/stdout; see :mod:`.grading`) and how to choose a
+backend are in ``docs/sandbox.md``. In short:
 
-(a) Containment is the backend's job. ``bwrap``/``apptainer`` give: no network, no view of host
-files beyond the read-only interpreter and ``/usr``, a private writable tmpfs, a PID namespace
-(the trainer is invisible, ``kill(-1)`` only hits the sandbox), die-with-parent. Every backend
-adds rlimits (CPU, address space, file size = output cap, open files, processes), a pids cgroup
-per worker when writable (the fork-bomb bound that also holds for root), a wall-clock timeout
-enforced by the server, and after every program a kill of the child's process group and of every
-remaining descendant (the server is a child subreaper, so double-forked daemons come back to it),
-plus removal of the working directory. ``local`` shares the host's filesystem, network and uid:
-use it only for trusted code or tests.
-
-(b) Grading never trusts the exit code or stdout. A trusted runner (in the forked child, before
-any untrusted code runs) captures the C-level callables it needs and a copy of every loaded
-module's dict; compiles the program and each test separately; runs the program (``SystemExit(0)``
-at top level is a normal end: tests still run), then the setup code, then each test in a fresh
-copy of the namespace after restoring ``builtins``, ``sys`` (streams included) and every other
-pre-loaded module's dict and the ``sys.modules`` entries, and clearing trace/profile hooks. A dict
-is rewritten only when its CPython version tag (PEP 509, bumped by every mutation; probed at
-start, else every dict is rewritten) moved, so an untouched stdlib costs nothing to restore. Each test's
-outcome is sent as a record ``HMAC-SHA256(key, seq|kind|fields)`` over a pipe, with a random
-per-program key that exists only in the runner's closure. The server (a separate process)
-accepts a run only with a valid, in-order, complete record sequence: program status, one record
-per test, end. Missing records (``os._exit``, a kill, a timeout) make the unreported tests fail;
-any invalid, duplicated or reordered record (a program writing to the pipe) fails the whole run.
-So ``sys.exit(0)``/``os._exit(0)`` before the asserts, printing "PASSED", redefining
-``AssertionError``/``__builtins__``, monkeypatching modules or ``sys.exit``, raising
-``SystemExit``/``BaseException`` inside a test, or settrace-based line skipping do not pass.
-
-Not defended: a program that deliberately introspects the runner's memory in its own process
-(frame walking, ``gc``, ``ctypes``, ``/proc/self/mem``) can recover the key and forge records (or
-rewrite a dict's version tag), a program may return objects with a permissive ``__eq__``, shadow a
-builtin name in its own globals (tests run on the program's definitions), patch attributes of
-pure-Python classes (``collections.Counter.__eq__``: class dicts are not restored) or leave a
-thread running that re-patches a module between the restore and a test. Such a program is still contained by (a); it
-can only lie about its own grade. Tests and setup code are trusted.
+- containment is the backend's job; every backend adds rlimits, a pids cgroup when writable, a
+  wall-clock timeout and a kill of every process a program leaves;
+- no program affects a later one: after each program the server cleans its scratch space and
+  checks its own health (scratch intact, no process left, its own limits unchanged); a damaged
+  worker is replaced;
+- sandbox failures are never verdicts on the program: infrastructure faults are retried on a fresh
+  worker (``SandboxConfig.retries``) and only then reported as ``SANDBOX_ERROR``; signal deaths
+  carry ``ExecutionResult.signal``;
+- grading never trusts the exit code or stdout: test outcomes travel as HMAC-authenticated records
+  from a runner set up before the program runs, and module state is restored before each test.
 """
 
 from __future__ import annotations
@@ -53,11 +29,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from lit_codeRL.sandbox.backends import SandboxUnavailable
 from lit_codeRL.sandbox.config import SandboxConfig
 from lit_codeRL.sandbox.pool import Sandbox
 from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 
-__all__ = ["ExecutionResult", "Program", "Sandbox", "SandboxConfig", "Verdict", "make_sandbox"]
+__all__ = [
+    "ExecutionResult",
+    "Program",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxUnavailable",
+    "Verdict",
+    "make_sandbox",
+]
 
 
 def make_sandbox(config: SandboxConfig | None = None, /, **overrides: Any) -> Sandbox:

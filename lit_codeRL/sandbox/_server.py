@@ -189,6 +189,100 @@ def _pristine() -> dict:
     return _STATE
 
 
+class ResultNotPlainData(TypeError):
+    """A value test's expression returned something that is not plain builtin data."""
+
+
+def _value_encoder(cap: int):  # noqa: ANN202, C901 - returns the encoder closure
+    """An encoder of a test expression's value as tagged JSON text, built before any untrusted code
+    runs from C-level callables a program cannot rebind (``int.__repr__``, ``float.hex``...).
+
+    Plain data only: None, bool, int, float, complex, str, bytes/bytearray, list, tuple, dict, set,
+    frozenset, nested; a subclass of one of these is read through the base type's own C methods
+    (an ``OrderedDict`` as a dict, a namedtuple as a tuple), so no method the program defined runs
+    and no ``__eq__`` it wrote survives. Anything else, a structure nested deeper than 100 levels or
+    an encoding longer than ``cap`` characters raises: the test fails.
+    """
+    from _json import encode_basestring_ascii as enc_str
+
+    _type, _issub, _len, _join = type, issubclass, len, "".join
+    _int, _bool, _float, _complex, _strt = int, bool, float, complex, str
+    _bytes, _bytearray, _list, _tuple, _dict, _set, _frozenset = (
+        bytes,
+        bytearray,
+        list,
+        tuple,
+        dict,
+        set,
+        frozenset,
+    )
+    int_repr, float_hex, bytes_hex, bytearray_hex = int.__repr__, float.hex, bytes.hex, bytearray.hex
+    str_copy = str.__str__
+    real, imag = complex.__dict__["real"].__get__, complex.__dict__["imag"].__get__
+    iters = (
+        (_list, '["l"', list.__iter__),
+        (_tuple, '["t"', tuple.__iter__),
+        (_set, '["s"', set.__iter__),
+        (_frozenset, '["z"', frozenset.__iter__),
+    )
+    dict_items = dict.items
+    _rne = ResultNotPlainData
+
+    def encode(value: object) -> str:
+        out: list[str] = []
+        size = [0]
+
+        def put(s: str) -> None:
+            size[0] += _len(s)
+            if size[0] > cap:
+                raise _rne(f"value larger than {cap} characters")
+            out.append(s)
+
+        def walk(v: object, depth: int) -> None:
+            if depth > 100:
+                raise _rne("value nested deeper than 100 levels")
+            t = _type(v)
+            if v is None:
+                put("null")
+            elif t is _bool:
+                put("true" if v is True else "false")
+            elif _issub(t, _int):
+                put(int_repr(v))
+            elif _issub(t, _float):
+                put('["f","' + float_hex(v) + '"]')
+            elif _issub(t, _strt):
+                put(enc_str(str_copy(v)))
+            elif _issub(t, _bytes):
+                put('["b","' + bytes_hex(v) + '"]')
+            elif _issub(t, _bytearray):
+                put('["b","' + bytearray_hex(v) + '"]')
+            elif _issub(t, _complex):
+                put('["c","' + float_hex(real(v)) + '","' + float_hex(imag(v)) + '"]')
+            elif _issub(t, _dict):
+                put('["d"')
+                for k, item in dict_items(v):
+                    put(",")
+                    walk(k, depth + 1)
+                    put(",")
+                    walk(item, depth + 1)
+                put("]")
+            else:
+                for base, tag, it in iters:
+                    if _issub(t, base):
+                        put(tag)
+                        for item in it(v):
+                            put(",")
+                            walk(item, depth + 1)
+                        put("]")
+                        return
+                raise _rne(f"{t.__name__} is not plain data (builtin types only)")
+
+        walk(value, 0)
+        return _join(out)
+
+    return encode
+
+
 def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
     """Compile and run the program, then each test, reporting authenticated records on ``wfd``.
 
@@ -198,6 +292,7 @@ def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
     put back before each test.
     """
     _write, _exit, _exec, _compile, _str, _type = os.write, os._exit, exec, compile, str, type
+    _eval = eval
     _isinstance, _len, _base_exc, _sysexit = isinstance, len, BaseException, SystemExit
     _sha256, _settrace, _setprofile = hashlib.sha256, sys.settrace, sys.setprofile
     _update, _list, _map, _range = dict.update, list, map, range
@@ -270,8 +365,10 @@ def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
         except _base_exc:
             pass
 
+    encode = _value_encoder(int(job.get("max_value_bytes") or 1 << 20))
     code: str = job["code"]
     tests: list[str] = job["tests"]
+    value_tests = frozenset(job.get("value_tests") or ())
     ns: dict = {"__name__": "__main__", "__builtins__": builtins}
     try:
         prog = _compile(code, "<program>", "exec", dont_inherit=True, optimize=0)
@@ -282,7 +379,8 @@ def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
         _exit(0)
     try:
         compiled = [
-            _compile(t, f"<test {i}>", "exec", dont_inherit=True, optimize=0) for i, t in enumerate(tests)
+            _compile(t, f"<test {i}>", "eval" if i in value_tests else "exec", dont_inherit=True, optimize=0)
+            for i, t in enumerate(tests)
         ]
         setup = _compile(job.get("setup_code") or "", "<setup>", "exec", dont_inherit=True, optimize=0)
     except _base_exc as e:
@@ -317,10 +415,21 @@ def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
             tns = dict(setup_names)
             tns["__builtins__"] = builtins
             ok, terr = b"1", (b"", b"")
-            try:
-                _exec(t, tns)
-            except _base_exc as e:
-                ok, terr = b"0", describe(e)
+            if i in value_tests:
+                # Only the expression runs here; its value goes out as plain data and the trusted
+                # side compares it with an expected value this process never held.
+                try:
+                    value = encode(_eval(t, tns))
+                except _base_exc as e:
+                    ok, terr = b"0", describe(e)
+                else:
+                    record(b"V", _str(i).encode(), value.encode().hex().encode())
+                    continue
+            else:
+                try:
+                    _exec(t, tns)
+                except _base_exc as e:
+                    ok, terr = b"0", describe(e)
             record(b"T", _str(i).encode(), ok, *terr)
     flush()
     record(b"E")
@@ -335,6 +444,9 @@ def _child_main(job: dict, cfg: dict, workdir: str, key: bytes, wfd: int) -> Non
     does what differs per program: session, fds, limits.
     """
     try:
+        for sig in _SERVER_IGNORES:  # the server's shield is not the program's
+            if sig not in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
         os.setsid()  # own session and process group: killpg reaches everything it starts
         os.chdir(workdir)
         stdin_path = os.path.join(workdir, ".stdin") if job.get("stdin") is not None else os.devnull
@@ -372,11 +484,13 @@ def _prepare_server(workdir: str) -> None:
     Also makes the server's own ``sys`` what the pristine snapshot records, so a child changes no
     module dict before the program runs (and restoring costs nothing when the program did not).
     """
-    # Ignored dispositions survive exec (e.g. nohup): reset them. SIGPIPE stays ignored (Python's
-    # default) so a program writing to a closed pipe gets BrokenPipeError; the server's own write
-    # to a dead parent raises it too and ends the server. SIGXFSZ stays ignored: EFBIG -> OSError.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
+    # The server ignores every signal a program could send it (see _SERVER_IGNORES); each child
+    # puts the defaults back. SIGPIPE stays ignored in both (Python's default) so a program writing
+    # to a closed pipe gets BrokenPipeError and the server's own write to a dead parent raises and
+    # ends the server. SIGXFSZ stays ignored in both: EFBIG -> OSError -> OUTPUT_LIMIT.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for sig in _SERVER_IGNORES:
+        signal.signal(sig, signal.SIG_IGN)
     os.environ.clear()
     os.environ.update(
         {
@@ -475,9 +589,9 @@ def _kill_all_descendants(pgid: int | None) -> None:
     _reap()
 
 
-def _parse_records(data: bytes, key: bytes, n_tests: int) -> dict:
+def _parse_records(data: bytes, key: bytes, n_tests: int, value_tests: frozenset = frozenset()) -> dict:
     """Verify the child's records; any forged, garbled, duplicated or reordered line is tampering."""
-    out: dict = {"program": None, "tests": {}, "end": False, "tampered": False}
+    out: dict = {"program": None, "tests": {}, "values": {}, "end": False, "tampered": False}
     expected_seq = 0
     for line in data.split(b"\n"):
         if not line:
@@ -510,6 +624,14 @@ def _parse_records(data: bytes, key: bytes, n_tests: int) -> dict:
                 out["tampered"] = True
                 return out
             out["tests"][i] = (fields[1] == "1", unhex(fields[2]), unhex(fields[3]))
+        elif kind == b"V" and out["program"] is not None and len(fields) == 2:
+            i = int(fields[0])
+            if i != len(out["tests"]) or i >= n_tests or i not in value_tests:
+                out["tampered"] = True
+                return out
+            # provisionally passed: the trusted side compares the value with the expected one
+            out["tests"][i] = (True, "", "")
+            out["values"][str(i)] = unhex(fields[1])
         elif kind == b"E" and not fields:
             out["end"] = True
         else:
@@ -560,13 +682,6 @@ def _rmtree_force(path: str) -> None:
         pass
 
 
-def _stdout_matches(actual: str, expected: str) -> bool:
-    def norm(s: str) -> list[str]:
-        return [line.rstrip() for line in s.strip("\n").split("\n")] if s.strip() else []
-
-    return norm(actual) == norm(expected)
-
-
 def _remove(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
         _rmtree_force(path)
@@ -577,11 +692,27 @@ def _remove(path: str) -> None:
             pass
 
 
-def _reset_work_root(root: str, workdir: str) -> None:
-    """Leave ``root`` holding only an empty ``workdir``: whatever a program wrote anywhere under the
-    root goes (a program may rename, chmod or replace the workdir itself), so nothing carries over
-    to the next program. One listing per level, so an ordinary job costs two ``listdir`` calls
-    and the unlinks of its output files."""
+def _reset_work_root(root: str, workdir: str, scratch: list[str]) -> None:
+    """Leave ``root`` holding only an empty ``workdir`` and every ``scratch`` directory (a
+    container's own /tmp, /dev/shm) holding nothing but the way to ``root``: whatever a program
+    wrote, renamed, chmodded or deleted there goes or comes back, so nothing carries over to the
+    next program. One listing per directory, so an ordinary job costs a few ``listdir`` calls and
+    the unlinks of its output files."""
+    keep = {os.path.join(d, os.path.relpath(root, d).split(os.sep)[0]) for d in scratch if _inside(root, d)}
+    for d in scratch:
+        try:
+            os.chmod(d, 0o700)
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(d, name)
+            if path not in keep:
+                _remove(path)
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)  # a program may have deleted it, parents too
+    except OSError:
+        pass
     for path in (root, workdir):
         try:
             os.chmod(path, 0o700)
@@ -609,7 +740,73 @@ def _reset_work_root(root: str, workdir: str) -> None:
         ok = False
     if not ok:
         _remove(workdir)
-        os.mkdir(workdir, 0o700)
+        try:
+            os.mkdir(workdir, 0o700)
+        except OSError:
+            pass  # the health check reports it and the pool replaces this worker
+
+
+def _inside(path: str, d: str) -> bool:
+    return path.startswith(d.rstrip("/") + "/")
+
+
+def _on_path(root: str, p: str) -> bool:
+    """Is ``p`` the work root or one of its ancestors (to be kept when emptying a scratch dir)?"""
+    return p == root or _inside(root, p)
+
+
+_RLIMITS = [getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")]
+_BASELINE: dict = {}
+"""The server's own state at start (rlimits, priority, CPU affinity), compared after every job."""
+
+
+def _snapshot_self() -> dict:
+    return {
+        "rlimits": [resource.getrlimit(r) for r in _RLIMITS],
+        "priority": os.getpriority(os.PRIO_PROCESS, 0),
+        "affinity": sorted(os.sched_getaffinity(0)),
+    }
+
+
+def _health(cfg: dict) -> list[str]:
+    """What a program left damaged that would change how the *next* program runs; empty = healthy.
+
+    Checked after the cleanup, so anything listed here is damage the server could not undo (a
+    deleted scratch root it cannot recreate, its own limits lowered by ``prlimit``, a process it
+    cannot kill, a full tmpfs): the pool then replaces this worker with a fresh one.
+    """
+    problems = []
+    root, workdir = cfg["work_root"], cfg["workdir"]
+    try:
+        st = os.lstat(workdir)
+        if not (os.path.isdir(workdir) and not os.path.islink(workdir)) or st.st_uid != os.getuid():
+            problems.append("workdir replaced")
+        elif os.listdir(workdir) or not os.access(workdir, os.W_OK | os.X_OK):
+            problems.append("workdir not empty or not writable")
+    except OSError as e:
+        problems.append(f"workdir: {e}")
+    for d in cfg["scratch"]:
+        try:
+            extra = [n for n in os.listdir(d) if not _on_path(root, os.path.join(d, n))]
+            if extra:
+                problems.append(f"{d} not cleaned: {extra[:3]}")
+            fs = os.statvfs(d)
+            need = min(cfg["min_free_bytes"], fs.f_blocks * fs.f_frsize // 2)
+            if fs.f_bavail * fs.f_frsize < need or fs.f_favail < 64:
+                problems.append(f"{d} full")
+        except OSError as e:
+            problems.append(f"{d}: {e}")
+    try:
+        os.waitpid(-1, os.WNOHANG)
+        problems.append("a process survived the cleanup")
+    except ChildProcessError:
+        pass
+    if _snapshot_self() != _BASELINE:
+        problems.append("server limits, priority or affinity changed")
+    return problems
+
+
+_SIGNAL_NAMES = {int(v): v.name for v in signal.Signals}
 
 
 def _run_job(job: dict, cfg: dict) -> dict:
@@ -634,7 +831,11 @@ def _run_job(job: dict, cfg: dict) -> dict:
     status = None
     timed_out = False
     deadline = t0 + timeout
-    record_cap = 256 * 1024 + 4096 * max(1, len(job["tests"]))
+    record_cap = (
+        256 * 1024
+        + 4096 * max(1, len(job["tests"]))
+        + 2 * int(job.get("max_value_bytes") or 0) * len(job.get("value_tests") or ())
+    )
     watch = [rfd, pidfd]
     while True:
         remaining = deadline - time.monotonic()
@@ -680,14 +881,15 @@ def _run_job(job: dict, cfg: dict) -> dict:
     cap = cfg["max_capture_bytes"]
     stdout, out_size = _read_capped(os.path.join(workdir, ".stdout"), cap)
     stderr, err_size = _read_capped(os.path.join(workdir, ".stderr"), cap)
-    full_stdout = stdout
-    if job.get("expected_stdout") is not None and out_size > cap:
+    full_stdout = None
+    if job.get("full_stdout") and out_size > cap:  # the trusted side compares it with the expected
         full_stdout, _ = _read_capped(os.path.join(workdir, ".stdout"), cfg["max_output_bytes"])
-    _reset_work_root(cfg["work_root"], workdir)
+    _reset_work_root(cfg["work_root"], workdir, cfg["scratch"])
 
     n_tests = len(job["tests"])
-    rec = _parse_records(bytes(data), key, n_tests)
+    rec = _parse_records(bytes(data), key, n_tests, frozenset(job.get("value_tests") or ()))
     test_passed = [bool(rec["tests"].get(i, (False,))[0]) for i in range(n_tests)]
+    term_sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     res: dict = {
         "verdict": "passed",
         "test_passed": test_passed,
@@ -697,9 +899,13 @@ def _run_job(job: dict, cfg: dict) -> dict:
         "stdout": stdout,
         "stderr": stderr,
         "wall_time_s": wall,
+        "values": {} if rec["tampered"] else rec["values"],
+        "signal": _SIGNAL_NAMES.get(term_sig, str(term_sig)) if term_sig and not timed_out else None,
     }
-    term_sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    if full_stdout is not None:
+        res["full_stdout"] = full_stdout
     hit_output_cap = max(out_size, err_size) >= cfg["max_output_bytes"]
+    killed = f"killed by signal {res['signal']}" if res["signal"] else "exited before reporting (os._exit?)"
 
     def fail(verdict: str, etype: str | None = None, msg: str | None = None) -> dict:
         res["verdict"] = verdict
@@ -712,7 +918,7 @@ def _run_job(job: dict, cfg: dict) -> dict:
     if rec["tampered"]:
         res["test_passed"] = test_passed = [False] * n_tests
         return fail("failed", "ProtocolViolation", "result channel was written by the program")
-    if timed_out or term_sig in (signal.SIGXCPU, signal.SIGKILL) and not rec["end"]:
+    if timed_out or term_sig == signal.SIGXCPU and not rec["end"]:
         return fail("timeout", "TimeoutError", f"exceeded {timeout:g} s")
     prog = rec["program"]
     if prog is not None and prog[1] in ("MemoryError",):
@@ -722,10 +928,9 @@ def _run_job(job: dict, cfg: dict) -> dict:
     if prog is None:
         if hit_output_cap or term_sig == signal.SIGXFSZ:
             return fail("output_limit", "OutputLimit", "output cap exceeded")
-        if term_sig == signal.SIGSEGV and cfg["memory_mb"]:
-            return fail("memory_limit", "MemoryError", "killed by SIGSEGV under the memory limit")
-        what = f"killed by signal {term_sig}" if term_sig else "exited before reporting (os._exit?)"
-        return fail("runtime_error", "EarlyExit", what)
+        # a signal death is reported as what it is (res["signal"]); a SIGSEGV is not guessed to
+        # be the memory limit (RLIMIT_AS shows up as MemoryError)
+        return fail("runtime_error", "Signal" if res["signal"] else "EarlyExit", killed)
     kind, etype, emsg = prog
     if kind == "syntax":
         return fail("syntax_error", etype, emsg)
@@ -736,10 +941,9 @@ def _run_job(job: dict, cfg: dict) -> dict:
     # program ran; grade the tests
     for i in range(n_tests):
         if i not in rec["tests"]:
-            what = f"killed by signal {term_sig}" if term_sig else "exited before reporting (os._exit?)"
             if hit_output_cap:
                 return fail("output_limit", "OutputLimit", "output cap exceeded")
-            return fail("failed", "EarlyExit", f"test {i}: {what}")
+            return fail("failed", "Signal" if res["signal"] else "EarlyExit", f"test {i}: {killed}")
     failures = [i for i in range(n_tests) if not test_passed[i]]
     if failures:
         i = failures[0]
@@ -751,11 +955,9 @@ def _run_job(job: dict, cfg: dict) -> dict:
             return fail("output_limit", etype, emsg)
         return fail("failed", etype or None, emsg or None)
     if not rec["end"]:
-        return fail("failed", "EarlyExit", "no end record")
+        return fail("failed", "Signal" if res["signal"] else "EarlyExit", f"no end record: {killed}")
     if hit_output_cap:
         return fail("output_limit", "OutputLimit", "output cap exceeded")
-    if job.get("expected_stdout") is not None and not _stdout_matches(full_stdout, job["expected_stdout"]):
-        return fail("failed", "WrongOutput", "stdout differs from the expected output")
     return res
 
 
@@ -771,11 +973,51 @@ def _set_subreaper() -> None:
         pass
 
 
+def _layout() -> dict:
+    """For the trainer side (``--layout``): where this interpreter's stdlib is and which files it
+    maps once everything the server loads is loaded, so a bwrap worker binds exactly those."""
+    import sysconfig
+
+    _set_subreaper()
+    _dict_version_reader()
+    _value_encoder(1)
+    maps = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                maps.add(parts[5].strip())
+    paths = sysconfig.get_paths()
+    return {
+        "executable": sys.executable,
+        "base_executable": getattr(sys, "_base_executable", None),
+        "path": sys.path,
+        "maps": sorted(maps),
+        "site": [paths["purelib"], paths["platlib"]],
+    }
+
+
+_SERVER_IGNORES = [
+    s
+    for s in signal.Signals
+    if s not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGCONT)
+    and s not in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
+]
+"""Signals the server ignores, so a program signalling its parent (same uid) cannot end it; only
+SIGKILL/SIGSTOP remain, and the pool replaces a server that dies or stops answering. (Fault
+signals stay default: the kernel forces them anyway when they are real.)"""
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--layout"]:
+        print(json.dumps(_layout()))
+        return
     cfg = json.loads(sys.argv[1])
     _set_subreaper()
     # One working directory per worker, emptied after every program (see _reset_work_root).
     cfg["workdir"] = os.path.join(cfg["work_root"], "w")
+    cfg.setdefault("scratch", [])
+    cfg["min_free_bytes"] = 2 * cfg["max_output_bytes"] + (8 << 20)
     os.makedirs(cfg["workdir"], mode=0o700, exist_ok=True)
     # Keep the protocol fds away from 0/1 so nothing printed by accident corrupts the stream.
     rfd, wfd = os.dup(0), os.dup(1)
@@ -785,7 +1027,9 @@ def main() -> None:
     os.close(devnull)
     _prepare_server(cfg["workdir"])
     _pristine()
-    _send(wfd, {"ready": True, "pid": os.getpid()})
+    _BASELINE.update(_snapshot_self())
+    problems = _health(cfg)
+    _send(wfd, {"ready": not problems, "pid": os.getpid(), "health": problems})
     while True:
         try:
             job = _recv(rfd)
@@ -794,12 +1038,21 @@ def main() -> None:
         try:
             reply = _run_job(job, cfg)
         except Exception as e:  # noqa: BLE001 - report, never die silently
+            # an infrastructure fault (the server could not set up or reap the run): the pool
+            # retries the program on a fresh worker
             reply = {
                 "verdict": "sandbox_error",
+                "infra": True,
                 "exception_type": type(e).__name__,
                 "exception_message": str(e),
             }
+        try:
+            reply["health"] = _health(cfg)
+        except Exception as e:  # noqa: BLE001
+            reply["health"] = [f"health check failed: {e}"]
         _send(wfd, reply)
+        if reply["health"]:
+            break  # damaged: the pool starts a fresh worker instead of this one
 
 
 if __name__ == "__main__":

@@ -3,12 +3,16 @@
 Every backend runs the same ``_server.py`` fork server; they differ only in the wrapper around it:
 
 - ``local``: a plain ``python -I -S`` process. Resource limits and process cleanup only; the program
-  shares the host's filesystem, network and uid. NOT isolation.
+  shares the host's filesystem, network and uid. NOT isolation; used only when asked for.
 - ``bwrap``: bubblewrap with all namespaces unshared (no network, private PID/IPC/UTS namespaces),
-  a read-only view of ``/usr`` and the Python prefix only (no ``/etc``, ``$HOME``, repo or host
-  ``/tmp``), a size-capped private tmpfs ``/tmp`` as the only writable place, ``--die-with-parent``.
+  a read-only view of ``/usr`` and exactly the files the real interpreter needs (:func:`interpreter`:
+  venv, conda, pyenv or system), no ``/etc``, ``$HOME``, repo or host ``/tmp``; size-capped private
+  tmpfs ``/tmp`` and ``/dev/shm`` as the only writable places; ``--die-with-parent``.
 - ``apptainer``: ``apptainer exec --containall --cleanenv --net --network none`` on a ``.sif`` image
   (``env/sandbox.def``), the server directory bound read-only.
+
+Whether a backend works is decided by starting a real worker with the pool's own command line
+(``pool.probe_backend``), never by a look-alike command.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+from lit_codeRL.errors import ConfigError
 from lit_codeRL.sandbox.config import SandboxConfig
 
 logger = logging.getLogger(__name__)
@@ -33,13 +40,18 @@ SERVER_MOUNT = "/opt/lcrl"
 CONTAINER_WORK_ROOT = "/tmp/work"
 BWRAP_TMPFS_BYTES = 256 << 20
 """Size cap of the private /tmp in a bwrap worker (tmpfs lives in RAM)."""
+SHM_BYTES = 16 << 20
+"""Size cap of the private /dev/shm in a bwrap worker."""
 
 
-def server_config(cfg: SandboxConfig, work_root: str) -> str:
-    """The JSON argument the fork server reads (limits it applies to every child)."""
+def server_config(cfg: SandboxConfig, work_root: str, scratch: tuple[str, ...] = ()) -> str:
+    """The JSON argument the fork server reads (limits it applies to every child). ``scratch``:
+    directories that belong to this worker alone (a container's /tmp): emptied after every
+    program except for ``work_root``, and part of the worker's health check."""
     return json.dumps(
         {
             "work_root": work_root,
+            "scratch": list(scratch),
             "memory_mb": int(cfg.memory_mb),
             "max_output_bytes": int(cfg.max_output_bytes),
             "max_capture_bytes": int(cfg.max_capture_bytes),
@@ -49,14 +61,82 @@ def server_config(cfg: SandboxConfig, work_root: str) -> str:
     )
 
 
-def _python_prefixes(python: str) -> list[str]:
-    """Directories a bwrap sandbox must see read-only for ``python`` and its stdlib to work."""
-    real = os.path.realpath(python)
-    prefix = str(Path(real).parent.parent)
-    out = [] if prefix in ("/usr", "/") else [prefix]
-    if prefix != sys.base_prefix and Path(real) == Path(os.path.realpath(sys.executable)):
-        out.append(sys.base_prefix)
-    return [p for p in dict.fromkeys(out) if not p.startswith("/usr/")]
+SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin")
+"""Bound read-only wholesale in every bwrap worker (the C library, the loader, /usr/bin tools)."""
+_LAYOUT_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+"""The environment every worker (and the layout probe) starts with: nothing from the trainer."""
+
+
+class SandboxUnavailable(ConfigError):
+    """The requested isolation cannot run here; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """What a bwrap worker execs and exactly which host paths it needs to see (read-only)."""
+
+    executable: str
+    """The real interpreter binary: a venv's ``bin/python`` is only a symlink (or a copy reading
+    ``pyvenv.cfg``) that the sandbox does not show, so the worker runs the base interpreter."""
+    binds: tuple[str, ...]
+    """Read-only binds outside :data:`SYSTEM_DIRS`: the binary, the stdlib directories and the
+    directories of the shared libraries it maps (libpython, conda's lib/)."""
+    masks: tuple[str, ...]
+    """``site-packages`` directories under those binds, hidden behind an empty read-only tmpfs:
+    the worker runs ``-I -S`` and never needs them, the program has no business reading them."""
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _system(path: str) -> bool:
+    real = os.path.realpath(path)
+    return _under(path, SYSTEM_DIRS) and _under(real, SYSTEM_DIRS)
+
+
+def _layout(python: str) -> dict:
+    """Ask ``python`` itself (run exactly like a worker: ``-I -S -B``, the worker's environment)
+    where its stdlib is and which files it maps once the server's imports are loaded."""
+    argv = [python, "-I", "-S", "-B", str(SERVER_PATH), "--layout"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_LAYOUT_ENV, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SandboxUnavailable(f"cannot run the sandbox interpreter {python!r}: {e}") from e
+    if out.returncode != 0:
+        err = out.stderr.strip().splitlines()[-1:] or [f"exit status {out.returncode}"]
+        raise SandboxUnavailable(f"the sandbox interpreter {python!r} does not start: {err[0]}")
+    return json.loads(out.stdout)
+
+
+@functools.cache
+def interpreter(python: str) -> Interpreter:
+    """Resolve ``python`` (venv, conda, pyenv or system) to the binary and paths a bwrap worker needs.
+
+    A venv's interpreter reports its base (``sys._base_executable``); the worker runs that, and
+    the layout is then taken from the base itself, so what is bound is what actually runs.
+    """
+    info = _layout(python)
+    real = os.path.realpath(info["base_executable"] or info["executable"])
+    if real != os.path.realpath(info["executable"]):
+        info = _layout(real)
+        real = os.path.realpath(info["executable"])
+    server_dir = str(SERVER_PATH.parent)
+    wanted = [real]
+    wanted += [p for p in info["path"] if p != server_dir and os.path.exists(p)]
+    # shared libraries' directories (an extension module loaded later may need a sibling library,
+    # e.g. conda's lib/libffi next to libpython); the binary itself is bound alone, not its bin/
+    wanted += [os.path.dirname(m) for m in info["maps"] if os.path.isfile(m) and os.path.realpath(m) != real]
+    binds: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in wanted if not _system(p)}, key=len):
+        if not _under(path, binds):  # a parent directory is bound already
+            binds.append(path)
+    masks = [
+        p
+        for p in dict.fromkeys(os.path.realpath(s) for s in info["site"])
+        if os.path.isdir(p) and _under(p, binds) and p not in binds
+    ]
+    return Interpreter(executable=real, binds=tuple(binds), masks=tuple(masks))
 
 
 def local_argv(cfg: SandboxConfig, work_root: str) -> list[str]:
@@ -65,6 +145,7 @@ def local_argv(cfg: SandboxConfig, work_root: str) -> list[str]:
 
 def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
     """bubblewrap command line for one worker (unit-tested; see the module docstring)."""
+    interp = interpreter(cfg.python)
     argv = [
         bwrap,
         "--unshare-all",  # user, ipc, pid, net (loopback only), uts, cgroup
@@ -88,8 +169,10 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
             argv += ["--symlink", os.readlink(p), str(p)]
         elif p.is_dir():
             argv += ["--ro-bind", str(p), str(p)]
-    for prefix in _python_prefixes(cfg.python):
-        argv += ["--ro-bind", prefix, prefix]
+    for path in interp.binds:
+        argv += ["--ro-bind", path, path]
+    for path in interp.masks:
+        argv += ["--tmpfs", path, "--remount-ro", path]
     argv += [
         "--ro-bind",
         str(SERVER_PATH.parent),
@@ -98,6 +181,12 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
         "/proc",
         "--dev",
         "/dev",
+        # /dev is bwrap's own unbounded tmpfs: give shared memory a small one of its own (the
+        # server empties it after every program)
+        "--size",
+        str(SHM_BYTES),
+        "--tmpfs",
+        "/dev/shm",
         "--size",
         str(BWRAP_TMPFS_BYTES),
         "--tmpfs",
@@ -105,12 +194,12 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
         "--chdir",
         "/tmp",
         "--",
-        cfg.python,
+        interp.executable,
         "-I",
         "-S",
         "-B",
         f"{SERVER_MOUNT}/{SERVER_PATH.name}",
-        server_config(cfg, CONTAINER_WORK_ROOT),
+        server_config(cfg, CONTAINER_WORK_ROOT, scratch=("/tmp", "/dev/shm")),
     ]
     return argv
 
@@ -139,7 +228,7 @@ def apptainer_argv(cfg: SandboxConfig, image: str, apptainer: str = "apptainer")
         "-S",
         "-B",
         f"{SERVER_MOUNT}/{SERVER_PATH.name}",
-        server_config(cfg, CONTAINER_WORK_ROOT),
+        server_config(cfg, CONTAINER_WORK_ROOT, scratch=("/tmp",)),
     ]
 
 
@@ -148,32 +237,69 @@ def apptainer_image(cfg: SandboxConfig) -> str | None:
     return image if image and Path(image).is_file() else None
 
 
-@functools.cache
-def bwrap_works(python: str = sys.executable) -> bool:
-    """Probe once: does a bwrap sandbox with our flags start Python here (user namespaces allowed)?"""
+def bwrap_problem(cfg: SandboxConfig) -> str | None:
+    """Why a bwrap worker cannot run here with ``cfg`` (``None``: it works). The probe starts a real
+    worker with the very command line the pool uses and grades one program through it."""
     if shutil.which("bwrap") is None:
-        return False
-    argv = bwrap_argv(SandboxConfig(python=python))
-    argv = argv[: argv.index("--") + 1] + [python, "-I", "-S", "-c", "print(6*7)"]
-    try:
-        out = subprocess.run(argv, capture_output=True, timeout=20, text=True)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    if out.returncode != 0 or out.stdout.strip() != "42":
-        logger.warning("bwrap probe failed (rc=%s): %s", out.returncode, out.stderr.strip()[:300])
-        return False
-    return True
+        return "bubblewrap is not installed"
+    from lit_codeRL.sandbox.pool import probe_backend  # the pool imports this module
+
+    return probe_backend(cfg, "bwrap")
+
+
+def apptainer_problem(cfg: SandboxConfig) -> str | None:
+    """Why an apptainer worker cannot run here with ``cfg`` (``None``: it works)."""
+    if shutil.which("apptainer") is None:
+        return "apptainer is not installed"
+    if apptainer_image(cfg) is None:
+        return "no image (set SandboxConfig.apptainer_image or $LIT_CODERL_SANDBOX_SIF)"
+    from lit_codeRL.sandbox.pool import probe_backend
+
+    return probe_backend(cfg, "apptainer")
+
+
+def bwrap_works(python: str = sys.executable) -> bool:
+    """Does a bwrap worker for ``python`` start and grade a program here (cached per setting)?"""
+    return bwrap_problem(SandboxConfig(python=python)) is None
+
+
+FIX = (
+    "install bubblewrap (apt-get install bubblewrap; unprivileged user namespaces must be allowed), "
+    "or build the apptainer image (apptainer build sandbox.sif env/sandbox.def) and set "
+    "LIT_CODERL_SANDBOX_SIF, or set the sandbox backend to 'local' explicitly to accept running "
+    "untrusted code without isolation"
+)
 
 
 def resolve_backend(cfg: SandboxConfig) -> str:
-    """The backend ``cfg.backend`` means on this machine (``auto`` -> the safest available)."""
-    if cfg.backend != "auto":
-        return cfg.backend
-    if shutil.which("apptainer") and apptainer_image(cfg):
-        return "apptainer"
-    if bwrap_works(cfg.python):
+    """The backend ``cfg.backend`` means on this machine, checked to work.
+
+    ``auto`` is the safest that works (apptainer with an image, else bwrap) and never silently
+    ``local``: with no isolating backend it raises :class:`SandboxUnavailable` naming the fixes.
+    An explicitly requested container backend that cannot run raises too (it would otherwise fail
+    every program).
+    """
+    if cfg.backend == "local":
+        return "local"
+    if cfg.backend == "bwrap":
+        problem = bwrap_problem(cfg)
+        if problem:
+            raise SandboxUnavailable(f"sandbox backend 'bwrap' does not work here ({problem}); {FIX}")
         return "bwrap"
-    return "local"
+    if cfg.backend == "apptainer":
+        problem = apptainer_problem(cfg)
+        if problem:
+            raise SandboxUnavailable(f"sandbox backend 'apptainer' does not work here ({problem}); {FIX}")
+        return "apptainer"
+    if cfg.backend != "auto":
+        raise SandboxUnavailable(f"unknown sandbox backend {cfg.backend!r} (auto, bwrap, apptainer, local)")
+    problems = {}
+    for name, check in (("apptainer", apptainer_problem), ("bwrap", bwrap_problem)):
+        problems[name] = check(cfg)
+        if problems[name] is None:
+            return name
+    why = "; ".join(f"{k}: {v}" for k, v in problems.items())
+    raise SandboxUnavailable(f"no isolating sandbox backend works here ({why}). Fix: {FIX}")
 
 
 class PidsCgroup:

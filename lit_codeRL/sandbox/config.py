@@ -14,8 +14,11 @@ class SandboxConfig:
     """Knobs of :func:`lit_codeRL.sandbox.make_sandbox`. Defaults suit MBPP-style reward grading."""
 
     backend: BackendName = "auto"
-    """``auto`` picks the safest available: apptainer (binary + image), else bwrap (if a probe
-    run works), else local. ``local`` is resource limits only, NOT isolation."""
+    """``auto`` picks the safest backend that works here: apptainer (binary + image), else bwrap
+    (a probe worker started with the real command line grades a program). If neither works,
+    creating the sandbox raises ``SandboxUnavailable`` naming the fixes: ``auto`` never falls back
+    to ``local``. ``local`` (resource limits only, NOT isolation) only when asked for, with a
+    warning every time a pool opens."""
     workers: int = 0
     """Parallel worker processes (each a fork server running one program at a time); 0 = CPU count."""
     timeout_s: float = 5.0
@@ -38,12 +41,24 @@ class SandboxConfig:
     """Extra time the parent waits for a worker's reply past the program timeout before it kills
     and recreates the worker (a safety net: the worker enforces the timeout itself)."""
     python: str = sys.executable
-    """Interpreter for the worker (inside bwrap the host path is bound read-only)."""
+    """Interpreter for the worker: venv, conda, pyenv or system. For bwrap it is resolved to the real
+    binary (a venv's base interpreter) and exactly its stdlib and shared-library directories are
+    bound read-only (``backends.interpreter``)."""
     apptainer_image: str | None = None
     """Path to the ``.sif`` image for the apptainer backend (see ``env/sandbox.def``); defaults to
     ``$LIT_CODERL_SANDBOX_SIF``."""
     apptainer_python: str = "/usr/local/bin/python3"
     """Interpreter path inside the apptainer image."""
+    retries: int = 2
+    """How often a program whose run hit an infrastructure fault (a worker that cannot start, a
+    server error, a server that died under it) is re-run on a fresh worker before the result is
+    ``SANDBOX_ERROR``."""
+    trusted_comparison: bool = True
+    """Compare ``assert <expr> == <literal>`` tests and expected stdout outside the program's
+    process (the program only computes ``<expr>``). Off: every test runs in-process (the old,
+    weaker path; kept for comparison and tests)."""
+    max_value_bytes: int = 1 << 20
+    """Cap on the encoded size of one value a value test returns; larger values fail the test."""
     use_pids_cgroup: bool = True
     """Put each worker into its own pids cgroup (v1 or v2) when one is writable: the fork-bomb
     guard that also works when running as root (where RLIMIT_NPROC is not enforced)."""

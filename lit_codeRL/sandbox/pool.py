@@ -16,8 +16,9 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
-from lit_codeRL.sandbox import backends
+from lit_codeRL.sandbox import backends, grading
 from lit_codeRL.sandbox.config import SandboxConfig
 from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 
@@ -30,6 +31,11 @@ _START_TIMEOUT_S = 60.0
 
 class WorkerDied(RuntimeError):
     """The fork server stopped answering (killed by a program, crashed, or too slow)."""
+
+
+class WorkerStartError(RuntimeError):
+    """A worker could not be started (or reported itself unhealthy right away): never the program's
+    fault."""
 
 
 class _Worker:
@@ -75,9 +81,14 @@ class _Worker:
             close_fds=True,
             cwd="/",  # the repo path must not leak into the sandbox's environment
         )
-        reply = self._recv(time.monotonic() + _START_TIMEOUT_S)
+        try:
+            reply = self._recv(time.monotonic() + _START_TIMEOUT_S)
+        except (WorkerDied, ValueError) as e:
+            self.stop()
+            raise WorkerStartError(f"{self.backend} worker did not start: {e}") from e
         if not reply.get("ready"):
-            raise WorkerDied(f"worker did not start: {reply}")
+            self.stop()
+            raise WorkerStartError(f"{self.backend} worker did not start: {reply}")
 
     def _recv(self, deadline: float) -> dict:
         assert self.proc is not None and self.proc.stdout is not None
@@ -99,9 +110,17 @@ class _Worker:
         return json.loads(read_exact(n))
 
     def run(self, job: dict) -> dict:
+        """One program on this worker. Raises :class:`WorkerStartError` when a (re)start fails and
+        :class:`WorkerDied` when the server dies or stops answering during the program."""
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
-            self.start()
+            try:
+                self.start()
+            except WorkerStartError:
+                raise
+            except Exception as e:  # noqa: BLE001 - e.g. exec failed, argv could not be built
+                self.stop()
+                raise WorkerStartError(f"{self.backend} worker did not start: {type(e).__name__}: {e}") from e
         assert self.proc is not None and self.proc.stdin is not None
         data = json.dumps(job).encode()
         try:
@@ -169,7 +188,98 @@ def _to_result(d: dict, backend: str) -> ExecutionResult:
         stderr=d.get("stderr", ""),
         wall_time_s=float(d.get("wall_time_s", 0.0)),
         backend=backend,
+        signal=d.get("signal"),
     )
+
+
+def _job(program: Program, config: SandboxConfig) -> tuple[dict, dict[int, object]]:
+    """What the sandbox gets for ``program``, and what stays here: the expected value of every
+    ``assert <expr> == <literal>`` test (only ``<expr>`` is sent) and the expected stdout."""
+    timeout = program.timeout_s if program.timeout_s is not None else config.timeout_s
+    tests, expected = [], {}
+    for i, test in enumerate(program.tests):
+        split = grading.split_value_test(test) if config.trusted_comparison else None
+        if split is None:
+            tests.append(test)
+        else:
+            tests.append(split[0])
+            expected[i] = split[1]
+    job = {
+        "code": program.code,
+        "tests": tests,
+        "value_tests": sorted(expected),
+        "max_value_bytes": int(config.max_value_bytes),
+        "setup_code": program.setup_code,
+        "stdin": program.stdin,
+        "full_stdout": program.expected_stdout is not None,
+        "timeout_s": float(timeout),
+    }
+    return job, expected
+
+
+def _grade(
+    res: ExecutionResult, reply: dict, program: Program, expected: dict[int, object]
+) -> ExecutionResult:
+    """Finish what the sandbox could not judge: compare the returned values and the output with
+    the expected ones it never saw."""
+    values = reply.get("values") or {}
+    mismatched = []
+    for i, want in expected.items():
+        if i < len(res.test_passed) and res.test_passed[i]:
+            if not grading.value_matches(values.get(str(i)), want):
+                res.test_passed[i] = False
+                mismatched.append(i)
+    if mismatched:
+        first = mismatched[0]
+        if res.verdict is Verdict.PASSED or (
+            res.verdict is Verdict.FAILED and (res.failed_test is None or first < res.failed_test)
+        ):
+            # what the in-process ``assert`` would have raised (no expected value in the message:
+            # messages may be shown to the policy as feedback)
+            res.verdict, res.failed_test = Verdict.FAILED, first
+            res.exception_type, res.exception_message = "AssertionError", ""
+    if res.verdict is Verdict.PASSED and program.expected_stdout is not None:
+        if not grading.stdout_matches(reply.get("full_stdout", res.stdout), program.expected_stdout):
+            res.verdict = Verdict.FAILED
+            res.exception_type, res.exception_message = (
+                "WrongOutput",
+                "stdout differs from the expected output",
+            )
+    return res
+
+
+def probe_backend(config: SandboxConfig, backend: str) -> str | None:
+    """Start one real worker of ``backend`` with ``config`` (the pool's own command line and start
+    path) and grade one program through it. ``None`` when it works, else why not. Cached."""
+    key = (replace(config, workers=1, backend=backend), backend)
+    with _PROBE_LOCK:
+        if key not in _PROBED:
+            _PROBED[key] = _probe(*key)
+        return _PROBED[key]
+
+
+def _probe(config: SandboxConfig, backend: str) -> str | None:
+    worker = _Worker(config, backend)
+    try:
+        worker.start()
+        job, expected = _job(
+            Program(code="def f(x):\n    return 6 * x\n", tests=("assert f(7) == 42",)), config
+        )
+        reply = worker.run(job)
+        res = _grade(_to_result(reply, backend), reply, Program(code=""), expected)
+        if res.verdict is not Verdict.PASSED or reply.get("health"):
+            return (
+                f"a probe program came back {res.verdict.value}: {res.exception_type} {res.exception_message}"
+            )
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure means: this backend does not work here
+        return f"{type(e).__name__}: {e}"
+    finally:
+        worker.stop()
+
+
+_PROBED: dict[tuple, str | None] = {}
+_PROBE_LOCK = threading.Lock()
 
 
 class Sandbox:
@@ -177,18 +287,23 @@ class Sandbox:
 
     Thread-safe. ``submit`` returns a future and blocks once ``max_pending`` programs are in
     flight; ``run_batch`` keeps every worker busy and returns results in input order. A stuck
-    program holds only its own worker, and only until its timeout.
+    program holds only its own worker, and only until its timeout. A worker that reports damage
+    after a program is replaced before the next one; an infrastructure fault (a worker that cannot
+    start, a server error) is retried on a fresh worker up to ``config.retries`` times and only
+    then comes back as ``SANDBOX_ERROR``, which is never the program's verdict.
     """
 
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
-        self.backend = backends.resolve_backend(config)
+        self.backend = backends.resolve_backend(config)  # raises SandboxUnavailable
         self.workers = config.workers or os.cpu_count() or 1
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all = [_Worker(config, self.backend) for _ in range(self.workers)]
         self._pending = threading.BoundedSemaphore(config.max_pending or 64 * self.workers)
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
         self._closed = False
+        self.replaced = 0
+        """Workers replaced after a program damaged them or they died (for logs and tests)."""
         # Start workers from the executor's own (long-lived) threads: bwrap --die-with-parent is
         # PR_SET_PDEATHSIG, which fires when the *thread* that spawned it exits.
         barrier = threading.Barrier(self.workers)
@@ -206,6 +321,14 @@ class Sandbox:
                 w.stop()
             self._idle.put(w)
         setting = (self.backend, config.backend, self.workers, config.timeout_s, config.memory_mb)
+        if self.backend == "local":
+            # said loudly, every time a pool opens: nothing isolates the programs
+            logger.warning(
+                "sandbox: backend=local (requested %s): model-written code runs UNISOLATED as uid %d, "
+                "with this machine's files and network; use bwrap or apptainer for untrusted code",
+                config.backend,
+                os.getuid(),
+            )
         # Evaluations open a pool each time; say which isolation is in force once per setting.
         logger.log(
             logging.DEBUG if setting in _ANNOUNCED else logging.INFO,
@@ -216,52 +339,76 @@ class Sandbox:
 
     # -- execution -----------------------------------------------------------------------------
 
-    def _job(self, program: Program) -> dict:
-        timeout = program.timeout_s if program.timeout_s is not None else self.config.timeout_s
-        return {
-            "code": program.code,
-            "tests": list(program.tests),
-            "setup_code": program.setup_code,
-            "stdin": program.stdin,
-            "expected_stdout": program.expected_stdout,
-            "timeout_s": float(timeout),
-        }
-
     def _execute(self, program: Program) -> ExecutionResult:
-        job = self._job(program)
+        job, expected = _job(program, self.config)
+        timeout = job["timeout_s"]
         worker = self._idle.get()
         t0 = time.monotonic()
+        retries, deaths = 0, 0
         try:
-            try:
-                reply = worker.run(job)
-            except WorkerDied as e:
-                # The program killed its server or wedged it: recreate it, blame the program only
-                # when it ran past its time, otherwise report that it broke the sandbox worker.
-                elapsed = time.monotonic() - t0
-                worker.stop()
-                verdict = Verdict.TIMEOUT if elapsed >= job["timeout_s"] else Verdict.RUNTIME_ERROR
-                return ExecutionResult(
-                    verdict=verdict,
-                    test_passed=[False] * len(program.tests),
-                    failed_test=0 if program.tests else None,
-                    exception_type="WorkerDied",
-                    exception_message=str(e),
-                    wall_time_s=elapsed,
-                    backend=self.backend,
-                )
-            except Exception as e:  # noqa: BLE001 - e.g. worker could not start
-                worker.stop()
-                return ExecutionResult(
-                    verdict=Verdict.SANDBOX_ERROR,
-                    test_passed=[False] * len(program.tests),
-                    exception_type=type(e).__name__,
-                    exception_message=str(e),
-                    wall_time_s=time.monotonic() - t0,
-                    backend=self.backend,
-                )
+            while True:
+                t_try = time.monotonic()
+                try:
+                    reply = worker.run(job)
+                except WorkerStartError as e:
+                    fault = ("WorkerStartError", str(e))
+                except WorkerDied as e:
+                    worker.stop()
+                    self.replaced += 1
+                    if time.monotonic() - t_try >= timeout:
+                        # the server stopped answering while the program ran past its time (e.g.
+                        # the program SIGSTOPped it): the program's timeout
+                        return self._error(program, Verdict.TIMEOUT, "TimeoutError", f"{e}", t0, retries)
+                    deaths += 1
+                    if deaths >= 2:
+                        # the same program ended its fresh server again: the program, not us
+                        return self._error(
+                            program,
+                            Verdict.RUNTIME_ERROR,
+                            "WorkerKilled",
+                            f"the program ended its server: {e}",
+                            t0,
+                            retries,
+                        )
+                    fault = ("WorkerDied", str(e))
+                else:
+                    if reply.get("health"):
+                        # the server is sound enough to have graded this program, but it cannot
+                        # promise the next one an intact environment: replace it
+                        logger.debug("sandbox worker replaced: %s", reply["health"])
+                        worker.stop()
+                        self.replaced += 1
+                    if not reply.get("infra"):
+                        res = _grade(_to_result(reply, self.backend), reply, program, expected)
+                        res.retries = retries
+                        return res
+                    worker.stop()
+                    fault = (
+                        reply.get("exception_type") or "SandboxError",
+                        reply.get("exception_message") or "",
+                    )
+                if retries >= self.config.retries:
+                    logger.warning(
+                        "sandbox: giving up on a program after %d retries: %s: %s", retries, *fault
+                    )
+                    return self._error(program, Verdict.SANDBOX_ERROR, fault[0], fault[1], t0, retries)
+                retries += 1
         finally:
             self._idle.put(worker)
-        return _to_result(reply, self.backend)
+
+    def _error(
+        self, program: Program, verdict: Verdict, etype: str, msg: str, t0: float, retries: int
+    ) -> ExecutionResult:
+        return ExecutionResult(
+            verdict=verdict,
+            test_passed=[False] * len(program.tests),
+            failed_test=0 if program.tests else None,
+            exception_type=etype,
+            exception_message=msg,
+            wall_time_s=time.monotonic() - t0,
+            backend=self.backend,
+            retries=retries,
+        )
 
     def submit(self, program: Program) -> Future[ExecutionResult]:
         """Queue one program; blocks while ``max_pending`` programs are already in flight."""

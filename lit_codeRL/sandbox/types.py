@@ -16,15 +16,17 @@ class Verdict(str, enum.Enum):
     SYNTAX_ERROR = "syntax_error"
     """The program does not compile (SyntaxError, IndentationError, TabError)."""
     RUNTIME_ERROR = "runtime_error"
-    """The program raised (or exited) before its tests could run."""
+    """The program raised, exited or was killed by a signal (``ExecutionResult.signal``) before its
+    tests could run, or it ended its own sandbox server."""
     TIMEOUT = "timeout"
     """Wall-clock or CPU-time limit hit."""
     MEMORY_LIMIT = "memory_limit"
-    """Address-space limit hit (MemoryError or killed for memory)."""
+    """Address-space limit hit (MemoryError)."""
     OUTPUT_LIMIT = "output_limit"
     """Wrote more than the output cap to stdout/stderr or files."""
     SANDBOX_ERROR = "sandbox_error"
-    """The sandbox itself failed (not the program's fault); never counts as a pass."""
+    """The sandbox itself failed (not the program's fault) even after retries on fresh workers;
+    never counts as a pass, and is no verdict on the program: leave it out of rewards."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,12 @@ class ExecutionResult:
     stderr: str = ""
     wall_time_s: float = 0.0
     backend: str = ""
+    signal: str | None = None
+    """Name of the signal that killed the program (``"SIGSEGV"``), when one did; our own timeout
+    kill is reported as ``TIMEOUT`` instead."""
+    retries: int = 0
+    """How many times the sandbox re-ran this program on a fresh worker after an infrastructure
+    fault; a ``SANDBOX_ERROR`` result is what is left after ``SandboxConfig.retries`` of them."""
 
     @property
     def passed(self) -> bool:
@@ -95,4 +103,6 @@ class ExecutionResult:
             "stderr": self.stderr,
             "wall_time_s": self.wall_time_s,
             "backend": self.backend,
+            "signal": self.signal,
+            "retries": self.retries,
         }

@@ -12,6 +12,7 @@ import pytest
 
 from lit_codeRL.envs import CodeExecutionEnv, RewardResult, SingleTurnCodeEnv, UnitTestEnv
 from lit_codeRL.problems import Problem
+from lit_codeRL.problems.prompts import format_prompt
 from lit_codeRL.sandbox import ExecutionResult, Program, Verdict, make_sandbox
 
 PROBLEM = Problem(task_id="t/add", prompt="Write add(a, b).", entry_point="add")
@@ -153,7 +154,8 @@ def test_submit_batch_returns_before_grading_and_keeps_order(sandbox):
 def test_gymnasium_api(sandbox):
     env = UnitTestEnv(sandbox, problems=[ADD_PROBLEM])
     obs, info = env.reset(seed=0)
-    assert obs == ADD_PROBLEM.prompt and info["task_id"] == "t/add"
+    # The observation is the user message rollouts show: task, shown test, answer format.
+    assert obs == format_prompt(ADD_PROBLEM) and ADD_PROBLEM.prompt in obs and info["task_id"] == "t/add"
     obs, reward, terminated, truncated, info = env.step(fenced("def add(a, b):\n    return a + b"))
     assert (obs, terminated, truncated) == ("", True, False)
     assert reward == pytest.approx(2 / 3)
@@ -161,7 +163,7 @@ def test_gymnasium_api(sandbox):
     with pytest.raises(RuntimeError):
         env.step("x")  # the episode is over
     obs, _ = env.reset(options={"problem": PROBLEM})
-    assert obs == PROBLEM.prompt
+    assert obs == format_prompt(PROBLEM)
 
 
 # ------------------------------------------------------------------------ env logic, fake sandbox

@@ -158,7 +158,7 @@ def test_lora_reference_kl_is_zero_at_step_zero():
     from lit_codeRL.modules.grpo import GRPOModule
     from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import LoraSettings, ModelSettings
-    from lit_codeRL.rollout.logprobs import token_logprobs
+    from lit_codeRL.policy.logprobs import token_logprobs
     from lit_codeRL.sandbox import SandboxConfig
 
     m = GRPOModule(
@@ -176,7 +176,7 @@ def test_lora_reference_kl_is_zero_at_step_zero():
     finally:
         m.teardown("fit")
     start = batch.first_trainable_position()
-    ref = m._reference_logprobs(batch, start)
+    ref = m.reference_logprobs(batch, start)
     pol, _ = token_logprobs(m.policy, batch.input_ids, batch.attention_mask, start)
     mask = batch.trainable_mask[:, start:].bool()
     from lit_codeRL.algorithms.kl import k3_kl

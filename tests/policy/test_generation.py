@@ -25,9 +25,9 @@ def _prompts(tokenizer):
 
 def test_greedy_matches_transformers_generate(smollm2):
     model, tokenizer = smollm2
-    engine = HFGenerationEngine(tokenizer)
+    engine = HFGenerationEngine(tokenizer, model)
     ids, mask = engine.encode_prompts(_prompts(tokenizer))
-    out = engine.generate(model, ids, mask, SamplingParams(max_new_tokens=24, temperature=0))
+    out = engine.generate(ids, mask, SamplingParams(max_new_tokens=24, temperature=0))
     ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=24, do_sample=False)
     for row in range(2):
         n = int(out.completion_mask[row].sum())
@@ -36,17 +36,16 @@ def test_greedy_matches_transformers_generate(smollm2):
 
 def test_sampling_logprobs_match_training_forward_and_finish_hook(tiny_model):
     model, tokenizer = tiny_model
-    engine = HFGenerationEngine(tokenizer)
+    engine = HFGenerationEngine(tokenizer, model)
     ids, mask = engine.encode_prompts(_prompts(tokenizer))
     finished_rows: list[int] = []
     out = engine.generate(
-        model,
         ids,
         mask,
         SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.9),
         num_generations=3,
         generator=torch.Generator().manual_seed(0),
-        on_finished=lambda rows, toks: finished_rows.extend(rows),
+        on_finished=lambda rows, toks, reasons: finished_rows.extend(rows),
     )
     assert out.completion_ids.size(0) == 6 and sorted(finished_rows) == list(range(6))
     full = torch.cat([out.prompt_ids, out.completion_ids], 1)
@@ -68,11 +67,11 @@ def test_sampling_logprobs_match_training_forward_and_finish_hook(tiny_model):
 
 def test_eos_rows_are_dropped_and_padded(tiny_model):
     model, tokenizer = tiny_model
-    engine = HFGenerationEngine(tokenizer, stop_token_ids=list(range(len(tokenizer))))  # every token stops
+    engine = HFGenerationEngine(
+        tokenizer, model, stop_token_ids=list(range(len(tokenizer)))
+    )  # every token stops
     ids, mask = engine.encode_prompts(_prompts(tokenizer))
-    out = engine.generate(
-        model, ids, mask, SamplingParams(max_new_tokens=8, temperature=1.0), num_generations=2
-    )
+    out = engine.generate(ids, mask, SamplingParams(max_new_tokens=8, temperature=1.0), num_generations=2)
     assert out.completion_ids.size(1) == 1 and bool(out.finished.all())
     merged = concat_generation_outputs([out, out], engine.pad_token_id)
     assert merged.completion_ids.size(0) == 8

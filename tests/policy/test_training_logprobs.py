@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_codeRL.rollout.logprobs import (
+from lit_codeRL.policy.logprobs import (
     grouped_prompt_token_logprobs,
     shares_prompts,
     token_logprobs,

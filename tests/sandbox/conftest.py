@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from lit_codeRL.sandbox import Sandbox, make_sandbox
-from lit_codeRL.sandbox.backends import bwrap_works
+from lit_codeRL.sandbox import Sandbox, SandboxConfig, make_sandbox
+from lit_codeRL.sandbox.backends import bwrap_problem
 
-BACKENDS = ["local"] + (["bwrap"] if bwrap_works() else [])
-"""Every backend that runs on this machine (apptainer has its own marked tests)."""
+BACKENDS = ["local"] + (["bwrap"] if shutil.which("bwrap") else [])
+"""Every backend installed here (apptainer has its own marked tests). bwrap is in the list as soon
+as the binary exists: if it then does not work (a venv interpreter it cannot see, user namespaces
+off), its tests fail with the reason instead of silently disappearing."""
+
+BWRAP_PROBLEM = bwrap_problem(SandboxConfig()) if shutil.which("bwrap") else "bubblewrap is not installed"
+
+
+def require_bwrap() -> None:
+    """Skip when bwrap is absent; fail (not skip) when it is installed but broken."""
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    if BWRAP_PROBLEM:
+        pytest.fail(f"bubblewrap is installed but the sandbox cannot use it: {BWRAP_PROBLEM}")
+
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -62,8 +76,16 @@ def leaked_processes(since_ticks: int, markers: tuple[str, ...] = ()) -> list[st
     return leaks
 
 
+@pytest.fixture
+def bwrap_ok() -> None:
+    """Depend on this in a bwrap-only test: skip without bubblewrap, fail when it is broken."""
+    require_bwrap()
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def sandbox(request) -> Sandbox:
+    if request.param == "bwrap":
+        require_bwrap()
     sb = make_sandbox(backend=request.param, workers=2, timeout_s=3.0, memory_mb=512)
     yield sb
     sb.close()

@@ -9,6 +9,7 @@ run against bwrap only.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import textwrap
 import time
@@ -18,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.sandbox import Program, Verdict, make_sandbox
-from lit_codeRL.sandbox.backends import PidsCgroup, bwrap_works
+from lit_codeRL.sandbox.backends import PidsCgroup
 
-needs_bwrap = pytest.mark.skipif(not bwrap_works(), reason="bubblewrap does not work here")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 WRONG_F = "def f(x):\n    return x - 1\n"
 TESTS = ("assert f(1) == 2", "assert f(5) == 6")
@@ -32,10 +33,11 @@ def run(sb, code: str, tests=TESTS, **kw):
 
 def assert_healthy(sb) -> None:
     """The sandbox still grades a correct and a wrong program right after the hostile one."""
-    good = sb.run(Program(code="def f(x):\n    return x + 1\n", tests=TESTS))
-    bad = sb.run(Program(code=WRONG_F, tests=TESTS))
-    assert good.verdict is Verdict.PASSED, good
-    assert bad.verdict is Verdict.FAILED, bad
+    for _ in range(2):  # twice per worker (the pool hands them out in turn)
+        good = sb.run_batch([Program(code="def f(x):\n    return x + 1\n", tests=TESTS)] * 4)
+        bad = sb.run_batch([Program(code=WRONG_F, tests=TESTS)] * 4)
+        assert all(r.verdict is Verdict.PASSED and r.retries == 0 for r in good), good
+        assert all(r.verdict is Verdict.FAILED and r.test_passed == [False, False] for r in bad), bad
 
 
 # ----------------------------------------------------------------------------------------------
@@ -45,7 +47,8 @@ def assert_healthy(sb) -> None:
 HACKS = {
     "sys_exit_before_asserts": WRONG_F + "import sys\nsys.exit(0)\n",
     "os_exit_before_asserts": WRONG_F + "import os\nos._exit(0)\n",
-    "exit_builtin": WRONG_F + "exit()\n",
+    # (``exit()`` itself is not defined under ``-S``: that hack could never have run)
+    "raise_systemexit": WRONG_F + "raise SystemExit\n",
     "print_fake_success": WRONG_F
     + "print('PASSED'); print('All tests passed'); print('{\"passed\": true}')\n",
     "assertion_error_redefined": WRONG_F
@@ -156,12 +159,34 @@ SETUP = {
 }
 
 
+RIGHT_F = "def f(x):\n    return x + 1\n"
+
+CONTROL = {
+    # The same hack around a correct f: the sandbox really ran the hack code and graded the tests.
+    # A hack that writes the result channel is tampering whatever f does; one that ends the
+    # process before any report leaves nothing to grade.
+    "fake_records_on_result_fd": (Verdict.FAILED, "ProtocolViolation"),
+    "fake_records_then_os_exit": (Verdict.FAILED, "ProtocolViolation"),
+    "thread_writes_garbage": (Verdict.FAILED, "ProtocolViolation"),
+    "os_exit_before_asserts": (Verdict.RUNTIME_ERROR, "EarlyExit"),
+    "close_result_fd": (Verdict.RUNTIME_ERROR, "EarlyExit"),
+}
+
+
 @pytest.mark.parametrize("hack", sorted(HACKS))
 def test_grading_hack_does_not_pass(sandbox, hack, leak_check):
-    res = run(sandbox, HACKS[hack], tests=CUSTOM_TESTS.get(hack, TESTS), setup_code=SETUP.get(hack, ""))
-    assert res.verdict is not Verdict.PASSED, res
-    assert res.num_passed == 0, res
-    assert not all(res.test_passed)
+    tests = CUSTOM_TESTS.get(hack, TESTS)
+    res = run(sandbox, HACKS[hack], tests=tests, setup_code=SETUP.get(hack, ""))
+    # a real verdict on the program (a broken sandbox answers SANDBOX_ERROR and fails here)
+    assert res.verdict not in (Verdict.PASSED, Verdict.SANDBOX_ERROR), res
+    assert res.num_passed == 0 and res.num_tests == len(tests), res
+    if HACKS[hack].startswith(WRONG_F):
+        control = run(
+            sandbox, RIGHT_F + HACKS[hack][len(WRONG_F) :], tests=tests, setup_code=SETUP.get(hack, "")
+        )
+        verdict, etype = CONTROL.get(hack, (Verdict.PASSED, None))
+        assert (control.verdict, control.exception_type) == (verdict, etype), control
+    assert_healthy(sandbox)
     leak_check()
 
 
@@ -359,15 +384,15 @@ def test_stuck_program_does_not_block_quick_ones(sandbox):
 
 @pytest.fixture(scope="module")
 def bwrap_sandbox():
-    if not bwrap_works():
-        pytest.skip("bubblewrap does not work here")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
     sb = make_sandbox(backend="bwrap", workers=2, timeout_s=3.0, memory_mb=512)
     yield sb
     sb.close()
 
 
 @needs_bwrap
-def test_no_network(bwrap_sandbox):
+def test_no_network(bwrap_ok, bwrap_sandbox):
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 
@@ -131,9 +132,15 @@ def test_bwrap_argv_is_locked_down():
         assert flag in argv
     assert "--share-net" not in argv and "--bind" not in argv  # no writable host bind at all
     ro = [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]
-    assert "/usr" in ro and not any(p in ("/", "/etc", "/home", "/tmp") for p in ro)
-    assert argv[argv.index("--tmpfs") + 1] == "/tmp"
-    assert argv[argv.index("--") + 1 :][1:4] == ["-I", "-S", "-B"]
+    assert "/usr" in ro and not any(p in ("/", "/etc", "/home", "/tmp", "/root") for p in ro)
+    assert not any(p.endswith("site-packages") for p in ro)
+    tmpfs = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
+    assert "/tmp" in tmpfs and "/dev/shm" in tmpfs
+    for i, a in enumerate(argv):  # site-packages under a bound prefix: hidden and read-only
+        if a == "--tmpfs" and argv[i + 1].endswith("site-packages"):
+            assert argv[i + 2 : i + 4] == ["--remount-ro", argv[i + 1]]
+    tail = argv[argv.index("--") + 1 :]
+    assert tail[0] == os.path.realpath(tail[0]) and tail[1:4] == ["-I", "-S", "-B"]  # the real binary
 
 
 def test_apptainer_argv():

@@ -1,0 +1,120 @@
+"""Behavioural cloning (supervised fine-tuning on demonstrations), as a LightningModule.
+
+One training step, as data::
+
+    demonstrations (reference solutions rendered as rollouts are, or saved trajectories)
+        -> batch of [prompt | answer tokens (| observation | answer ...)]
+        -> mean NLL of the demonstrator's tokens -> optimizer step
+
+It trains the same trajectory record as the RL modules, so a BC run's ``hf_model`` warm-starts
+any of them: ``--model.init_args.model.name_or_path <bc run>/hf_model``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch.utils.data import DataLoader
+
+from lit_codeRL.algorithms.bc import nll_loss
+from lit_codeRL.policy.engine import EngineSettings
+from lit_codeRL.policy.loading import ModelSettings
+from lit_codeRL.rollout.demonstrations import DemonstrationDataset, DemonstrationSettings, load_demonstrations
+from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.training.policy_module import PolicyModule, as_settings
+
+
+def _identity(batch: Any) -> Any:
+    return batch
+
+
+class BCModule(PolicyModule):
+    """Behavioural cloning on demonstrations.
+
+    Args:
+        model: Policy model source, dtype, LoRA and gradient checkpointing.
+        demonstrations: Where demonstrations come from (reference solutions or a rollout dump).
+        engine: Generation engine (used by evaluation callbacks).
+        batch_size: Demonstrations per optimizer step.
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Linear learning-rate warm-up, in optimizer steps.
+        lr_schedule: ``constant`` or ``cosine`` (to ``min_lr_ratio`` at ``trainer.max_steps``).
+        min_lr_ratio: Final cosine learning rate as a fraction of ``learning_rate``.
+        max_grad_norm: Gradient-norm clip; 0 disables.
+        micro_batch_size: Rows per forward/backward chunk; ``None`` = a free-memory hint.
+        fused_optimizer: Fused AdamW where the device supports it.
+        save_hf_model: Write ``<run>/hf_model`` at the end.
+        seed: Seed of the demonstration order.
+    """
+
+    def __init__(
+        self,
+        model: ModelSettings = ModelSettings(),  # noqa: B008 - dataclass defaults show up in --print_config
+        demonstrations: DemonstrationSettings = DemonstrationSettings(),  # noqa: B008
+        engine: EngineSettings = EngineSettings(),  # noqa: B008
+        batch_size: int = 8,
+        learning_rate: float = 1e-5,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 10,
+        lr_schedule: Literal["constant", "cosine"] = "cosine",
+        min_lr_ratio: float = 0.1,
+        max_grad_norm: float = 1.0,
+        micro_batch_size: int | None = None,
+        fused_optimizer: bool = True,
+        save_hf_model: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        super().__init__(
+            model=as_settings(ModelSettings, model),
+            engine=as_settings(EngineSettings, engine),
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            warmup_steps=warmup_steps,
+            lr_schedule=lr_schedule,
+            min_lr_ratio=min_lr_ratio,
+            max_grad_norm=max_grad_norm,
+            micro_batch_size=micro_batch_size,
+            fused_optimizer=fused_optimizer,
+            save_hf_model=save_hf_model,
+        )
+        self.demo_settings = as_settings(DemonstrationSettings, demonstrations)
+        self.save_hyperparameters()
+        self.plain_hparams()
+        self.dataset: DemonstrationDataset | None = None
+
+    def setup(self, stage: str) -> None:
+        if stage != "fit" or self.dataset is not None:
+            return
+        rows = load_demonstrations(self.demo_settings, self.tokenizer)
+        self.dataset = DemonstrationDataset(
+            rows, self.hparams.batch_size, self.engine.pad_token_id, self.hparams.seed
+        )
+        self.register_state("demonstrations", self.dataset)
+        self.setup_run_dir("demonstrations")
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.dataset, batch_size=None, collate_fn=_identity, num_workers=0)
+
+    def training_step(self, batch: TrajectoryBatch, batch_idx: int) -> None:
+        batch = batch.to(self.device)
+        start = batch.first_trainable_position()
+        num_tokens = float(batch.num_trainable_tokens)
+
+        def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            logps, _ = self.token_logprobs(mb, start)
+            return nll_loss(logps, mb.trainable_mask[:, start:], num_tokens)
+
+        stats, times = self.update(batch, loss_fn)
+        metrics = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
+        metrics.update(times)
+        metrics["train/tokens"] = num_tokens
+        metrics["train/epoch"] = float(self.dataset.epoch) if self.dataset else 0.0
+        metrics["train/lr"] = self.optimizers().param_groups[0]["lr"]
+        self.log(
+            "train/loss", metrics.pop("train/loss"), on_step=True, prog_bar=True, batch_size=batch.batch_size
+        )
+        self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)

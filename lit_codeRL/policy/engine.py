@@ -1,0 +1,76 @@
+"""The generation-engine protocol: what rollouts and evaluation need from whatever samples tokens.
+
+Nothing above ``policy/`` names a concrete engine: modules build one with :func:`make_engine`
+from :class:`EngineSettings` (a config knob), rollouts and callbacks call the protocol only. The
+HF engine (``policy/generation.py``) samples from the live training module; a later vLLM engine
+keeps its own copy of the weights and refreshes it in ``sync_weights`` after each optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from lit_codeRL.policy.generation import GenerationOutput, HFGenerationEngine, SamplingParams
+
+__all__ = ["EngineSettings", "GenerationEngine", "GenerationOutput", "SamplingParams", "make_engine"]
+
+
+@runtime_checkable
+class GenerationEngine(Protocol):
+    """Batched sampling that returns exact token ids, masks, sampling log-probs and finish reasons."""
+
+    tokenizer: Any
+    pad_token_id: int
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
+        """Left-padded ``[B, P]`` ids and mask of already chat-templated prompt strings."""
+        ...
+
+    def pad_prompts(self, prompts: list[list[int]]) -> tuple[Tensor, Tensor]:
+        """Left-padded ``[B, P]`` ids and mask of prompts given as token ids (multi-turn contexts)."""
+        ...
+
+    def generate(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        sampling: SamplingParams,
+        num_generations: int = 1,
+        generator: torch.Generator | None = None,
+        on_finished: Callable[[list[int], list[list[int]], list[str]], None] | None = None,
+    ) -> GenerationOutput:
+        """``num_generations`` samples per prompt row, group-contiguous; see :class:`GenerationOutput`.
+
+        ``on_finished(rows, token_ids, finish_reasons)`` may be called as rows end, before the call returns, so
+        that grading overlaps generation."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the next ``generate`` sample from ``model``'s current weights."""
+        ...
+
+
+@dataclass
+class EngineSettings:
+    """Which engine samples rollouts and evaluation completions."""
+
+    name: Literal["hf"] = "hf"
+    """``hf``: batched KV-cached sampling from the training module itself (CPU and GPU)."""
+    cpu_decode_threads: int | None = None
+    """Torch threads for the token-by-token decode loop on CPU (prefill and training keep all
+    threads); ``None`` keeps torch's setting. On a quiet 2-core box all threads decode fastest;
+    one thread helps when the sandbox or other jobs saturate the cores."""
+
+
+def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module) -> GenerationEngine:
+    """The engine ``settings`` names, ready to sample from ``model``."""
+    if settings.name == "hf":
+        return HFGenerationEngine(tokenizer, model=model, cpu_decode_threads=settings.cpu_decode_threads)
+    from lit_codeRL.errors import ConfigError
+
+    raise ConfigError(f"unknown generation engine {settings.name!r}; available: hf")

@@ -1,0 +1,324 @@
+"""``PolicyModule``: the base ``LightningModule`` of every algorithm that trains a language policy.
+
+A subclass writes its algorithm in ``training_step``: get a batch, compute advantages, call
+:meth:`PolicyModule.backward_micro_batches` with its loss, :meth:`PolicyModule.optimizer_step`.
+Everything else lives here once:
+
+* the policy and tokenizer (any source ``policy/loading.py`` accepts), the generation engine
+  chosen by config, and a frozen reference policy when a KL term needs one (under LoRA the base
+  model with adapters switched off is the reference: no copy);
+* micro-batched forward/backward inside the step (``micro_batch_size``, or a hint from free
+  memory), whose losses are normalised by whole-batch counts so the micro-batch sum equals the
+  whole-batch loss for every aggregation;
+* manual optimization: AdamW (fused where the device allows), linear warm-up then constant or
+  cosine learning rate, gradient-norm clipping at the point where gradients are unscaled;
+* checkpoint state beyond weights and optimizer: any object registered with
+  :meth:`register_state` (rollout position and RNG, baselines, schedules) is saved and restored,
+  whichever of ``setup`` and checkpoint loading happens first;
+* at the end, the policy as a plain ``save_pretrained`` directory ``<run>/hf_model`` (LoRA
+  adapters merged in), loadable by ``transformers`` and as ``model.name_or_path`` of a new run.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
+
+from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, make_engine
+from lit_codeRL.policy.loading import LoraSettings, ModelSettings, load_model
+from lit_codeRL.policy.logprobs import grouped_prompt_token_logprobs
+from lit_codeRL.policy.precision import default_micro_batch_size
+from lit_codeRL.rollout.dataset import RolloutWriter
+from lit_codeRL.rollout.trajectory import TrajectoryBatch
+
+log = logging.getLogger("lit_codeRL")
+
+LossFn = Callable[[TrajectoryBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def as_settings(cls: type, value: Any) -> Any:
+    """Settings given as a dict (a checkpoint's hparams, a script) become their dataclass again."""
+    if isinstance(value, dict):
+        if cls is ModelSettings and isinstance(value.get("lora"), dict):
+            value = {**value, "lora": LoraSettings(**value["lora"])}
+        return cls(**value)
+    return value
+
+
+class PolicyModule(LightningModule):
+    """Shared machinery of language-policy algorithms (see the module docstring).
+
+    Subclasses call ``super().__init__(...)`` with their settings, then
+    ``self.save_hyperparameters()``, and implement ``training_step`` and ``train_dataloader``.
+    """
+
+    def __init__(
+        self,
+        model: ModelSettings,
+        engine: EngineSettings,
+        *,
+        learning_rate: float,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        lr_schedule: Literal["constant", "cosine"] = "constant",
+        min_lr_ratio: float = 0.0,
+        max_grad_norm: float = 1.0,
+        micro_batch_size: int | None = None,
+        fused_optimizer: bool = True,
+        save_hf_model: bool = True,
+        needs_reference: bool = False,
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.optim_settings = {
+            "learning_rate": learning_rate,
+            "weight_decay": weight_decay,
+            "warmup_steps": warmup_steps,
+            "lr_schedule": lr_schedule,
+            "min_lr_ratio": min_lr_ratio,
+            "max_grad_norm": max_grad_norm,
+            "fused_optimizer": fused_optimizer,
+        }
+        self.micro_batch_size, self.save_hf_model = micro_batch_size, save_hf_model
+        self.policy, self.tokenizer = load_model(model)
+        self.engine: GenerationEngine = make_engine(engine, self.tokenizer, self.policy)
+        # The reference is never trained and is rebuilt from the same source on resume, so it
+        # lives outside the module tree (not in checkpoints, not in the optimizer).
+        self._reference: list[torch.nn.Module] = []
+        self.is_lora = model.lora is not None
+        if needs_reference and not self.is_lora:
+            self._reference.append(copy.deepcopy(self.policy).eval().requires_grad_(False))
+        self._state: dict[str, Stateful] = {}
+        self._pending_state: dict[str, Any] = {}
+        self._auto_micro_batch: int | None = None
+        self.run_dir: Path | None = None
+        self.writer: RolloutWriter | None = None
+        self.last_records: list[dict[str, Any]] = []
+
+    def plain_hparams(self) -> None:
+        """Store dataclass hparams as plain dicts: checkpoints load with ``weights_only=True``."""
+        for key, value in list(self.hparams.items()):
+            if dataclasses.is_dataclass(value):
+                self.hparams[key] = dataclasses.asdict(value)
+
+    # ------------------------------------------------------------------ run directory
+    def setup_run_dir(self, dump_name: str = "rollouts") -> None:
+        """Resolve the log dir on every rank (a collective under DDP) and open the JSONL dump."""
+        attached = self._trainer is not None
+        log_dir = self.trainer.log_dir if attached else None
+        suffix = f".rank{self.trainer.global_rank}" if attached and self.trainer.world_size > 1 else ""
+        self.run_dir = Path(log_dir) if log_dir else None
+        self.writer = RolloutWriter(self.run_dir / f"{dump_name}{suffix}.jsonl" if self.run_dir else None)
+
+    def on_fit_start(self) -> None:
+        # from_pretrained returns eval mode and Lightning keeps submodule modes: without this,
+        # dropout and gradient checkpointing (both gated on .training in transformers) stay off.
+        self.policy.train()
+        for ref in self._reference:
+            ref.to(self.device)
+        self.engine.sync_weights(self.policy)
+
+    # ------------------------------------------------------------------ forward / backward
+    def token_logprobs(
+        self,
+        batch: TrajectoryBatch,
+        start: int,
+        *,
+        temperature: float = 1.0,
+        group_size: int = 1,
+        with_entropy: bool = False,
+        model: torch.nn.Module | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[B, L - start]`` log-probs of ``batch.input_ids[:, start:]`` under ``model`` (the
+        policy by default); groups of ``group_size`` rows sharing a prompt run it once."""
+        return grouped_prompt_token_logprobs(
+            model if model is not None else self.policy,
+            batch.input_ids,
+            batch.attention_mask,
+            start,
+            group_size,
+            temperature,
+            with_entropy=with_entropy,
+        )
+
+    @torch.no_grad()
+    def reference_logprobs(
+        self, batch: TrajectoryBatch, start: int, temperature: float = 1.0, group_size: int = 1
+    ) -> torch.Tensor:
+        """Log-probs under the frozen reference (LoRA: the base model, adapters off)."""
+        if self.is_lora:
+            with self.policy.disable_adapter():
+                return self.token_logprobs(batch, start, temperature=temperature, group_size=group_size)[0]
+        if not self._reference:
+            raise RuntimeError("no reference policy was built (needs_reference=False)")
+        ref = self._reference[0]
+        return self.token_logprobs(batch, start, temperature=temperature, group_size=group_size, model=ref)[0]
+
+    def micro_batch_rows(self, batch: TrajectoryBatch, group_size: int = 1) -> int:
+        """Rows per forward/backward chunk: the configured size or a free-memory hint (the same on
+        every rank), rounded down to whole groups so a group's prompt still runs once."""
+        size = self.micro_batch_size
+        if not size:
+            if self._auto_micro_batch is None:
+                num_params = sum(p.numel() for p in self.policy.parameters())
+                hint = default_micro_batch_size(num_params, seq_len=batch.input_ids.size(1))
+                if self._trainer is not None and self.trainer.world_size > 1:
+                    hint = self.trainer.strategy.broadcast(hint, src=0)
+                self._auto_micro_batch = hint
+            size = self._auto_micro_batch
+        if group_size > 1 and size > group_size:
+            size -= size % group_size
+        return size
+
+    def backward_micro_batches(
+        self, batch: TrajectoryBatch, loss_fn: LossFn, group_size: int = 1
+    ) -> dict[str, list[float]]:
+        """Run ``loss_fn`` and backward over micro-batches; gradients accumulate, DDP syncs once.
+
+        ``loss_fn(micro_batch)`` must normalise by whole-batch counts (``num_rows`` /
+        ``num_tokens``), so the micro-batch losses add up to the whole-batch loss. Returns the
+        micro-batches' stats; ``loss`` is their sum (the whole-batch loss)."""
+        opt = self.optimizers()
+        micro = batch.micro_batches(self.micro_batch_rows(batch, group_size))
+        stats: dict[str, list[float]] = {}
+        total = 0.0
+        for k, mb in enumerate(micro):
+            loss, step_stats = loss_fn(mb)
+            with opt.toggle_model(sync_grad=k == len(micro) - 1):
+                self.manual_backward(loss)
+            total += float(loss.detach())
+            for key, value in step_stats.items():
+                stats.setdefault(key, []).append(float(value))
+        stats["loss"] = [total]
+        return stats
+
+    def update(
+        self, batch: TrajectoryBatch, loss_fn: LossFn, group_size: int = 1, num_iterations: int = 1
+    ) -> tuple[dict[str, list[float]], dict[str, float]]:
+        """``num_iterations`` optimizer steps on ``batch``; returns the loss stats and the timings
+        (``time/forward_backward_s``, ``time/optimizer_s``, ``time/train_s``)."""
+        t0 = time.perf_counter()
+        stats: dict[str, list[float]] = {}
+        fwd_bwd_s = opt_s = 0.0
+        for _ in range(num_iterations):
+            t_fb = time.perf_counter()
+            for key, values in self.backward_micro_batches(batch, loss_fn, group_size).items():
+                stats.setdefault(key, []).extend(values)
+            fwd_bwd_s += time.perf_counter() - t_fb
+            opt_s += self.optimizer_step()
+        times = {
+            "time/forward_backward_s": fwd_bwd_s,
+            "time/optimizer_s": opt_s,
+            "time/train_s": time.perf_counter() - t0,
+        }
+        return stats, times
+
+    def optimizer_step(self) -> float:
+        """Step, zero the gradients, advance the schedule, refresh the engine; returns seconds."""
+        t0 = time.perf_counter()
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        self.engine.sync_weights(self.policy)
+        return time.perf_counter() - t0
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        # Here (not in training_step) gradients are already unscaled under 16-mixed.
+        if self.optim_settings["max_grad_norm"] > 0:
+            self.clip_gradients(
+                optimizer,
+                gradient_clip_val=self.optim_settings["max_grad_norm"],
+                gradient_clip_algorithm="norm",
+            )
+
+    # ------------------------------------------------------------------ optimizer
+    def configure_optimizers(self):
+        o = self.optim_settings
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        # Fused AdamW is one kernel per step instead of a dozen per parameter (measured 6x on CPU).
+        fused = o["fused_optimizer"] and all(p.device.type in ("cpu", "cuda") for p in params)
+        opt = torch.optim.AdamW(params, lr=o["learning_rate"], weight_decay=o["weight_decay"], fused=fused)
+        total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
+        factor = lr_factor(o["warmup_steps"], o["lr_schedule"], total, o["min_lr_ratio"])
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ------------------------------------------------------------------ checkpoint state
+    def register_state(self, name: str, obj: Stateful) -> None:
+        """Checkpoint ``obj.state_dict()`` under ``name``; restore it now if a checkpoint already
+        loaded (``setup`` may run after ``on_load_checkpoint``)."""
+        self._state[name] = obj
+        if name in self._pending_state:
+            obj.load_state_dict(self._pending_state.pop(name))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["lit_coderl_state"] = {name: obj.state_dict() for name, obj in self._state.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = dict(checkpoint.get("lit_coderl_state", {}))
+        if "rollout_state" in checkpoint:  # checkpoints written before the state registry
+            saved.setdefault("rollout", checkpoint["rollout_state"])
+        for name, state in saved.items():
+            if name in self._state:
+                self._state[name].load_state_dict(state)
+            else:
+                self._pending_state[name] = state
+
+    # ------------------------------------------------------------------ export
+    def on_train_end(self) -> None:
+        # self.run_dir, not trainer.log_dir: the latter is a collective and only rank 0 is here.
+        if self.save_hf_model and self.trainer.is_global_zero and self.run_dir:
+            self.export_hf(self.run_dir / "hf_model")
+
+    def export_hf(self, out: Path) -> Path:
+        """Write the policy as a plain ``save_pretrained`` directory (LoRA merged into a copy)."""
+        model = self.policy
+        if self.is_lora:
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+        rank_zero_info(f"saved the trained policy to {out}")
+        return out
+
+    # ------------------------------------------------------------------ for callbacks
+    def generation_engine(self) -> GenerationEngine:
+        """The engine, synced to the live policy: what evaluation callbacks sample with."""
+        self.engine.sync_weights(self.policy)
+        return self.engine
+
+
+def lr_factor(
+    warmup_steps: int, schedule: str, total_steps: int, min_ratio: float = 0.0
+) -> Callable[[int], float]:
+    """Multiplier of the base learning rate at optimizer step ``s``: linear warm-up over
+    ``warmup_steps``, then constant, or cosine decay to ``min_ratio`` at ``total_steps``."""
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {schedule!r}")
+    warmup = max(0, warmup_steps)
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant" or total_steps <= warmup:
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor

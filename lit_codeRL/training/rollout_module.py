@@ -1,0 +1,176 @@
+"""``RolloutModule``: a :class:`PolicyModule` that trains on episodes it samples itself.
+
+It owns what on-policy algorithms share: the problem stream, the environment and its sandbox,
+the :class:`EpisodeRunner` and :class:`RolloutDataset`, pulling a fresh batch inside the step,
+leaving samples the sandbox failed on out of the loss, and the rollout metrics and JSONL dumps.
+GRPO and REINFORCE differ only in their advantages and loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from torchmetrics import MeanMetric
+
+from lit_codeRL.algorithms.grpo import zero_std_groups
+from lit_codeRL.envs.settings import EnvSettings, make_env
+from lit_codeRL.policy.engine import SamplingParams
+from lit_codeRL.rollout.dataset import RolloutDataset
+from lit_codeRL.rollout.episodes import EpisodeRunner
+from lit_codeRL.rollout.prompts import ProblemSettings, ProblemStream, load_problem_set
+from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.sandbox import SandboxConfig, make_sandbox
+from lit_codeRL.training.policy_module import PolicyModule
+
+
+def _identity(batch: Any) -> Any:
+    return batch
+
+
+class RolloutModule(PolicyModule):
+    """Base of on-policy rollout algorithms; see the module docstring.
+
+    Subclasses pass their rollout settings to ``super().__init__`` along with
+    :class:`PolicyModule`'s, and in ``training_step`` call :meth:`next_batch`, compute advantages
+    and the loss, and end with :meth:`log_rollout`.
+    """
+
+    def __init__(
+        self,
+        *,
+        problems: ProblemSettings,
+        env: EnvSettings,
+        sandbox: SandboxConfig,
+        sampling: SamplingParams,
+        num_generations: int,
+        prompts_per_step: int,
+        filter_zero_std_groups: bool = False,
+        max_refill_rounds: int = 3,
+        seed: int = 0,
+        **policy_kwargs: Any,
+    ) -> None:
+        super().__init__(**policy_kwargs)
+        self.problem_settings, self.env_settings = problems, env
+        self.sandbox_config, self.sampling = sandbox, sampling
+        self.num_generations, self.prompts_per_step = num_generations, prompts_per_step
+        self.filter_zero_std_groups, self.max_refill_rounds = filter_zero_std_groups, max_refill_rounds
+        self.rollout_seed = seed
+        self.reward_mean = MeanMetric()
+        self.pass_rate = MeanMetric()
+        self.dataset: RolloutDataset | None = None
+        self.sandbox = None
+
+    # ------------------------------------------------------------------ data
+    def setup(self, stage: str) -> None:
+        if stage != "fit" or self.dataset is not None:
+            return
+        self.sandbox = make_sandbox(self.sandbox_config)
+        env = make_env(self.env_settings, self.sandbox, self.problem_settings.num_shown_tests)
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        stream = ProblemStream(load_problem_set(self.problem_settings), seed=self.rollout_seed, rank=rank)
+        runner = EpisodeRunner(
+            self.engine,
+            env,
+            self.sampling,
+            max_turns=self.env_settings.max_turns,
+            max_context_tokens=self.env_settings.max_context_tokens,
+            system_prompt=self.problem_settings.system_prompt,
+        )
+        self.dataset = RolloutDataset(
+            stream,
+            runner,
+            self.num_generations,
+            self.prompts_per_step,
+            filter_zero_std_groups=self.filter_zero_std_groups,
+            max_refill_rounds=self.max_refill_rounds,
+            seed=self.rollout_seed + 7919 * rank,
+        )
+        self.register_state("rollout", self.dataset)
+        self.setup_run_dir("rollouts")
+
+    def teardown(self, stage: str) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    def train_dataloader(self) -> DataLoader:
+        # num_workers=0: a worker process would sample from a stale copy of the policy.
+        return DataLoader(self.dataset, batch_size=None, collate_fn=_identity, num_workers=0)
+
+    def next_batch(self, dataloader_iter: Any) -> TrajectoryBatch:
+        """A fresh rollout batch on this device, samples without a reward out of the loss.
+
+        Pulling the batch here (instead of receiving it in ``training_step``) disables
+        Lightning's one-batch prefetch, so every rollout comes from the policy after the
+        previous update."""
+        item = next(dataloader_iter)
+        batch = (item[0] if isinstance(item, tuple) else item).to(self.device)
+        batch.stats["sandbox_errors"] = float(batch.drop_invalid_from_loss())
+        return batch
+
+    # ------------------------------------------------------------------ logging
+    def log_rollout(
+        self, batch: TrajectoryBatch, stats: dict[str, list[float]], times: dict[str, float]
+    ) -> None:
+        """Rollout, loss and timing metrics (documented in docs/metrics.md) and the JSONL dump."""
+        records = batch.records
+        valid = (
+            batch.valid.cpu() if batch.valid is not None else torch.ones(batch.batch_size, dtype=torch.bool)
+        )
+        rewards = batch.rewards.cpu()
+        passed = torch.tensor([r["verdict"] == "passed" for r in records], dtype=torch.float32)
+        # torchmetrics sync across ranks in compute(), so every rank logs the same global value.
+        for name, metric, values in (
+            ("train/reward", self.reward_mean, rewards[valid]),
+            ("train/pass_rate", self.pass_rate, passed[valid]),
+        ):
+            if values.numel():
+                metric.update(values.to(self.device))
+            self.log(
+                name,
+                metric.compute(),
+                on_step=True,
+                prog_bar=name == "train/reward",
+                batch_size=batch.batch_size,
+            )
+            metric.reset()
+        lengths = torch.tensor([r["completion_tokens"] for r in records], dtype=torch.float32)
+        gen_s = batch.stats.get("generate_s", 0.0)
+        metrics = {
+            "train/reward_std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
+            "train/frac_zero_std_groups": float(zero_std_groups(rewards, self.num_generations).float().mean())
+            if batch.batch_size % self.num_generations == 0
+            else 0.0,
+            "train/completion_length": float(lengths.mean()),
+            "train/truncated_frac": float(1 - sum(r["finished"] for r in records) / len(records)),
+            "train/tokens_per_s": batch.stats.get("completion_tokens", 0.0) / max(gen_s, 1e-9),
+            "train/sandbox_s": float(sum(r["sandbox_s"] for r in records)),
+            "sandbox/errors": batch.stats.get("sandbox_errors", 0.0),
+            "time/generate_s": gen_s,
+            "time/reward_wait_s": batch.stats.get("reward_wait_s", 0.0),
+            "train/lr": self.optimizers().param_groups[0]["lr"],
+            **times,
+        }
+        if self.env_settings.max_turns > 1:
+            metrics.update(turn_metrics(records, self.env_settings.max_turns))
+        for key, values in stats.items():
+            metrics[f"train/{key}"] = sum(values) / len(values)
+        self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)
+        self.last_records = records
+        if self.writer is not None:
+            self.writer.write(records, step=self.global_step, rank=self.global_rank)
+
+
+def turn_metrics(records: list[dict[str, Any]], max_turns: int) -> dict[str, float]:
+    """Multi-turn metrics: ``train/success_after_turn_k`` (fraction of valid episodes solved
+    within k turns, the same episodes for every k) and ``train/num_turns``."""
+    valid = [r for r in records if r.get("valid", True)]
+    if not valid:
+        return {}
+    out = {"train/num_turns": sum(r["num_turns"] for r in valid) / len(valid)}
+    for k in range(1, max_turns + 1):
+        solved = sum(1 for r in valid if r.get("success_turn") is not None and r["success_turn"] <= k)
+        out[f"train/success_after_turn_{k}"] = solved / len(valid)
+    return out

@@ -1,0 +1,78 @@
+"""The shared training layer: learning-rate schedule, LoRA-merged export, checkpoint-state registry."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lit_codeRL.training.policy_module import lr_factor
+
+
+def test_lr_factor_by_hand():
+    f = lr_factor(4, "constant", 100)
+    assert [f(s) for s in (0, 1, 3, 4, 50)] == [0.25, 0.5, 1.0, 1.0, 1.0]
+    f = lr_factor(2, "cosine", 12, min_ratio=0.1)
+    assert f(0) == 0.5 and f(2) == pytest.approx(1.0)
+    assert f(7) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert f(12) == pytest.approx(0.1) and f(40) == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        lr_factor(0, "linear", 10)
+
+
+def test_lora_export_is_a_plain_merged_model(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from lit_codeRL.modules.bc import BCModule
+    from lit_codeRL.policy.loading import LoraSettings, ModelSettings
+
+    m = BCModule(model=ModelSettings(name_or_path="tiny-random", lora=LoraSettings(r=4)))
+    with torch.no_grad():
+        for name, p in m.policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # adapters that change the output
+    out = m.export_hf(tmp_path / "hf")
+    plain = AutoModelForCausalLM.from_pretrained(out)
+    assert not any("lora" in n for n, _ in plain.named_parameters())
+    ids = torch.tensor([[1, 5, 9, 200, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(plain(ids).logits, m.policy(ids).logits, atol=1e-4, rtol=1e-4)
+        with m.policy.disable_adapter():
+            assert not torch.allclose(plain(ids).logits, m.policy(ids).logits, atol=1e-3)
+    assert any("lora" in n for n, _ in m.policy.named_parameters()), "export must not merge the live policy"
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+
+def test_state_registry_restores_before_or_after_registration():
+    from lit_codeRL.modules.bc import BCModule
+    from lit_codeRL.policy.loading import ModelSettings
+
+    m = BCModule(model=ModelSettings(name_or_path="tiny-random"))
+    c = _Counter()
+    c.n = 7
+    m.register_state("counter", c)
+    ckpt: dict = {}
+    m.on_save_checkpoint(ckpt)
+    # checkpoint loaded after registration
+    late = _Counter()
+    m2 = BCModule(model=ModelSettings(name_or_path="tiny-random"))
+    m2.register_state("counter", late)
+    m2.on_load_checkpoint(ckpt)
+    assert late.n == 7
+    # checkpoint loaded before registration (setup after restore)
+    m3 = BCModule(model=ModelSettings(name_or_path="tiny-random"))
+    m3.on_load_checkpoint(ckpt)
+    early = _Counter()
+    m3.register_state("counter", early)
+    assert early.n == 7
