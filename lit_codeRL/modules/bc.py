@@ -12,10 +12,9 @@ any of them: ``--model.init_args.model.name_or_path <bc run>/hf_model``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
-from torch.utils.data import DataLoader
 
 from lit_codeRL.algorithms.bc import nll_loss
 from lit_codeRL.policy.engine import EngineSettings
@@ -23,10 +22,6 @@ from lit_codeRL.policy.loading import ModelSettings
 from lit_codeRL.rollout.demonstrations import DemonstrationDataset, DemonstrationSettings, load_demonstrations
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training.policy_module import PolicyModule, as_settings
-
-
-def _identity(batch: Any) -> Any:
-    return batch
 
 
 class BCModule(PolicyModule):
@@ -95,9 +90,6 @@ class BCModule(PolicyModule):
         )
         self.register_state("demonstrations", self.dataset)
         self.setup_run_dir("demonstrations")
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.dataset, batch_size=None, collate_fn=_identity, num_workers=0)
 
     def training_step(self, batch: TrajectoryBatch, batch_idx: int) -> None:
         batch = batch.to(self.device)

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader, IterableDataset
 
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, make_engine
 from lit_codeRL.policy.loading import LoraSettings, ModelSettings, load_model
@@ -61,11 +62,16 @@ def as_settings(cls: type, value: Any) -> Any:
     return value
 
 
+def _identity(batch: Any) -> Any:
+    return batch
+
+
 class PolicyModule(LightningModule):
     """Shared machinery of language-policy algorithms (see the module docstring).
 
     Subclasses call ``super().__init__(...)`` with their settings, then
-    ``self.save_hyperparameters()``, and implement ``training_step`` and ``train_dataloader``.
+    ``self.save_hyperparameters()``, build ``self.dataset`` (an iterable of ready
+    :class:`TrajectoryBatch` es) in ``setup``, and implement ``training_step``.
     """
 
     def __init__(
@@ -110,6 +116,12 @@ class PolicyModule(LightningModule):
         self.run_dir: Path | None = None
         self.writer: RolloutWriter | None = None
         self.last_records: list[dict[str, Any]] = []
+        self.dataset: IterableDataset | None = None
+
+    def train_dataloader(self) -> DataLoader:
+        # Batches come whole from the dataset; num_workers=0: a worker process would sample from
+        # (or hold) a stale copy of the policy.
+        return DataLoader(self.dataset, batch_size=None, collate_fn=_identity, num_workers=0)
 
     def plain_hparams(self) -> None:
         """Store dataclass hparams as plain dicts: checkpoints load with ``weights_only=True``."""

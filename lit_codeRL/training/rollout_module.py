@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric
 
 from lit_codeRL.algorithms.grpo import zero_std_groups
@@ -23,10 +22,6 @@ from lit_codeRL.rollout.prompts import ProblemSettings, ProblemStream, load_prob
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
 from lit_codeRL.training.policy_module import PolicyModule
-
-
-def _identity(batch: Any) -> Any:
-    return batch
 
 
 class RolloutModule(PolicyModule):
@@ -94,10 +89,6 @@ class RolloutModule(PolicyModule):
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
-
-    def train_dataloader(self) -> DataLoader:
-        # num_workers=0: a worker process would sample from a stale copy of the policy.
-        return DataLoader(self.dataset, batch_size=None, collate_fn=_identity, num_workers=0)
 
     def next_batch(self, dataloader_iter: Any) -> TrajectoryBatch:
         """A fresh rollout batch on this device, samples without a reward out of the loss.
