@@ -178,26 +178,3 @@ class TrajectoryBatch:
             records=list(records or []),
             **extra,
         )
-
-    @staticmethod
-    def from_completions(
-        prompt_ids: Tensor,
-        prompt_mask: Tensor,
-        completion_ids: Tensor,
-        completion_mask: Tensor,
-        logprobs: Tensor,
-        rewards: Tensor,
-        group_ids: Tensor,
-        records: list[dict[str, Any]] | None = None,
-    ) -> TrajectoryBatch:
-        """Single-turn case: ``[left-padded prompt | right-padded completion]``."""
-        zeros = torch.zeros_like(prompt_mask)
-        return TrajectoryBatch(
-            input_ids=torch.cat([prompt_ids, completion_ids], dim=1),
-            attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),
-            trainable_mask=torch.cat([zeros, completion_mask], dim=1),
-            old_logprobs=torch.cat([zeros.to(logprobs.dtype), logprobs], dim=1),
-            rewards=rewards,
-            group_ids=group_ids,
-            records=list(records or []),
-        )
