@@ -85,6 +85,8 @@ def _register_modules() -> None:
         "lit_codeRL.modules.reinforce",
         "lit_codeRL.modules.bc",
         "lit_codeRL.modules.dqn",
+        "lit_codeRL.modules.spiral",
+        "lit_codeRL.modules.evaluate",
     ):
         try:
             importlib.import_module(name)

@@ -39,7 +39,9 @@ class RoleBaselines:
         if len(roles) != rewards.numel():
             raise ValueError(f"{rewards.numel()} rewards but {len(roles)} roles")
         before = {role: self.values.get(role, self.initial) for role in roles}
-        adv = torch.tensor([float(r) - before[k] for r, k in zip(rewards.tolist(), roles, strict=True)])
+        adv = torch.tensor(
+            [float(r) - before[k] for r, k in zip(rewards.tolist(), roles, strict=True)], dtype=torch.float64
+        )
         for reward, role in zip(rewards.tolist(), roles, strict=True):
             self.values[role] = ema_update(self.values.get(role, self.initial), float(reward), self.alpha)
         return adv

@@ -283,32 +283,42 @@ def _value_encoder(cap: int):  # noqa: ANN202, C901 - returns the encoder closur
     return encode
 
 
-def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
+def _baseline() -> tuple:
+    """``(dicts, snaps, views, tags, get)``: what :func:`_run_untrusted`'s ``restore()`` puts back.
+
+    Runs in the child *before* its job arrives (a pre-forked child waits for it), so the page
+    faults of this first read of every module dict's version tag are off the program's clock.
+    """
+    pristine = _pristine()
+    dicts, snaps, views = pristine["dicts"], pristine["snaps"], pristine["views"]
+    get, tags = pristine.get("get"), None
+    if views is not None:
+        # The baseline restore() puts back: the server's copy of each dict, unless the dict moved
+        # since (nothing in this child should move one before the program; copy it then anyway).
+        tags = list(map(get, views))
+        if pristine["pack"](*tags) != pristine["tags"]:
+            old = memoryview(pristine["tags"]).cast("Q")
+            snaps = [
+                s if t == old[i] else dict(d)
+                for i, (d, s, t) in enumerate(zip(dicts, snaps, tags, strict=True))
+            ]
+    return dicts, snaps, views, tags, get
+
+
+def _run_untrusted(job: dict, key: bytes, wfd: int, baseline: tuple) -> None:
     """Compile and run the program, then each test, reporting authenticated records on ``wfd``.
 
     Everything this function needs after the untrusted code started is captured in locals first:
     C-level callables (``os.write``, ``exec``, the sha256 constructor) that a program cannot
     rebind for us, and a pristine copy of every loaded module's dict (builtins included) that is
-    put back before each test.
+    put back before each test (``baseline``, from :func:`_baseline`).
     """
     _write, _exit, _exec, _compile, _str, _type = os.write, os._exit, exec, compile, str, type
     _eval = eval
     _isinstance, _len, _base_exc, _sysexit = isinstance, len, BaseException, SystemExit
     _sha256, _settrace, _setprofile = hashlib.sha256, sys.settrace, sys.setprofile
     _update, _list, _map, _range = dict.update, list, map, range
-    pristine = _pristine()
-    dicts, snaps, views = pristine["dicts"], pristine["snaps"], pristine["views"]
-    _get, _pack, tags = pristine.get("get"), pristine.get("pack"), None
-    if views is not None:
-        # The baseline restore() puts back: the server's copy of each dict, unless the dict moved
-        # since (nothing in this child should move one before the program; copy it then anyway).
-        tags = _list(_map(_get, views))
-        if _pack(*tags) != pristine["tags"]:
-            old = memoryview(pristine["tags"]).cast("Q")
-            snaps = [
-                s if t == old[i] else dict(d)
-                for i, (d, s, t) in enumerate(zip(dicts, snaps, tags, strict=True))
-            ]
+    dicts, snaps, views, tags, _get = baseline
     k = key.ljust(64, b"\0")
     ipad = bytes(b ^ 0x36 for b in k)
     opad = bytes(b ^ 0x5C for b in k)
@@ -436,12 +446,14 @@ def _run_untrusted(job: dict, key: bytes, wfd: int) -> None:
     _exit(0)
 
 
-def _child_main(job: dict, cfg: dict, workdir: str, key: bytes, wfd: int) -> None:
-    """In the forked child: isolate as far as the OS lets an unprivileged process, then run.
+def _child_main(cfg: dict, workdir: str, jfd: int, wfd: int) -> None:
+    """In a child forked *before* its job: isolate as far as the OS lets an unprivileged process,
+    read the job (32-byte record key, then the job's JSON) from ``jfd`` until EOF, then run it.
 
     Signal dispositions, the environment, ``sys.argv`` and the ``sys.std*`` wrappers (over fds
     0/1/2) were set once in the server (:func:`_prepare_server`) and are inherited, so a child only
-    does what differs per program: session, fds, limits.
+    does what differs per program: session, fds, limits. A child whose job never comes (the
+    server died or stopped) reads EOF and exits.
     """
     try:
         for sig in _SERVER_IGNORES:  # the server's shield is not the program's
@@ -449,6 +461,17 @@ def _child_main(job: dict, cfg: dict, workdir: str, key: bytes, wfd: int) -> Non
                 signal.signal(sig, signal.SIG_DFL)
         os.setsid()  # own session and process group: killpg reaches everything it starts
         os.chdir(workdir)
+        baseline = _baseline()
+        data = bytearray()
+        while True:
+            chunk = os.read(jfd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+        if len(data) <= 32:
+            os._exit(0)
+        key, job = bytes(data[:32]), json.loads(bytes(data[32:]))
+        del data
         stdin_path = os.path.join(workdir, ".stdin") if job.get("stdin") is not None else os.devnull
         fd0 = os.open(stdin_path, os.O_RDONLY)
         fd1 = os.open(os.path.join(workdir, ".stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -472,10 +495,55 @@ def _child_main(job: dict, cfg: dict, workdir: str, key: bytes, wfd: int) -> Non
                 resource.setrlimit(which, (soft, hard))
             except (ValueError, OSError):
                 pass
-        _run_untrusted(job, key, _RESULT_FD)
+        _run_untrusted(job, key, _RESULT_FD, baseline)
     except BaseException:
         pass
     os._exit(0)
+
+
+class _Forked:
+    """A child forked ahead of its job: its pid, pidfd, the job pipe and the result pipe."""
+
+    def __init__(self, cfg: dict) -> None:
+        jr, self.jw = os.pipe()
+        self.rfd, wfd = os.pipe()
+        gc.freeze()  # children then never touch (copy-on-write) the server's objects when collecting
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - child
+            os.close(self.jw)
+            os.close(self.rfd)
+            _child_main(cfg, cfg["workdir"], jr, wfd)
+            os._exit(0)
+        os.close(jr)
+        os.close(wfd)
+        os.set_blocking(self.rfd, False)
+        self.pidfd = os.pidfd_open(self.pid)
+
+    def send(self, key: bytes, job: dict) -> None:
+        """Hand the job over (blocking: the child reads while we write) and close the pipe."""
+        data = memoryview(key + json.dumps(job).encode())
+        try:
+            while data:
+                data = data[os.write(self.jw, data) :]
+        finally:
+            self.close("jw")
+
+    def close(self, *names: str) -> None:
+        """Close these of our fds (``jw``, ``rfd``, ``pidfd``), each once."""
+        for name in names:
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)
+
+    def discard(self) -> None:
+        """Kill and reap the child (its job never came, or running it failed) and close our fds."""
+        self.close("jw", "rfd", "pidfd")
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _kill_all_descendants(None)
 
 
 def _prepare_server(workdir: str) -> None:
@@ -809,27 +877,19 @@ def _health(cfg: dict) -> list[str]:
 _SIGNAL_NAMES = {int(v): v.name for v in signal.Signals}
 
 
-def _run_job(job: dict, cfg: dict) -> dict:
+def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
     t0 = time.monotonic()
     workdir = cfg["workdir"]
     if job.get("stdin") is not None:
         with open(os.path.join(workdir, ".stdin"), "w", encoding="utf-8") as f:
             f.write(job["stdin"])
     key = os.urandom(32)
-    rfd, wfd = os.pipe()
-    gc.freeze()  # children then never touch (copy-on-write) the server's objects when collecting
-    timeout = float(job["timeout_s"])
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        os.close(rfd)
-        _child_main(job, cfg, workdir, key, wfd)
-        os._exit(0)
-    os.close(wfd)
-    os.set_blocking(rfd, False)
-    pidfd = os.pidfd_open(pid)
+    pid, pidfd, rfd = child.pid, child.pidfd, child.rfd
+    child.send(key, job)  # an OSError here (the child is gone) is an infrastructure fault
     data = bytearray()
     status = None
     timed_out = False
+    timeout = float(job["timeout_s"])
     deadline = t0 + timeout
     record_cap = (
         256 * 1024
@@ -864,7 +924,7 @@ def _run_job(job: dict, cfg: dict) -> dict:
         except OSError:
             pass
         _, status = os.waitpid(pid, 0)
-    os.close(pidfd)
+    child.close("pidfd")
     # drain what the child wrote before it exited (non-blocking: an orphan may hold the pipe)
     while True:
         try:
@@ -876,7 +936,7 @@ def _run_job(job: dict, cfg: dict) -> dict:
         data += chunk
         if len(data) > record_cap:
             break
-    os.close(rfd)
+    child.close("rfd")
     _kill_all_descendants(pid)
     cap = cfg["max_capture_bytes"]
     stdout, out_size = _read_capped(os.path.join(workdir, ".stdout"), cap)
@@ -1030,29 +1090,42 @@ def main() -> None:
     _BASELINE.update(_snapshot_self())
     problems = _health(cfg)
     _send(wfd, {"ready": not problems, "pid": os.getpid(), "health": problems})
+    child: _Forked | None = None
     while True:
+        if child is None and not problems:
+            try:
+                child = _Forked(cfg)  # ready before the job arrives: fork is off the clock
+            except OSError:
+                child = None  # retried with the job below
         try:
             job = _recv(rfd)
         except EOFError:
             break
         try:
-            reply = _run_job(job, cfg)
+            if child is None:
+                child = _Forked(cfg)
+            reply = _run_job(job, cfg, child)
         except Exception as e:  # noqa: BLE001 - report, never die silently
             # an infrastructure fault (the server could not set up or reap the run): the pool
             # retries the program on a fresh worker
+            if child is not None:
+                child.discard()
             reply = {
                 "verdict": "sandbox_error",
                 "infra": True,
                 "exception_type": type(e).__name__,
                 "exception_message": str(e),
             }
+        child = None
         try:
-            reply["health"] = _health(cfg)
+            problems = reply["health"] = _health(cfg)
         except Exception as e:  # noqa: BLE001
-            reply["health"] = [f"health check failed: {e}"]
+            problems = reply["health"] = [f"health check failed: {e}"]
         _send(wfd, reply)
-        if reply["health"]:
+        if problems:
             break  # damaged: the pool starts a fresh worker instead of this one
+    if child is not None:
+        child.discard()
 
 
 if __name__ == "__main__":

@@ -72,12 +72,21 @@ def split_value_test(test: str) -> tuple[str, Any] | None:
     for expr, lit in ((left, right), (right, left)):
         ok, expected = _literal(lit)
         if ok and not _literal(expr)[0]:
-            src = ast.get_source_segment(test, expr)
+            src = _source_of(test, expr)
             if src is None:
                 return None
             # parenthesized on lines of its own: a multi-line expression stays one expression
             return f"(\n{src}\n)", expected
     return None
+
+
+def _source_of(test: str, node: ast.expr) -> str | None:
+    """The source text of ``node``. A one-line test is sliced by its UTF-8 offsets directly:
+    ``ast.get_source_segment`` re-splits the whole source on every call, which made splitting
+    tests the trainer's largest per-program cost in the sandbox benchmark."""
+    if node.lineno == node.end_lineno == 1 and "\n" not in test and "\r" not in test:
+        return test.encode()[node.col_offset : node.end_col_offset].decode()
+    return ast.get_source_segment(test, node)
 
 
 def shape_of(test: str) -> str:

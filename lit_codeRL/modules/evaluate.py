@@ -1,0 +1,302 @@
+"""Evaluation as a job of its own: ``lit-coderl validate`` scores any policy on code problems.
+
+    lit-coderl validate --config configs/eval_mbpp.yaml                      # embedded model, MBPP test
+    lit-coderl validate --config configs/eval_mbpp.yaml \\
+        --model.init_args.checkpoint runs/grpo_mbpp/version_0/checkpoints/last.ckpt
+    lit-coderl validate --config configs/eval_mbpp.yaml --model.init_args.source humaneval
+
+Lightning's ``validate`` is the loop that runs a model once over held-out data, so evaluation is
+that subcommand with a module whose validation step is the evaluation: the ``Trainer`` brings the
+devices, DDP, precision and the progress bar; the knobs are ``MBPPEvalCallback``'s, and both run
+the same functions (``rollout/evaluation.py``), so the metrics carry the same names
+(``mbpp_eval/pass_rate``, ``mbpp_eval/problems_passed``, ...) and a standalone evaluation equals
+the interval evaluation of a training run at the same weights.
+
+The policy is any source the loader accepts (``model.name_or_path``: embedded, ``.gguf``, a
+``save_pretrained`` directory, a hub id online) or a lit-coderl training checkpoint
+(``checkpoint``: the run's model settings come from the checkpoint, LoRA included). Problems are
+sharded over ranks (each rank its own slice, no padding duplicates) and generated in batches.
+
+Where the config leaves them unset, ``$MBPP_DATASET_PATH`` gives the problem source and
+``$MBPP_EVAL_NUM_QUESTIONS`` the number of problems (the original design's overrides; both
+logged when used).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule
+from torch.utils.data import DataLoader, IterableDataset
+
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
+from lit_codeRL.policy.loading import ModelSettings, load_model
+from lit_codeRL.problems import Problem
+from lit_codeRL.rollout.evaluation import (
+    code_eval_metrics,
+    evaluate_problems,
+    gather_results,
+    make_eval_runner,
+)
+from lit_codeRL.rollout.prompts import ProblemSettings, load_problem_set
+from lit_codeRL.sandbox import SandboxConfig, make_sandbox
+from lit_codeRL.training.policy_module import as_settings
+
+log = logging.getLogger("lit_codeRL")
+
+DEFAULT_SOURCE = "mbpp"
+"""Source when neither the config nor ``$MBPP_DATASET_PATH`` names one (the hub's MBPP)."""
+
+
+class _ProblemBatches(IterableDataset):
+    """This rank's problems in batches; ``len`` = batches, so the progress bar has a total."""
+
+    def __init__(self, problems: list[Problem], batch_size: int) -> None:
+        self.batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class EvaluationModule(LightningModule):
+    """Score a policy on code problems (``lit-coderl validate``; see the module docstring).
+
+    Args:
+        model: The policy: any source the loader accepts.
+        checkpoint: A lit-coderl training checkpoint (``.ckpt``) to evaluate instead of
+            ``model``: its policy weights, built with the run's own model settings.
+        engine: Generation engine.
+        source: Problem source (``mbpp`` hub, a local MBPP file/dir, ``mbpp-sanitized`` layout,
+            ``humaneval``, a seed-format JSON file, ``embedded``); unset: ``$MBPP_DATASET_PATH``,
+            else ``mbpp``.
+        split: Split (MBPP: ``test`` = task ids 11-510, ``validation``; embedded: ``eval``).
+        limit: The first ``limit`` problems; unset: ``$MBPP_EVAL_NUM_QUESTIONS``, else all.
+        n_samples: Completions per problem (pass@k with the unbiased estimator when > 1).
+        k: The k of pass@k to report (each <= ``n_samples``).
+        temperature: 0 = greedy (the pass@1 protocol).
+        top_p: Nucleus mass when sampling.
+        max_new_tokens: Completion length limit.
+        batch_size: Problems generated together.
+        system_prompt: System message; ``None`` uses the model default (as in training).
+        num_shown_tests: Tests shown in the prompt (MBPP protocol: the first).
+        max_turns: 1 = one answer; more = code repair with feedback, pass rate per turn.
+        sandbox: Sandbox for grading (isolating by default).
+        output_dir: Where the per-problem JSON goes; default ``<log_dir>/mbpp_eval``.
+    """
+
+    def __init__(
+        self,
+        model: ModelSettings = ModelSettings(),  # noqa: B008 - dataclass defaults show up in --print_config
+        checkpoint: str | None = None,
+        engine: EngineSettings = EngineSettings(),  # noqa: B008
+        source: str | None = None,
+        split: str = "test",
+        limit: int | None = None,
+        n_samples: int = 1,
+        k: list[int] | None = None,
+        temperature: float = 0.0,
+        top_p: float = 0.95,
+        max_new_tokens: int = 512,
+        batch_size: int = 16,
+        system_prompt: str | None = None,
+        num_shown_tests: int = 1,
+        max_turns: int = 1,
+        sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
+        output_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        if n_samples > 1 and temperature == 0:
+            raise ConfigError("n_samples > 1 needs temperature > 0 (greedy samples are identical)")
+        if n_samples < 1 or batch_size < 1 or max_turns < 1:
+            raise ConfigError("n_samples, batch_size and max_turns must be >= 1")
+        self.save_hyperparameters()
+        self.problem_settings = ProblemSettings(
+            source=_resolve_source(source),
+            split=split,
+            limit=_resolve_limit(limit),
+            system_prompt=system_prompt,
+            num_shown_tests=num_shown_tests,
+        )
+        self.k = [kk for kk in (k or [1]) if kk <= n_samples] or [1]
+        self.sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        self.sandbox_config = as_settings(SandboxConfig, sandbox)
+        self.policy, self.tokenizer = _load_policy(as_settings(ModelSettings, model), checkpoint)
+        self.policy.eval().requires_grad_(False)
+        self.engine = make_engine(as_settings(EngineSettings, engine), self.tokenizer, self.policy)
+        self.sandbox = None
+        self.runner = None
+        self.results: list[dict[str, Any]] = []
+        self.last_metrics: dict[str, float] = {}
+        self._problems: list[Problem] | None = None
+        self._log_dir: str | None = None
+        self._start = 0.0
+
+    # ------------------------------------------------------------------ data
+    def problems(self) -> list[Problem]:
+        if self._problems is None:
+            self._problems = load_problem_set(self.problem_settings)
+        return self._problems
+
+    def val_dataloader(self) -> DataLoader:
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        world = self.trainer.world_size if self._trainer is not None else 1
+        shard = self.problems()[rank::world]
+        return DataLoader(
+            _ProblemBatches(shard, self.hparams.batch_size), batch_size=None, collate_fn=_identity
+        )
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # problems, not tensors: the engine puts its own tensors on the device
+
+    def setup(self, stage: str) -> None:
+        # trainer.log_dir is a collective under DDP: resolve it on every rank, here
+        self._log_dir = self.trainer.log_dir if self._trainer is not None else None
+        if self.sandbox is None:
+            self.sandbox = make_sandbox(self.sandbox_config)
+
+    def teardown(self, stage: str) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    # ------------------------------------------------------------------ evaluation
+    def on_validation_start(self) -> None:
+        self.engine.sync_weights(self.policy)
+        self.runner = make_eval_runner(
+            self.engine,
+            self.sandbox,
+            self.sampling,
+            self.hparams.max_turns,
+            self.problem_settings.num_shown_tests,
+            self.problem_settings.system_prompt,
+        )
+        self.results, self._start = [], time.perf_counter()
+
+    @torch.no_grad()
+    def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
+        assert self.runner is not None
+        self.results += evaluate_problems(self.runner, batch, self.hparams.n_samples, len(batch))
+        graded = [r for r in self.results if r["num_samples"]]
+        running = sum(r["num_correct"] / r["num_samples"] for r in graded) / max(1, len(graded))
+        # progress bar only: the rank-local running pass rate and problems done
+        for name, value in (("pass_rate", running), ("problems", float(len(self.results)))):
+            self.log(
+                name, value, prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=len(batch)
+            )
+
+    def on_validation_epoch_end(self) -> None:
+        world = self.trainer.world_size if self._trainer is not None else 1
+        order = {p.task_id: i for i, p in enumerate(self.problems())}  # the problem set's own order
+        results = sorted(gather_results(self.results, world), key=lambda r: order[r["task_id"]])
+        metrics = code_eval_metrics(results, self.k, self.hparams.max_turns)
+        metrics["mbpp_eval/seconds"] = time.perf_counter() - self._start
+        self.last_metrics = metrics
+        # identical on every rank after the gather: no reduction needed
+        self.log_dict(metrics, sync_dist=False, batch_size=1)
+        if self._trainer is None or self.trainer.is_global_zero:
+            self._report(results, metrics)
+
+    def _report(self, results: list[dict[str, Any]], metrics: dict[str, float]) -> None:
+        ps = self.problem_settings
+        root = Path(self.hparams.output_dir or Path(self._log_dir or ".") / "mbpp_eval")
+        root.mkdir(parents=True, exist_ok=True)
+        out = root / f"{Path(str(ps.source)).name}_{ps.split}.json"
+        out.write_text(
+            json.dumps(
+                {
+                    "source": ps.source,
+                    "split": ps.split,
+                    "model": self.hparams.checkpoint or self.hparams.model,
+                    "sampling": vars(self.sampling),
+                    "metrics": metrics,
+                    "problems": results,
+                },
+                indent=1,
+                default=str,
+            )
+        )
+        rows = [
+            ("source / split", f"{ps.source} / {ps.split}"),
+            ("problems", f"{int(metrics['mbpp_eval/num_problems'])}"),
+            ("pass@1", f"{metrics['mbpp_eval/pass_rate']:.4f}"),
+            ("problems passed", f"{int(metrics['mbpp_eval/problems_passed'])}"),
+            *[
+                (k.removeprefix("mbpp_eval/"), f"{v:.4f}")
+                for k, v in metrics.items()
+                if "pass@" in k or "turn_" in k
+            ],
+            ("sandbox errors", f"{int(metrics['mbpp_eval/sandbox_errors'])}"),
+            ("wall time", f"{metrics['mbpp_eval/seconds']:.0f} s"),
+            ("per-problem results", str(out)),
+        ]
+        width = max(len(k) for k, _ in rows)
+        print("\n".join(["", "| evaluation | |", "|---|---|", *[f"| {k:<{width}} | {v} |" for k, v in rows]]))
+
+    def configure_optimizers(self) -> None:
+        return None
+
+
+def _identity(batch: Any) -> Any:
+    return batch
+
+
+def _resolve_source(source: str | None) -> str:
+    if source is not None:
+        return source
+    env = os.environ.get("MBPP_DATASET_PATH")
+    if env:
+        log.info("evaluation source from $MBPP_DATASET_PATH: %s", env)
+        return env
+    return DEFAULT_SOURCE
+
+
+def _resolve_limit(limit: int | None) -> int | None:
+    if limit is not None:
+        return limit
+    env = os.environ.get("MBPP_EVAL_NUM_QUESTIONS")
+    if not env:
+        return None
+    try:
+        value = int(env)
+    except ValueError as err:
+        raise ConfigError(f"$MBPP_EVAL_NUM_QUESTIONS must be an integer, got {env!r}") from err
+    log.info("evaluating the first %d problems ($MBPP_EVAL_NUM_QUESTIONS)", value)
+    return value
+
+
+def _load_policy(model: ModelSettings, checkpoint: str | None):
+    """``(policy, tokenizer)`` from the model settings, or from a training checkpoint: the run's
+    own model settings (hparams ``model``), then its ``policy.*`` weights."""
+    if checkpoint is None:
+        return load_model(model)
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {checkpoint!r} does not exist")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    saved = (ckpt.get("hyper_parameters") or {}).get("model")
+    if not isinstance(saved, dict) or "name_or_path" not in saved:
+        raise ConfigError(
+            f"{checkpoint} is not a lit-coderl language-policy checkpoint (no model settings in its "
+            "hyper-parameters); evaluate a run's hf_model directory with model.name_or_path instead"
+        )
+    policy, tokenizer = load_model(as_settings(ModelSettings, saved))
+    weights = {k.removeprefix("policy."): v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
+    missing, unexpected = policy.load_state_dict(weights, strict=False)
+    if unexpected or [m for m in missing if "lm_head" not in m]:
+        raise ConfigError(
+            f"{checkpoint}: policy weights do not fit (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    if hasattr(policy, "merge_and_unload"):  # LoRA: evaluate the merged weights
+        policy = policy.merge_and_unload()
+    log.info("evaluating %s (model settings from the checkpoint: %s)", checkpoint, saved.get("name_or_path"))
+    return policy, tokenizer

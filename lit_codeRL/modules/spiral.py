@@ -1,0 +1,330 @@
+"""SPIRAL: self-play on zero-sum text games with role-conditioned advantages, as a LightningModule.
+
+One training step, as data (Liu et al. 2025, "SPIRAL", arXiv 2506.24119; the released code)::
+
+    games in lockstep, the live policy in every seat (or one seat vs a fixed opponent)
+        -> per game and trained seat: A = R - b[game, seat] (old b), b <- a*b + (1-a)*R
+        -> one row per turn of that seat (its own prompt + response), A != 0, exactly N rows
+        -> per-token clipped surrogate, Dr. GRPO normaliser (sum / (N * max_new_tokens))
+        -> ``ppo_epochs`` optimizer steps on the batch (the first with ratio 1, as upstream)
+
+Upstream's defaults: T = 1.0, 128 samples per step, 2 epochs, clip 0.2, no KL, no critic, lr 1e-6
+constant, AdamW (0.9, 0.95), grad clip 1.0, alpha = 0.95, invalid move -1.5 / +0.5, 50-turn
+games. The old log-probs of the second epoch are the first epoch's own log-probs (the policy
+has not moved before the first step), so no extra forward pass is spent on them.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from lit_codeRL.algorithms.grpo import broadcast_advantages, policy_loss
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
+from lit_codeRL.policy.loading import ModelSettings
+from lit_codeRL.rollout.selfplay import (
+    SPIRAL_INSTRUCTION,
+    BotOpponent,
+    GameRunner,
+    ModelOpponent,
+    Opponent,
+    PolicyPrompter,
+    RandomOpponent,
+    SelfPlayDataset,
+)
+from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.training.policy_module import PolicyModule, as_settings
+
+
+@dataclass
+class OpponentSettings:
+    """Who plays against the policy during training."""
+
+    kind: Literal["self_play", "random", "bot", "frozen"] = "self_play"
+    """``self_play``: the policy holds both seats and both are trained. Otherwise the policy holds
+    one seat (alternating between games) and only that seat is trained, against ``random`` legal
+    moves, the game library's ``bot``, or a ``frozen`` copy of the policy."""
+    frozen_path: str | None = None
+    """``frozen``: a model to load as the opponent (an ``hf_model`` directory, a hub id); ``None``
+    freezes the policy as it is when training starts."""
+    refresh_every: int = 0
+    """``frozen``: copy the current policy into the opponent every this many steps (0: never)."""
+
+
+@dataclass
+class GameSettings:
+    """Which games are played and how a game ends."""
+
+    games: list[str] = field(default_factory=lambda: ["tictactoe"])
+    """Game ids (``tictactoe``, ``kuhn_poker``, ``simple_negotiation``); several = multi-game, one
+    RAE baseline per game and seat."""
+    max_turns: int = 50
+    """Moves per game at most (both players); a game past it is a draw."""
+    invalid_move_reward: float = -1.5
+    """Return of the player whose move did not parse or was illegal (the game ends)."""
+    invalid_move_other_reward: float = 0.5
+    """Return of the other player in that case."""
+    instruction: str = SPIRAL_INSTRUCTION
+    """User message around each observation; ``{observation}`` is replaced."""
+    system_prompt: str | None = None
+    """System message (``None``: the chat template's default)."""
+
+
+class SpiralModule(PolicyModule):
+    """SPIRAL self-play training (see the module docstring).
+
+    Args:
+        model: Policy model source, dtype, LoRA and gradient checkpointing.
+        games: Games, turn limit, invalid-move rewards and prompt.
+        opponent: Self-play or a fixed opponent.
+        sampling: Sampling of training moves (upstream: T=1, top-p 1).
+        engine: Which generation engine samples moves.
+        samples_per_step: Training rows per step (SPIRAL: 128).
+        games_per_round: Games played in lockstep per collection round.
+        max_rounds: Collection rounds per step at most.
+        ema_alpha: RAE baseline decay.
+        filter_zero_advantage: Drop rows whose advantage is exactly 0.
+        ppo_epochs: Optimizer steps per batch (the first on-policy, later ones clipped).
+        epsilon: Clip range of the ratio.
+        loss_type: Token aggregation; ``dr_grpo`` = sum / (rows x ``sampling.max_new_tokens``).
+        beta: KL coefficient to the frozen initial policy (0: none, as upstream).
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Linear learning-rate warm-up, in optimizer steps.
+        lr_schedule: ``constant`` or ``cosine``.
+        min_lr_ratio: Final cosine learning rate as a fraction of ``learning_rate``.
+        max_grad_norm: Gradient-norm clip; 0 disables.
+        micro_batch_size: Rows per forward/backward chunk; ``None`` = a free-memory hint.
+        fused_optimizer: Fused AdamW where the device supports it.
+        save_hf_model: Write ``<run>/hf_model`` at the end.
+        seed: Seed of game seeds, seats and subsampling.
+    """
+
+    def __init__(
+        self,
+        model: ModelSettings = ModelSettings(),  # noqa: B008 - dataclass defaults show up in --print_config
+        games: GameSettings = GameSettings(),  # noqa: B008
+        opponent: OpponentSettings = OpponentSettings(),  # noqa: B008
+        sampling: SamplingParams = SamplingParams(max_new_tokens=256, temperature=1.0),  # noqa: B008
+        engine: EngineSettings = EngineSettings(),  # noqa: B008
+        samples_per_step: int = 128,
+        games_per_round: int = 32,
+        max_rounds: int = 50,
+        ema_alpha: float = 0.95,
+        filter_zero_advantage: bool = True,
+        ppo_epochs: int = 2,
+        epsilon: float = 0.2,
+        loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dr_grpo",
+        beta: float = 0.0,
+        learning_rate: float = 1e-6,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        lr_schedule: Literal["constant", "cosine"] = "constant",
+        min_lr_ratio: float = 0.0,
+        max_grad_norm: float = 1.0,
+        micro_batch_size: int | None = None,
+        fused_optimizer: bool = True,
+        save_hf_model: bool = True,
+        seed: int = 0,
+    ) -> None:
+        games = as_settings(GameSettings, games)
+        opponent = as_settings(OpponentSettings, opponent)
+        if ppo_epochs < 1:
+            raise ConfigError(f"ppo_epochs must be >= 1, got {ppo_epochs}")
+        if samples_per_step < 1 or games_per_round < 1:
+            raise ConfigError("samples_per_step and games_per_round must be >= 1")
+        if opponent.kind not in ("self_play", "random", "bot", "frozen"):
+            raise ConfigError(
+                f"opponent.kind must be self_play, random, bot or frozen, got {opponent.kind!r}"
+            )
+        super().__init__(
+            model=as_settings(ModelSettings, model),
+            engine=as_settings(EngineSettings, engine),
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            warmup_steps=warmup_steps,
+            lr_schedule=lr_schedule,
+            min_lr_ratio=min_lr_ratio,
+            max_grad_norm=max_grad_norm,
+            micro_batch_size=micro_batch_size,
+            fused_optimizer=fused_optimizer,
+            save_hf_model=save_hf_model,
+            needs_reference=beta > 0,
+        )
+        self.game_settings, self.opponent_settings = games, opponent
+        self.sampling = as_settings(SamplingParams, sampling)
+        self.engine_settings = as_settings(EngineSettings, engine)
+        self.save_hyperparameters()
+        self.plain_hparams()
+        self.dataset: SelfPlayDataset | None = None
+        self.frozen: FrozenOpponentState | None = None
+
+    # ------------------------------------------------------------------ data
+    def setup(self, stage: str) -> None:
+        if stage != "fit" or self.dataset is not None:
+            return
+        hp, gs = self.hparams, self.game_settings
+        prompter = PolicyPrompter(self.tokenizer, gs.instruction, gs.system_prompt)
+        runner = GameRunner(
+            self.engine,
+            prompter,
+            self.sampling,
+            opponent=self._make_opponent(prompter),
+            invalid_move_rewards=(gs.invalid_move_reward, gs.invalid_move_other_reward),
+            max_turns=gs.max_turns,
+        )
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        self.dataset = SelfPlayDataset(
+            runner,
+            gs.games,
+            hp.samples_per_step,
+            hp.games_per_round,
+            self_play=self.opponent_settings.kind == "self_play",
+            ema_alpha=hp.ema_alpha,
+            filter_zero_advantage=hp.filter_zero_advantage,
+            max_rounds=hp.max_rounds,
+            seed=hp.seed + 7919 * rank,
+        )
+        self.register_state("selfplay", self.dataset)
+        if self.frozen is not None:
+            self.register_state("frozen_opponent", self.frozen)
+        self.setup_run_dir("games")
+
+    def _make_opponent(self, prompter: PolicyPrompter) -> Opponent | None:
+        kind = self.opponent_settings.kind
+        if kind == "self_play":
+            return None
+        if kind == "random":
+            return RandomOpponent()
+        if kind == "bot":
+            return BotOpponent()
+        path = self.opponent_settings.frozen_path
+        if path:
+            from lit_codeRL.policy.loading import load_model
+
+            settings = copy.deepcopy(as_settings(ModelSettings, self.hparams.model))
+            settings.name_or_path, settings.lora = path, None
+            frozen, _ = load_model(settings)
+        else:
+            frozen = copy.deepcopy(self.policy)
+        frozen.eval().requires_grad_(False)
+        self.frozen = FrozenOpponentState(frozen)
+        engine = make_engine(self.engine_settings, self.tokenizer, frozen)
+        engine.sync_weights(frozen)
+        return ModelOpponent(engine, prompter, self.sampling)
+
+    # ------------------------------------------------------------------ step
+    def training_step(self, dataloader_iter) -> None:
+        hp = self.hparams
+        item = next(dataloader_iter)
+        batch: TrajectoryBatch = (item[0] if isinstance(item, tuple) else item).to(self.device)
+        batch.advantages = broadcast_advantages(batch.advantages, batch.trainable_mask)
+        start = batch.first_trainable_position()
+        temperature = self.sampling.temperature or 1.0
+        if hp.beta > 0:
+            batch.ref_logprobs = self.reference_logprobs(batch, start, temperature)
+        num_rows, num_tokens = float(batch.num_trainable_rows), float(batch.num_trainable_tokens)
+        # Micro-batch k of epoch 1 records its log-probs as old[k] (the policy has not moved yet:
+        # ratio 1 exactly); later epochs split the batch the same way and read old[k].
+        old: list[torch.Tensor] = []
+        position = {"k": 0, "epoch": 0}
+
+        def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            logps, _ = self.token_logprobs(mb, start, temperature=temperature)
+            k = position["k"]
+            position["k"] += 1
+            if position["epoch"] == 0:
+                old.append(logps.detach())
+            return policy_loss(
+                logps,
+                old[k],
+                mb.advantages[:, start:],
+                mb.trainable_mask[:, start:],
+                epsilon=hp.epsilon,
+                loss_type=hp.loss_type,
+                max_completion_length=self.sampling.max_new_tokens,
+                ref_logprobs=mb.ref_logprobs,
+                beta=hp.beta,
+                num_rows=num_rows,
+                num_tokens=num_tokens,
+            )
+
+        stats: dict[str, list[float]] = {}
+        times: dict[str, float] = {}
+        for epoch in range(hp.ppo_epochs):
+            position.update(k=0, epoch=epoch)
+            step_stats, step_times = self.update(batch, loss_fn)
+            for key, values in step_stats.items():
+                stats.setdefault(key if epoch == 0 else f"{key}_epoch{epoch + 1}", []).extend(values)
+            for key, value in step_times.items():
+                times[key] = times.get(key, 0.0) + value
+        self._after_step()
+        self.log_games(batch, stats, times)
+
+    def _after_step(self) -> None:
+        every = self.opponent_settings.refresh_every
+        if (
+            self.frozen is not None
+            and every > 0
+            and (self.global_step // self.hparams.ppo_epochs) % every == 0
+        ):
+            self.frozen.copy_from(self.policy)
+
+    # ------------------------------------------------------------------ logging
+    def log_games(
+        self, batch: TrajectoryBatch, stats: dict[str, list[float]], times: dict[str, float]
+    ) -> None:
+        """Game outcomes of this step's games, baselines, sample and loss statistics, timings;
+        every game of the step goes to ``games.jsonl``."""
+        gen_s = batch.stats.get("generate_s", 0.0)
+        lengths = torch.tensor([r["completion_tokens"] for r in batch.records], dtype=torch.float32)
+        adv = torch.tensor([r["advantage"] for r in batch.records], dtype=torch.float32)
+        metrics = {
+            **{f"train/{k}": v for k, v in batch.stats.items() if k.startswith(("game/", "baseline/"))},
+            "train/samples": float(batch.batch_size),
+            "train/samples_collected": batch.stats.get("samples_collected", 0.0),
+            "train/advantage_mean": float(adv.mean()),
+            "train/advantage_abs": float(adv.abs().mean()),
+            "train/completion_length": float(lengths.mean()),
+            "train/tokens_per_s": batch.stats.get("completion_tokens", 0.0) / max(gen_s, 1e-9),
+            "train/lr": self.optimizers().param_groups[0]["lr"],
+            "time/generate_s": gen_s,
+            **times,
+        }
+        for key, values in stats.items():
+            metrics[f"train/{key}"] = sum(values) / len(values)
+        self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)
+        self.log(
+            "invalid",
+            batch.stats.get("game/invalid_move_rate", 0.0),
+            prog_bar=True,
+            on_step=True,
+            logger=False,
+            batch_size=batch.batch_size,
+        )
+        self.last_records = batch.records
+        if self.writer is not None and self.dataset is not None:
+            self.writer.write(
+                [g.record() for g in self.dataset.last_games], step=self.global_step, rank=self.global_rank
+            )
+
+
+class FrozenOpponentState:
+    """The frozen opponent's weights as checkpoint state: a resumed run plays the same opponent."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    @torch.no_grad()
+    def copy_from(self, policy: torch.nn.Module) -> None:
+        self.model.load_state_dict(policy.state_dict(), strict=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state)
