@@ -34,7 +34,7 @@ class RoleBaselines:
         self.values: dict[Hashable, float] = {}
 
     def advantages(self, rewards: Tensor, roles: Sequence[Hashable]) -> Tensor:
-        """``[B]`` advantages ``R_i - b(role_i)`` with each role's baseline as it was before this
+        """``[B]`` float64 advantages ``R_i - b(role_i)`` with each role's baseline as it was before this
         batch; then every sample updates its role's baseline, in batch order."""
         if len(roles) != rewards.numel():
             raise ValueError(f"{rewards.numel()} rewards but {len(roles)} roles")

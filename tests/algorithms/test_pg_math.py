@@ -96,7 +96,7 @@ def test_role_baselines_use_the_old_value_then_update():
     b = RoleBaselines(alpha=0.5)
     adv = b.advantages(torch.tensor([1.0, -1.0, 1.0]), [("ttt", 0), ("ttt", 1), ("ttt", 0)])
     # both seat-0 samples see the baseline before the batch (0); seat 0: 0 -> 0.5 -> 0.75
-    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, 1.0]))
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64))
     assert b.values[("ttt", 0)] == pytest.approx(0.75) and b.values[("ttt", 1)] == pytest.approx(-0.5)
     adv = b.advantages(torch.tensor([1.0]), [("ttt", 0)])
     assert float(adv[0]) == pytest.approx(0.25)
