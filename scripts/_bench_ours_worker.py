@@ -30,12 +30,14 @@ def run(w: Workload) -> dict[str, Any]:
 
     from lit_codeRL.envs.settings import EnvSettings
     from lit_codeRL.modules.grpo import GRPOModule
+    from lit_codeRL.policy.engine import EngineSettings
     from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import ModelSettings
 
     expected_order = [p.task_id for p in step_problem_order(load_workload_problems(w), w)]
     module = GRPOModule(
         model=ModelSettings(name_or_path=w.model, dtype="float32"),
+        engine=EngineSettings(dtype=w.engine_dtype),
         problems=problem_settings(w),
         env=EnvSettings(name="unit_test"),
         sandbox=sandbox_config(w),
@@ -85,7 +87,7 @@ def run(w: Workload) -> dict[str, Any]:
         trainer = L.Trainer(
             accelerator="cpu",
             devices=1,
-            precision="32-true",
+            precision=w.precision,
             max_steps=w.total_steps,
             logger=False,
             enable_checkpointing=False,

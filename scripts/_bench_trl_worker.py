@@ -79,7 +79,7 @@ def run(w: Workload) -> dict[str, Any]:
             shuffle_dataset=False,
             max_steps=w.total_steps,
             use_cpu=True,
-            bf16=False,
+            bf16=w.precision == "bf16-mixed",  # True is TRL's own default
             fp16=False,
             logging_steps=1,
             report_to="none",

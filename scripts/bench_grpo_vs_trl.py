@@ -3,7 +3,10 @@
     pip install trl && python scripts/bench_grpo_vs_trl.py [--rounds 2] [--warmup 1] [--steps 5]
     python scripts/bench_grpo_vs_trl.py --quick     # tiny random model, 2 steps: a smoke test
 
-The workload (identical in both frameworks): SmolLM2-135M-Instruct in fp32; the first 16 MBPP
+The workload (identical in both frameworks): SmolLM2-135M-Instruct (fp32 weights) trained in
+``--precision`` (default ``bf16-mixed``: TRL's own default, ``bf16=True``; ours
+``trainer.precision``), our rollouts generated in ``--engine-dtype`` (default ``auto``: bf16 on a
+CPU with AVX-512-BF16; TRL generates under its training autocast); the first 16 MBPP
 train tasks (ids 601-616) shown as a chat prompt with the task text and its first assert; each
 step takes 4 prompts x ``num_generations=4`` completions of at most 128 tokens at temperature
 1.0; reward = fraction of the task's asserts passed in the sandbox (``UnitTestEnv``); one AdamW
@@ -71,6 +74,10 @@ class Workload:
     """Measured steps per (framework, round)."""
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     """torch intra-op threads in every worker."""
+    precision: str = "bf16-mixed"
+    """Training precision of both frameworks: ``bf16-mixed`` (TRL's default) or ``32-true``."""
+    engine_dtype: str = "auto"
+    """Our generation engine's dtype (``EngineSettings.dtype``); ``model`` samples in fp32."""
     sandbox_backend: str = "auto"
     sandbox_workers: int = 0
     """Sandbox worker processes; 0 = CPU count (the ``SandboxConfig`` default)."""
@@ -288,6 +295,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
     ap.add_argument("--max-completion-length", type=int, default=d.max_completion_length)
     ap.add_argument("--loss-type", default=d.loss_type, choices=["grpo", "dapo", "dr_grpo"])
     ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--precision", default=d.precision, choices=["bf16-mixed", "32-true"])
+    ap.add_argument(
+        "--engine-dtype", default=d.engine_dtype, choices=["auto", "model", "bfloat16", "float32"]
+    )
     ap.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma list: ours,trl")
     ap.add_argument(
         "--quick", action="store_true", help="tiny random model, 1 round of 1+2 steps (smoke test)"
@@ -306,6 +317,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
         max_completion_length=args.max_completion_length,
         loss_type=args.loss_type,
         seed=args.seed,
+        precision=args.precision,
+        engine_dtype=args.engine_dtype,
     )
     return args, w
 
@@ -341,8 +354,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = render_table(summary)
     header = (
         f"GRPO step, {w.model}: {w.prompts_per_step} prompts x {w.num_generations} completions, "
-        f"<= {w.max_completion_length} new tokens, loss {w.loss_type}, {w.threads} torch threads, "
-        f"{os.cpu_count()} CPUs; {args.rounds} round(s) x {w.steps} measured steps (+{w.warmup} warm-up) each"
+        f"<= {w.max_completion_length} new tokens, loss {w.loss_type}, training {w.precision}, "
+        f"our generation {w.engine_dtype}, {w.threads} torch threads, {os.cpu_count()} CPUs; {args.rounds} round(s) x {w.steps} measured steps (+{w.warmup} warm-up) each"
     )
     print(f"\n{header}\n\n{table}")
     if not same_prompts:

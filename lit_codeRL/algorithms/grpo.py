@@ -143,6 +143,7 @@ def policy_loss(
     beta: float = 0.0,
     num_rows: float | None = None,
     num_tokens: float | None = None,
+    importance_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss of GRPO/DAPO/Dr. GRPO (+ ``beta`` * k3 KL), and its diagnostics.
 
@@ -161,8 +162,12 @@ def policy_loss(
         beta: KL coefficient.
         num_rows, num_tokens: Whole-batch counts when this is a micro-batch, see
             :func:`aggregate_token_loss`.
+        importance_weights: ``[B, T]`` per-token weights of the surrogate (no gradient), e.g.
+            truncated importance weights between the trainer and a sampler that ran in another
+            precision (``algorithms/importance.py``); the KL term is not weighted.
 
-    Per token: ``-min(r * A, clip(r, 1 - eps, 1 + eps_high) * A)`` with ``r = exp(lp - old)``.
+    Per token: ``-w * min(r * A, clip(r, 1 - eps, 1 + eps_high) * A)`` with ``r = exp(lp - old)``
+    and ``w`` the importance weight (1 without one).
 
     Returns:
         ``(loss, stats)``; ``stats`` (detached scalars): ``clip_ratio/low`` (tokens with ``A < 0``
@@ -194,6 +199,8 @@ def policy_loss(
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)
+    if importance_weights is not None:
+        per_token = per_token * importance_weights.detach().to(per_token.dtype)
 
     per_token, kl = add_kl_penalty(per_token, logprobs, ref_logprobs, keep, beta)
 

@@ -19,6 +19,8 @@ from typing import Literal
 import torch
 
 from lit_codeRL.algorithms.grpo import broadcast_advantages, group_advantages, policy_loss
+from lit_codeRL.algorithms.importance import truncated_importance_weights
+from lit_codeRL.algorithms.kl import masked_mean
 from lit_codeRL.envs.settings import EnvSettings
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams
 from lit_codeRL.policy.loading import ModelSettings
@@ -59,6 +61,10 @@ class GRPOModule(RolloutModule):
         num_iterations: Optimizer steps per rollout batch (TRL's mu); >1 uses the sampling log-probs
             as the old policy.
         mask_truncated_completions: Exclude episodes whose last action hit ``max_new_tokens``.
+        tis_cap: Cap of the truncated importance weight ``min(pi_train / pi_sampler, cap)`` on each
+            token of the loss when ``num_iterations`` is 1: it corrects a sampler that ran in
+            another precision than the trainer (``engine.dtype`` bf16 with fp32 training). 0 turns
+            it off (the plain on-policy gradient in the trainer's precision).
         filter_zero_std_groups: Dynamic sampling: drop groups whose returns are all equal and refill.
         max_refill_rounds: Extra rollout rounds allowed per step when filtering.
         micro_batch_size: Sequences per forward/backward chunk (gradient accumulation inside the
@@ -96,6 +102,7 @@ class GRPOModule(RolloutModule):
         scale_rewards: Literal["group", "batch", "none"] = "group",
         num_iterations: int = 1,
         mask_truncated_completions: bool = False,
+        tis_cap: float = 2.0,
         filter_zero_std_groups: bool = False,
         max_refill_rounds: int = 3,
         micro_batch_size: int | None = None,
@@ -159,6 +166,14 @@ class GRPOModule(RolloutModule):
             # With one update per rollout the policy that sampled is the one being trained:
             # ratio == 1 exactly, and no second forward pass is needed (as in TRL).
             old = logps.detach() if hp.num_iterations == 1 else mb.old_logprobs[:, start:]
+            # The sampler may differ from the trainer (bf16 generation): weight each token by the
+            # truncated importance weight between the two, so the gradient stays on-policy for the
+            # trainer's own distribution. With more iterations the ratio to the sampling log-probs
+            # already carries the correction.
+            weights = None
+            if hp.num_iterations == 1 and hp.tis_cap > 0:
+                sampler = mb.old_logprobs[:, start:]
+                weights = truncated_importance_weights(logps, sampler, mask, hp.tis_cap)
             loss, stats = policy_loss(
                 logps,
                 old,
@@ -172,7 +187,13 @@ class GRPOModule(RolloutModule):
                 beta=hp.beta,
                 num_rows=num_rows,
                 num_tokens=num_tokens,
+                importance_weights=weights,
             )
+            if weights is not None:
+                stats["tis/weight"] = masked_mean(weights, mask)
+                stats["tis/capped"] = masked_mean((weights >= hp.tis_cap).to(mask.dtype), mask)
+                diff = (logps.detach() - mb.old_logprobs[:, start:]).abs()
+                stats["tis/logprob_diff"] = masked_mean(diff, mask)
             if entropy is not None:
                 stats["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
             return loss, stats

@@ -65,12 +65,21 @@ class EngineSettings:
     """Torch threads for the token-by-token decode loop on CPU (prefill and training keep all
     threads); ``None`` keeps torch's setting. On a quiet 2-core box all threads decode fastest;
     one thread helps when the sandbox or other jobs saturate the cores."""
+    dtype: Literal["auto", "model", "float32", "bfloat16", "float16"] = "auto"
+    """Precision the engine samples in. ``auto``: bf16 where the hardware computes in it natively
+    (a CPU with AVX-512-BF16/AMX, an Ampere+ GPU; detected and logged), else the policy's own.
+    ``model``: the policy's own dtype, sampling from the live module (sampler and trainer
+    log-probs then agree to float rounding). Another dtype than the policy's samples from a
+    replica refreshed after every optimizer step; the trainer's truncated importance weight
+    (``tis_cap``) corrects what the lower precision changes in the sampled distribution."""
 
 
 def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module) -> GenerationEngine:
     """The engine ``settings`` names, ready to sample from ``model``."""
     if settings.name == "hf":
-        return HFGenerationEngine(tokenizer, model=model, cpu_decode_threads=settings.cpu_decode_threads)
+        return HFGenerationEngine(
+            tokenizer, model=model, cpu_decode_threads=settings.cpu_decode_threads, dtype=settings.dtype
+        )
     from lit_codeRL.errors import ConfigError
 
     raise ConfigError(f"unknown generation engine {settings.name!r}; available: hf")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -52,3 +53,51 @@ def default_micro_batch_size(num_params: int, seq_len: int = 512) -> int:
     hint = 1 << (hint.bit_length() - 1)
     log.info("micro-batch hint: %d sequences of %d tokens (%.1f GiB free)", hint, seq_len, free / 2**30)
     return hint
+
+
+GenerationDtype = str
+"""``"auto"``, ``"float32"``, ``"bfloat16"`` or ``"float16"`` (see :func:`generation_dtype`)."""
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """Does this CPU compute in bf16 natively (AVX-512-BF16 or AMX-BF16)? Without it oneDNN
+    emulates bf16 and a bf16 matmul is no faster than fp32, so ``auto`` keeps fp32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool({"avx512_bf16", "amx_bf16"} & flags)
+    except OSError:
+        pass
+    return False
+
+
+@functools.cache
+def generation_dtype(setting: GenerationDtype | None, device_type: str) -> torch.dtype | None:
+    """The dtype the generation engine samples in on ``device_type``; ``None``: the policy's own.
+
+    ``auto`` is bf16 where the hardware has it natively (CUDA Ampere and newer; a CPU with
+    AVX-512-BF16/AMX), else the policy's own dtype. Logged once per device type.
+    """
+    if setting in (None, "model"):
+        return None
+    if setting != "auto":
+        if setting not in _DTYPES:
+            from lit_codeRL.errors import ConfigError
+
+            raise ConfigError(f"engine dtype {setting!r}: use auto, float32, bfloat16 or float16")
+        return _DTYPES[setting]
+    if device_type == "cuda":
+        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+        where = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cuda"
+    elif device_type == "cpu":
+        native, where = cpu_has_native_bf16(), "CPU (AVX-512-BF16/AMX)" if cpu_has_native_bf16() else "CPU"
+    else:
+        native, where = False, device_type
+    chosen = torch.bfloat16 if native else None
+    log.info("engine dtype auto -> %s on %s", "bfloat16" if chosen else "the policy's own dtype", where)
+    return chosen

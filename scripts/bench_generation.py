@@ -1,0 +1,243 @@
+"""Decode speed of the generation engine beside this machine's matmul bound and HF ``generate``.
+
+    python scripts/bench_generation.py [--batches 1,16,64] [--new-tokens 64] [--rounds 2]
+                                       [--out bench_results/generation.json]
+
+On the embedded SmolLM2-135M-Instruct, for fp32 and bf16 and each batch size, with the same chat
+prompts (MBPP-style requests):
+
+* **ours**: ``HFGenerationEngine`` (``engine.dtype`` ``model`` for fp32: the live module; ``bfloat16``:
+  the bf16 replica the trainer keeps in sync), sampling at T=1;
+* **hf**: transformers' ``model.generate(do_sample=True)`` on the same prompts, with the model in
+  that dtype.
+
+Every row generates exactly ``--new-tokens`` tokens (EOS ignored), so both produce the same work.
+Decode tokens/s = ``batch * (new_tokens - 1) / (total time - prefill time)``, the prefill measured
+by a one-token call on the same batch; the median over ``--rounds``.
+
+The bound is measured in the same run: dense matmul GFLOP/s (2048 x 2048, fp32 and bf16) divided
+by the model's FLOPs per token (2 x parameters: every weight multiplies once per token, the tied
+LM head included) is the compute-bound decode rate; the decode-shaped LM-head product
+(batch x hidden -> vocabulary) is timed too. Prints a markdown table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams, _replica  # noqa: E402
+from lit_codeRL.policy.loading import load_model  # noqa: E402
+from lit_codeRL.policy.precision import cpu_has_native_bf16  # noqa: E402
+
+REQUESTS = [
+    "Write a python function to find the first repeated character in a given string.",
+    "Write a function to reverse words in a given string.",
+    "Write a python function to check whether the given number is a perfect square or not.",
+    "Write a function to find the maximum product subarray of the given array.",
+    "Write a function to remove all whitespaces from the given string.",
+    "Write a python function to count the number of digits in a given integer.",
+    "Write a function to merge two sorted lists into one sorted list.",
+    "Write a function that returns the n-th Fibonacci number.",
+]
+
+
+def matmul_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 / ((time.perf_counter() - t) / reps) / 1e9
+
+
+def lm_head_ms(dtype: torch.dtype, rows: int, hidden: int, vocab: int, reps: int = 20) -> float:
+    x, w = torch.randn(rows, hidden, dtype=dtype), torch.randn(vocab, hidden, dtype=dtype)
+    for _ in range(3):
+        torch.nn.functional.linear(x, w)
+    t = time.perf_counter()
+    for _ in range(reps):
+        torch.nn.functional.linear(x, w)
+    return (time.perf_counter() - t) / reps * 1e3
+
+
+def prompts_for(tokenizer, batch: int) -> list[str]:
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": REQUESTS[i % len(REQUESTS)]}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        for i in range(batch)
+    ]
+
+
+def time_ours(engine: HFGenerationEngine, ids, mask, new_tokens: int) -> float:
+    """Seconds for one ``generate`` of ``new_tokens`` tokens per row."""
+    t = time.perf_counter()
+    engine.generate(
+        ids,
+        mask,
+        SamplingParams(max_new_tokens=new_tokens, temperature=1.0),
+        generator=torch.Generator().manual_seed(0),
+    )
+    return time.perf_counter() - t
+
+
+def time_hf(model, tokenizer, ids, mask, new_tokens: int) -> float:
+    """Seconds for HF ``generate`` of exactly ``new_tokens`` tokens per row."""
+    torch.manual_seed(0)
+    t = time.perf_counter()
+    with torch.no_grad():
+        model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    return time.perf_counter() - t
+
+
+def decode_rate(run, batch: int, new_tokens: int, rounds: int) -> dict:
+    run(1)  # warm-up (allocations, kernels)
+    prefill = statistics.median(run(1) for _ in range(rounds))
+    totals = [run(new_tokens) for _ in range(rounds)]
+    total = statistics.median(totals)
+    decode_s = max(total - prefill, 1e-9)
+    return {
+        "tokens_per_s": batch * (new_tokens - 1) / decode_s,
+        "ms_per_step": decode_s / (new_tokens - 1) * 1e3,
+        "prefill_s": prefill,
+        "total_s": totals,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--batches", default="1,16,64")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--frameworks", default="ours,hf")
+    ap.add_argument("--out", type=Path, default=REPO / "bench_results" / "generation.json")
+    args = ap.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",")]
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    model, tokenizer = load_model(name_or_path=args.model)
+    model.eval()
+    tokenizer.padding_side = "left"
+    params = sum(p.numel() for p in model.parameters())
+    cfg = model.config
+
+    bound = {}
+    for name in args.dtypes.split(","):
+        gflops = matmul_gflops(dtypes[name])
+        bound[name] = {
+            "matmul_gflops": gflops,
+            "bound_tokens_per_s": gflops * 1e9 / (2 * params),
+            "lm_head_ms_batch16": lm_head_ms(dtypes[name], 16, cfg.hidden_size, cfg.vocab_size),
+        }
+
+    rows = []
+    for name in args.dtypes.split(","):
+        dtype = dtypes[name]
+        # fp32: the live module; another dtype: the engine's own replica (what training samples with)
+        engine = HFGenerationEngine(tokenizer, model, dtype=None if dtype is torch.float32 else dtype)
+        engine.stop_token_ids = []  # every row runs to --new-tokens: equal work for both frameworks
+        hf_model = model if dtype is torch.float32 else _replica(model, dtype)
+        if dtype is not torch.float32 and hasattr(hf_model, "set_attn_implementation"):
+            hf_model.set_attn_implementation("sdpa")  # HF generate's own default attention
+        for batch in batches:
+            enc = tokenizer(
+                prompts_for(tokenizer, batch), return_tensors="pt", padding=True, add_special_tokens=False
+            )
+            ids, mask = enc["input_ids"], enc["attention_mask"]
+            for fw in args.frameworks.split(","):
+                if fw == "ours":
+                    run = functools.partial(time_ours, engine, ids, mask)
+                else:
+                    run = functools.partial(time_hf, hf_model, tokenizer, ids, mask)
+                res = decode_rate(run, batch, args.new_tokens, args.rounds)
+                res |= {"framework": fw, "dtype": name, "batch": batch}
+                rows.append(res)
+                print(f"{fw:5s} {name:9s} batch {batch:3d}: {res['tokens_per_s']:7.1f} tok/s", flush=True)
+
+    def rate(fw: str, name: str, batch: int) -> float | None:
+        for r in rows:
+            if (r["framework"], r["dtype"], r["batch"]) == (fw, name, batch):
+                return r["tokens_per_s"]
+        return None
+
+    fp32_bound = bound.get("float32", {}).get("bound_tokens_per_s")
+    print(
+        f"\nSmolLM2-135M ({params / 1e6:.1f}M parameters), {torch.get_num_threads()} threads, "
+        f"{args.new_tokens} new tokens per row, median of {args.rounds} rounds"
+    )
+    for name, b in bound.items():
+        print(
+            f"matmul {name}: {b['matmul_gflops']:.0f} GFLOP/s -> compute bound {b['bound_tokens_per_s']:.0f} tok/s; "
+            f"LM head at batch 16: {b['lm_head_ms_batch16']:.1f} ms"
+        )
+    print(
+        "\n| dtype | batch | ours tok/s | ms/step | HF generate tok/s | ours / HF | ours / fp32 bound "
+        "| ours / our fp32 |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+
+    def ratio(a: float | None, b: float | None, fmt: str = "{:.2f}x") -> str:
+        return fmt.format(a / b) if a and b else "-"
+
+    for r in rows:
+        if r["framework"] != "ours":
+            continue
+        ours, hf = r["tokens_per_s"], rate("hf", r["dtype"], r["batch"])
+        cells = [
+            r["dtype"],
+            str(r["batch"]),
+            f"{ours:.1f}",
+            f"{r['ms_per_step']:.1f}",
+            f"{hf:.1f}" if hf else "-",
+            ratio(ours, hf),
+            ratio(ours, fp32_bound, "{:.0%}"),
+            ratio(ours, rate("ours", "float32", r["batch"])),
+        ]
+        print("| " + " | ".join(cells) + " |")
+    result = {
+        "model": args.model,
+        "parameters": params,
+        "threads": torch.get_num_threads(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "new_tokens": args.new_tokens,
+        "rounds": args.rounds,
+        "bound": bound,
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
