@@ -72,13 +72,21 @@ class EngineSettings:
     log-probs then agree to float rounding). Another dtype than the policy's samples from a
     replica refreshed after every optimizer step; the trainer's truncated importance weight
     (``tis_cap``) corrects what the lower precision changes in the sampled distribution."""
+    fast_decode: bool = True
+    """Sample from a lean forward of the replica on CPU for Llama-family models (Llama, SmolLM2,
+    Qwen2): the same math in about half the tensor operations per layer, which is what bounds a
+    small model's decode step on a CPU (``policy/fast_decode.py``). Off: transformers' forward."""
 
 
 def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module) -> GenerationEngine:
     """The engine ``settings`` names, ready to sample from ``model``."""
     if settings.name == "hf":
         return HFGenerationEngine(
-            tokenizer, model=model, cpu_decode_threads=settings.cpu_decode_threads, dtype=settings.dtype
+            tokenizer,
+            model=model,
+            cpu_decode_threads=settings.cpu_decode_threads,
+            dtype=settings.dtype,
+            fast_decode=settings.fast_decode,
         )
     from lit_codeRL.errors import ConfigError
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from lit_codeRL.policy import fast_decode
 from lit_codeRL.policy.precision import generation_dtype
 
 
@@ -187,8 +188,10 @@ class HFGenerationEngine:
         stop_token_ids: list[int] | None = None,
         cpu_decode_threads: int | None = None,
         dtype: torch.dtype | str | None = None,
+        fast_decode: bool = True,
     ):
         self.tokenizer = tokenizer
+        self.fast_decode = fast_decode
         self.cpu_decode_threads = cpu_decode_threads
         self.dtype_setting = dtype
         """A dtype, ``None`` (the module's own) or a setting resolved per device (``"auto"``)."""
@@ -201,6 +204,7 @@ class HFGenerationEngine:
         """The live module the engine follows."""
         self._replica: torch.nn.Module | None = None
         self._replica_of: torch.nn.Module | None = None
+        self._lean: fast_decode.LeanLlama | None = None
         if model is not None:
             self.sync_weights(model)
 
@@ -213,12 +217,15 @@ class HFGenerationEngine:
         if isinstance(setting, str):
             self.dtype = generation_dtype(setting, _device_of(model).type)
         if not self._needs_replica(model):
-            self._replica = self._replica_of = None
+            self._replica = self._replica_of = self._lean = None
             return
         source = list(model.parameters())
         device = source[0].device
         if self._replica is None or self._replica_of is not model or _device_of(self._replica) != device:
             self._replica, self._replica_of = _replica(model, self.dtype), model
+            # the lean forward shares the replica's (fused) parameters: refreshed by the copy below
+            lean = self.fast_decode and device.type == "cpu" and fast_decode.supports(self._replica)
+            self._lean = fast_decode.LeanLlama(self._replica) if lean else None
             return
         with torch.no_grad():
             for dst, src in zip(self._replica.parameters(), source, strict=True):
@@ -295,9 +302,14 @@ class HFGenerationEngine:
         device = prompt_ids.device
         if generator is not None and generator.device != device:
             generator = None  # a CPU generator cannot drive CUDA sampling; fall back to the global RNG
-        cache = _decode_cache(reserve=sampling.max_new_tokens + 1)
+        lean = self._lean if model is self._replica else None
+        forward = lean if lean is not None else model
+        if lean is not None:
+            cache = lean.new_cache(prompt_ids.size(0), prompt_ids.size(1) + sampling.max_new_tokens + 1)
+        else:
+            cache = _decode_cache(reserve=sampling.max_new_tokens + 1)
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-        logits = model(
+        logits = forward(
             input_ids=prompt_ids,
             attention_mask=prompt_mask,
             position_ids=positions,
@@ -356,7 +368,7 @@ class HFGenerationEngine:
                 if step == max_new - 1:
                     break
                 mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
-                logits = model(
+                logits = forward(
                     input_ids=token[:, None],
                     attention_mask=mask,
                     position_ids=next_pos,

@@ -1,0 +1,127 @@
+"""The lean Llama forward of the sampling replica computes what transformers computes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lit_codeRL.policy.fast_decode import LeanLlama, supports
+from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams, _decode_cache
+from lit_codeRL.policy.logprobs import token_logprobs
+
+
+def _eager(model):
+    ref = copy.deepcopy(model).eval()
+    ref.set_attn_implementation("eager")
+    return ref
+
+
+def _left_padded(batch: int = 3, length: int = 9):
+    torch.manual_seed(0)
+    ids = torch.randint(5, 500, (batch, length))
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1, :4] = 0
+    mask[2, :1] = 0
+    return ids, mask
+
+
+def test_prefill_and_decode_equal_transformers_in_fp32(tiny_model):
+    model, _ = tiny_model
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # GQA is exercised
+    ref, lean = _eager(model), LeanLlama(copy.deepcopy(model))
+    ids, mask = _left_padded()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    hf_cache, lean_cache = _decode_cache(8), lean.new_cache(ids.size(0), ids.size(1) + 8)
+    with torch.no_grad():
+        want = ref(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=hf_cache).logits
+        got = lean(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=lean_cache).logits
+        real = mask.bool()
+        torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+        nxt = pos[:, -1:] + 1
+        for _ in range(4):
+            token = torch.randint(5, 500, (ids.size(0), 1))
+            mask = torch.cat([mask, mask.new_ones(ids.size(0), 1)], 1)
+            want = ref(
+                input_ids=token, attention_mask=mask, position_ids=nxt, past_key_values=hf_cache
+            ).logits
+            got = lean(
+                input_ids=token, attention_mask=mask, position_ids=nxt, past_key_values=lean_cache
+            ).logits
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            nxt = nxt + 1
+
+
+def test_engine_samples_through_the_lean_forward_and_its_logprobs_are_the_replicas(tiny_model):
+    """A bf16 policy with an fp32 sampling replica: the lean forward runs (prefill, group repeat,
+    finished-row pruning) and its sampling log-probs equal the replica's transformers forward."""
+    model, tokenizer = tiny_model
+    policy = copy.deepcopy(model).to(torch.bfloat16)
+    engine = HFGenerationEngine(tokenizer, policy, dtype=torch.float32)
+    assert engine._lean is not None
+    # one token id in eight ends a row: rows finish at different steps, so the cache is pruned
+    engine.stop_token_ids = list(range(0, policy.config.vocab_size, 8))
+    texts = ["Write a function add(a, b).", "Reverse a string s in Python, please."]
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False
+        )
+        for t in texts
+    ]
+    ids, mask = engine.encode_prompts(prompts)
+    out = engine.generate(
+        ids,
+        mask,
+        SamplingParams(max_new_tokens=16, temperature=0.8),
+        num_generations=3,
+        generator=torch.Generator().manual_seed(0),
+    )
+    lengths = out.completion_mask.sum(1)
+    assert out.num_completion_tokens > 10 and len(set(lengths.tolist())) > 2  # pruned at several steps
+    full = torch.cat([out.prompt_ids, out.completion_ids], 1)
+    full_mask = torch.cat([out.prompt_mask, out.completion_mask], 1)
+    with torch.no_grad():
+        want, _ = token_logprobs(engine.sampler, full, full_mask, out.prompt_ids.size(1), 0.8)
+    torch.testing.assert_close(out.logprobs, want * out.completion_mask, atol=1e-4, rtol=1e-4)
+
+
+def test_sync_weights_refreshes_the_fused_projections(tiny_model):
+    model, tokenizer = tiny_model
+    live = copy.deepcopy(model)
+    engine = HFGenerationEngine(tokenizer, live, dtype=torch.bfloat16)
+    lean = engine._lean
+    assert lean is not None
+    ids, mask = _left_padded()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+
+    def logits(forward: LeanLlama) -> torch.Tensor:
+        cache = forward.new_cache(ids.size(0), ids.size(1) + 1)
+        return forward(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache).logits
+
+    before = logits(lean)
+    with torch.no_grad():
+        for layer in live.model.layers:  # the projections that live in fused tensors
+            for proj in (layer.self_attn.k_proj, layer.mlp.up_proj):
+                proj.weight.mul_(-1.5)
+    engine.sync_weights(live)
+    assert engine._lean is lean  # refreshed in place, not rebuilt
+    fresh = HFGenerationEngine(tokenizer, live, dtype=torch.bfloat16)._lean
+    after = logits(lean)
+    assert not torch.allclose(after, before)
+    torch.testing.assert_close(after, logits(fresh))
+
+
+def test_supports_only_what_it_implements(tiny_model):
+    model, _ = tiny_model
+    assert supports(model)
+    scaled = copy.deepcopy(model)
+    scaled.config.rope_scaling = {"rope_type": "linear", "factor": 2.0}
+    scaled.config.rope_parameters = {"rope_type": "linear", "factor": 2.0}
+    assert not supports(scaled)
+    gelu = copy.deepcopy(model)
+    gelu.config.hidden_act = "gelu"
+    assert not supports(gelu)
+    peft = pytest.importorskip("peft")
+    lora = peft.get_peft_model(copy.deepcopy(model), peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    assert not supports(lora)
