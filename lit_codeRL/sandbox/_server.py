@@ -988,38 +988,61 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
 
     n_tests = len(job["tests"])
     rec = _parse_records(bytes(data), key, n_tests, frozenset(job.get("value_tests") or ()))
+    res = _verdict(
+        rec,
+        n_tests,
+        timed_out=timed_out,
+        term_sig=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        timeout_s=timeout,
+        hit_output_cap=max(out_size, err_size) >= cfg["max_output_bytes"],
+    )
+    res.update(
+        stdout=stdout, stderr=stderr, wall_time_s=wall, values={} if rec["tampered"] else rec["values"]
+    )
+    if full_stdout is not None:
+        res["full_stdout"] = full_stdout
+    return res
+
+
+def _verdict(
+    rec: dict, n_tests: int, *, timed_out: bool, term_sig: int | None, timeout_s: float, hit_output_cap: bool
+) -> dict:
+    """The verdict ladder: from the child's parsed records (:func:`_parse_records`), how it ended
+    (``timed_out``, the signal that killed it) and whether its output reached the cap, to the
+    ``verdict``, ``test_passed``, ``failed_test``, ``exception_type``, ``exception_message`` and
+    ``signal`` fields of the result. Pure: no process, file or clock is touched.
+
+    First match wins: tampering, timeout, a program-level memory/output limit, no program record
+    (output cap, signal or early exit), the program's syntax/bad-test/runtime error, a missing test
+    record, the first failing test (memory and output limits told apart), no end record, the output
+    cap; otherwise passed.
+    """
     test_passed = [bool(rec["tests"].get(i, (False,))[0]) for i in range(n_tests)]
-    term_sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    signal_name = _SIGNAL_NAMES.get(term_sig, str(term_sig)) if term_sig and not timed_out else None
     res: dict = {
         "verdict": "passed",
         "test_passed": test_passed,
         "failed_test": None,
         "exception_type": None,
         "exception_message": None,
-        "stdout": stdout,
-        "stderr": stderr,
-        "wall_time_s": wall,
-        "values": {} if rec["tampered"] else rec["values"],
-        "signal": _SIGNAL_NAMES.get(term_sig, str(term_sig)) if term_sig and not timed_out else None,
+        "signal": signal_name,
     }
-    if full_stdout is not None:
-        res["full_stdout"] = full_stdout
-    hit_output_cap = max(out_size, err_size) >= cfg["max_output_bytes"]
-    killed = f"killed by signal {res['signal']}" if res["signal"] else "exited before reporting (os._exit?)"
+    killed = f"killed by signal {signal_name}" if signal_name else "exited before reporting (os._exit?)"
+    early = "Signal" if signal_name else "EarlyExit"
 
     def fail(verdict: str, etype: str | None = None, msg: str | None = None) -> dict:
         res["verdict"] = verdict
         res["exception_type"] = res["exception_type"] or etype
         res["exception_message"] = res["exception_message"] or msg
         if verdict != "passed" and res["failed_test"] is None:
-            res["failed_test"] = next((i for i, p in enumerate(test_passed) if not p), None)
+            res["failed_test"] = next((i for i, p in enumerate(res["test_passed"]) if not p), None)
         return res
 
     if rec["tampered"]:
-        res["test_passed"] = test_passed = [False] * n_tests
+        res["test_passed"] = [False] * n_tests
         return fail("failed", "ProtocolViolation", "result channel was written by the program")
     if timed_out or term_sig == signal.SIGXCPU and not rec["end"]:
-        return fail("timeout", "TimeoutError", f"exceeded {timeout:g} s")
+        return fail("timeout", "TimeoutError", f"exceeded {timeout_s:g} s")
     prog = rec["program"]
     if prog is not None and prog[1] in ("MemoryError",):
         return fail("memory_limit", prog[1], prog[2])
@@ -1030,7 +1053,7 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
             return fail("output_limit", "OutputLimit", "output cap exceeded")
         # a signal death is reported as what it is (res["signal"]); a SIGSEGV is not guessed to
         # be the memory limit (RLIMIT_AS shows up as MemoryError)
-        return fail("runtime_error", "Signal" if res["signal"] else "EarlyExit", killed)
+        return fail("runtime_error", early, killed)
     kind, etype, emsg = prog
     if kind == "syntax":
         return fail("syntax_error", etype, emsg)
@@ -1043,7 +1066,7 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
         if i not in rec["tests"]:
             if hit_output_cap:
                 return fail("output_limit", "OutputLimit", "output cap exceeded")
-            return fail("failed", "Signal" if res["signal"] else "EarlyExit", f"test {i}: {killed}")
+            return fail("failed", early, f"test {i}: {killed}")
     failures = [i for i in range(n_tests) if not test_passed[i]]
     if failures:
         i = failures[0]
@@ -1055,7 +1078,7 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
             return fail("output_limit", etype, emsg)
         return fail("failed", etype or None, emsg or None)
     if not rec["end"]:
-        return fail("failed", "Signal" if res["signal"] else "EarlyExit", f"no end record: {killed}")
+        return fail("failed", early, f"no end record: {killed}")
     if hit_output_cap:
         return fail("output_limit", "OutputLimit", "output cap exceeded")
     return res
