@@ -579,11 +579,7 @@ class _Forked:
     def discard(self) -> None:
         """Kill and reap the child (its job never came, or running it failed) and close our fds."""
         self.close("jw", "rfd", "pidfd")
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        _kill_all_descendants(None)
+        _kill_tree(os.getpid(), also=[self.pid])
 
 
 def _prepare_server(workdir: str) -> None:
@@ -665,36 +661,51 @@ def _reap() -> None:
             return
 
 
-def _kill_all_descendants(pgid: int | None) -> None:
-    """SIGKILL the child's process group and every process below this server, until none is left.
+def _sigkill(pids: list[int] | set[int]) -> None:
+    """SIGKILL each of ``pids``; one that is already gone is no error."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
-    The server is a child subreaper, so daemonized grandchildren (double fork + setsid) are
-    reparented to it instead of escaping to init; killed processes cannot fork any more, so the
-    loop converges even against a fork bomb (which the pids limit bounds anyway).
+
+def _kill_tree(root: int, pgid: int | None = None, also: list[int] | set[int] = ()) -> None:
+    """SIGKILL process group ``pgid``, the pids ``also`` and every process below ``root`` (and
+    ``root`` itself unless it is this process), until no process is left below ``root``.
+
+    The one process-tree kill of the sandbox: the server runs it on itself after every job, the
+    pool on a worker it stops. The server is a child subreaper, so daemonized grandchildren
+    (double fork + setsid) are reparented to it instead of escaping to init, and it reaps them
+    here; killed processes cannot fork any more, so the loop converges even against a fork bomb
+    (which the pids limit bounds anyway). A ``root`` that is another process dies in the first
+    round and its orphans leave its tree, so its tree is listed before anything is killed.
     """
+    own = root == os.getpid()
+    victims = [] if own else [root, *also, *_descendants(root)]
     if pgid is not None:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
-    try:  # fast path: with the subreaper, no child at all means no descendant at all
-        if os.waitpid(-1, os.WNOHANG) == (0, 0):
-            pass
-    except ChildProcessError:
-        return
-    me = os.getpid()
-    for _ in range(1000):
-        pids = _descendants(me)
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
+    if own:
+        try:  # fast path: with the subreaper, no child at all means no descendant at all
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
                 pass
-        _reap()
+        except ChildProcessError:
+            _sigkill(also)
+            return
+        victims = [*also, *_descendants(root)]
+    for _ in range(1000):
+        if not victims:
+            break
+        _sigkill(victims)
+        if own:
+            _reap()
         time.sleep(0.001)
-    _reap()
+        victims = _descendants(root)
+    if own:
+        _reap()
 
 
 def _parse_records(data: bytes, key: bytes, n_tests: int, value_tests: frozenset = frozenset()) -> dict:
@@ -977,7 +988,7 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
         if len(data) > record_cap:
             break
     child.close("rfd")
-    _kill_all_descendants(pid)
+    _kill_tree(os.getpid(), pgid=pid)
     cap = cfg["max_capture_bytes"]
     stdout, out_size = _read_capped(os.path.join(workdir, ".stdout"), cap)
     stderr, err_size = _read_capped(os.path.join(workdir, ".stderr"), cap)
