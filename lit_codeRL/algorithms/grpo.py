@@ -88,7 +88,8 @@ def zero_std_groups(rewards: Tensor, group_size: int, valid: Tensor | None = Non
     keep = torch.ones_like(grouped, dtype=torch.bool) if valid is None else _grouped(valid.bool(), group_size)
     highest = grouped.masked_fill(~keep, float("-inf")).max(dim=1).values
     lowest = grouped.masked_fill(~keep, float("inf")).min(dim=1).values
-    return (keep.sum(dim=1) < 2) | ((highest - lowest) <= 1e-9)
+    # one valid reward makes highest == lowest, none makes it -inf - inf: both count as no signal
+    return (highest - lowest) <= 1e-9
 
 
 def aggregate_token_loss(
