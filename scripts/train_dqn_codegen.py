@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     from lit_codeRL.cli import CodeRLCLI
-    from lit_codeRL.modules.dqn import DQNModule, format_results
+    from lit_codeRL.modules.dqn import DQNModule
+    from lit_codeRL.rollout.q_evaluation import format_results
 
     start = time.perf_counter()
     cli = CodeRLCLI(args=["--config", args.config, *overrides], run=False)

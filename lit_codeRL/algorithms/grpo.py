@@ -76,13 +76,20 @@ def group_advantages(
     return (centered / (std + eps)).reshape(-1)
 
 
-def zero_std_groups(rewards: Tensor, group_size: int) -> Tensor:
-    """``[num_groups]`` bool: True where every reward in the group is the same (no learning signal).
+def zero_std_groups(rewards: Tensor, group_size: int, valid: Tensor | None = None) -> Tensor:
+    """``[num_groups]`` bool: True where a group carries no learning signal, i.e. its valid rewards
+    are all the same, or fewer than two of them are valid (:func:`group_advantages` gives such a
+    group advantage 0). ``rewards`` ``[B]``; ``valid`` ``[B]`` bool, ``None``: all valid.
 
-    Used to log the fraction of dead groups and for DAPO's dynamic sampling (drop and refill).
+    The one zero-std rule: the ``train/frac_zero_std_groups`` metric and DAPO's dynamic sampling
+    (drop and refill, ``RolloutDataset``) both use it.
     """
     grouped = _grouped(rewards, group_size)
-    return (grouped.max(dim=1).values - grouped.min(dim=1).values).abs() <= 1e-9
+    keep = torch.ones_like(grouped, dtype=torch.bool) if valid is None else _grouped(valid.bool(), group_size)
+    highest = grouped.masked_fill(~keep, float("-inf")).max(dim=1).values
+    lowest = grouped.masked_fill(~keep, float("inf")).min(dim=1).values
+    # one valid reward makes highest == lowest, none makes it -inf - inf: both count as no signal
+    return (highest - lowest) <= 1e-9
 
 
 def aggregate_token_loss(

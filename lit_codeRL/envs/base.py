@@ -121,7 +121,10 @@ class SingleTurnCodeEnv(gym.Env):
     Args:
         sandbox: Where programs run: anything with ``submit(program) -> Future[ExecutionResult]``.
         timeout_s: Wall-clock limit per program; ``None`` uses the sandbox's default.
-        empty_reward: Reward of a completion with no code in it (the sandbox is not called).
+        syntax_error_reward: Reward of code that does not compile.
+        empty_reward: Reward of a completion with no code in it (the sandbox is not called);
+            ``None`` = ``syntax_error_reward``: an answer without code is as unrunnable as broken
+            code, and cheaper to write, so it must not earn more.
         error_reward: Reward when the sandbox itself fails (not the policy's fault).
         problems: Problems ``reset()`` samples from when it is not given one in ``options``.
         num_shown_tests: Tests of a problem shown in its prompt (MBPP protocol: the first).
@@ -138,7 +141,8 @@ class SingleTurnCodeEnv(gym.Env):
         self,
         sandbox: Executor,
         timeout_s: float | None = None,
-        empty_reward: float = 0.0,
+        syntax_error_reward: float = 0.0,
+        empty_reward: float | None = None,
         error_reward: float = 0.0,
         problems: Sequence[Problem] | None = None,
         num_shown_tests: int = 1,
@@ -147,7 +151,8 @@ class SingleTurnCodeEnv(gym.Env):
         self.num_shown_tests = num_shown_tests
         self.sandbox = sandbox
         self.timeout_s = timeout_s
-        self.empty_reward = empty_reward
+        self.syntax_error_reward = syntax_error_reward
+        self.empty_reward = syntax_error_reward if empty_reward is None else empty_reward
         self.error_reward = error_reward
         self.problems = list(problems) if problems is not None else None
         self.problem: Problem | None = None

@@ -33,11 +33,8 @@ class CodeExecutionEnv(SingleTurnCodeEnv):
         silent_reward: Runs without error, stdout blank.
         syntax_error_reward: Does not compile (SyntaxError, IndentationError, TabError).
         runtime_error_reward: Raises, times out, or hits the memory or output limit.
-        empty_reward: No code in the completion (or only comments); defaults to
-            ``syntax_error_reward``: an answer without code is as unrunnable as broken code, and
-            cheaper to write, so it must not earn more.
-        error_reward: The sandbox itself failed.
-        timeout_s: Wall-clock limit per program; ``None`` uses the sandbox's default.
+        kwargs: ``empty_reward`` (no code, or only comments; defaults to ``syntax_error_reward``),
+            ``error_reward``, ``timeout_s`` and the rest of :class:`SingleTurnCodeEnv`.
     """
 
     def __init__(
@@ -47,21 +44,11 @@ class CodeExecutionEnv(SingleTurnCodeEnv):
         silent_reward: float = 0.5,
         syntax_error_reward: float = -0.5,
         runtime_error_reward: float = -1.0,
-        empty_reward: float | None = None,
-        error_reward: float = 0.0,
-        timeout_s: float | None = None,
         **kwargs,
     ) -> None:
-        super().__init__(
-            sandbox,
-            timeout_s=timeout_s,
-            empty_reward=syntax_error_reward if empty_reward is None else empty_reward,
-            error_reward=error_reward,
-            **kwargs,
-        )
+        super().__init__(sandbox, syntax_error_reward=syntax_error_reward, **kwargs)
         self.print_reward = print_reward
         self.silent_reward = silent_reward
-        self.syntax_error_reward = syntax_error_reward
         self.runtime_error_reward = runtime_error_reward
 
     def build_program(self, problem: Problem, code: str) -> Program:

@@ -19,10 +19,8 @@ class UnitTestEnv(SingleTurnCodeEnv):
         sandbox: Where programs run (``submit(program) -> Future[ExecutionResult]``).
         all_pass_bonus: Added to the reward when every test passes.
         syntax_error_reward: Reward of code that does not compile (its tests cannot run).
-        empty_reward: No code in the completion; defaults to ``syntax_error_reward``.
-        error_reward: The sandbox itself failed.
-        timeout_s: Wall-clock limit per program (program plus all tests); ``None`` uses the
-            sandbox's default.
+        kwargs: ``empty_reward`` (no code; defaults to ``syntax_error_reward``), ``error_reward``,
+            ``timeout_s`` (program plus all tests) and the rest of :class:`SingleTurnCodeEnv`.
 
     A runtime error or timeout is not special-cased: tests that did not run count as failed, so
     the reward is the fraction that passed before it (usually 0).
@@ -33,20 +31,10 @@ class UnitTestEnv(SingleTurnCodeEnv):
         sandbox: Executor,
         all_pass_bonus: float = 0.0,
         syntax_error_reward: float = 0.0,
-        empty_reward: float | None = None,
-        error_reward: float = 0.0,
-        timeout_s: float | None = None,
         **kwargs,
     ) -> None:
-        super().__init__(
-            sandbox,
-            timeout_s=timeout_s,
-            empty_reward=syntax_error_reward if empty_reward is None else empty_reward,
-            error_reward=error_reward,
-            **kwargs,
-        )
+        super().__init__(sandbox, syntax_error_reward=syntax_error_reward, **kwargs)
         self.all_pass_bonus = all_pass_bonus
-        self.syntax_error_reward = syntax_error_reward
 
     def build_program(self, problem: Problem, code: str) -> Program:
         tests = tuple(problem.test_statements())

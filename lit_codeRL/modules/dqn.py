@@ -19,6 +19,7 @@ Reference shapes: Lightning's ``reinforce_learn_Qnet.py`` and CleanRL's ``dqn.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -27,7 +28,6 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import DataLoader
 
 from lit_codeRL.algorithms.dqn import (
@@ -37,91 +37,21 @@ from lit_codeRL.algorithms.dqn import (
     linear_schedule,
     td_target,
 )
-from lit_codeRL.envs.codegen import CachedExecutor, CodeGenerationEnv, SandboxExecutor, load_codegen_problems
-from lit_codeRL.envs.codegen_rewards import REWARD_TYPES, RewardWeights
+from lit_codeRL.callbacks.greedy_eval import GreedyEvalCallback
+from lit_codeRL.envs.codegen import (
+    REWARD_TYPES,
+    CachedExecutor,
+    CodeGenerationEnv,
+    RewardWeights,
+    SandboxExecutor,
+)
+from lit_codeRL.policy.qnetworks import DuelingQNetwork, QNetwork
+from lit_codeRL.problems import Problem, load_seed_json
 from lit_codeRL.rollout.experience import ExperienceCollector, ReplayDataset
+from lit_codeRL.rollout.q_evaluation import evaluate_problem, format_results
 from lit_codeRL.rollout.replay import PrioritizedReplayBuffer, ReplayBuffer
-
-# ------------------------------------------------------------------------------------------------
-# Q-networks
-# ------------------------------------------------------------------------------------------------
-
-
-class QNetwork(nn.Module):
-    """MLP over ``[spec | embedded token history | meta]`` with one output per action.
-
-    The history segment holds action ids (``-1`` = padding); each position's id is embedded and the
-    embeddings are concatenated, so position matters and the input width does not grow with the
-    vocabulary.
-    """
-
-    def __init__(
-        self,
-        spec_dim: int,
-        history: int,
-        meta_dim: int,
-        n_actions: int,
-        embed_dim: int = 16,
-        hidden_sizes: tuple[int, ...] = (256, 256),
-    ):
-        super().__init__()
-        self.spec_dim, self.history, self.meta_dim, self.n_actions = spec_dim, history, meta_dim, n_actions
-        self.embed = nn.Embedding(n_actions + 1, embed_dim, padding_idx=0)
-        layers: list[nn.Module] = []
-        width = spec_dim + history * embed_dim + meta_dim
-        for size in hidden_sizes:
-            layers += [nn.Linear(width, size), nn.ReLU()]
-            width = size
-        self.trunk = nn.Sequential(*layers)
-        self.out_features = width
-        self.head = nn.Linear(width, n_actions)
-
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        spec = obs[:, : self.spec_dim]
-        ids = obs[:, self.spec_dim : self.spec_dim + self.history].long() + 1  # -1 padding -> 0
-        meta = obs[:, self.spec_dim + self.history :]
-        return self.trunk(torch.cat([spec, self.embed(ids).flatten(1), meta], dim=1))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[B, obs_dim]`` -> ``[B, n_actions]``."""
-        return self.head(self.features(obs))
-
-
-class DuelingQNetwork(QNetwork):
-    """``Q = V + A - mean(A)`` (Wang et al. 2016): the value of a state is learned once, not per action."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.value = nn.Linear(self.out_features, 1)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = self.features(obs)
-        advantage = self.head(h)
-        return self.value(h) + advantage - advantage.mean(dim=1, keepdim=True)
-
-
-# ------------------------------------------------------------------------------------------------
-# the module
-# ------------------------------------------------------------------------------------------------
-
-
-class GreedyEvalCallback(pl.Callback):
-    """Every ``every`` optimizer steps, run the greedy policy once per training problem and log
-    ``greedy/train_solved``. A callback (added by ``DQNModule.configure_callbacks``) rather than a
-    module hook because Lightning runs callbacks' ``on_train_batch_end`` before the module's and
-    moves ``ModelCheckpoint`` last, so a checkpoint monitoring this metric sees the current value."""
-
-    def __init__(self, every: int):
-        self.every = every
-
-    def on_train_batch_end(self, trainer: pl.Trainer, module: DQNModule, *args: Any) -> None:
-        if trainer.global_step % self.every:
-            return
-        # Greedy episodes are deterministic and their programs mostly cached: a cheap progress signal.
-        rows = module.evaluate("train", episodes=1, epsilon=0.0)
-        solved = float(sum(r["success_rate"] == 1.0 for r in rows))
-        module.update_problem_weights(rows)
-        module.log("greedy/train_solved", solved, on_step=True, on_epoch=False, batch_size=1)
+from lit_codeRL.sandbox import SandboxConfig
+from lit_codeRL.training.policy_module import as_settings
 
 
 class DQNModule(pl.LightningModule):
@@ -141,9 +71,7 @@ class DQNModule(pl.LightningModule):
         expression_statements: bool = False,
         spec_dim: int = 64,
         history: int = 12,
-        sandbox_backend: str = "local",
-        sandbox_workers: int = 1,
-        sandbox_timeout_s: float = 2.0,
+        sandbox: SandboxConfig = SandboxConfig(workers=1, timeout_s=2.0),  # noqa: B008 - shows in --print_config
         cache_size: int = 100_000,
         num_envs: int = 8,
         solved_problem_weight: float | None = None,
@@ -158,7 +86,7 @@ class DQNModule(pl.LightningModule):
         learning_rate: float = 1e-3,
         batch_size: int = 64,
         buffer_capacity: int = 50_000,
-        warmup_steps: int = 1_000,
+        learning_starts: int = 1_000,
         rounds_per_batch: int = 1,
         target_sync_every: int = 200,
         double_dqn: bool = True,
@@ -196,9 +124,9 @@ class DQNModule(pl.LightningModule):
             expression_statements: Allow lines that are bare expressions (useless without side effects).
             spec_dim: Width of the hashed bag-of-words of the problem spec in the observation.
             history: How many of the latest code tokens the observation holds.
-            sandbox_backend: Backend of ``lit_codeRL.sandbox.make_sandbox`` that runs generated code.
-            sandbox_workers: Sandbox worker processes.
-            sandbox_timeout_s: Wall-clock limit per program.
+            sandbox: The sandbox that grades generated code (``lit_codeRL.sandbox.SandboxConfig``):
+                the isolating ``auto`` backend; one worker, since the env grades one program at a
+                time; 2 s per program (the vocabulary's programs are tiny).
             cache_size: Entries of the LRU cache of graded programs.
             num_envs: Envs stepped in lockstep per collector round (one batched Q forward).
             solved_problem_weight: Sampling weight of a training problem the greedy policy solved at the
@@ -216,7 +144,7 @@ class DQNModule(pl.LightningModule):
             learning_rate: Adam learning rate.
             batch_size: Replay batch size.
             buffer_capacity: Replay buffer capacity (transitions).
-            warmup_steps: Transitions collected before the first update.
+            learning_starts: Transitions collected before the first update (CleanRL's name).
             rounds_per_batch: Collector rounds (each ``num_envs`` transitions) per optimizer step.
             target_sync_every: Optimizer steps between target-network syncs.
             double_dqn: Double DQN targets (online argmax, target value).
@@ -249,13 +177,13 @@ class DQNModule(pl.LightningModule):
         if test_split not in ("train", "eval", "both"):
             raise ValueError(f"test_split must be train, eval or both, got {test_split!r}")
         self.save_hyperparameters()
+        for key in ("sandbox", "reward_weights"):  # as dicts: checkpoints load with weights_only=True
+            if dataclasses.is_dataclass(self.hparams[key]):
+                self.hparams[key] = dataclasses.asdict(self.hparams[key])
         self.reward_weights = reward_weights or RewardWeights()
-        self.train_set = load_codegen_problems(train_problems)
-        self.eval_set = load_codegen_problems(eval_problems) if eval_problems else []
-        self.executor = CachedExecutor(
-            SandboxExecutor(backend=sandbox_backend, workers=sandbox_workers, timeout_s=sandbox_timeout_s),
-            cache_size,
-        )
+        self.train_set = load_seed_json(train_problems)
+        self.eval_set = load_seed_json(eval_problems) if eval_problems else []
+        self.executor = CachedExecutor(SandboxExecutor(as_settings(SandboxConfig, sandbox)), cache_size)
         envs = [self._make_env(self.train_set) for _ in range(num_envs)]
         self.vocabulary = envs[0].vocabulary
         layout = envs[0].layout
@@ -281,9 +209,63 @@ class DQNModule(pl.LightningModule):
         self._test_rows: list[dict[str, Any]] = []
         self._last_step_time = time.perf_counter()
 
+    # -- the algorithm: collect, TD loss, target sync ----------------------------------------------
+
+    def train_dataloader(self) -> DataLoader:
+        dataset = ReplayDataset(
+            self.collector,
+            self.buffer,
+            self.q_values,
+            lambda steps: self.epsilon(steps),
+            batch_size=self.hparams.batch_size,
+            rounds_per_batch=self.hparams.rounds_per_batch,
+            learning_starts=self.hparams.learning_starts,
+        )
+        return DataLoader(dataset, batch_size=None, num_workers=0)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        max_steps = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else None
+        if max_steps:
+            self.collector.set_progress(self.global_step / max_steps)
+        if isinstance(self.buffer, PrioritizedReplayBuffer):
+            hp = self.hparams
+            self.buffer.beta = linear_schedule(self.global_step, hp.per_beta_start, 1.0, hp.per_beta_steps)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        hp = self.hparams
+        q = self.online(batch["obs"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            next_online = self.online(batch["next_obs"]) if hp.double_dqn else None
+            next_target = self.target(batch["next_obs"])
+            # The env grades the program at truncation too, so nothing follows either ending.
+            dones = batch["terminated"] | batch["truncated"]
+            target = td_target(
+                batch["rewards"],
+                dones,
+                next_online if next_online is not None else next_target,
+                next_target,
+                hp.gamma**hp.n_step,  # n-step transitions bootstrap from n steps later
+                double=hp.double_dqn,
+                next_action_mask=batch["next_mask"],
+            )
+        loss = huber_loss(q, target, hp.huber_delta, batch["weights"] if hp.prioritized_replay else None)
+        if hp.prioritized_replay:
+            self.buffer.update_priorities(batch["indices"], (q - target).detach())
+        self._log_step(loss, q)
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_step % self.hparams.target_sync_every == 0:
+            self.target.load_state_dict(self.online.state_dict())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.online.parameters(), lr=self.hparams.learning_rate)
+
     # -- pieces --------------------------------------------------------------------------------
 
-    def _make_env(self, problems: list, vocabulary: tuple[str, ...] | None = None) -> CodeGenerationEnv:
+    def _make_env(
+        self, problems: list[Problem], vocabulary: tuple[str, ...] | None = None
+    ) -> CodeGenerationEnv:
         hp = self.hparams
         return CodeGenerationEnv(
             problems,
@@ -335,55 +317,6 @@ class DQNModule(pl.LightningModule):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.online(obs)
 
-    # -- training ------------------------------------------------------------------------------
-
-    def train_dataloader(self) -> DataLoader:
-        dataset = ReplayDataset(
-            self.collector,
-            self.buffer,
-            self.q_values,
-            lambda steps: self.epsilon(steps),
-            batch_size=self.hparams.batch_size,
-            rounds_per_batch=self.hparams.rounds_per_batch,
-            warmup_steps=self.hparams.warmup_steps,
-        )
-        return DataLoader(dataset, batch_size=None, num_workers=0)
-
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        max_steps = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else None
-        if max_steps:
-            self.collector.set_progress(self.global_step / max_steps)
-        if isinstance(self.buffer, PrioritizedReplayBuffer):
-            hp = self.hparams
-            self.buffer.beta = linear_schedule(self.global_step, hp.per_beta_start, 1.0, hp.per_beta_steps)
-
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        hp = self.hparams
-        q = self.online(batch["obs"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
-        with torch.no_grad():
-            next_online = self.online(batch["next_obs"]) if hp.double_dqn else None
-            next_target = self.target(batch["next_obs"])
-            # The env grades the program at truncation too, so nothing follows either ending.
-            dones = batch["terminated"] | batch["truncated"]
-            target = td_target(
-                batch["rewards"],
-                dones,
-                next_online if next_online is not None else next_target,
-                next_target,
-                hp.gamma**hp.n_step,  # n-step transitions bootstrap from n steps later
-                double=hp.double_dqn,
-                next_action_mask=batch["next_mask"],
-            )
-        loss = huber_loss(q, target, hp.huber_delta, batch["weights"] if hp.prioritized_replay else None)
-        if hp.prioritized_replay:
-            self.buffer.update_priorities(batch["indices"], (q - target).detach())
-        self._log_step(loss, q)
-        return loss
-
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.global_step % self.hparams.target_sync_every == 0:
-            self.target.load_state_dict(self.online.state_dict())
-
     def configure_callbacks(self) -> list[pl.Callback]:
         every = self.hparams.greedy_eval_every
         return [GreedyEvalCallback(every)] if every else []
@@ -418,9 +351,6 @@ class DQNModule(pl.LightningModule):
         )
         self.log("success", stats["success_rate"], prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.online.parameters(), lr=self.hparams.learning_rate)
-
     def teardown(self, stage: str) -> None:
         self.executor.close()  # restarts lazily if used again (test after fit)
 
@@ -452,51 +382,15 @@ class DQNModule(pl.LightningModule):
             self._eval_envs[split] = self._make_env(problems, vocabulary=self.vocabulary)
         return self._eval_envs[split]
 
-    def run_episode(
-        self, env: CodeGenerationEnv, problem_index: int, epsilon: float = 0.0, seed: int = 0
-    ) -> dict:
-        """One episode on one problem with the current online network; returns its outcome."""
-        obs, info = env.reset(seed=seed, options={"problem_index": problem_index})
-        rng = np.random.default_rng(seed)
-        total, done = 0.0, False
-        while not done:
-            q = self.q_values(torch.from_numpy(obs).unsqueeze(0)).numpy()[0]
-            mask = env.action_masks()
-            if epsilon > 0 and rng.random() < epsilon:
-                action = int(rng.choice(np.flatnonzero(mask)))
-            else:
-                action = int(np.where(mask, q, -np.inf).argmax())
-            obs, reward, terminated, truncated, info = env.step(action)
-            total += reward
-            done = terminated or truncated
-        return {
-            "task_id": env.problem.task_id,
-            "solved": bool(info["all_passed"]),
-            "pass_fraction": float(info["pass_fraction"]),
-            "return": total,
-            "steps": int(info["steps"]),
-            "code": info["code"],
-        }
-
     def evaluate(self, split: str, episodes: int | None = None, epsilon: float | None = None) -> list[dict]:
         """Per-problem results of ``split``: success rate over ``episodes`` and the last code."""
         episodes = episodes or self.hparams.eval_episodes
         epsilon = self.hparams.eval_epsilon if epsilon is None else epsilon
         env = self.eval_env(split)
-        return [self._evaluate_problem(env, split, i, episodes, epsilon) for i in range(len(env.problems))]
-
-    def _evaluate_problem(
-        self, env: CodeGenerationEnv, split: str, index: int, episodes: int, epsilon: float
-    ) -> dict:
-        runs = [self.run_episode(env, index, epsilon, seed=k) for k in range(episodes)]
-        return {
-            "split": split,
-            "task_id": runs[0]["task_id"],
-            "success_rate": float(np.mean([r["solved"] for r in runs])),
-            "pass_fraction": float(np.mean([r["pass_fraction"] for r in runs])),
-            "steps": runs[-1]["steps"],
-            "code": runs[-1]["code"],
-        }
+        return [
+            evaluate_problem(env, self.q_values, split, i, episodes, epsilon)
+            for i in range(len(env.problems))
+        ]
 
     def test_dataloader(self) -> DataLoader:
         splits = ["train", "eval"] if self.hparams.test_split == "both" else [self.hparams.test_split]
@@ -512,8 +406,13 @@ class DQNModule(pl.LightningModule):
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         split, index = batch["split"], int(batch["index"])
-        row = self._evaluate_problem(
-            self.eval_env(split), split, index, self.hparams.eval_episodes, self.hparams.eval_epsilon
+        row = evaluate_problem(
+            self.eval_env(split),
+            self.q_values,
+            split,
+            index,
+            self.hparams.eval_episodes,
+            self.hparams.eval_epsilon,
         )
         self._test_rows.append(row)
 
@@ -528,20 +427,3 @@ class DQNModule(pl.LightningModule):
             path = Path(self.hparams.test_results_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(rows, indent=2))
-
-
-def format_results(rows: list[dict]) -> str:
-    """Per-problem table (split, task, success rate, tests passed) followed by each generated program."""
-    lines = [f"{'split':<6} {'task':<24} {'success':>8} {'tests':>6}"]
-    for r in rows:
-        lines.append(
-            f"{r['split']:<6} {r['task_id']:<24} {r['success_rate']:>8.2f} {r['pass_fraction']:>6.2f}"
-        )
-    for split in sorted({r["split"] for r in rows}):
-        split_rows = [r for r in rows if r["split"] == split]
-        solved = sum(r["success_rate"] == 1.0 for r in split_rows)
-        lines.append(f"{split}: {solved}/{len(split_rows)} problems solved")
-    for r in rows:
-        lines.append(f"--- {r['split']} {r['task_id']} (success {r['success_rate']:.2f})")
-        lines.append(r["code"].rstrip())
-    return "\n".join(lines)

@@ -15,6 +15,7 @@ from typing import Any
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.signature import signature_from_tests
 
 REQUIRED_KEYS = ("function_name", "test_cases")
 
@@ -55,7 +56,8 @@ def seed_record(entry: Any, source: str, index: int) -> Problem:
         raise ConfigError(
             f"{source} entry {index} ({name}): test_cases must be [[input, output], ...]"
         ) from None
-    starter = entry.get("starter_code") or f"def {name}():"
+    # Without a starter the signature comes from how the tests call the function, so its arity is right.
+    starter = entry.get("starter_code") or signature_from_tests(name, pairs)[0]
     docstring = entry.get("docstring", "")
     return Problem(
         task_id=str(entry.get("id") or entry.get("task_id") or f"seed/{name}"),

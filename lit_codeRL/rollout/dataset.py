@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
+from lit_codeRL.algorithms.grpo import zero_std_groups
 from lit_codeRL.rollout.episodes import Episode, EpisodeRunner
 from lit_codeRL.rollout.prompts import ProblemStream
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
@@ -139,8 +140,11 @@ class RolloutDataset(IterableDataset):
             problems = self.stream.take(self.prompts_per_step - kept)
             ran = self.runner.run(problems, n, self.generator, stats)
             groups = [ran[g * n : (g + 1) * n] for g in range(len(problems))]
-            if self.filter_zero_std_groups and rounds <= self.max_refill_rounds:
-                alive = [grp for grp in groups if not _zero_std(grp)]
+            if self.filter_zero_std_groups and rounds <= self.max_refill_rounds and groups:
+                flat = [e for grp in groups for e in grp]
+                returns = torch.tensor([e.episode_return for e in flat], dtype=torch.float64)
+                dead = zero_std_groups(returns, n, torch.tensor([e.valid for e in flat])).tolist()
+                alive = [grp for grp, no_signal in zip(groups, dead, strict=True) if not no_signal]
                 stats["filtered_groups"] += len(groups) - len(alive)
                 groups = alive
             for grp in groups:
@@ -159,8 +163,3 @@ class RolloutDataset(IterableDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.stream.load_state_dict(state["stream"])
         self.generator.set_state(state["generator"])
-
-
-def _zero_std(group: list[Episode]) -> bool:
-    returns = [e.episode_return for e in group if e.valid]
-    return len(returns) < 2 or max(returns) - min(returns) < 1e-9

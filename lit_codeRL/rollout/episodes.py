@@ -181,10 +181,11 @@ class EpisodeRunner:
         self._prompt_cache: dict[str, tuple[list[int], str]] = {}
 
     def _prompt(self, observation: str) -> tuple[list[int], str]:
-        if observation not in self._prompt_cache:
-            text = self.chat.prompt_text(observation)
-            ids = self.engine.tokenizer(text, add_special_tokens=False)["input_ids"]
-            self._prompt_cache[observation] = (ids, text)
+        if observation not in self._prompt_cache:  # the one prompt path: ChatFormat, as everywhere else
+            self._prompt_cache[observation] = (
+                self.chat.prompt_ids(observation),
+                self.chat.prompt_text(observation),
+            )
         return self._prompt_cache[observation]
 
     def run(

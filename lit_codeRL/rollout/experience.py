@@ -195,7 +195,7 @@ class ExperienceCollector:
 
 class ReplayDataset(IterableDataset):
     """Endless stream of replay batches: each item first runs ``rounds_per_batch`` collector rounds
-    with the current policy and ε, then samples ``batch_size`` transitions (after ``warmup_steps``
+    with the current policy and ε, then samples ``batch_size`` transitions (after ``learning_starts``
     transitions have been collected). Use with ``DataLoader(dataset, batch_size=None)``."""
 
     def __init__(
@@ -206,7 +206,7 @@ class ReplayDataset(IterableDataset):
         epsilon_fn: Callable[[int], float],
         batch_size: int,
         rounds_per_batch: int = 1,
-        warmup_steps: int = 0,
+        learning_starts: int = 0,
     ):
         self.collector = collector
         self.buffer = buffer
@@ -214,7 +214,7 @@ class ReplayDataset(IterableDataset):
         self.epsilon_fn = epsilon_fn
         self.batch_size = batch_size
         self.rounds_per_batch = rounds_per_batch
-        self.warmup_steps = warmup_steps
+        self.learning_starts = learning_starts
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         if get_worker_info() is not None:
@@ -223,6 +223,6 @@ class ReplayDataset(IterableDataset):
             self.collector.collect(
                 self.q_fn, self.epsilon_fn(self.collector.env_steps), self.buffer, self.rounds_per_batch
             )
-            while len(self.buffer) < max(self.warmup_steps, 1):
+            while len(self.buffer) < max(self.learning_starts, 1):
                 self.collector.collect(self.q_fn, self.epsilon_fn(self.collector.env_steps), self.buffer, 1)
             yield self.buffer.sample(self.batch_size)

@@ -579,11 +579,7 @@ class _Forked:
     def discard(self) -> None:
         """Kill and reap the child (its job never came, or running it failed) and close our fds."""
         self.close("jw", "rfd", "pidfd")
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        _kill_all_descendants(None)
+        _kill_tree(os.getpid(), also=[self.pid])
 
 
 def _prepare_server(workdir: str) -> None:
@@ -665,36 +661,51 @@ def _reap() -> None:
             return
 
 
-def _kill_all_descendants(pgid: int | None) -> None:
-    """SIGKILL the child's process group and every process below this server, until none is left.
+def _sigkill(pids: list[int] | set[int]) -> None:
+    """SIGKILL each of ``pids``; one that is already gone is no error."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
-    The server is a child subreaper, so daemonized grandchildren (double fork + setsid) are
-    reparented to it instead of escaping to init; killed processes cannot fork any more, so the
-    loop converges even against a fork bomb (which the pids limit bounds anyway).
+
+def _kill_tree(root: int, pgid: int | None = None, also: list[int] | set[int] = ()) -> None:
+    """SIGKILL process group ``pgid``, the pids ``also`` and every process below ``root`` (and
+    ``root`` itself unless it is this process), until no process is left below ``root``.
+
+    The one process-tree kill of the sandbox: the server runs it on itself after every job, the
+    pool on a worker it stops. The server is a child subreaper, so daemonized grandchildren
+    (double fork + setsid) are reparented to it instead of escaping to init, and it reaps them
+    here; killed processes cannot fork any more, so the loop converges even against a fork bomb
+    (which the pids limit bounds anyway). A ``root`` that is another process dies in the first
+    round and its orphans leave its tree, so its tree is listed before anything is killed.
     """
+    own = root == os.getpid()
+    victims = [] if own else [root, *also, *_descendants(root)]
     if pgid is not None:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
-    try:  # fast path: with the subreaper, no child at all means no descendant at all
-        if os.waitpid(-1, os.WNOHANG) == (0, 0):
-            pass
-    except ChildProcessError:
-        return
-    me = os.getpid()
-    for _ in range(1000):
-        pids = _descendants(me)
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
+    if own:
+        try:  # fast path: with the subreaper, no child at all means no descendant at all
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
                 pass
-        _reap()
+        except ChildProcessError:
+            _sigkill(also)
+            return
+        victims = [*also, *_descendants(root)]
+    for _ in range(1000):
+        if not victims:
+            break
+        _sigkill(victims)
+        if own:
+            _reap()
         time.sleep(0.001)
-    _reap()
+        victims = _descendants(root)
+    if own:
+        _reap()
 
 
 def _parse_records(data: bytes, key: bytes, n_tests: int, value_tests: frozenset = frozenset()) -> dict:
@@ -977,7 +988,7 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
         if len(data) > record_cap:
             break
     child.close("rfd")
-    _kill_all_descendants(pid)
+    _kill_tree(os.getpid(), pgid=pid)
     cap = cfg["max_capture_bytes"]
     stdout, out_size = _read_capped(os.path.join(workdir, ".stdout"), cap)
     stderr, err_size = _read_capped(os.path.join(workdir, ".stderr"), cap)
@@ -988,38 +999,61 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
 
     n_tests = len(job["tests"])
     rec = _parse_records(bytes(data), key, n_tests, frozenset(job.get("value_tests") or ()))
+    res = _verdict(
+        rec,
+        n_tests,
+        timed_out=timed_out,
+        term_sig=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        timeout_s=timeout,
+        hit_output_cap=max(out_size, err_size) >= cfg["max_output_bytes"],
+    )
+    res.update(
+        stdout=stdout, stderr=stderr, wall_time_s=wall, values={} if rec["tampered"] else rec["values"]
+    )
+    if full_stdout is not None:
+        res["full_stdout"] = full_stdout
+    return res
+
+
+def _verdict(
+    rec: dict, n_tests: int, *, timed_out: bool, term_sig: int | None, timeout_s: float, hit_output_cap: bool
+) -> dict:
+    """The verdict ladder: from the child's parsed records (:func:`_parse_records`), how it ended
+    (``timed_out``, the signal that killed it) and whether its output reached the cap, to the
+    ``verdict``, ``test_passed``, ``failed_test``, ``exception_type``, ``exception_message`` and
+    ``signal`` fields of the result. Pure: no process, file or clock is touched.
+
+    First match wins: tampering, timeout, a program-level memory/output limit, no program record
+    (output cap, signal or early exit), the program's syntax/bad-test/runtime error, a missing test
+    record, the first failing test (memory and output limits told apart), no end record, the output
+    cap; otherwise passed.
+    """
     test_passed = [bool(rec["tests"].get(i, (False,))[0]) for i in range(n_tests)]
-    term_sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    signal_name = _SIGNAL_NAMES.get(term_sig, str(term_sig)) if term_sig and not timed_out else None
     res: dict = {
         "verdict": "passed",
         "test_passed": test_passed,
         "failed_test": None,
         "exception_type": None,
         "exception_message": None,
-        "stdout": stdout,
-        "stderr": stderr,
-        "wall_time_s": wall,
-        "values": {} if rec["tampered"] else rec["values"],
-        "signal": _SIGNAL_NAMES.get(term_sig, str(term_sig)) if term_sig and not timed_out else None,
+        "signal": signal_name,
     }
-    if full_stdout is not None:
-        res["full_stdout"] = full_stdout
-    hit_output_cap = max(out_size, err_size) >= cfg["max_output_bytes"]
-    killed = f"killed by signal {res['signal']}" if res["signal"] else "exited before reporting (os._exit?)"
+    killed = f"killed by signal {signal_name}" if signal_name else "exited before reporting (os._exit?)"
+    early = "Signal" if signal_name else "EarlyExit"
 
     def fail(verdict: str, etype: str | None = None, msg: str | None = None) -> dict:
         res["verdict"] = verdict
         res["exception_type"] = res["exception_type"] or etype
         res["exception_message"] = res["exception_message"] or msg
         if verdict != "passed" and res["failed_test"] is None:
-            res["failed_test"] = next((i for i, p in enumerate(test_passed) if not p), None)
+            res["failed_test"] = next((i for i, p in enumerate(res["test_passed"]) if not p), None)
         return res
 
     if rec["tampered"]:
-        res["test_passed"] = test_passed = [False] * n_tests
+        res["test_passed"] = [False] * n_tests
         return fail("failed", "ProtocolViolation", "result channel was written by the program")
     if timed_out or term_sig == signal.SIGXCPU and not rec["end"]:
-        return fail("timeout", "TimeoutError", f"exceeded {timeout:g} s")
+        return fail("timeout", "TimeoutError", f"exceeded {timeout_s:g} s")
     prog = rec["program"]
     if prog is not None and prog[1] in ("MemoryError",):
         return fail("memory_limit", prog[1], prog[2])
@@ -1030,7 +1064,7 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
             return fail("output_limit", "OutputLimit", "output cap exceeded")
         # a signal death is reported as what it is (res["signal"]); a SIGSEGV is not guessed to
         # be the memory limit (RLIMIT_AS shows up as MemoryError)
-        return fail("runtime_error", "Signal" if res["signal"] else "EarlyExit", killed)
+        return fail("runtime_error", early, killed)
     kind, etype, emsg = prog
     if kind == "syntax":
         return fail("syntax_error", etype, emsg)
@@ -1043,7 +1077,7 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
         if i not in rec["tests"]:
             if hit_output_cap:
                 return fail("output_limit", "OutputLimit", "output cap exceeded")
-            return fail("failed", "Signal" if res["signal"] else "EarlyExit", f"test {i}: {killed}")
+            return fail("failed", early, f"test {i}: {killed}")
     failures = [i for i in range(n_tests) if not test_passed[i]]
     if failures:
         i = failures[0]
@@ -1055,7 +1089,7 @@ def _run_job(job: dict, cfg: dict, child: _Forked) -> dict:
             return fail("output_limit", etype, emsg)
         return fail("failed", etype or None, emsg or None)
     if not rec["end"]:
-        return fail("failed", "Signal" if res["signal"] else "EarlyExit", f"no end record: {killed}")
+        return fail("failed", early, f"no end record: {killed}")
     if hit_output_cap:
         return fail("output_limit", "OutputLimit", "output cap exceeded")
     return res

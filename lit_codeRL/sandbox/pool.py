@@ -8,7 +8,6 @@ import os
 import queue
 import select
 import shutil
-import signal
 import struct
 import subprocess
 import tempfile
@@ -135,22 +134,11 @@ class _Worker:
         """Kill the worker and everything it started; safe to call twice."""
         proc, self.proc = self.proc, None
         if proc is not None:
-            victims = set(self.cgroup.pids() if self.cgroup else ())
-            if self.backend == "local":
-                # the server is a subreaper, so its descendants are its tree; bwrap/apptainer
-                # take their whole PID namespace down with them.
-                from lit_codeRL.sandbox._server import _descendants
+            # the server is a subreaper, so its descendants are its tree (bwrap/apptainer also take
+            # their whole PID namespace down with them); the cgroup holds any escaped stragglers
+            from lit_codeRL.sandbox._server import _kill_tree, _sigkill
 
-                victims.update(_descendants(proc.pid))
-            for pid in [proc.pid, *victims]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
+            _kill_tree(proc.pid, pgid=proc.pid, also=set(self.cgroup.pids() if self.cgroup else ()))
             for stream in (proc.stdin, proc.stdout):
                 try:
                     if stream:
@@ -163,11 +151,7 @@ class _Worker:
                     pids = self.cgroup.pids()
                     if not pids:
                         break
-                    for pid in pids:
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except OSError:
-                            pass
+                    _sigkill(pids)
                     time.sleep(0.005)
         if self.cgroup:
             self.cgroup.remove()

@@ -131,7 +131,9 @@ class RolloutModule(PolicyModule):
         gen_s = batch.stats.get("generate_s", 0.0)
         metrics = {
             "train/reward_std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
-            "train/frac_zero_std_groups": float(zero_std_groups(rewards, self.num_generations).float().mean())
+            "train/frac_zero_std_groups": float(
+                zero_std_groups(rewards, self.num_generations, valid).float().mean()
+            )
             if batch.batch_size % self.num_generations == 0
             else 0.0,
             "train/completion_length": float(lengths.mean()),

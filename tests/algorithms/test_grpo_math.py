@@ -51,6 +51,11 @@ def test_group_advantages_rejects_bad_shapes():
 def test_zero_std_groups():
     assert zero_std_groups(REWARDS, 3).tolist() == [False, True]
     assert zero_std_groups(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2).tolist() == [True, False]
+    # invalid samples (the sandbox failed on them) are no signal: only valid rewards are compared,
+    # and a group with fewer than two valid ones has none
+    rewards = torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0, 5.0, 0.0, 1.0, 7.0])
+    valid = torch.tensor([False, True, True, True, True, False, False, False, True])
+    assert zero_std_groups(rewards, 3, valid).tolist() == [True, False, True]
 
 
 # ---------------------------------------------------------------------------------- the loss

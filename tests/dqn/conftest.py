@@ -1,71 +1,64 @@
-"""Shared fixtures for the DQN tests: the seed problems and a trusted in-process executor.
+"""Shared fixtures for the DQN tests: the seed problems and the real sandbox that grades their code.
 
-The in-process executor is a test double for the sandbox (the env only needs ``run_batch``); it is
-used on hand-built programs and on programs made of the restricted token vocabulary, so that the
-unit tests do not depend on the sandbox's worker processes. The sandbox path is covered by
-``test_sandbox_executor`` when the sandbox package is importable.
+Programs are graded by the project sandbox with the module's default configuration (the isolating
+``auto`` backend, one worker), so a test fails when grading through the sandbox breaks. One sandbox
+serves the whole session; ``executor`` counts the programs it is asked to grade.
 """
 
 from __future__ import annotations
 
-import time
+import shutil
 from pathlib import Path
 
 import pytest
 
-from lit_codeRL.envs.codegen import load_codegen_problems
-from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
+from lit_codeRL.envs.codegen import SandboxExecutor
+from lit_codeRL.problems import load_seed_json
+from lit_codeRL.sandbox import SandboxConfig
+from lit_codeRL.sandbox.types import ExecutionResult, Program
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_JSON = ROOT / "data/examples/training_problems.json"
 EVAL_JSON = ROOT / "data/examples/eval_problems.json"
+SANDBOX = SandboxConfig(workers=1, timeout_s=2.0)
+"""What the DQN tests grade with: the ``auto`` backend (bwrap here), as ``DQNModule`` does by default."""
 
 
-class InProcessExecutor:
-    """Grades trusted programs with ``exec`` (each test statement on its own), counting calls."""
+def require_isolating_sandbox() -> None:
+    if not shutil.which("bwrap") and not shutil.which("apptainer"):
+        pytest.skip("no isolating sandbox backend (bubblewrap or apptainer) is installed")
 
-    def __init__(self) -> None:
+
+class CountingExecutor:
+    """The session's sandbox, counting the programs it grades."""
+
+    def __init__(self, executor: SandboxExecutor) -> None:
+        self.executor = executor
         self.calls = 0
 
     def run_batch(self, programs: list[Program]) -> list[ExecutionResult]:
-        return [self._run(p) for p in programs]
+        self.calls += len(programs)
+        return self.executor.run_batch(programs)
 
-    def _run(self, program: Program) -> ExecutionResult:
-        self.calls += 1
-        start = time.perf_counter()
-        scope: dict = {}
-        try:
-            exec(compile(program.code, "<test>", "exec"), scope)
-        except SyntaxError as err:
-            return ExecutionResult(
-                Verdict.SYNTAX_ERROR, [False] * len(program.tests), 0, "SyntaxError", str(err)
-            )
-        except Exception as err:  # noqa: BLE001 - the program's own failure
-            return ExecutionResult(Verdict.RUNTIME_ERROR, [False] * len(program.tests), 0, type(err).__name__)
-        passed = []
-        for test in program.tests:
-            try:
-                exec(test, scope)
-                passed.append(True)
-            except Exception:  # noqa: BLE001
-                passed.append(False)
-        verdict = Verdict.PASSED if all(passed) else Verdict.FAILED
-        failed = None if all(passed) else passed.index(False)
-        return ExecutionResult(
-            verdict, passed, failed, wall_time_s=time.perf_counter() - start, backend="inprocess"
-        )
+
+@pytest.fixture(scope="session")
+def sandbox_executor():
+    require_isolating_sandbox()
+    executor = SandboxExecutor(SANDBOX)
+    yield executor
+    executor.close()
 
 
 @pytest.fixture
 def train_problems():
-    return load_codegen_problems(TRAIN_JSON)
+    return load_seed_json(TRAIN_JSON)
 
 
 @pytest.fixture
 def eval_problems():
-    return load_codegen_problems(EVAL_JSON)
+    return load_seed_json(EVAL_JSON)
 
 
 @pytest.fixture
-def executor():
-    return InProcessExecutor()
+def executor(sandbox_executor):
+    return CountingExecutor(sandbox_executor)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
+from conftest import SANDBOX, TRAIN_JSON, require_isolating_sandbox
 
-from lit_codeRL.envs.codegen import (
-    EDIT_OPS,
-    CodeGenerationEnv,
-    build_vocabulary,
-    signature_of,
-)
-from lit_codeRL.envs.codegen_rewards import RewardWeights, structure_score
+from lit_codeRL.envs.codegen import EDIT_OPS, CodeGenerationEnv, RewardWeights, build_vocabulary, signature_of
+from lit_codeRL.envs.codegen.rewards import structure_score
+from lit_codeRL.envs.codegen.vocabulary import statement_of
 
 SMALL = [
     "return",
@@ -60,6 +60,12 @@ def test_seed_problems_load(train_problems, eval_problems):
     assert len(train_problems) >= 8 and len(eval_problems) >= 3
     assert signature_of(train_problems[ADD]) == ("def add(a, b):", ["a", "b"])
     assert train_problems[ADD].test_statements()[0] == "assert add(1, 2) == 3"
+    # the spec features read the docstring alone: the starter code seed JSON appends to the prompt is
+    # the env's pre-filled signature line, not part of the statement
+    docstrings = [entry["docstring"] for entry in json.loads(TRAIN_JSON.read_text())]
+    assert [statement_of(p) for p in train_problems] == [d.strip() for d in docstrings]
+    no_starter = dataclasses.replace(train_problems[ADD], starter_code=None)
+    assert signature_of(no_starter) == ("def add(x0, x1):", ["x0", "x1"])  # arity of the tests' calls
     names = {p.entry_point for p in train_problems} & {p.entry_point for p in eval_problems}
     assert not names, f"held-out problems leak into training: {names}"
 
@@ -289,16 +295,15 @@ def test_structure_score():
     assert structure_score("def f(a):\n    return (\n") == 0.0
 
 
-def test_sandbox_executor_grades_like_the_double(train_problems):
-    pytest.importorskip("lit_codeRL.sandbox", reason="sandbox package not importable")
-    from lit_codeRL.sandbox import make_sandbox  # noqa: F401 - fail loudly if the API moved
-
-    env = CodeGenerationEnv(train_problems, code_tokens=SMALL, max_steps=10, sandbox_backend="local")
+def test_env_without_executor_grades_in_its_own_sandbox(train_problems):
+    require_isolating_sandbox()
+    env = CodeGenerationEnv(train_problems, code_tokens=SMALL, max_steps=10, sandbox=SANDBOX)
     try:
         env.reset(options={"problem_index": IS_EVEN})
         steps = play(env, ["return", "not", "<arg0>", "%", "2", "<end>"])
         assert steps[-1][3]["all_passed"]
         assert steps[-1][3]["code"] == "def is_even(n):\n    return not n % 2\n"
+        assert env.executor.executor.config == SANDBOX
     finally:
         env.close()
 

@@ -9,20 +9,18 @@ import json
 import lightning as L
 import pytest
 import torch
-from conftest import EVAL_JSON, ROOT, TRAIN_JSON, InProcessExecutor
+from conftest import EVAL_JSON, ROOT, SANDBOX, TRAIN_JSON, require_isolating_sandbox
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-import lit_codeRL.modules.dqn as dqn_module
 from lit_codeRL.modules.dqn import DQNModule
 
 SMALL = ["return", "not", "+", "-", "*", "%", "==", ">", "(", ")", ",", "abs", "max", "0", "1", "2"]
 
 
 @pytest.fixture(autouse=True)
-def in_process_executor(monkeypatch):
-    # Unit tests grade the restricted-vocabulary programs in-process; the sandbox path is exercised by
-    # test_codegen_env.py::test_sandbox_executor_grades_like_the_double and scripts/train_dqn_codegen.py.
-    monkeypatch.setattr(dqn_module, "SandboxExecutor", lambda **_: InProcessExecutor())
+def isolating_sandbox():
+    # Every module grades its programs in the real sandbox (the default ``auto`` backend).
+    require_isolating_sandbox()
 
 
 def make_module(**overrides) -> DQNModule:
@@ -33,7 +31,7 @@ def make_module(**overrides) -> DQNModule:
         code_tokens=SMALL,
         max_episode_steps=8,
         num_envs=4,
-        warmup_steps=64,
+        learning_starts=64,
         batch_size=16,
         hidden_sizes=[32],
         embed_dim=4,
@@ -59,19 +57,40 @@ def trainer(max_steps: int, **kwargs) -> L.Trainer:
     )
 
 
+def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+
+
+class _TargetWatch(Callback):
+    """Whether target equals online at each batch start (after the previous step's sync) and at each
+    batch end (a callback's ``on_train_batch_end`` runs before the module's, i.e. before the sync)."""
+
+    def __init__(self):
+        self.at_start: dict[int, bool] = {}
+        self.before_sync: dict[int, bool] = {}
+
+    def on_train_batch_start(self, trainer, module, *args):
+        self.at_start[module.global_step] = _same(module.online, module.target)
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.before_sync[module.global_step] = _same(module.online, module.target)
+
+
 def test_training_steps_update_online_and_sync_target():
     module = make_module()
+    assert module.executor.executor.config == SANDBOX  # the default: auto backend, one worker
     before = [p.detach().clone() for p in module.online.parameters()]
-    trainer(12, enable_checkpointing=False).fit(module)
+    watch = _TargetWatch()
+    trainer(12, callbacks=[watch]).fit(module)
     after = list(module.online.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
-    # target synced at step 10 (every 5), then 2 more updates moved the online net away from it
-    assert any(
-        not torch.equal(a, b)
-        for a, b in zip(module.online.parameters(), module.target.parameters(), strict=True)
-    )
+    # target_sync_every=5: right after optimizer steps 5 and 10 the target is the online net ...
+    assert [step for step, same in watch.at_start.items() if same] == [0, 5, 10]
+    # ... and just before those syncs it was not (it still held the weights of 5 updates earlier)
+    assert watch.before_sync[5] is False and watch.before_sync[10] is False
+    assert not _same(module.online, module.target)  # 2 more updates after the sync at step 10
     assert all(not p.requires_grad for p in module.target.parameters())
-    # 12 batches + the one Lightning prefetched, 4 envs each, plus warmup rounds
+    # 12 batches + the one Lightning prefetched, 4 envs each, plus learning_starts rounds
     assert module.collector.env_steps >= 12 * 4 and len(module.buffer) == module.collector.env_steps
     assert module.epsilon() == pytest.approx(1.0 - 0.95 * module.collector.env_steps / 400)
 
@@ -122,7 +141,8 @@ def test_checkpoint_from_other_vocabulary_is_rejected(tmp_path):
     trainer(3, callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3)]).fit(module)
     (ckpt,) = tmp_path.glob("*.ckpt")
     other = make_module(code_tokens=[*SMALL, "min"])
-    with pytest.raises((ValueError, RuntimeError)):
+    # rejected by the vocabulary check itself, before the Q-network's shapes are ever compared
+    with pytest.raises(ValueError, match="checkpoint was trained with a different action vocabulary"):
         trainer(5).fit(other, ckpt_path=ckpt)
 
 
@@ -190,7 +210,7 @@ def test_learns_two_problems(tmp_path, one_thread):
         epsilon_decay_steps=6000,
         epsilon_end=0.1,
         target_sync_every=100,
-        warmup_steps=256,
+        learning_starts=256,
     )
     trainer(5000, enable_checkpointing=False).fit(module)
     rows = module.evaluate("train")

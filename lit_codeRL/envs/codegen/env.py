@@ -13,35 +13,31 @@ Three choices keep DQN's many thousand env steps cheap and the problems learnabl
 * **Code runs only when it can mean something**: at the final step and, for the progress reward,
   after steps that leave a program that compiles once open brackets are closed. Compilation is an
   in-process ``compile()`` (no execution); execution goes through an injectable executor (by default
-  the project sandbox) behind an LRU cache keyed by the program text and its tests.
+  the project sandbox) behind an LRU cache keyed by the program text and its tests (``execution.py``).
 * **Syntax-aware action mask** (``info["action_mask"]``, :meth:`action_masks`): a small line
   grammar allows only tokens that can still lead to valid Python (Huang & Ontañón 2020 on invalid
-  action masking). The final ``compile()`` remains the judge; the mask only prunes exploration.
+  action masking). The final ``compile()`` remains the judge; the mask only prunes exploration
+  (``grammar.py``).
 * **Learnable, fixed-size observation**: hashed bag-of-words of the spec (name, docstring, arity,
   tests), the ids of the last ``history`` code tokens (the Q-network embeds them, so a 5,000-token
-  vocabulary costs an embedding table, not a 5,000-wide one-hot per position) and metadata.
+  vocabulary costs an embedding table, not a 5,000-wide one-hot per position) and metadata
+  (``observation.py``). The vocabulary and signatures are ``vocabulary.py``, the rewards ``rewards.py``.
 """
 
 from __future__ import annotations
 
-import ast
-import copy
-import json
 import keyword
-import re
-import warnings
-import zlib
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from lit_codeRL.envs.codegen_rewards import (
+from lit_codeRL.envs.codegen.execution import CachedExecutor, CodeExecutor, SandboxExecutor, compiles
+from lit_codeRL.envs.codegen.grammar import ASSIGN_OPS, LINE_START, LineState, token_class, transition
+from lit_codeRL.envs.codegen.observation import ObservationLayout, spec_features
+from lit_codeRL.envs.codegen.rewards import (
     REWARD_TYPES,
     RewardWeights,
     code_quality_final,
@@ -50,431 +46,20 @@ from lit_codeRL.envs.codegen_rewards import (
     sparse_reward,
     structure_score,
 )
-from lit_codeRL.problems.record import Problem
-from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
-
-# ------------------------------------------------------------------------------------------------
-# problems in the seed JSON format
-# ------------------------------------------------------------------------------------------------
-
-
-def load_codegen_problems(path: str | Path) -> list[Problem]:
-    """Read a seed-format JSON list of ``{function_name, docstring, test_cases, starter_code,
-    difficulty}`` (``test_cases``: ``[[input_args_list, output], ...]``) as ``Problem`` records."""
-    path = Path(path)
-    records = json.loads(path.read_text())
-    problems = []
-    for rec in records:
-        name = rec["function_name"]
-        io_pairs = tuple(
-            (", ".join(repr(arg) for arg in args), repr(expected)) for args, expected in rec["test_cases"]
-        )
-        problems.append(
-            Problem(
-                task_id=f"seed/{name}",
-                prompt=rec.get("docstring", ""),
-                entry_point=name,
-                io_pairs=io_pairs,
-                starter_code=rec.get("starter_code") or None,
-                difficulty=rec.get("difficulty"),
-                source=str(path),
-            )
-        )
-    return problems
-
-
-def signature_of(problem: Problem) -> tuple[str, list[str]]:
-    """``(header line, parameter names)`` of the function the agent writes, e.g.
-    ``("def add(a, b):", ["a", "b"])``, from the starter code (or the entry point and tests)."""
-    if problem.starter_code:
-        header = next(
-            (ln.strip() for ln in problem.starter_code.splitlines() if ln.strip().startswith("def ")), None
-        )
-        if header:
-            tree = ast.parse(header + "\n    pass\n")
-            func = tree.body[0]
-            assert isinstance(func, ast.FunctionDef)
-            return header, [a.arg for a in func.args.args]
-    if not problem.entry_point:
-        raise ValueError(f"problem {problem.task_id} has neither starter code nor an entry point")
-    arity = len(ast.parse(f"f({problem.io_pairs[0][0]})").body[0].value.args) if problem.io_pairs else 0
-    args = [f"x{i}" for i in range(arity)]
-    return f"def {problem.entry_point}({', '.join(args)}):", args
-
-
-# ------------------------------------------------------------------------------------------------
-# action space
-# ------------------------------------------------------------------------------------------------
-
-NEWLINE, INDENT, DEDENT, DELETE, END = "<newline>", "<indent>", "<dedent>", "<delete>", "<end>"
-EDIT_OPS: tuple[str, ...] = (NEWLINE, INDENT, DEDENT, DELETE, END)
-"""Edit operations; they are always the first actions, in this order."""
-
-DEFAULT_CODE_TOKENS: tuple[str, ...] = (
-    # statements and keywords
-    "return", "if", "elif", "else", "for", "in", "while", "not", "and", "or", "pass", "break",
-    "continue", "True", "False", "None",
-    # operators and punctuation (no ``**``: a few tokens of it can build numbers that hang the run)
-    "+", "-", "*", "/", "//", "%", "==", "!=", "<", "<=", ">", ">=", "=", "+=", "-=",
-    "(", ")", "[", "]", ",", ":",
-    # builtins
-    "abs", "max", "min", "len", "sum", "range", "sorted", "int", "str", "bool", "round",
-    # literals
-    "0", "1", "2", "10",
-)  # fmt: skip
-"""Core code tokens of the design's default vocabulary (argument slots are added per problem set)."""
-
-ARG_SLOT = re.compile(r"^<arg(\d+)>$")
-_NUMBER = re.compile(r"^\d+(\.\d+)?$")
-_BINOPS = frozenset(
-    {"+", "-", "*", "/", "//", "%", "**", "==", "!=", "<", "<=", ">", ">=", "and", "or", "in", "is"}
+from lit_codeRL.envs.codegen.vocabulary import (
+    ARG_SLOT,
+    DEDENT,
+    DELETE,
+    EDIT_OPS,
+    END,
+    INDENT,
+    NEWLINE,
+    build_vocabulary,
+    signature_of,
 )
-_UNARY = frozenset({"not", "-", "+", "~"})
-_OPEN = frozenset({"(", "["})
-_CLOSE = {")": "(", "]": "["}
-_ASSIGN = frozenset({"=", "+=", "-=", "*=", "/=", "//=", "%="})
-_LINE_START = frozenset({"return", "if", "elif", "else", "for", "while", "pass", "break", "continue"})
-
-
-def token_class(token: str) -> str:
-    """Grammar class of a code token: ``ident``, ``literal``, ``call`` (``abs(``), or the token itself
-    for keywords and operators; ``other`` for tokens the mask knows nothing about (always allowed)."""
-    if ARG_SLOT.match(token):
-        return "ident"
-    if token in ("True", "False", "None") or _NUMBER.match(token) or token[:1] in "\"'":
-        return "literal"
-    if token.endswith("(") and token[:-1].isidentifier():
-        return "call"
-    if token in _LINE_START or token in _BINOPS or token in _UNARY or token in _ASSIGN:
-        return token
-    if token in _OPEN or token in _CLOSE or token in (",", ":"):
-        return token
-    if token.isidentifier() and not keyword.iskeyword(token):
-        return "ident"
-    return "other"
-
-
-def build_vocabulary(
-    problems: Sequence[Problem],
-    code_tokens: Sequence[str] | None = None,
-    vocab_size: int | None = None,
-) -> tuple[str, ...]:
-    """Code tokens of the action space (edit ops excluded).
-
-    ``code_tokens`` (default :data:`DEFAULT_CODE_TOKENS`) plus one argument slot per parameter of the
-    widest signature and the integers the docstrings mention; then, if ``vocab_size`` is given, more
-    integer literals until there are exactly ``vocab_size`` tokens.
-    """
-    tokens = list(dict.fromkeys(code_tokens if code_tokens is not None else DEFAULT_CODE_TOKENS))
-    max_arity = max((len(signature_of(p)[1]) for p in problems), default=0)
-    tokens += [f"<arg{i}>" for i in range(max_arity)]
-    for p in problems:
-        tokens += re.findall(r"\b\d{1,3}\b", p.prompt)
-    tokens = list(dict.fromkeys(tokens))
-    if vocab_size is not None:
-        if vocab_size < len(tokens):
-            raise ValueError(
-                f"vocab_size={vocab_size} is smaller than the {len(tokens)} tokens the problems need"
-            )
-        present = set(tokens)
-        n = 0
-        while len(tokens) < vocab_size:
-            if str(n) not in present:
-                tokens.append(str(n))
-            n += 1
-    return tuple(tokens)
-
-
-# ------------------------------------------------------------------------------------------------
-# line grammar behind the action mask
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class LineState:
-    """Where a line of tokens stands in the (small) grammar the mask enforces."""
-
-    kind: str | None = None
-    """None (empty), ``return``, ``expr``, ``assign``, ``header`` (if/elif/while), ``for``, ``else``,
-    ``simple`` (pass/break/continue), ``broken`` (a token the grammar rejects: nothing is masked)."""
-    expect_operand: bool = True
-    stack: list[str] = field(default_factory=list)
-    ended: bool = False
-    """Nothing may follow on this line (a header's ``:`` or a simple statement)."""
-    for_stage: int = 0
-    ternary: int = 0
-    n_tokens: int = 0
-    last: str | None = None
-    single_ident: bool = False
-
-    def complete(self) -> bool:
-        """Whether a newline may follow (the line is a whole statement)."""
-        if self.kind == "broken":
-            return True
-        if self.kind is None:
-            return False
-        if self.kind in ("simple", "header", "for", "else"):
-            return self.ended
-        if self.kind == "return" and self.n_tokens == 1:
-            return True
-        return not self.expect_operand and not self.stack and self.ternary == 0
-
-
-def transition(state: LineState, cls: str) -> LineState | None:
-    """The line state after a token of class ``cls``, or None if the grammar rejects it."""
-    if state.kind == "broken" or cls == "other":
-        return state
-    if state.ended:
-        return None
-    s = copy.copy(state)
-    s.stack = list(state.stack)
-    first = s.kind is None
-    s.n_tokens += 1
-    if first:
-        if cls == "return":
-            s.kind = "return"
-        elif cls in ("if", "elif", "while"):
-            s.kind = "header"
-        elif cls == "else":
-            s.kind = "else"
-        elif cls == "for":
-            s.kind, s.for_stage = "for", 0
-        elif cls in ("pass", "break", "continue"):
-            s.kind, s.ended = "simple", True
-        else:
-            s.kind = "expr"
-            s = _expression(s, cls)
-            if s is not None:
-                s.single_ident = cls == "ident"
-        if s is not None:
-            s.last = cls
-        return s
-    if s.kind == "else":
-        if cls != ":":
-            return None
-        s.ended = True
-    elif s.kind == "for" and s.for_stage == 0:
-        if cls != "ident":
-            return None
-        s.for_stage = 1
-    elif s.kind == "for" and s.for_stage == 1:
-        if cls != "in":
-            return None
-        s.for_stage, s.expect_operand = 2, True
-    else:
-        s = _expression(s, cls)
-        if s is not None:
-            s.single_ident = False
-    if s is not None:
-        s.last = cls
-    return s
-
-
-def _expression(s: LineState, cls: str) -> LineState | None:
-    if s.expect_operand:
-        if cls in ("ident", "literal"):
-            s.expect_operand = False
-        elif cls == "call":
-            s.stack.append("(")
-        elif cls in _OPEN:
-            s.stack.append(cls)
-        elif cls in _UNARY:
-            pass
-        elif cls in _CLOSE and s.stack and s.stack[-1] == _CLOSE[cls] and s.last in ("(", "[", "call", ","):
-            s.stack.pop()
-            s.expect_operand = False
-        else:
-            return None
-        return s
-    if cls in _BINOPS:
-        s.expect_operand = True
-    elif cls in _CLOSE:
-        if not s.stack or s.stack[-1] != _CLOSE[cls]:
-            return None
-        s.stack.pop()
-    elif cls == ",":
-        if not s.stack and s.kind not in ("return", "expr", "assign"):
-            return None
-        s.expect_operand = True
-    elif cls in _OPEN:
-        if s.last == "literal":  # calling or indexing a literal (``0(``) is never meant
-            return None
-        s.stack.append(cls)
-        s.expect_operand = True
-    elif cls == ":":
-        if s.kind not in ("header", "for") or s.stack or s.ternary:
-            return None
-        s.ended = True
-    elif cls == "if":
-        if s.kind not in ("return", "assign", "expr") and not s.stack:
-            return None
-        s.ternary += 1
-        s.expect_operand = True
-    elif cls == "else":
-        if not s.ternary:
-            return None
-        s.ternary -= 1
-        s.expect_operand = True
-    elif cls in _ASSIGN:
-        if s.kind != "expr" or not s.single_ident:
-            return None
-        s.kind, s.expect_operand = "assign", True
-    else:
-        return None
-    return s
-
-
-# ------------------------------------------------------------------------------------------------
-# running programs
-# ------------------------------------------------------------------------------------------------
-
-
-class CodeExecutor(Protocol):
-    """Anything that grades programs like the sandbox does (``Sandbox.run_batch``)."""
-
-    def run_batch(self, programs: list[Program]) -> list[ExecutionResult]: ...
-
-
-class SandboxExecutor:
-    """The project sandbox (``lit_codeRL.sandbox.make_sandbox``), started on first use."""
-
-    def __init__(
-        self, backend: str = "local", workers: int = 1, timeout_s: float = 2.0, memory_mb: int = 512
-    ):
-        self.backend, self.workers, self.timeout_s, self.memory_mb = backend, workers, timeout_s, memory_mb
-        self._sandbox: Any = None
-
-    def run_batch(self, programs: list[Program]) -> list[ExecutionResult]:
-        if self._sandbox is None:
-            try:
-                from lit_codeRL.sandbox import make_sandbox
-            except ImportError as err:  # the sandbox package is the only way we run generated code
-                raise RuntimeError(
-                    "lit_codeRL.sandbox.make_sandbox is not available; pass an executor to the env"
-                ) from err
-            self._sandbox = make_sandbox(
-                backend=self.backend, workers=self.workers, timeout_s=self.timeout_s, memory_mb=self.memory_mb
-            )
-        return self._sandbox.run_batch(programs)
-
-    def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
-
-    def __getstate__(self) -> dict:  # a running sandbox (processes, pipes) never travels
-        state = dict(self.__dict__)
-        state["_sandbox"] = None
-        return state
-
-
-class CachedExecutor:
-    """LRU cache in front of an executor, keyed by (code, tests): DQN rewrites the same programs
-    thousands of times, and a result is a pure function of the program text."""
-
-    def __init__(self, executor: CodeExecutor, maxsize: int = 100_000):
-        self.executor = executor
-        self.maxsize = maxsize
-        self._cache: OrderedDict[tuple[str, tuple[str, ...]], ExecutionResult] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-        self.exec_time_s = 0.0
-
-    def run(self, program: Program) -> ExecutionResult:
-        key = (program.code, program.tests)
-        hit = self._cache.get(key)
-        if hit is not None:
-            self.hits += 1
-            self._cache.move_to_end(key)
-            return hit
-        self.misses += 1
-        result = self.executor.run_batch([program])[0]
-        self.exec_time_s += result.wall_time_s
-        if result.verdict is not Verdict.SANDBOX_ERROR:  # not the program's fault: retry next time
-            self._cache[key] = result
-            if len(self._cache) > self.maxsize:
-                self._cache.popitem(last=False)
-        return result
-
-    def stats(self) -> dict[str, float]:
-        return {
-            "hits": self.hits,
-            "misses": self.misses,
-            "size": len(self._cache),
-            "exec_time_s": self.exec_time_s,
-        }
-
-    def close(self) -> None:
-        close = getattr(self.executor, "close", None)
-        if close:
-            close()
-
-
-@lru_cache(maxsize=200_000)
-def compiles(code: str) -> bool:
-    """Whether ``code`` compiles (byte-compilation only: nothing runs)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # e.g. SyntaxWarning "'int' object is not callable"
-        try:
-            compile(code, "<generated>", "exec", dont_inherit=True)
-        except (SyntaxError, ValueError):
-            return False
-    return True
-
-
-# ------------------------------------------------------------------------------------------------
-# observation
-# ------------------------------------------------------------------------------------------------
-
-META_FEATURES = ("step", "indent", "depth", "lines", "compiles", "pass_fraction", "expect_operand")
-
-
-@dataclass(frozen=True)
-class ObservationLayout:
-    """Segments of the flat observation: ``[spec | history | meta]``."""
-
-    spec_dim: int
-    """Hashed bag-of-words of the problem spec (name parts, docstring words, arity, test values)."""
-    history: int
-    """Ids of the last ``history`` code tokens (action ids; line breaks and indentation as their edit
-    ops), most recent last, ``-1`` where the body is shorter."""
-    meta_dim: int = len(META_FEATURES)
-    """Step, indentation, bracket depth, line count, compiles, tests passed, expects an operand."""
-
-    @property
-    def dim(self) -> int:
-        return self.spec_dim + self.history + self.meta_dim
-
-
-def _hash(word: str, dim: int) -> int:
-    return zlib.crc32(word.encode()) % dim  # crc32: stable across processes, unlike hash()
-
-
-def spec_features(problem: Problem, dim: int) -> np.ndarray:
-    """L2-normalized hashed bag of words of the problem spec."""
-    header, args = signature_of(problem)
-    words = [f"name:{problem.entry_point}", f"arity:{len(args)}"]
-    words += [f"part:{w}" for w in (problem.entry_point or "").lower().split("_") if w]
-    words += [f"doc:{w}" for w in re.findall(r"[a-z]+|\d+", problem.prompt.lower())]
-    words += [f"out:{type(ast.literal_eval(exp)).__name__}" for _, exp in problem.io_pairs if _literal(exp)]
-    vec = np.zeros(dim, dtype=np.float32)
-    for w in words:
-        vec[_hash(w, dim)] += 1.0
-    norm = float(np.linalg.norm(vec))
-    return vec / norm if norm else vec
-
-
-def _literal(text: str) -> bool:
-    try:
-        ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return False
-    return True
-
-
-# ------------------------------------------------------------------------------------------------
-# the environment
-# ------------------------------------------------------------------------------------------------
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.sandbox.config import SandboxConfig
+from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 
 _DIFFICULTY_RANK = {"easy": 0, "medium": 1, "hard": 2}
 
@@ -497,6 +82,8 @@ class CodeGenerationEnv(gym.Env):
     ``expression_statements=False`` (default) masks lines that are bare expressions (``a + 1`` on
     its own line computes a value and drops it; the restricted vocabulary has no side effects), and
     ``action_masking=False`` turns the whole mask off (only parameters the problem lacks stay out).
+    Programs are graded by ``executor``, or else by the project sandbox configured by ``sandbox``
+    (``SandboxConfig()`` defaults: the isolating ``auto`` backend).
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -511,7 +98,7 @@ class CodeGenerationEnv(gym.Env):
         reward_type: str = "code_quality",
         weights: RewardWeights | None = None,
         executor: CodeExecutor | CachedExecutor | None = None,
-        sandbox_backend: str = "local",
+        sandbox: SandboxConfig | None = None,
         cache_size: int = 100_000,
         spec_dim: int = 64,
         history: int = 12,
@@ -537,7 +124,7 @@ class CodeGenerationEnv(gym.Env):
         self.expression_statements = expression_statements
         self.layout = ObservationLayout(spec_dim=spec_dim, history=history)
         if executor is None:
-            executor = SandboxExecutor(backend=sandbox_backend)
+            executor = SandboxExecutor(sandbox)
         self.executor = (
             executor if isinstance(executor, CachedExecutor) else CachedExecutor(executor, cache_size)
         )
@@ -548,7 +135,7 @@ class CodeGenerationEnv(gym.Env):
         classes = [token_class(t) for t in self.vocabulary]
         self._class_keys = sorted(set(classes))
         self._action_class = np.array([self._class_keys.index(c) for c in classes], dtype=np.int64)
-        self._is_assign = np.array([c in _ASSIGN for c in self._class_keys], dtype=bool)
+        self._is_assign = np.array([c in ASSIGN_OPS for c in self._class_keys], dtype=bool)
         self._signatures = [signature_of(p) for p in self.problems]
         self._specs = [spec_features(p, spec_dim) for p in self.problems]
         self._tests = [tuple(p.test_statements()) for p in self.problems]
@@ -831,7 +418,7 @@ class CodeGenerationEnv(gym.Env):
             # Statements only: a bare expression computes a value and throws it away; an identifier may
             # start a line when the vocabulary can assign to it.
             can_assign = bool(self._is_assign.any())
-            allowed &= np.array([c in _LINE_START or (c == "ident" and can_assign) for c in self._class_keys])
+            allowed &= np.array([c in LINE_START or (c == "ident" and can_assign) for c in self._class_keys])
         return allowed
 
     def _grade(self, code: str) -> ExecutionResult:
