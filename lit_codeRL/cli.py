@@ -174,23 +174,25 @@ _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 def _user_error(err: BaseException | None) -> BaseException | None:
     """The user-fixable error behind ``err`` (jsonargparse wraps instantiation errors), if any:
-    a :class:`ConfigError`, a missing file, or a ``ValueError`` raised by one of our own checks
-    (a module's or a settings dataclass's argument validation). A ``ValueError`` from inside a
-    library is not ours to explain and keeps its traceback."""
+    a :class:`ConfigError`, a missing file, or a ``ValueError`` raised by an argument check in
+    one of our constructors (a module's ``__init__``, a settings dataclass's ``__post_init__``).
+    Any other ``ValueError`` (a library's, or one raised mid-training) keeps its traceback."""
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, ConfigError | FileNotFoundError):
             return err
-        if isinstance(err, ValueError) and _raised_in_package(err):
+        if isinstance(err, ValueError) and _raised_by_our_constructor(err):
             return err
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
 
 
-def _raised_in_package(err: BaseException) -> bool:
+def _raised_by_our_constructor(err: BaseException) -> bool:
     frames = traceback.extract_tb(err.__traceback__)
-    return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(_PACKAGE_DIR)
+    if not frames or frames[-1].name not in ("__init__", "__post_init__"):
+        return False
+    return str(Path(frames[-1].filename).resolve()).startswith(_PACKAGE_DIR)
 
 
 def _describe(err: BaseException) -> str:

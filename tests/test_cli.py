@@ -200,3 +200,20 @@ def test_step_limited_run_has_no_negative_epoch_bound_in_its_progress_bar():
     trainer = CodeRLTrainer(max_steps=3, logger=False, callbacks=[own])
     assert [cb for cb in trainer.callbacks if isinstance(cb, ProgressBar)] == [own]
     assert CodeRLTrainer(max_steps=3, logger=False, enable_progress_bar=False).progress_bar_callback is None
+
+
+def test_only_constructor_checks_lose_their_traceback():
+    """A module's argument check is the user's to fix; a ValueError from a library is a bug
+    report and keeps its traceback."""
+    from lit_codeRL.cli import _describe, _user_error
+    from lit_codeRL.modules.grpo import GRPOModule
+
+    with pytest.raises(ValueError) as check:
+        GRPOModule(num_generations=1)
+    wrapped = RuntimeError("jsonargparse could not instantiate")
+    wrapped.__cause__ = check.value
+    assert _user_error(wrapped) is check.value
+    assert _describe(check.value).startswith("GRPOModule: num_generations must be >= 2")
+    with pytest.raises(ValueError) as library:
+        int("not a number")
+    assert _user_error(library.value) is None
