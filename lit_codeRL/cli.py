@@ -5,14 +5,19 @@
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import logging
 import os
+import re
 import sys
+import traceback
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.precision import resolve_precision
@@ -54,6 +59,32 @@ def _with_default_progress_bar(callbacks: Any, enabled: bool | None) -> Any:
     return [*listed, StepLimitedRichProgressBar()]
 
 
+class CodeRLArgumentParser(LightningArgumentParser):
+    """Lightning's parser, with parse errors cut to the line a person can act on.
+
+    jsonargparse answers a misspelt key with the whole usage (~60 lines) and a dump of the
+    given value; here it is one line naming the key and the closest valid one, and a second
+    line saying where the full list is. ``LIT_CODERL_TRACEBACK=1`` restores the original.
+    """
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or _env_flag("LIT_CODERL_TRACEBACK") or _env_flag("JSONARGPARSE_DEBUG"):
+            super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        sys.stderr.write(f"lit-coderl: error: {concise_parse_error(message, parser)}\n")
+        raise SystemExit(2)
+
+    def format_help(self, *args: Any, **kwargs: Any) -> str:
+        text = super().format_help(*args, **kwargs)
+        if any(action.dest == "model.help" for action in self._actions):
+            # An algorithm's own knobs (and their docs) live behind --model.help, which a
+            # reader of this page would not guess.
+            names = ", ".join(sorted(_module_class_names()))
+            command = " ".join(["lit-coderl", *self.prog.replace("[options]", "").split()[1:]])
+            text += f"\nAlgorithm knobs, documented: {command} --model.help NAME (NAME: {names})\n"
+        return text
+
+
 class CodeRLCLI(LightningCLI):
     """LightningCLI with our trainer, any registered ``LightningModule`` and no separate datamodule.
 
@@ -64,7 +95,9 @@ class CodeRLCLI(LightningCLI):
 
     def __init__(self, args: list[str] | None = None, run: bool = True, **kwargs: Any) -> None:
         _register_modules()
+        _enable_field_docstrings()
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("parser_class", CodeRLArgumentParser)
         super().__init__(
             LightningModule,
             trainer_class=CodeRLTrainer,
@@ -76,18 +109,33 @@ class CodeRLCLI(LightningCLI):
         )
 
 
+def _enable_field_docstrings() -> None:
+    """Show each settings dataclass field's docstring (the string literal under the field) as its
+    ``--help`` text and ``--print_config=comments`` comment; jsonargparse reads only ``Args:``
+    sections unless told to (it costs ~1 s of source parsing per CLI start)."""
+    try:
+        from jsonargparse import set_parsing_settings
+    except ImportError:  # older jsonargparse has only this setter
+        from jsonargparse import set_docstring_parse_options
+
+        set_docstring_parse_options(attribute_docstrings=True)
+    else:
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+
+
+MODULE_PACKAGES = (
+    "lit_codeRL.modules.grpo",
+    "lit_codeRL.modules.reinforce",
+    "lit_codeRL.modules.bc",
+    "lit_codeRL.modules.dqn",
+    "lit_codeRL.modules.spiral",
+    "lit_codeRL.modules.evaluate",
+)
+
+
 def _register_modules() -> None:
     # Importing makes the short class names (GRPOModule, REINFORCEModule, BCModule, DQNModule) resolvable from YAML/CLI.
-    import importlib
-
-    for name in (
-        "lit_codeRL.modules.grpo",
-        "lit_codeRL.modules.reinforce",
-        "lit_codeRL.modules.bc",
-        "lit_codeRL.modules.dqn",
-        "lit_codeRL.modules.spiral",
-        "lit_codeRL.modules.evaluate",
-    ):
+    for name in MODULE_PACKAGES:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as err:
@@ -111,21 +159,133 @@ def main(args: list[str] | None = None) -> None:
         CodeRLCLI(args=args)
     except Exception as err:
         cause = _user_error(err)
-        if cause is None or os.environ.get("LIT_CODERL_TRACEBACK"):
+        if cause is None or _env_flag("LIT_CODERL_TRACEBACK"):
             raise
-        print(f"lit-coderl: error: {cause}", file=sys.stderr)
+        print(f"lit-coderl: error: {_describe(cause)}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() not in ("", "0", "false", "no")
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
 def _user_error(err: BaseException | None) -> BaseException | None:
-    """The user-fixable error behind ``err`` (jsonargparse wraps instantiation errors), if any."""
+    """The user-fixable error behind ``err`` (jsonargparse wraps instantiation errors), if any:
+    a :class:`ConfigError`, a missing file, or a ``ValueError`` raised by an argument check in
+    one of our constructors (a module's ``__init__``, a settings dataclass's ``__post_init__``).
+    Any other ``ValueError`` (a library's, or one raised mid-training) keeps its traceback."""
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, ConfigError | FileNotFoundError):
             return err
+        if isinstance(err, ValueError) and _raised_by_our_constructor(err):
+            return err
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+def _raised_by_our_constructor(err: BaseException) -> bool:
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames or frames[-1].name not in ("__init__", "__post_init__"):
+        return False
+    return str(Path(frames[-1].filename).resolve()).startswith(_PACKAGE_DIR)
+
+
+def _describe(err: BaseException) -> str:
+    """``err``'s message, prefixed with the class whose constructor rejected the value."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None and tb.tb_frame.f_code.co_name in ("__init__", "__post_init__"):
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not None:
+            return f"{type(owner).__name__}: {err}"
+    return str(err)
+
+
+# ---------------------------------------------------------------------------- parse errors
+_CLASS_PROBLEM = re.compile(
+    r"Problem with given class_path '([\w.]+)':\n(.*?)(?=\n\s*- |\n\s*Given value|\Z)", re.S
+)
+_UNKNOWN_KEY = re.compile(
+    r"Group '(?P<group>[\w.]+)' does not accept option '(?P<key>[\w.]+)'"
+    r"|Option '(?P<key2>[\w.]+)' is not accepted"
+    r"|does not accept option '(?P<key3>[\w.]+)'"
+    r"|unrecognized arguments: --?(?P<key4>[\w.]+)"
+)
+_PARSER_KEY = re.compile(r'^Parser key "([\w.]+)":')
+_NOT_IMPORTABLE = re.compile(r"Expected a dot import path string: (\S+)")
+
+
+def concise_parse_error(message: str, parser: Any) -> str:
+    """One or two lines for a jsonargparse parse error: the unknown key and the closest valid
+    one, or the innermost reason a value was rejected, prefixed with its full key."""
+    # A subcommand parser's prog is "<script> [options] fit".
+    command = " ".join(["lit-coderl", *parser.prog.replace("[options]", "").split()[1:]])
+    outer = _PARSER_KEY.match(message)
+    problem = _CLASS_PROBLEM.search(message)
+    if outer and problem:
+        class_path, detail = problem.group(1), problem.group(2)
+        prefix = f"{outer.group(1)}.init_args"
+        unknown = _unknown_key(detail)
+        if unknown is not None:
+            valid = _class_keys(class_path)
+            help_hint = f"(every key: {command} --{outer.group(1)}.help {class_path.rsplit('.', 1)[-1]})"
+            return _did_you_mean(f"{prefix}.{unknown}", [f"{prefix}.{k}" for k in valid]) + "\n" + help_hint
+        inner = _PARSER_KEY.match(detail.strip())
+        reason = " ".join(line.strip() for line in detail.strip().splitlines()[1 if inner else 0 :])
+        key = f"{prefix}.{inner.group(1)}" if inner else prefix
+        return f"{key}: {reason}"
+    if outer and (missing := _NOT_IMPORTABLE.search(message)):
+        names = sorted(_module_class_names())
+        return _did_you_mean(missing.group(1), names, what="class") + f"\n(known: {', '.join(names)})"
+    unknown = _unknown_key(message)
+    if unknown is not None:
+        valid = [a.dest for a in parser._actions if a.dest and a.dest != "help"]
+        return _did_you_mean(unknown, valid) + f"\n(every key: {command} --help)"
+    return message
+
+
+def _unknown_key(text: str) -> str | None:
+    match = _UNKNOWN_KEY.search(text)
+    if match is None:
+        return None
+    key = match.group("key") or match.group("key2") or match.group("key3") or match.group("key4")
+    return f"{match.group('group')}.{key}" if match.group("group") else key
+
+
+def _did_you_mean(key: str, valid: list[str], what: str = "key") -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if not close:  # a misspelt last part of a long dotted key: compare last parts
+        last = {k.rsplit(".", 1)[-1]: k for k in valid}
+        close = [last[m] for m in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(last), n=1)]
+    hint = f"; did you mean `{close[0]}`?" if close else ""
+    return f"unknown {what} `{key}`{hint}"
+
+
+def _class_keys(class_path: str) -> list[str]:
+    """Every dotted init key of ``class_path`` (nested dataclass fields included)."""
+    from jsonargparse import ArgumentParser
+
+    module, _, name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, fail_untyped=False)
+    return [a.dest for a in parser._actions if a.dest != "help" and not a.dest.endswith(".help")]
+
+
+def _module_class_names() -> set[str]:
+    return {
+        cls.__name__
+        for name in MODULE_PACKAGES
+        if (mod := sys.modules.get(name)) is not None
+        for cls in vars(mod).values()
+        if isinstance(cls, type) and issubclass(cls, LightningModule) and cls.__module__ == name
+    }
 
 
 if __name__ == "__main__":

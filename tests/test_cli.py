@@ -61,18 +61,91 @@ def test_dotted_override_reaches_the_config():
     assert out.returncode == 0 and "learning_rate: 3.0e-07" in out.stdout
 
 
-def _assert_one_line_error(out: subprocess.CompletedProcess, *needles: str) -> None:
+def _assert_one_line_error(out: subprocess.CompletedProcess, *needles: str, max_lines: int = 2) -> str:
+    """The run failed with a short ``lit-coderl: error:`` message ending stderr: at most
+    ``max_lines`` lines (the error and a hint), no usage, no traceback. Returns the message."""
     assert out.returncode != 0
-    err_lines = [line for line in out.stderr.strip().splitlines() if "error" in line.lower()]
-    assert err_lines, out.stderr[-2000:]
-    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("lit-coderl: error:")]
+    assert len(starts) == 1, out.stderr[-3000:]
+    message = lines[starts[0] :]
+    assert len(message) <= max_lines, "\n".join(message)
+    assert "Traceback" not in out.stderr and "usage:" not in out.stderr, out.stderr[-3000:]
+    text = "\n".join(message)
     for needle in needles:
-        assert needle in out.stderr, out.stderr[-2000:]
+        assert needle in text, text
+    return text
 
 
 def test_wrong_config_key_is_one_clear_error():
     out = run_cli("fit", "--config", "configs/quickstart.yaml", "--model.init_args.learnin_rate", "1e-6")
-    _assert_one_line_error(out, "learnin_rate")
+    _assert_one_line_error(out, "learnin_rate", "did you mean `model.init_args.learning_rate`?")
+    assert out.returncode == 2
+
+
+def test_wrong_key_in_a_yaml_config_names_the_closest_valid_key(tmp_path):
+    config = (REPO / "configs" / "quickstart.yaml").read_text()
+    assert "      max_new_tokens: 160" in config
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(config.replace("      max_new_tokens: 160", "      max_new_token: 160"))
+    out = run_cli("fit", "--config", str(bad), "--print_config")
+    _assert_one_line_error(
+        out,
+        "`model.init_args.sampling.max_new_token`",
+        "did you mean `model.init_args.sampling.max_new_tokens`?",
+        "--model.help GRPOModule",
+    )
+
+
+def test_wrong_trainer_key_names_the_closest_valid_key():
+    out = run_cli("fit", "--config", "configs/quickstart.yaml", "--trainer.max_stepz", "3", "--print_config")
+    _assert_one_line_error(out, "did you mean `trainer.max_steps`?", "lit-coderl fit --help")
+
+
+def test_rejected_value_names_its_key_and_reason():
+    out = run_cli("fit", "--config", "configs/quickstart.yaml", "--model.init_args.loss_type", "foo")
+    _assert_one_line_error(out, "model.init_args.loss_type:", "'dapo'", "foo", max_lines=1)
+
+
+def test_module_check_gives_its_message_not_a_namespace_dump():
+    out = run_cli(
+        "fit",
+        "--config",
+        "configs/quickstart.yaml",
+        "--model.init_args.num_generations",
+        "1",
+        "--trainer.max_steps",
+        "0",
+    )
+    _assert_one_line_error(out, "GRPOModule: num_generations must be >= 2", max_lines=1)
+    assert "Namespace(" not in out.stderr
+
+
+def test_misspelt_model_class_names_the_closest_one():
+    out = run_cli("fit", "--model", "GRPOModul", "--print_config")
+    _assert_one_line_error(out, "did you mean `GRPOModule`?")
+
+
+def test_dataclass_field_docstrings_are_help_and_config_comments():
+    """A settings field's docstring (the string under it) is its --help text and YAML comment."""
+    from lit_codeRL.policy.engine import SamplingParams
+
+    assert SamplingParams.__dataclass_fields__["max_new_tokens"]  # the knob this test reads
+    out = run_cli("fit", "--model.help", "GRPOModule")
+    assert out.returncode == 0, out.stderr[-2000:]
+    help_text = " ".join(out.stdout.split())
+    assert "--model.sampling.max_new_tokens MAX_NEW_TOKENS Maximum completion length in tokens" in help_text
+    assert "--model.sandbox.timeout_s TIMEOUT_S Default wall-clock limit per program" in help_text
+    # Module __init__ args come from the class docstring's Args section.
+    assert "--model.num_generations NUM_GENERATIONS Episodes per prompt (the group size G)" in help_text
+    top = run_cli("fit", "--config", "configs/grpo_mbpp.yaml", "--help")
+    assert "--model.help NAME" in top.stdout
+    out = run_cli("fit", "--config", "configs/grpo_mbpp.yaml", "--print_config=comments")
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    sampling = lines.index("    sampling:")
+    at = next(i for i in range(sampling, len(lines)) if lines[i].strip() == "max_new_tokens: 512")
+    assert "# Maximum completion length in tokens" in lines[at - 1], lines[at - 3 : at + 1]
 
 
 def test_missing_data_file_is_one_clear_error(tmp_path):
@@ -127,3 +200,20 @@ def test_step_limited_run_has_no_negative_epoch_bound_in_its_progress_bar():
     trainer = CodeRLTrainer(max_steps=3, logger=False, callbacks=[own])
     assert [cb for cb in trainer.callbacks if isinstance(cb, ProgressBar)] == [own]
     assert CodeRLTrainer(max_steps=3, logger=False, enable_progress_bar=False).progress_bar_callback is None
+
+
+def test_only_constructor_checks_lose_their_traceback():
+    """A module's argument check is the user's to fix; a ValueError from a library is a bug
+    report and keeps its traceback."""
+    from lit_codeRL.cli import _describe, _user_error
+    from lit_codeRL.modules.grpo import GRPOModule
+
+    with pytest.raises(ValueError) as check:
+        GRPOModule(num_generations=1)
+    wrapped = RuntimeError("jsonargparse could not instantiate")
+    wrapped.__cause__ = check.value
+    assert _user_error(wrapped) is check.value
+    assert _describe(check.value).startswith("GRPOModule: num_generations must be >= 2")
+    with pytest.raises(ValueError) as library:
+        int("not a number")
+    assert _user_error(library.value) is None

@@ -7,6 +7,7 @@ import torch
 from lit_codeRL.policy.generation import (
     HFGenerationEngine,
     SamplingParams,
+    _filter_logits,
     concat_generation_outputs,
     inverse_cdf,
     sample_categorical,
@@ -23,15 +24,50 @@ def _prompts(tokenizer):
     ]
 
 
+def nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``[..., V]`` bool: the smallest set of most likely tokens whose mass reaches ``top_p``
+    (a token is in when the mass of the tokens ranked before it is still below ``top_p``)."""
+    probs = logits.float().softmax(-1)
+    sorted_probs, order = probs.sort(-1, descending=True)
+    keep_sorted = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+
+
 def test_greedy_matches_transformers_generate(smollm2):
     model, tokenizer = smollm2
     engine = HFGenerationEngine(tokenizer, model)
     ids, mask = engine.encode_prompts(_prompts(tokenizer))
-    out = engine.generate(ids, mask, SamplingParams(max_new_tokens=24, temperature=0))
-    ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=24, do_sample=False)
+    max_new = 24
+    out = engine.generate(ids, mask, SamplingParams(max_new_tokens=max_new, temperature=0))
+    ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False)
+    ref_new = ref[:, ids.size(1) :]
     for row in range(2):
         n = int(out.completion_mask[row].sum())
-        assert torch.equal(out.completion_ids[row, :n], ref[row, ids.size(1) : ids.size(1) + n])
+        # Both prompts ask for code: the model answers at length, so a short row means the
+        # engine stopped early (and an empty one would make the comparison below vacuous).
+        assert n == max_new, f"row {row}: {n} tokens generated, transformers generated {ref_new.size(1)}"
+        assert torch.equal(out.completion_ids[row], ref_new[row])
+        assert not bool(out.finished[row]) and out.finish_reasons[row] == "length"
+        assert out.texts[row] == tokenizer.decode(ref_new[row], skip_special_tokens=True)
+
+
+def test_top_p_and_top_k_keep_only_the_nucleus_renormalised():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    logits = probs.log()
+    # Mass before each token (by rank): 0, 0.5, 0.8, 0.95 -> top_p=0.7 keeps the first two.
+    torch.testing.assert_close(
+        _filter_logits(logits, 0, 0.7).softmax(-1), torch.tensor([[0.625, 0.375, 0.0, 0.0]])
+    )
+    torch.testing.assert_close(
+        _filter_logits(logits, 3, 1.0).softmax(-1), torch.tensor([[0.5, 0.3, 0.15, 0.0]]) / 0.95
+    )
+    # The most likely token always stays, even when it alone exceeds top_p.
+    assert _filter_logits(logits, 0, 0.1).softmax(-1).tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    # Unsorted vocabulary order: the mask follows the ranks, not the positions.
+    shuffled = torch.tensor([[0.05, 0.3, 0.15, 0.5]]).log()
+    torch.testing.assert_close(
+        _filter_logits(shuffled, 0, 0.7).softmax(-1), torch.tensor([[0.0, 0.375, 0.0, 0.625]])
+    )
 
 
 def test_sampling_logprobs_match_training_forward_and_finish_hook(tiny_model):
@@ -39,10 +75,11 @@ def test_sampling_logprobs_match_training_forward_and_finish_hook(tiny_model):
     engine = HFGenerationEngine(tokenizer, model)
     ids, mask = engine.encode_prompts(_prompts(tokenizer))
     finished_rows: list[int] = []
+    top_p = 0.5
     out = engine.generate(
         ids,
         mask,
-        SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.9),
+        SamplingParams(max_new_tokens=12, temperature=0.7, top_p=top_p),
         num_generations=3,
         generator=torch.Generator().manual_seed(0),
         on_finished=lambda rows, toks, reasons: finished_rows.extend(rows),
@@ -58,7 +95,15 @@ def test_sampling_logprobs_match_training_forward_and_finish_hook(tiny_model):
         torch.log_softmax(logits, -1).gather(-1, out.completion_ids[..., None]).squeeze(-1)
         * out.completion_mask
     )
+    # Log-probs are the unfiltered tempered distribution's (what training recomputes, see the
+    # engine's docstring); the draws must come from the filtered one: only the nucleus has mass.
     torch.testing.assert_close(lp, out.logprobs, atol=1e-4, rtol=1e-4)
+    in_nucleus = nucleus(logits, top_p).gather(-1, out.completion_ids[..., None]).squeeze(-1)
+    real = out.completion_mask.bool()
+    assert int(real.sum()) >= 30, "too few sampled tokens to test the nucleus"
+    assert bool(in_nucleus[real].all()), f"{int((~in_nucleus[real]).sum())} tokens outside the nucleus"
+    # ...and the nucleus is a real restriction here (an unfiltered sampler would leave it).
+    assert float(nucleus(logits, top_p)[real].float().mean()) < 0.9
     # Rows of a group share the prompt; the group layout is contiguous.
     assert torch.equal(out.prompt_ids[0], out.prompt_ids[2]) and not torch.equal(
         out.prompt_ids[0], out.prompt_ids[3]
