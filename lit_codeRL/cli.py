@@ -65,7 +65,14 @@ class CodeRLArgumentParser(LightningArgumentParser):
     jsonargparse answers a misspelt key with the whole usage (~60 lines) and a dump of the
     given value; here it is one line naming the key and the closest valid one, and a second
     line saying where the full list is. ``LIT_CODERL_TRACEBACK=1`` restores the original.
+
+    Prefixes of keys are not accepted (``allow_abbrev=False``): argparse would otherwise take
+    ``--trainer.max_step 3`` for ``--trainer.max_steps`` and start a run the user did not ask for.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or _env_flag("LIT_CODERL_TRACEBACK") or _env_flag("JSONARGPARSE_DEBUG"):

@@ -83,6 +83,13 @@ def test_wrong_config_key_is_one_clear_error():
     assert out.returncode == 2
 
 
+def test_a_prefix_of_a_key_is_an_error_not_that_key():
+    # argparse's abbreviations would take --trainer.max_step for --trainer.max_steps and start a run
+    out = run_cli("fit", "--config", "configs/quickstart.yaml", "--trainer.max_step", "3", "--print_config")
+    _assert_one_line_error(out, "trainer.max_step", "did you mean `trainer.max_steps`?")
+    assert out.returncode == 2
+
+
 def test_wrong_key_in_a_yaml_config_names_the_closest_valid_key(tmp_path):
     config = (REPO / "configs" / "quickstart.yaml").read_text()
     assert "      max_new_tokens: 160" in config
