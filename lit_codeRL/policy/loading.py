@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy.precision import DTYPES
 
 log = logging.getLogger(__name__)
 
@@ -326,14 +327,6 @@ def _apply_lora(model, lora: LoraSettings):
 
 
 def _dtype(name: str) -> torch.dtype:
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if name not in table:
+    if name not in DTYPES:
         raise ModelLoadError(f"unknown model dtype {name!r}; use one of float32, bfloat16, float16")
-    return table[name]
+    return DTYPES[name]

@@ -58,7 +58,15 @@ def default_micro_batch_size(num_params: int, seq_len: int = 512) -> int:
 GenerationDtype = str
 """``"auto"``, ``"float32"``, ``"bfloat16"`` or ``"float16"`` (see :func:`generation_dtype`)."""
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+"""Dtype names of the configs (model and engine dtypes), short aliases included."""
 
 
 @functools.cache
@@ -86,11 +94,11 @@ def generation_dtype(setting: GenerationDtype | None, device_type: str) -> torch
     if setting in (None, "model"):
         return None
     if setting != "auto":
-        if setting not in _DTYPES:
+        if setting not in ("float32", "bfloat16", "float16"):
             from lit_codeRL.errors import ConfigError
 
             raise ConfigError(f"engine dtype {setting!r}: use auto, float32, bfloat16 or float16")
-        return _DTYPES[setting]
+        return DTYPES[setting]
     if device_type == "cuda":
         native = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
         where = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cuda"
