@@ -230,6 +230,8 @@ class HFGenerationEngine:
         with torch.no_grad():
             for dst, src in zip(self._replica.parameters(), source, strict=True):
                 dst.copy_(src)
+        if self._lean is not None:
+            self._lean.refresh()  # its prepacked weights are copies: pack the new values
 
     def _needs_replica(self, model: torch.nn.Module) -> bool:
         if self.dtype is None:

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from lit_codeRL.policy.fast_decode import LeanLlama, supports
+from lit_codeRL.policy.fast_decode import LeanLlama, _can_pack, supports
 from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams, _decode_cache
 from lit_codeRL.policy.logprobs import token_logprobs
 
@@ -110,6 +110,44 @@ def test_sync_weights_refreshes_the_fused_projections(tiny_model):
     after = logits(lean)
     assert not torch.allclose(after, before)
     torch.testing.assert_close(after, logits(fresh))
+
+
+@pytest.mark.skipif(
+    not _can_pack(torch.empty(0, dtype=torch.bfloat16)), reason="no oneDNN bf16 packing here"
+)
+def test_prepacked_bf16_projections_compute_the_plain_product(tiny_model):
+    """The oneDNN-prepacked weights hold the replica's values: logits as with plain ``F.linear``
+    (bf16 rounding apart), prefill and decode, and re-packed when the weights change."""
+    model, _ = tiny_model
+    lean = LeanLlama(copy.deepcopy(model).to(torch.bfloat16))
+    assert len(lean._packed) == 4 * len(lean.layers) + 1  # every projection and the LM head
+    ids, mask = _left_padded()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+
+    def run() -> torch.Tensor:
+        cache = lean.new_cache(ids.size(0), ids.size(1) + 1)
+        prefill = lean(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache)
+        step = lean(
+            input_ids=ids[:, :1],
+            attention_mask=torch.cat([mask, mask.new_ones(ids.size(0), 1)], 1),
+            position_ids=pos[:, -1:] + 1,
+            past_key_values=cache,
+        )
+        return torch.cat([prefill.logits[mask.bool()], step.logits[:, 0]]).float()
+
+    packed = run()
+    packs, lean._packed = lean._packed, {}
+    plain = run()
+    torch.testing.assert_close(packed, plain, atol=0.05, rtol=0.02)
+    lean._packed = packs
+    with torch.no_grad():
+        lean.layers[0].gate_up.mul_(-2.0)
+    stale = run()
+    lean.refresh()
+    fresh = run()
+    lean._packed = {}
+    torch.testing.assert_close(fresh, run(), atol=0.05, rtol=0.02)
+    assert not torch.allclose(stale, fresh, atol=0.05, rtol=0.02)  # refresh() re-packed
 
 
 def test_supports_only_what_it_implements(tiny_model):
