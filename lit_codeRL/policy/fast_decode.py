@@ -196,7 +196,11 @@ class LeanLlama:
         heads, kv, groups, d = self.heads, self.kv_heads, self.groups, self.head_dim
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (self.hidden,), layer.norm_in, self.eps)
-            qkv = self._linear(h, layer.qkv, layer.qkv_bias).view(batch, steps, heads + 2 * kv, d).transpose(1, 2)
+            qkv = (
+                self._linear(h, layer.qkv, layer.qkv_bias)
+                .view(batch, steps, heads + 2 * kv, d)
+                .transpose(1, 2)
+            )
             qk = qkv[:, : heads + kv]
             qk = qk * cos + torch.roll(qk, d // 2, dims=-1) * sin
             keys, values = cache.write(i, qk[:, heads:], qkv[:, heads + kv :])

@@ -112,9 +112,7 @@ def test_sync_weights_refreshes_the_fused_projections(tiny_model):
     torch.testing.assert_close(after, logits(fresh))
 
 
-@pytest.mark.skipif(
-    not _can_pack(torch.empty(0, dtype=torch.bfloat16)), reason="no oneDNN bf16 packing here"
-)
+@pytest.mark.skipif(not _can_pack(torch.empty(0, dtype=torch.bfloat16)), reason="no oneDNN bf16 packing here")
 def test_prepacked_bf16_projections_compute_the_plain_product(tiny_model):
     """The oneDNN-prepacked weights hold the replica's values: logits as with plain ``F.linear``
     (bf16 rounding apart), prefill and decode, and re-packed when the weights change."""
