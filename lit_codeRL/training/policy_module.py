@@ -253,12 +253,18 @@ class PolicyModule(LightningModule):
 
     def on_before_optimizer_step(self, optimizer) -> None:
         # Here (not in training_step) gradients are already unscaled under 16-mixed.
-        if self.optim_settings["max_grad_norm"] > 0:
-            self.clip_gradients(
-                optimizer,
-                gradient_clip_val=self.optim_settings["max_grad_norm"],
-                gradient_clip_algorithm="norm",
-            )
+        max_norm = self.optim_settings["max_grad_norm"]
+        if max_norm <= 0:
+            return
+        if _uses_grad_scaler(self.trainer):
+            self.clip_gradients(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
+        else:
+            # No scaler (32-true, bf16-mixed): the gradients are the true ones, so clip them
+            # directly. Lightning's MixedPrecision.clip_gradients refuses any fused optimizer even
+            # without a scaler, which would cost fused AdamW under bf16-mixed (0.41 -> 0.13 s a
+            # step for a 135M model on 2 CPU cores).
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
 
     # ------------------------------------------------------------------ optimizer
     def configure_optimizers(self):
@@ -266,10 +272,11 @@ class PolicyModule(LightningModule):
         params = [p for p in self.policy.parameters() if p.requires_grad]
         # Fused AdamW is one kernel per step instead of a dozen per parameter (measured 6x on CPU).
         fused = o["fused_optimizer"] and all(p.device.type in ("cpu", "cuda") for p in params)
-        # Lightning refuses to clip the gradients of a fused optimizer under mixed precision (it
-        # may unscale internally): fall back to the plain AdamW there rather than fail at step 1.
-        mixed = self._trainer is not None and "mixed" in str(self.trainer.precision)
-        fused = fused and not (mixed and o["max_grad_norm"] > 0)
+        # A fused optimizer unscales inside its step, after clipping would have happened: under a
+        # grad scaler (16-mixed) clipping needs the plain AdamW. Without one (bf16-mixed, 32-true)
+        # gradients are clipped directly and fused stays (on_before_optimizer_step).
+        scaled = self._trainer is not None and _uses_grad_scaler(self.trainer)
+        fused = fused and not (scaled and o["max_grad_norm"] > 0)
         opt = torch.optim.AdamW(params, lr=o["learning_rate"], weight_decay=o["weight_decay"], fused=fused)
         total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
         factor = lr_factor(o["warmup_steps"], o["lr_schedule"], total, o["min_lr_ratio"])
@@ -318,6 +325,12 @@ class PolicyModule(LightningModule):
         """The engine, synced to the live policy: what evaluation callbacks sample with."""
         self.engine.sync_weights(self.policy)
         return self.engine
+
+
+def _uses_grad_scaler(trainer: Any) -> bool:
+    """Does the trainer's precision scale the loss (``16-mixed``)? Then gradients must be
+    unscaled before clipping, which Lightning does only for non-fused optimizers."""
+    return getattr(trainer.precision_plugin, "scaler", None) is not None
 
 
 def lr_factor(

@@ -124,3 +124,43 @@ def test_every_module_exposes_the_shared_optimizer_knobs_alike(monkeypatch):
         with pytest.raises(Forwarded) as forwarded:
             cls(**given)
         assert {k: forwarded.value.args[0][k] for k in knobs} == given, cls.__name__
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_gradients_are_clipped_and_adamw_stays_fused_without_a_grad_scaler(tmp_path, precision):
+    """bf16-mixed has no grad scaler: clipping works on the true gradients and the optimizer
+    stays fused (Lightning's own clip refuses fused optimizers under any mixed precision)."""
+    import lightning as L
+
+    from lit_codeRL.modules.bc import BCModule
+    from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.rollout.demonstrations import DemonstrationSettings
+
+    norms: list[float] = []
+
+    class Probed(BCModule):
+        def on_before_optimizer_step(self, optimizer):
+            super().on_before_optimizer_step(optimizer)  # clips
+            grads = [p.grad for p in self.policy.parameters() if p.grad is not None]
+            norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+    module = Probed(
+        model=ModelSettings(name_or_path="tiny-random"),
+        demonstrations=DemonstrationSettings(source="embedded"),
+        batch_size=4,
+        learning_rate=1e-3,
+        max_grad_norm=1e-3,
+        save_hf_model=False,
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        precision=precision,
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module)
+    assert trainer.optimizers[0].defaults["fused"] is True
+    assert len(norms) == 2 and all(n <= 1e-3 * 1.01 for n in norms), norms
