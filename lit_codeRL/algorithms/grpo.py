@@ -92,6 +92,26 @@ def zero_std_groups(rewards: Tensor, group_size: int, valid: Tensor | None = Non
     return (highest - lowest) <= 1e-9
 
 
+def rows_with_signal(advantages: Tensor, mask: Tensor, group_size: int) -> Tensor:
+    """``[B]`` bool: the rows of the groups that carry a gradient, ``B`` = rows of ``[B, T]``.
+
+    A token whose advantage is 0 adds exactly 0 to the clipped surrogate and to its gradient
+    (whatever the ratio, clipping or importance weight), so without a KL term a whole group of
+    zero-advantage rows can skip the forward and backward pass; the loss normalisers stay
+    whole-batch counts, so loss and gradient are unchanged. Whole groups are kept or skipped
+    (a kept group's prompt still runs once); at least one group is always kept so a backward
+    happens (zero gradients, not missing ones: AdamW's moments and DDP's all-reduce still run).
+    Rows that do not split into groups of ``group_size`` are all kept.
+    """
+    rows = advantages.size(0)
+    if group_size < 1 or rows % group_size:
+        return torch.ones(rows, dtype=torch.bool, device=advantages.device)
+    signal = ((advantages * mask).abs().sum(-1) > 0).view(rows // group_size, group_size).any(-1)
+    if not bool(signal.any()):
+        signal[0] = True
+    return signal.repeat_interleave(group_size)
+
+
 def aggregate_token_loss(
     per_token_loss: Tensor,
     mask: Tensor,

@@ -189,3 +189,18 @@ def test_dapo_micro_batches_weighted_by_tokens_equal_full_batch():
         for s in (slice(0, 2), slice(2, 6))
     )
     torch.testing.assert_close(parts, full)
+
+
+def test_rows_with_signal_keeps_whole_groups_with_a_nonzero_advantage():
+    from lit_codeRL.algorithms.grpo import rows_with_signal
+
+    mask = torch.ones(6, 3)
+    adv = torch.tensor([0.0, 0.0, 0.5, -0.5, 0.0, 0.0])[:, None].expand(6, 3).clone()
+    assert rows_with_signal(adv, mask, 2).tolist() == [False, False, True, True, False, False]
+    # a group whose only nonzero advantage sits off the trainable mask carries no gradient
+    adv[0, 0], mask[0, 0] = 1.0, 0.0
+    assert rows_with_signal(adv, mask, 2).tolist() == [False, False, True, True, False, False]
+    # nothing to train: the first group is kept so that a (zero) backward still runs
+    assert rows_with_signal(torch.zeros(4, 3), torch.ones(4, 3), 2).tolist() == [True, True, False, False]
+    # rows that do not form whole groups are all kept
+    assert rows_with_signal(torch.zeros(5, 3), torch.ones(5, 3), 2).all()

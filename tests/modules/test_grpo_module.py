@@ -365,3 +365,64 @@ def test_policy_trains_in_train_mode(tmp_path):
         callbacks=[RecordMode()],
     ).fit(module)
     assert modes == [True, True]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_skipping_zero_advantage_groups_leaves_the_gradient_unchanged(tmp_path, monkeypatch, loss_type):
+    """Same rollout, same rewards (one group of three with equal returns): the gradient with the
+    group skipped equals the gradient with every row run, for every loss normaliser."""
+    from lightning import Trainer, seed_everything
+
+    from lit_codeRL.modules.grpo import GRPOModule
+    from lit_codeRL.policy.generation import SamplingParams
+    from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.rollout.prompts import ProblemSettings
+    from lit_codeRL.sandbox import SandboxConfig
+
+    rewards = torch.tensor([1.0, 0.0, 0.3, 0.3, 0.0, 0.7])  # group 2 carries no signal
+    next_batch = GRPOModule.next_batch
+
+    def fixed_rewards(self, it):
+        batch = next_batch(self, it)
+        batch.rewards = rewards.clone()
+        return batch
+
+    monkeypatch.setattr(GRPOModule, "next_batch", fixed_rewards)
+
+    class Probe(GRPOModule):
+        def on_before_optimizer_step(self, optimizer):
+            self.grads = {n: p.grad.clone() for n, p in self.policy.named_parameters() if p.grad is not None}
+
+    def run(skip: bool) -> tuple[dict[str, torch.Tensor], float]:
+        seed_everything(0)
+        module = Probe(
+            model=ModelSettings(name_or_path="tiny-random"),
+            problems=ProblemSettings(source="embedded", split="train", limit=3),
+            sampling=SamplingParams(max_new_tokens=8),
+            sandbox=SandboxConfig(workers=1),
+            num_generations=2,
+            prompts_per_step=3,
+            loss_type=loss_type,
+            max_grad_norm=0.0,
+            skip_zero_advantage_groups=skip,
+            save_hf_model=False,
+            seed=0,
+        )
+        trainer = Trainer(
+            accelerator="cpu",
+            max_steps=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=tmp_path / str(skip),
+        )
+        trainer.fit(module)
+        return module.grads, float(trainer.callback_metrics["train/trained_rows_frac"])
+
+    skipped, frac = run(True)
+    full, frac_full = run(False)
+    assert frac == pytest.approx(4 / 6) and frac_full == 1.0
+    assert skipped.keys() == full.keys() and any(g.abs().sum() > 0 for g in full.values())
+    for name, grad in full.items():
+        torch.testing.assert_close(skipped[name], grad, atol=1e-7, rtol=1e-5, msg=name)
