@@ -50,6 +50,7 @@ def run(w: Workload) -> dict[str, Any]:
         loss_type=w.loss_type,
         scale_rewards=w.scale_rewards,
         num_iterations=1,
+        skip_zero_advantage_groups=w.skip_zero_advantage_groups,
         save_hf_model=False,
         seed=w.seed,
     )
@@ -75,6 +76,7 @@ def run(w: Workload) -> dict[str, Any]:
                     "forward_backward_s": m.get("time/forward_backward_s", 0.0),
                     "optimizer_s": m.get("time/optimizer_s", 0.0),
                     "train_s": m.get("time/train_s", 0.0),
+                    "trained_rows_frac": m.get("train/trained_rows_frac", 1.0),
                     "sandbox_cpu_s": m.get("train/sandbox_s", 0.0),
                     "completion_length": m.get("train/completion_length", 0.0),
                     "reward_mean": sum(r["reward"] for r in records) / max(1, len(records)),

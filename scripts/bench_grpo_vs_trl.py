@@ -78,6 +78,9 @@ class Workload:
     """Training precision of both frameworks: ``bf16-mixed`` (TRL's default) or ``32-true``."""
     engine_dtype: str = "auto"
     """Our generation engine's dtype (``EngineSettings.dtype``); ``model`` samples in fp32."""
+    skip_zero_advantage_groups: bool = True
+    """Ours skips the forward/backward of groups whose advantages are all 0 (exact with
+    ``beta=0``; GRPOModule's default). ``--no-skip`` runs every row, as TRL does."""
     sandbox_backend: str = "auto"
     sandbox_workers: int = 0
     """Sandbox worker processes; 0 = CPU count (the ``SandboxConfig`` default)."""
@@ -299,6 +302,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
     ap.add_argument(
         "--engine-dtype", default=d.engine_dtype, choices=["auto", "model", "bfloat16", "float32"]
     )
+    ap.add_argument(
+        "--no-skip",
+        action="store_true",
+        help="ours runs forward/backward on zero-advantage groups too (skip_zero_advantage_groups=False)",
+    )
     ap.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma list: ours,trl")
     ap.add_argument(
         "--quick", action="store_true", help="tiny random model, 1 round of 1+2 steps (smoke test)"
@@ -319,6 +327,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
         seed=args.seed,
         precision=args.precision,
         engine_dtype=args.engine_dtype,
+        skip_zero_advantage_groups=not args.no_skip,
     )
     return args, w
 
