@@ -38,8 +38,8 @@ class CodeRLTrainer(Trainer):
 
     def __init__(self, *args: Any, precision: Any = "auto", **kwargs: Any) -> None:
         accelerator = kwargs.get("accelerator", "auto")
-        kwargs["callbacks"] = _with_default_progress_bar(
-            kwargs.get("callbacks"), kwargs.get("enable_progress_bar")
+        kwargs["callbacks"] = _with_default_learning_curve(
+            _with_default_progress_bar(kwargs.get("callbacks"), kwargs.get("enable_progress_bar"))
         )
         super().__init__(*args, precision=resolve_precision(precision, str(accelerator)), **kwargs)
 
@@ -57,6 +57,18 @@ def _with_default_progress_bar(callbacks: Any, enabled: bool | None) -> Any:
     from lit_codeRL.callbacks.progress import StepLimitedRichProgressBar
 
     return [*listed, StepLimitedRichProgressBar()]
+
+
+def _with_default_learning_curve(callbacks: Any) -> Any:
+    """Every run draws its learning curve at the end, unless the config lists its own curve callback."""
+    from lightning.pytorch.callbacks import Callback
+
+    from lit_codeRL.callbacks.curves import LearningCurveCallback
+
+    listed = [] if callbacks is None else [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
+    if any(isinstance(cb, LearningCurveCallback) for cb in listed):
+        return callbacks
+    return [*listed, LearningCurveCallback()]
 
 
 class CodeRLArgumentParser(LightningArgumentParser):
@@ -89,6 +101,8 @@ class CodeRLArgumentParser(LightningArgumentParser):
             names = ", ".join(sorted(_module_class_names()))
             command = " ".join(["lit-coderl", *self.prog.replace("[options]", "").split()[1:]])
             text += f"\nAlgorithm knobs, documented: {command} --model.help NAME (NAME: {names})\n"
+        elif any(getattr(action, "dest", None) == "subcommand" for action in self._actions):
+            text += "\nA finished run's learning curve as a PNG: lit-coderl curves RUN_DIR [--out PNG]\n"
         return text
 
 
@@ -162,6 +176,10 @@ def _setup_logging() -> None:
 def main(args: list[str] | None = None) -> None:
     """Console-script entry point; user-fixable errors become one line and exit code 2."""
     _setup_logging()
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["curves"]:
+        _curves_command(argv[1:])
+        return
     try:
         CodeRLCLI(args=args)
     except Exception as err:
@@ -170,6 +188,28 @@ def main(args: list[str] | None = None) -> None:
             raise
         print(f"lit-coderl: error: {_describe(cause)}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _curves_command(argv: list[str]) -> None:
+    """``lit-coderl curves RUN_DIR [--out PNG]``: the learning-curve PNG of a finished run."""
+    import argparse
+
+    from lit_codeRL.callbacks.curves import curves_for_run
+
+    parser = argparse.ArgumentParser(
+        prog="lit-coderl curves",
+        description="Draw a finished run's learning curve (reward, pass rate, evaluation, step "
+        "time) from its metrics.csv into a PNG.",
+    )
+    parser.add_argument("run_dir", help="a run's log dir (runs/x/version_0) or a parent: its newest run")
+    parser.add_argument("--out", default=None, help="PNG path (default: <run>/learning_curve.png)")
+    ns = parser.parse_args(argv)
+    try:
+        png = curves_for_run(ns.run_dir, ns.out)
+    except FileNotFoundError as err:
+        print(f"lit-coderl curves: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(png)
 
 
 def _env_flag(name: str) -> bool:
