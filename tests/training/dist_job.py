@@ -52,7 +52,12 @@ def global_batch(step: int) -> TrajectoryBatch:
 def batch_of(ids, mask, trainable, old, rewards, valid) -> TrajectoryBatch:
     rows = ids.size(0)
     records = [
-        {"verdict": "passed", "completion_tokens": int(trainable[i].sum()), "finished": True, "sandbox_s": 0.0}
+        {
+            "verdict": "passed",
+            "completion_tokens": int(trainable[i].sum()),
+            "finished": True,
+            "sandbox_s": 0.0,
+        }
         for i in range(rows)
     ]
     return TrajectoryBatch(
@@ -144,6 +149,8 @@ def run(job: str, out: Path, world: int) -> None:
         save_hf_model=False,
     )
     kinds = {"ddp": "ddp", "fsdp2": FSDP2Strategy()}
+    if world > 1:  # LightningEnvironment.teardown() deletes it after each fit
+        os.environ["WORLD_SIZE"] = str(world)
     trainer = Trainer(
         accelerator="cpu",
         devices=world,
@@ -160,12 +167,16 @@ def run(job: str, out: Path, world: int) -> None:
     params = distributed.full_state_dict(module.policy) if sharded else module.policy.state_dict()
     if trainer.is_global_zero:
         torch.save(
-            {"params": {k: v.detach().cpu() for k, v in params.items()}, "grad": module.first_grad, "sharded": sharded},
+            {
+                "params": {k: v.detach().cpu() for k, v in params.items()},
+                "grad": module.first_grad,
+                "sharded": sharded,
+            },
             out / f"{job.replace(':', '_')}.pt",
         )
 
 
 if __name__ == "__main__":
-    out_dir = Path(sys.argv[1])
+    out_dir, ranks = Path(sys.argv[1]), int(os.environ.get("WORLD_SIZE", "1"))
     for name in sys.argv[2:]:
-        run(name, out_dir, int(os.environ.get("WORLD_SIZE", "1")))
+        run(name, out_dir, ranks)

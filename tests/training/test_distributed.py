@@ -39,8 +39,16 @@ def run_jobs(out: Path, jobs: list[str], world: int, timeout: float = 300) -> No
     port = str(_free_port())
     procs = []
     for rank in range(world):
-        env = _env() if world == 1 else _env(
-            LOCAL_RANK=str(rank), NODE_RANK="0", WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+        env = (
+            _env()
+            if world == 1
+            else _env(
+                LOCAL_RANK=str(rank),
+                NODE_RANK="0",
+                WORLD_SIZE=str(world),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+            )
         )
         procs.append(
             subprocess.Popen(
