@@ -162,11 +162,12 @@ def test_grpo_trains_on_both_ranks_through_the_cli(tmp_path, strategy):
         str(run),
     )
     assert out.returncode == 0, out.stderr[-4000:]
-    dumps = {r: [json.loads(line) for line in (run / f"rollouts.rank{r}.jsonl").open()] for r in (0, 1)}
+    logs = next(run.rglob("metrics.csv")).parent
+    dumps = {r: [json.loads(line) for line in (logs / f"rollouts.rank{r}.jsonl").open()] for r in (0, 1)}
     problems = {r: {rec["problem_id"] for rec in recs} for r, recs in dumps.items()}
     assert all(len(recs) == 2 * 2 * 2 for recs in dumps.values())  # 2 steps x 2 prompts x 2 samples
     assert problems[0] != problems[1], "the ranks sampled the same problems"
-    with next(run.rglob("metrics.csv")).open() as f:
+    with (logs / "metrics.csv").open() as f:
         logged = [float(row["train/reward"]) for row in csv.DictReader(f) if row.get("train/reward")]
     both = [
         sum(rec["reward"] for r in (0, 1) for rec in dumps[r] if rec["step"] == step) / 8 for step in (0, 1)
@@ -176,9 +177,14 @@ def test_grpo_trains_on_both_ranks_through_the_cli(tmp_path, strategy):
 
     from lit_codeRL.policy.loading import load_model
 
-    trained = AutoModelForCausalLM.from_pretrained(run / "hf_model").state_dict()
+    trained = AutoModelForCausalLM.from_pretrained(logs / "hf_model").state_dict()
     init = load_model(name_or_path="tiny-random")[0].state_dict()
-    assert max(float((trained[k] - v).abs().max()) for k, v in init.items() if k in trained) > 1e-4
+    assert set(init) <= set(trained) | {"lm_head.weight"}  # tied to the embedding
+    moved = max(float((trained[k] - v).abs().max()) for k, v in init.items() if k in trained)
+    rewards = [rec["reward"] for recs in dumps.values() for rec in recs]
+    # A random policy usually earns the same reward on every sample: no advantage, no update,
+    # and the export (gathered from the shards under FSDP2) must be the initial weights exactly.
+    assert moved > 1e-4 if len(set(rewards)) > 1 else moved == 0.0
 
 
 def test_classic_fsdp_is_refused_in_one_line(tmp_path):
