@@ -21,6 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.precision import resolve_precision
+from lit_codeRL.training.strategies import check_strategy  # also registers strategy="fsdp2"
 
 # Our modules optimise manually and a checkpoint after the step is the consistent one (weights,
 # optimizer and global_step agree); Lightning's 20-line suggestion to save pre-step weights is noise.
@@ -33,10 +34,12 @@ class CodeRLTrainer(Trainer):
     """A Lightning ``Trainer`` that also understands ``precision="auto"``.
 
     ``auto`` picks bf16-mixed on bf16-capable GPUs, 16-mixed on older GPUs (V100) and 32-true on
-    CPU; the choice is logged. Every other argument is Lightning's own.
+    CPU; the choice is logged. ``strategy="fsdp2"`` is FSDP2 data parallelism and classic FSDP
+    is refused (``training/strategies.py``). Every other argument is Lightning's own.
     """
 
     def __init__(self, *args: Any, precision: Any = "auto", **kwargs: Any) -> None:
+        check_strategy(kwargs.get("strategy"))
         accelerator = kwargs.get("accelerator", "auto")
         kwargs["callbacks"] = _with_default_learning_curve(
             _with_default_progress_bar(kwargs.get("callbacks"), kwargs.get("enable_progress_bar"))

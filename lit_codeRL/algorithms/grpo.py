@@ -39,6 +39,7 @@ def group_advantages(
     scale_rewards: ScaleRewards = "group",
     eps: float = 1e-4,
     valid: Tensor | None = None,
+    batch_std: Tensor | float | None = None,
 ) -> Tensor:
     """Group-relative advantages ``[B] -> [B]``: each reward minus its group's mean, optionally scaled.
 
@@ -51,6 +52,9 @@ def group_advantages(
         eps: Added to the std, so zero-std groups get advantage 0 instead of NaN.
         valid: ``[B]`` bool, False for samples without a reward (the sandbox failed): they are left
             out of every mean and std and get advantage 0. ``None``: all valid.
+        batch_std: For ``scale_rewards="batch"``, the std to divide by when the batch is one
+            rank's part of a larger one (data-parallel training passes the global batch's);
+            ``None``: the std of this batch's valid rewards.
 
     The std is the unbiased one (``torch.std`` default, as TRL); a group with one valid sample
     has an undefined std: its advantage is 0 by construction and it is not divided.
@@ -68,6 +72,8 @@ def group_advantages(
     if scale_rewards == "group":
         var = (centered**2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)
         std = torch.where(count > 1, var.sqrt(), torch.zeros_like(var))
+    elif scale_rewards == "batch" and batch_std is not None:
+        std = torch.as_tensor(batch_std, dtype=grouped.dtype, device=grouped.device)
     elif scale_rewards == "batch":
         flat, flat_keep = grouped.reshape(-1), keep.reshape(-1) > 0
         std = flat[flat_keep].std() if int(flat_keep.sum()) > 1 else flat.new_zeros(())

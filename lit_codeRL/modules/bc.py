@@ -94,7 +94,7 @@ class BCModule(PolicyModule):
     def training_step(self, batch: TrajectoryBatch, batch_idx: int) -> None:
         batch = batch.to(self.device)
         start = batch.first_trainable_position()
-        num_tokens = float(batch.num_trainable_tokens)
+        num_tokens = self.loss_normalisers(batch)[1]
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, _ = self.token_logprobs(mb, start)
@@ -103,7 +103,7 @@ class BCModule(PolicyModule):
         stats, times = self.update(batch, loss_fn)
         metrics = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
         metrics.update(times)
-        metrics["train/tokens"] = num_tokens
+        metrics["train/tokens"] = float(batch.num_trainable_tokens)
         metrics["train/epoch"] = float(self.dataset.epoch) if self.dataset else 0.0
         metrics["train/lr"] = self.optimizers().param_groups[0]["lr"]
         self.log(

@@ -158,14 +158,19 @@ class GRPOModule(RolloutModule):
             finished = torch.tensor([r["finished"] for r in batch.records], device=self.device)
             batch.trainable_mask = batch.trainable_mask * finished[:, None].to(batch.trainable_mask.dtype)
         valid = batch.valid if batch.valid is not None else None
-        seq_adv = group_advantages(batch.rewards, hp.num_generations, hp.scale_rewards, valid=valid)
+        batch_std = None
+        if hp.scale_rewards == "batch":  # the std of the global batch, whatever the rank count
+            batch_std = self.global_std(batch.rewards[valid.bool()] if valid is not None else batch.rewards)
+        seq_adv = group_advantages(
+            batch.rewards, hp.num_generations, hp.scale_rewards, valid=valid, batch_std=batch_std
+        )
         batch.advantages = broadcast_advantages(seq_adv, batch.trainable_mask)
         start = batch.first_trainable_position()
         group = hp.num_generations if hp.share_prompt_forward else 1
         temperature = self.sampling.temperature
         if hp.beta > 0:
             batch.ref_logprobs = self.reference_logprobs(batch, start, temperature, group)
-        num_rows, num_tokens = float(batch.num_trainable_rows), float(batch.num_trainable_tokens)
+        num_rows, num_tokens = self.loss_normalisers(batch)
         with_entropy = hp.entropy_interval > 0 and self.global_step % hp.entropy_interval == 0
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -122,7 +122,7 @@ class REINFORCEModule(RolloutModule):
         temperature = self.sampling.temperature
         if hp.beta > 0:
             batch.ref_logprobs = self.reference_logprobs(batch, start, temperature, group)
-        num_rows, num_tokens = float(batch.num_trainable_rows), float(batch.num_trainable_tokens)
+        num_rows, num_tokens = self.loss_normalisers(batch)
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, _ = self.token_logprobs(mb, start, temperature=temperature, group_size=group)

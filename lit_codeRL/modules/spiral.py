@@ -227,7 +227,7 @@ class SpiralModule(PolicyModule):
         temperature = self.sampling.temperature or 1.0
         if hp.beta > 0:
             batch.ref_logprobs = self.reference_logprobs(batch, start, temperature)
-        num_rows, num_tokens = float(batch.num_trainable_rows), float(batch.num_trainable_tokens)
+        num_rows, num_tokens = self.loss_normalisers(batch)
         # Micro-batch k of epoch 1 records its log-probs as old[k] (the policy has not moved yet:
         # ratio 1 exactly); later epochs split the batch the same way and read old[k].
         old: list[torch.Tensor] = []

@@ -54,6 +54,11 @@ class GenerationEngine(Protocol):
         """Make the next ``generate`` sample from ``model``'s current weights."""
         ...
 
+    def replicate(self, model: torch.nn.Module) -> None:
+        """Keep a full copy of ``model``'s weights to sample from (called before it is sharded):
+        ``sync_weights`` then refreshes the copy from the shards."""
+        ...
+
 
 @dataclass
 class EngineSettings:

@@ -21,6 +21,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from lit_codeRL.policy import fast_decode
+from lit_codeRL.policy.dtensor import full_tensor, is_sharded
 from lit_codeRL.policy.precision import generation_dtype
 
 
@@ -205,8 +206,20 @@ class HFGenerationEngine:
         self._replica: torch.nn.Module | None = None
         self._replica_of: torch.nn.Module | None = None
         self._lean: fast_decode.LeanLlama | None = None
+        self._always_replica = False
         if model is not None:
             self.sync_weights(model)
+
+    def replicate(self, model: torch.nn.Module) -> None:
+        """Sample from a full replica of ``model`` from now on, even in the module's own dtype.
+
+        Called before ``model`` is sharded (FSDP2): the replica keeps whole weights, which
+        :meth:`sync_weights` refreshes from the shards (one all-gather per parameter after each
+        optimizer step). A sharded forward is a collective, so sampling from the live module
+        would tie every decode step of every rank together and all-gather each block per token.
+        Costs one unsharded copy of the weights per rank, in the sampling dtype."""
+        self._always_replica = True
+        self.sync_weights(model)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Sample from ``model``'s current weights from now on: the module itself when no other
@@ -221,19 +234,36 @@ class HFGenerationEngine:
             return
         source = list(model.parameters())
         device = source[0].device
-        if self._replica is None or self._replica_of is not model or _device_of(self._replica) != device:
-            self._replica, self._replica_of = _replica(model, self.dtype), model
+        sharded = is_sharded(model)
+        if (
+            sharded
+            and self._replica is not None
+            and self._replica_of is model
+            and _device_of(self._replica) != device
+        ):
+            # Lightning moved the shards to the accelerator after sharding on the host.
+            self._replica.to(device)
+            self._lean = None
+        elif self._replica is None or self._replica_of is not model or _device_of(self._replica) != device:
+            if sharded:
+                raise RuntimeError(
+                    "the engine needs its replica before the model is sharded: call replicate(model) first"
+                )
+            dtype = self.dtype or next(p.dtype for p in source if p.is_floating_point())
+            self._replica, self._replica_of = _replica(model, dtype), model
             # the lean forward shares the replica's (fused) parameters: refreshed by the copy below
             lean = self.fast_decode and device.type == "cpu" and fast_decode.supports(self._replica)
             self._lean = fast_decode.LeanLlama(self._replica) if lean else None
             return
         with torch.no_grad():
             for dst, src in zip(self._replica.parameters(), source, strict=True):
-                dst.copy_(src)
+                dst.copy_(full_tensor(src))  # an FSDP2 shard: all-gathered, one parameter at a time
         if self._lean is not None:
             self._lean.refresh()  # its prepacked weights are copies: pack the new values
 
     def _needs_replica(self, model: torch.nn.Module) -> bool:
+        if self._always_replica:
+            return True
         if self.dtype is None:
             return False
         return any(p.is_floating_point() and p.dtype != self.dtype for p in model.parameters())

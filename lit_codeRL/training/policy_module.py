@@ -37,10 +37,12 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, make_engine
 from lit_codeRL.policy.loading import LoraSettings, ModelSettings, load_model
-from lit_codeRL.policy.logprobs import grouped_prompt_token_logprobs
+from lit_codeRL.policy.logprobs import grouped_prompt_token_logprobs, shares_prompts
 from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutWriter
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.training import distributed
+from lit_codeRL.training.strategies import check_strategy
 
 log = logging.getLogger("lit_codeRL")
 
@@ -117,6 +119,51 @@ class PolicyModule(LightningModule):
         self.writer: RolloutWriter | None = None
         self.last_records: list[dict[str, Any]] = []
         self.dataset: IterableDataset | None = None
+        self.sharded = False
+        """True once ``configure_model`` has sharded the policy (FSDP2)."""
+
+    def configure_model(self) -> None:
+        """Under FSDP2 (``fsdp2``, ``ModelParallelStrategy``): shard the policy and the reference.
+
+        The model is still built in ``__init__`` (each rank loads it once into host memory) and
+        sharded here, before Lightning moves it to the device, so only shards reach the
+        accelerator; loading every source (hub, directory, GGUF, LoRA) straight into a sharded
+        meta-device module would be a second loader. Before sharding, the engine takes a full
+        replica to sample from (``HFGenerationEngine.replicate``): rollouts then never run a
+        sharded forward, which would make every decode step a collective that all ranks must
+        call in lockstep, with an all-gather of every block per generated token."""
+        if self._trainer is not None:
+            check_strategy(self.trainer.strategy)
+        mesh = self.device_mesh
+        if mesh is None or self.sharded:
+            return
+        if mesh.mesh_dim_names and "tensor_parallel" in mesh.mesh_dim_names:
+            if mesh["tensor_parallel"].size() > 1:
+                from lit_codeRL.errors import ConfigError
+
+                raise ConfigError(
+                    "tensor parallelism is not supported: set tensor_parallel_size=1 or use fsdp2"
+                )
+            mesh = mesh["data_parallel"]
+        self.engine.replicate(self.policy)
+        distributed.shard_model(self.policy, mesh)
+        for ref in self._reference:
+            distributed.shard_model(ref, mesh)
+        self.sharded = True
+
+    def loss_normalisers(self, batch: TrajectoryBatch) -> tuple[float, float]:
+        """``(num_rows, num_tokens)`` a loss divides its sum by: the whole global batch's trainable
+        rows and tokens over the world size (see ``training/distributed.py``), so that N ranks x
+        B rows give the gradient of one process on the N*B rows; this batch's own counts on one
+        process."""
+        rows, tokens = distributed.per_rank_normalisers(
+            [batch.num_trainable_rows, batch.num_trainable_tokens], self.device
+        )
+        return rows, tokens
+
+    def global_std(self, values: torch.Tensor) -> torch.Tensor:
+        """Unbiased std of ``values`` over every rank's values (a batch-level statistic)."""
+        return distributed.global_std(values)
 
     def train_dataloader(self) -> DataLoader:
         # Batches come whole from the dataset; num_workers=0: a worker process would sample from
@@ -159,6 +206,12 @@ class PolicyModule(LightningModule):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[B, L - start]`` log-probs of ``batch.input_ids[:, start:]`` under ``model`` (the
         policy by default); groups of ``group_size`` rows sharing a prompt run it once."""
+        input_ids, attention_mask = batch.input_ids, batch.attention_mask
+        if self.sharded and group_size > 1:
+            # The shared-prompt path runs two forwards, the plain one one: a sharded forward is a
+            # collective, so every rank must take the same path.
+            share = shares_prompts(input_ids, attention_mask, start, group_size)
+            group_size = group_size if distributed.all_ranks(share, self.device) else 1
         return grouped_prompt_token_logprobs(
             model if model is not None else self.policy,
             batch.input_ids,
@@ -204,15 +257,29 @@ class PolicyModule(LightningModule):
         """Run ``loss_fn`` and backward over micro-batches; gradients accumulate, DDP syncs once.
 
         ``loss_fn(micro_batch)`` must normalise by whole-batch counts (``num_rows`` /
-        ``num_tokens``), so the micro-batch losses add up to the whole-batch loss. Returns the
-        micro-batches' stats; ``loss`` is their sum (the whole-batch loss)."""
+        ``num_tokens``, :meth:`loss_normalisers`), so the micro-batch losses add up to the
+        whole-batch loss. Returns the micro-batches' stats; ``loss`` is their sum (the
+        whole-batch loss).
+
+        Every rank runs as many micro-batches as the rank with the most: one with fewer rows
+        (dynamic sampling dropped groups, shorter completions gave it another micro-batch size)
+        repeats its last micro-batch with the loss times zero. Under FSDP2 every forward and
+        backward is a collective, and a rank that stopped early would leave the others waiting."""
         opt = self.optimizers()
         micro = batch.micro_batches(self.micro_batch_rows(batch, group_size))
+        count = distributed.global_max(len(micro), self.device) if self.trainer.world_size > 1 else len(micro)
+        if count > len(micro) and not micro:
+            raise RuntimeError("a rank has an empty batch but others train: no micro-batch to pad with")
         stats: dict[str, list[float]] = {}
         total = 0.0
-        for k, mb in enumerate(micro):
-            loss, step_stats = loss_fn(mb)
-            with opt.toggle_model(sync_grad=k == len(micro) - 1):
+        for k in range(count):
+            last = k == count - 1
+            loss, step_stats = loss_fn(micro[min(k, len(micro) - 1)])
+            if k >= len(micro):  # padding for the collectives: no gradient, no stats
+                loss = loss * 0.0
+                step_stats = {}
+            distributed.set_gradient_sync(self.policy, last)
+            with opt.toggle_model(sync_grad=last):
                 self.manual_backward(loss)
             total += float(loss.detach())
             for key, value in step_stats.items():
@@ -306,13 +373,31 @@ class PolicyModule(LightningModule):
 
     # ------------------------------------------------------------------ export
     def on_train_end(self) -> None:
-        # self.run_dir, not trainer.log_dir: the latter is a collective and only rank 0 is here.
-        if self.save_hf_model and self.trainer.is_global_zero and self.run_dir:
-            self.export_hf(self.run_dir / "hf_model")
+        # self.run_dir, not trainer.log_dir: the latter is a collective.
+        if not self.save_hf_model:
+            return
+        # Sharded weights are gathered by every rank (a collective); rank 0 writes them.
+        state = distributed.full_state_dict(self.policy) if self.sharded else None
+        if self.trainer.is_global_zero and self.run_dir:
+            self.export_hf(self.run_dir / "hf_model", state)
 
-    def export_hf(self, out: Path) -> Path:
-        """Write the policy as a plain ``save_pretrained`` directory (LoRA merged into a copy)."""
+    def export_hf(self, out: Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+        """Write the policy as a plain ``save_pretrained`` directory (LoRA merged into a copy).
+
+        ``state_dict``: the gathered full weights when the live policy is sharded (FSDP2);
+        ``save_pretrained`` writes them instead of reading the shards."""
         model = self.policy
+        if state_dict is not None:
+            if self.is_lora:
+                from lit_codeRL.errors import ConfigError
+
+                raise ConfigError(
+                    "exporting a LoRA policy trained under fsdp2 is not supported: set save_hf_model false"
+                )
+            model.save_pretrained(out, state_dict=state_dict)
+            self.tokenizer.save_pretrained(out)
+            rank_zero_info(f"saved the trained policy to {out}")
+            return out
         if self.is_lora:
             model = copy.deepcopy(model).merge_and_unload()
         model.save_pretrained(out)
