@@ -20,6 +20,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy import platform
 from lit_codeRL.policy.precision import resolve_precision
 
 # Our modules optimise manually and a checkpoint after the step is the consistent one (weights,
@@ -32,8 +33,9 @@ log = logging.getLogger("lit_codeRL")
 class CodeRLTrainer(Trainer):
     """A Lightning ``Trainer`` that also understands ``precision="auto"``.
 
-    ``auto`` picks bf16-mixed on bf16-capable GPUs, 16-mixed on older GPUs (V100) and 32-true on
-    CPU; the choice is logged. Every other argument is Lightning's own.
+    ``auto`` picks bf16-mixed on bf16-capable GPUs, 16-mixed on older GPUs (V100, T4; 32-true
+    under FSDP2, which refuses 16-mixed) and 32-true on CPU; the choice is logged once (see
+    :func:`~lit_codeRL.policy.precision.resolve_precision`). Every other argument is Lightning's own.
     """
 
     def __init__(self, *args: Any, precision: Any = "auto", **kwargs: Any) -> None:
@@ -41,7 +43,8 @@ class CodeRLTrainer(Trainer):
         kwargs["callbacks"] = _with_default_progress_bar(
             kwargs.get("callbacks"), kwargs.get("enable_progress_bar")
         )
-        super().__init__(*args, precision=resolve_precision(precision, str(accelerator)), **kwargs)
+        precision = resolve_precision(precision, str(accelerator), strategy=kwargs.get("strategy", "auto"))
+        super().__init__(*args, precision=precision, **kwargs)
 
 
 def _with_default_progress_bar(callbacks: Any, enabled: bool | None) -> Any:
@@ -101,6 +104,8 @@ class CodeRLCLI(LightningCLI):
     """
 
     def __init__(self, args: list[str] | None = None, run: bool = True, **kwargs: Any) -> None:
+        # Before any model, dataset or logger loads: they read HF_HUB_OFFLINE, WANDB_MODE, ...
+        platform.current()
         _register_modules()
         _enable_field_docstrings()
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -114,6 +119,23 @@ class CodeRLCLI(LightningCLI):
             run=run,
             **kwargs,
         )
+
+    def before_fit(self) -> None:
+        """Log the detected platform and the trainer's resolved setup once, on global rank 0."""
+        if self.trainer.is_global_zero:
+            log.info(platform.describe(platform.current(), _trainer_line(self.trainer)))
+
+
+def _trainer_line(trainer: Trainer) -> str:
+    """``precision X, Strategy, N processes (nodes x devices), ClusterEnvironment [job]``."""
+    strategy = trainer.strategy
+    env = getattr(strategy, "cluster_environment", None)
+    where = type(env).__name__ if env is not None else "single process"
+    job = os.environ.get("SLURM_JOB_ID") if where == "SLURMEnvironment" else None
+    return (
+        f"precision {trainer.precision}, {type(strategy).__name__}, {trainer.world_size} processes "
+        f"({trainer.num_nodes} node(s) x {trainer.num_devices}), {where}{f' job {job}' if job else ''}"
+    )
 
 
 def _enable_field_docstrings() -> None:
