@@ -41,10 +41,11 @@ class MBPPEvalCallback(IntervalEvaluation):
     """Interval MBPP-style evaluation: logs ``mbpp_eval/pass_rate`` and ``mbpp_eval/problems_passed``.
 
     Args:
-        source: Problem source: ``embedded``, ``mbpp`` (hub), a hub id, or a local MBPP file/dir.
+        source: Problem source: ``embedded``, ``mbpp`` (hub; ``$MBPP_DATASET_PATH`` replaces it
+            with a local copy), a hub id, or a local MBPP file/dir.
         split: Split to evaluate (MBPP: ``test`` = task ids 11-510).
-        limit: Evaluate only the first ``limit`` problems (``None`` = all). The environment
-            variable ``MBPP_EVAL_NUM_QUESTIONS`` overrides it (one knob for a whole cluster's jobs).
+        limit: Evaluate only the first ``limit`` problems; ``None``: ``$MBPP_EVAL_NUM_QUESTIONS``
+            if set (one knob for all of a cluster's jobs, as in ``lit-coderl validate``), else all.
         n_samples: Completions per problem; with n > 1, pass@k uses the unbiased estimator.
         k: The k values of pass@k to report (each <= ``n_samples``).
         temperature: 0 = greedy (the usual pass@1 protocol); e.g. 0.2 with n > 1.
@@ -83,12 +84,9 @@ class MBPPEvalCallback(IntervalEvaluation):
         output_dir: str | None = None,
     ) -> None:
         super().__init__(eval_interval_steps, eval_at_start, eval_at_end)
-        override = platform.eval_questions()
-        if override is not None and override != limit:
-            log.info(
-                "MBPPEvalCallback: %s=%d replaces limit=%s", platform.EVAL_QUESTIONS_ENV, override, limit
-            )
-            limit = override
+        if limit is None and (from_env := platform.eval_questions()) is not None:
+            log.info("MBPPEvalCallback: the first %d problems ($%s)", from_env, platform.EVAL_QUESTIONS_ENV)
+            limit = from_env
         self.problem_settings = ProblemSettings(
             source=source,
             split=split,
