@@ -104,8 +104,6 @@ class CodeRLCLI(LightningCLI):
     """
 
     def __init__(self, args: list[str] | None = None, run: bool = True, **kwargs: Any) -> None:
-        # Before any model, dataset or logger loads: they read HF_HUB_OFFLINE, WANDB_MODE, ...
-        platform.current()
         _register_modules()
         _enable_field_docstrings()
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -123,14 +121,23 @@ class CodeRLCLI(LightningCLI):
     def before_fit(self) -> None:
         """Log the detected platform and the trainer's resolved setup once, on global rank 0."""
         if self.trainer.is_global_zero:
-            log.info(platform.describe(platform.current(), _trainer_line(self.trainer)))
+            log.info(platform.describe(platform.current(apply=False), _trainer_line(self.trainer)))
 
 
 def _trainer_line(trainer: Trainer) -> str:
     """``precision X, Strategy, N processes (nodes x devices), ClusterEnvironment [job]``."""
     strategy = trainer.strategy
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
     env = getattr(strategy, "cluster_environment", None)
-    where = type(env).__name__ if env is not None else "single process"
+    # A 1-task SLURM job runs SingleDeviceStrategy (no cluster env) but still auto-requeues.
+    where = (
+        type(env).__name__
+        if env is not None
+        else "SLURMEnvironment"
+        if SLURMEnvironment.detect()
+        else "local"
+    )
     job = os.environ.get("SLURM_JOB_ID") if where == "SLURMEnvironment" else None
     return (
         f"precision {trainer.precision}, {type(strategy).__name__}, {trainer.world_size} processes "
@@ -185,6 +192,9 @@ def main(args: list[str] | None = None) -> None:
     """Console-script entry point; user-fixable errors become one line and exit code 2."""
     _setup_logging()
     try:
+        # Before any model, dataset or logger loads (they read HF_HUB_OFFLINE, WANDB_MODE, ...).
+        # Here, not in CodeRLCLI: changing os.environ is the job of the process's entry point.
+        platform.current()
         CodeRLCLI(args=args)
     except Exception as err:
         cause = _user_error(err)

@@ -274,6 +274,7 @@ def test_sbatch_template_requeues_on_sigusr1_and_resumes_from_the_hpc_checkpoint
     assert 0 < saved_step < max_steps
     first, _, second = text.partition("restart 1:")
     assert "Handling auto-requeue signal" in first and "Requeued SLURM job" in first, first[-3000:]
+    assert f"SLURMEnvironment job {job}" in first, "the platform block names the allocation"
     assert second, "no restarted run in the job log:\n" + text[-3000:]
     assert f"resume from {hpc}" in second and f"Restoring states from the checkpoint path at {hpc}" in second
     assert f"`Trainer.fit` stopped: `max_steps={max_steps}` reached." in second, second[-3000:]

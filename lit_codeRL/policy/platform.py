@@ -190,11 +190,14 @@ def apply_environment(platform: Platform, environ: MutableMapping[str, str] | No
 _CURRENT: Platform | None = None
 
 
-def current(probe: Callable[[], bool] = hub_reachable) -> Platform:
-    """This process's platform: detected and applied on the first call, then remembered."""
+def current(probe: Callable[[], bool] = hub_reachable, apply: bool = True) -> Platform:
+    """This process's platform: detected on the first call (and, with ``apply``, written into
+    ``os.environ`` by :func:`apply_environment`), then remembered. ``lit-coderl``'s ``main``
+    applies it; a library caller that only wants the findings passes ``apply=False``."""
     global _CURRENT
     if _CURRENT is None:
-        _CURRENT = apply_environment(detect(probe))
+        found = detect(probe)
+        _CURRENT = apply_environment(found) if apply else found
     return _CURRENT
 
 

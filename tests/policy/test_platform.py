@@ -208,3 +208,18 @@ def platform_repo():
     from tests.conftest import REPO
 
     return REPO
+
+
+def test_in_process_cli_leaves_os_environ_alone(monkeypatch):
+    """Only ``main`` (the process's entry point) writes the platform into ``os.environ``; a
+    script or test building ``CodeRLCLI`` itself keeps its environment."""
+    from lit_codeRL.cli import CodeRLCLI
+
+    for key in REPO_ENV_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(platform, "_CURRENT", None)
+    monkeypatch.chdir(platform_repo())
+    before = dict(os.environ)
+    args = ["--config", "configs/dqn_codegen.yaml", "--trainer.logger", "false", "--trainer.callbacks", "[]"]
+    CodeRLCLI(args=args, run=False)
+    assert {k: os.environ.get(k) for k in REPO_ENV_KEYS} == {k: before.get(k) for k in REPO_ENV_KEYS}
