@@ -50,6 +50,8 @@ TaskPlugin=task/none
 MpiDefault=none
 ReturnToService=2
 JobRequeue=1
+# Look for runnable jobs every 2 s (default 60 s): a requeued job otherwise waits ~30 s to restart.
+SchedulerParameters=sched_interval=2
 # Lightning ignores SIGTERM under auto-requeue: do not wait 30 s before the SIGKILL of a requeued job.
 KillWait=2
 StateSaveLocation={root}/state
@@ -284,3 +286,13 @@ def test_sbatch_template_requeues_on_sigusr1_and_resumes_from_the_hpc_checkpoint
     # the rollout dump of the whole job covers every step.
     steps = _steps(rollouts)
     assert set(steps) == set(range(1, max_steps + 1)), steps
+
+
+@pytest.mark.parametrize("template", ["single_node.sbatch", "multi_node.sbatch"])
+def test_templates_are_accepted_by_sbatch(slurm, template):
+    """Every #SBATCH directive of both templates parses (``--test-only`` validates and schedules
+    without running); the GPU, node and task counts are shrunk to what this cluster has."""
+    shrink = ["--nodes=1", "--gpus-per-node=0", "--ntasks-per-node=1", "--cpus-per-task=1"]
+    cmd = ["sbatch", "--test-only", *shrink, str(REPO / "scripts" / "slurm" / template)]
+    out = subprocess.run(cmd, cwd=REPO, env=slurm, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "to start at" in out.stderr, out.stderr

@@ -19,7 +19,7 @@ latest=$(find "$RUN_DIR" \( -name 'hpc_ckpt_*.ckpt' -o -name last.ckpt \) -print
   sort -n | tail -n 1 | cut -d' ' -f2-)
 resume=()
 if [ -n "$latest" ]; then resume=(--ckpt_path "$latest"); fi
-echo "lit-coderl: job ${SLURM_JOB_ID} restart ${SLURM_RESTART_COUNT:-0}:" \
+echo "lit-coderl: $(date -Is) job ${SLURM_JOB_ID} restart ${SLURM_RESTART_COUNT:-0}:" \
   "${SLURM_NNODES} node(s) x ${SLURM_NTASKS_PER_NODE} task(s), run dir ${RUN_DIR}," \
   "resume from ${latest:-nothing (fresh start)}"
 
