@@ -60,8 +60,9 @@ def test_offline_in_this_process_reaches_huggingface_hub(monkeypatch):
     """huggingface_hub froze HF_HUB_OFFLINE at import; applying offline must update it too."""
     import huggingface_hub.constants as hub_constants
 
-    for key in REPO_ENV_KEYS:
-        monkeypatch.delenv(key, raising=False)
+    for key in REPO_ENV_KEYS:  # set, then delete: monkeypatch then removes what the code sets
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     platform.apply_environment(platform.detect(probe=lambda: False))
     assert os.environ["WANDB_MODE"] == "offline" and hub_constants.HF_HUB_OFFLINE is True
@@ -216,7 +217,8 @@ def test_in_process_cli_leaves_os_environ_alone(monkeypatch):
     from lit_codeRL.cli import CodeRLCLI
 
     for key in REPO_ENV_KEYS:
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     monkeypatch.setattr(platform, "_CURRENT", None)
     monkeypatch.chdir(platform_repo())
     before = dict(os.environ)
