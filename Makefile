@@ -27,6 +27,14 @@ system-deps:
 	  else echo "bubblewrap missing: sudo apt-get install bubblewrap (the sandbox needs it; or set sandbox backend: local to run untrusted code unisolated)"; exit 1; fi; \
 	fi
 	@$(PYTHON) -c "from lit_codeRL.sandbox.backends import bwrap_problem as p, SandboxConfig as C; import sys; e = p(C()); e and sys.exit('bubblewrap sandbox does not work here: ' + e)"
+	@# tests/test_slurm.py starts a localhost SLURM from these. The munge key is made first: munge's
+	@# postinst otherwise makes it via `su munge`, which fails where / is closed to other users.
+	@if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    mkdir -p /etc/munge && { [ -e /etc/munge/munge.key ] || head -c 1024 /dev/urandom > /etc/munge/munge.key; } && chmod 400 /etc/munge/munge.key && \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge; \
+	  else echo "slurm-wlm/munge missing: tests/test_slurm.py will skip (sudo apt-get install slurm-wlm munge)"; fi; \
+	fi
 
 run: install system-deps
 	lit-coderl fit --config configs/quickstart.yaml

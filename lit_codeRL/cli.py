@@ -20,6 +20,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy import platform
 from lit_codeRL.policy.precision import resolve_precision
 from lit_codeRL.training.strategies import check_strategy  # also registers strategy="fsdp2"
 
@@ -33,9 +34,11 @@ log = logging.getLogger("lit_codeRL")
 class CodeRLTrainer(Trainer):
     """A Lightning ``Trainer`` that also understands ``precision="auto"``.
 
-    ``auto`` picks bf16-mixed on bf16-capable GPUs, 16-mixed on older GPUs (V100) and 32-true on
-    CPU; the choice is logged. ``strategy="fsdp2"`` is FSDP2 data parallelism and classic FSDP
-    is refused (``training/strategies.py``). Every other argument is Lightning's own.
+    ``auto`` picks bf16-mixed on bf16-capable GPUs, 16-mixed on older GPUs (V100, T4; 32-true
+    under FSDP2, which refuses 16-mixed) and 32-true on CPU; the choice is logged once (see
+    :func:`~lit_codeRL.policy.precision.resolve_precision`). ``strategy="fsdp2"`` is FSDP2 data
+    parallelism and classic FSDP is refused (``training/strategies.py``). Every other argument is
+    Lightning's own.
     """
 
     def __init__(self, *args: Any, precision: Any = "auto", **kwargs: Any) -> None:
@@ -44,7 +47,8 @@ class CodeRLTrainer(Trainer):
         kwargs["callbacks"] = _with_default_learning_curve(
             _with_default_progress_bar(kwargs.get("callbacks"), kwargs.get("enable_progress_bar"))
         )
-        super().__init__(*args, precision=resolve_precision(precision, str(accelerator)), **kwargs)
+        precision = resolve_precision(precision, str(accelerator), strategy=kwargs.get("strategy", "auto"))
+        super().__init__(*args, precision=precision, **kwargs)
 
 
 def _with_default_progress_bar(callbacks: Any, enabled: bool | None) -> Any:
@@ -132,6 +136,32 @@ class CodeRLCLI(LightningCLI):
             **kwargs,
         )
 
+    def before_fit(self) -> None:
+        """Log the detected platform and the trainer's resolved setup once, on global rank 0."""
+        if self.trainer.is_global_zero:
+            log.info(platform.describe(platform.current(apply=False), _trainer_line(self.trainer)))
+
+
+def _trainer_line(trainer: Trainer) -> str:
+    """``precision X, Strategy, N processes (nodes x devices), ClusterEnvironment [job]``."""
+    strategy = trainer.strategy
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    env = getattr(strategy, "cluster_environment", None)
+    # A 1-task SLURM job runs SingleDeviceStrategy (no cluster env) but still auto-requeues.
+    where = (
+        type(env).__name__
+        if env is not None
+        else "SLURMEnvironment"
+        if SLURMEnvironment.detect()
+        else "local"
+    )
+    job = os.environ.get("SLURM_JOB_ID") if where == "SLURMEnvironment" else None
+    return (
+        f"precision {trainer.precision}, {type(strategy).__name__}, {trainer.world_size} processes "
+        f"({trainer.num_nodes} node(s) x {trainer.num_devices}), {where}{f' job {job}' if job else ''}"
+    )
+
 
 def _enable_field_docstrings() -> None:
     """Show each settings dataclass field's docstring (the string literal under the field) as its
@@ -184,6 +214,9 @@ def main(args: list[str] | None = None) -> None:
         _curves_command(argv[1:])
         return
     try:
+        # Before any model, dataset or logger loads (they read HF_HUB_OFFLINE, WANDB_MODE, ...).
+        # Here, not in CodeRLCLI: changing os.environ is the job of the process's entry point.
+        platform.current()
         CodeRLCLI(args=args)
     except Exception as err:
         cause = _user_error(err)

@@ -22,6 +22,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 
 from lit_codeRL.callbacks.interval import IntervalEvaluation
+from lit_codeRL.policy import platform
 from lit_codeRL.policy.engine import SamplingParams
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.evaluation import (
@@ -40,15 +41,17 @@ class MBPPEvalCallback(IntervalEvaluation):
     """Interval MBPP-style evaluation: logs ``mbpp_eval/pass_rate`` and ``mbpp_eval/problems_passed``.
 
     Args:
-        source: Problem source: ``embedded``, ``mbpp`` (hub), a hub id, or a local MBPP file/dir.
+        source: Problem source: ``embedded``, ``mbpp`` (hub; ``$MBPP_DATASET_PATH`` replaces it
+            with a local copy), a hub id, or a local MBPP file/dir.
         split: Split to evaluate (MBPP: ``test`` = task ids 11-510).
-        limit: Evaluate only the first ``limit`` problems (``None`` = all).
+        limit: Evaluate only the first ``limit`` problems; ``None``: ``$MBPP_EVAL_NUM_QUESTIONS``
+            if set (one knob for all of a cluster's jobs, as in ``lit-coderl validate``), else all.
         n_samples: Completions per problem; with n > 1, pass@k uses the unbiased estimator.
         k: The k values of pass@k to report (each <= ``n_samples``).
         temperature: 0 = greedy (the usual pass@1 protocol); e.g. 0.2 with n > 1.
         top_p: Nucleus sampling mass when ``temperature > 0``.
         max_new_tokens: Completion length limit.
-        batch_size: Prompts generated together.
+        batch_size: Prompts generated together; ``None``: 16, or 4 on GPUs under 16 GiB.
         eval_interval_steps: Evaluate every N optimizer steps (0 = only start/end).
         eval_at_start: Evaluate before the first training step.
         eval_at_end: Evaluate after the last training step.
@@ -70,7 +73,7 @@ class MBPPEvalCallback(IntervalEvaluation):
         temperature: float = 0.0,
         top_p: float = 0.95,
         max_new_tokens: int = 256,
-        batch_size: int = 16,
+        batch_size: int | None = None,
         eval_interval_steps: int = 50,
         eval_at_start: bool = True,
         eval_at_end: bool = True,
@@ -81,6 +84,9 @@ class MBPPEvalCallback(IntervalEvaluation):
         output_dir: str | None = None,
     ) -> None:
         super().__init__(eval_interval_steps, eval_at_start, eval_at_end)
+        if limit is None and (from_env := platform.eval_questions()) is not None:
+            log.info("MBPPEvalCallback: the first %d problems ($%s)", from_env, platform.EVAL_QUESTIONS_ENV)
+            limit = from_env
         self.problem_settings = ProblemSettings(
             source=source,
             split=split,
@@ -93,7 +99,7 @@ class MBPPEvalCallback(IntervalEvaluation):
         self.sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
         if n_samples > 1 and temperature == 0:
             raise ValueError("n_samples > 1 needs temperature > 0 (greedy samples are identical)")
-        self.batch_size = batch_size
+        self.batch_size = batch_size if batch_size is not None else platform.eval_batch_size()
         self.max_turns = max_turns
         self.sandbox_config = sandbox
         self.output_dir = output_dir
@@ -127,6 +133,8 @@ class MBPPEvalCallback(IntervalEvaluation):
                 self.problem_settings.system_prompt,
             )
             local = evaluate_problems(runner, shard, self.n_samples, self.batch_size)
+        for result in local:  # which rank graded it: shows the sharding in the step JSON
+            result["rank"] = rank
         results = gather_results(local, world)
         order = {p.task_id: i for i, p in enumerate(problems)}  # the problem set's own order
         results.sort(key=lambda r: order[r["task_id"]])

@@ -36,9 +36,11 @@ from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy import platform
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
 from lit_codeRL.policy.loading import ModelSettings, load_model
 from lit_codeRL.problems import Problem
+from lit_codeRL.problems.mbpp import DATASET_PATH_ENV
 from lit_codeRL.rollout.evaluation import (
     code_eval_metrics,
     evaluate_problems,
@@ -253,9 +255,9 @@ def _identity(batch: Any) -> Any:
 def _resolve_source(source: str | None) -> str:
     if source is not None:
         return source
-    env = os.environ.get("MBPP_DATASET_PATH")
+    env = os.environ.get(DATASET_PATH_ENV)
     if env:
-        log.info("evaluation source from $MBPP_DATASET_PATH: %s", env)
+        log.info("evaluation source from $%s: %s", DATASET_PATH_ENV, env)
         return env
     return DEFAULT_SOURCE
 
@@ -263,14 +265,9 @@ def _resolve_source(source: str | None) -> str:
 def _resolve_limit(limit: int | None) -> int | None:
     if limit is not None:
         return limit
-    env = os.environ.get("MBPP_EVAL_NUM_QUESTIONS")
-    if not env:
-        return None
-    try:
-        value = int(env)
-    except ValueError as err:
-        raise ConfigError(f"$MBPP_EVAL_NUM_QUESTIONS must be an integer, got {env!r}") from err
-    log.info("evaluating the first %d problems ($MBPP_EVAL_NUM_QUESTIONS)", value)
+    value = platform.eval_questions()  # the one parser of the variable (MBPPEvalCallback's too)
+    if value is not None:
+        log.info("evaluating the first %d problems ($%s)", value, platform.EVAL_QUESTIONS_ENV)
     return value
 
 

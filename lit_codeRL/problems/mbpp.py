@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import builtins
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -215,6 +216,7 @@ def load_mbpp(source: str = HUB_ID, split: str = "test", variant: str = "full") 
     split = canonical_split(split)
     if variant not in FILES:
         raise ConfigError(f"unknown MBPP variant {variant!r}; choose 'full' or 'sanitized'")
+    source = local_override(source)
     path = Path(source).expanduser()
     if path.exists() or looks_like_path(source):
         files = resolve_local(path, variant)
@@ -230,6 +232,24 @@ def load_mbpp(source: str = HUB_ID, split: str = "test", variant: str = "full") 
     problems = records(rows, f"mbpp:{origin}", origin)
     problems = [p for p in problems if low <= p.metadata["mbpp_task_id"] <= high]
     return sorted(problems, key=lambda p: p.metadata["mbpp_task_id"])
+
+
+DATASET_PATH_ENV = "MBPP_DATASET_PATH"
+"""Environment variable naming a local MBPP file or directory that stands in for the hub."""
+
+
+def local_override(source: str) -> str:
+    """``$MBPP_DATASET_PATH`` when ``source`` is the canonical hub dataset (``mbpp`` or
+    ``google-research-datasets/mbpp``) and the variable is set, else ``source``.
+
+    Why: one config (``configs/grpo_mbpp.yaml`` names the hub id) then runs unchanged on an
+    offline cluster whose MBPP copy sits at a site-specific path; other hub ids and explicit
+    paths are the user's deliberate choice and stay as given.
+    """
+    local = os.environ.get(DATASET_PATH_ENV, "").strip()
+    if local and source.lower() in ("mbpp", HUB_ID.lower()):
+        return local
+    return source
 
 
 def _hub_rows(hub_id: str, variant: str) -> list[dict[str, Any]]:
