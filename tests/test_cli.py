@@ -92,9 +92,10 @@ def test_a_prefix_of_a_key_is_an_error_not_that_key():
 
 def test_wrong_key_in_a_yaml_config_names_the_closest_valid_key(tmp_path):
     config = (REPO / "configs" / "quickstart.yaml").read_text()
-    assert "      max_new_tokens: 160" in config
+    good = "    sampling:\n      max_new_tokens: 128"
+    assert good in config
     bad = tmp_path / "bad.yaml"
-    bad.write_text(config.replace("      max_new_tokens: 160", "      max_new_token: 160"))
+    bad.write_text(config.replace(good, good.replace("max_new_tokens", "max_new_token")))
     out = run_cli("fit", "--config", str(bad), "--print_config")
     _assert_one_line_error(
         out,
