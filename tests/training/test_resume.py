@@ -189,12 +189,12 @@ def test_grpo_killed_and_resumed_matches_uninterrupted(tmp_path, accelerator):
             "warmup_steps": 2,
             "lr_schedule": "cosine",
             "beta": 0.5,
-            "entropy_interval": 2,
+            "entropy_interval": 1,
             "save_hf_model": False,
         },
     }
     whole, resumed = kill_and_resume(model, tmp_path, accelerator)
-    assert_same_steps(whole, resumed, ("train/reward", "train/loss", "train/kl", "train/lr"))
+    assert_same_steps(whole, resumed, ("train/reward", "train/loss", "train/kl", "train/entropy", "train/lr"))
 
     # The rollouts of steps K+1..N: same prompts, same sampled tokens, same rewards.
     def records(root: Path) -> list[dict[str, Any]]:
