@@ -261,3 +261,68 @@ def test_dqn_killed_and_resumed_matches_uninterrupted(tmp_path, prioritized):
         ("train/loss", "train/q_mean", "train/epsilon", "train/buffer_size", "train/env_steps"),
     )
     assert_same_weights(whole, resumed, "online.")
+
+
+# ---------------------------------------------------------------------------------- the pieces
+
+
+def _draws() -> tuple:
+    import random
+
+    import numpy as np
+
+    cuda = torch.rand(3, device="cuda").tolist() if torch.cuda.is_available() else None
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist(), cuda
+
+
+def test_global_rng_survives_a_checkpoint_file_and_waits_for_the_first_step(tmp_path):
+    """Every global stream (Python, NumPy, torch CPU, CUDA where present) comes back from a
+    ``weights_only`` checkpoint load; ``load_state_dict`` alone changes nothing until
+    ``restore_pending`` (what a module calls at the first step after a resume)."""
+    from lit_codeRL.training.rng import GlobalRNG
+
+    saved = GlobalRNG().state_dict()
+    torch.save(saved, tmp_path / "rng.pt")
+    expected = _draws()
+    assert _draws() != expected  # the streams moved on
+
+    rng = GlobalRNG()
+    rng.load_state_dict(torch.load(tmp_path / "rng.pt", weights_only=True))
+    moved_on = _draws()
+    assert moved_on != expected  # not restored yet: Lightning may still draw before the first step
+    assert rng.restore_pending() is True
+    assert _draws() == expected
+    assert rng.restore_pending() is False  # once only: later steps keep their own streams
+
+
+def _rank_state_worker(rank: int, world: int, init_file: str, out: str) -> None:
+    import types
+
+    from lit_codeRL.training.rng import own_rank_state, save_rank_states
+
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+    )
+    try:
+        torch.manual_seed(100 + rank)  # every rank its own stream, as under DDP
+        checkpoint: dict[str, Any] = {}
+        save_rank_states(checkpoint, "state", types.SimpleNamespace(world_size=world), torch.get_rng_state())
+        if rank == 0:  # what Lightning writes: rank 0's dict
+            torch.save(checkpoint, out)
+        torch.distributed.barrier()
+        loaded = torch.load(out, weights_only=True)
+        torch.save(own_rank_state(loaded, "state", rank), f"{out}.{rank}")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_each_rank_gets_its_own_state_back_from_rank_zeros_checkpoint(tmp_path):
+    """Under DDP only rank 0 writes the checkpoint: the state of every rank must be in it, and each
+    rank must load its own (two real gloo processes)."""
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "ckpt.pt")
+    mp.spawn(_rank_state_worker, args=(2, str(tmp_path / "init"), out), nprocs=2, join=True)
+    for rank in range(2):
+        torch.manual_seed(100 + rank)
+        assert torch.equal(torch.load(f"{out}.{rank}", weights_only=True), torch.get_rng_state()), rank
