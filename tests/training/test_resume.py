@@ -110,18 +110,20 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
     return proc.returncode, out
 
 
-def kill_and_resume(model: dict[str, Any], tmp_path: Path, accelerator: str) -> tuple[Path, Path]:
+def kill_and_resume(
+    model: dict[str, Any], tmp_path: Path, accelerator: str, *extra: str
+) -> tuple[Path, Path]:
     """Run uninterrupted and killed side by side, then resume the killed one; returns the roots
-    of the uninterrupted and the resumed run."""
+    of the uninterrupted and the resumed run. ``extra``: more CLI arguments for all three."""
     whole, killed, resumed = tmp_path / "whole", tmp_path / "killed", tmp_path / "resumed"
-    runs = [start(model, whole, accelerator), start(model, killed, accelerator, kill_at=K)]
+    runs = [start(model, whole, accelerator, *extra), start(model, killed, accelerator, *extra, kill_at=K)]
     (rc_whole, out_whole), (rc_killed, out_killed) = (finish(p) for p in runs)
     assert rc_whole == 0, out_whole[-4000:]
     assert rc_killed == -signal.SIGKILL, f"the run was not killed (rc {rc_killed}): {out_killed[-4000:]}"
     saved = sorted(p.name for p in (killed / "ckpt").glob("*.ckpt"))
     assert saved == [f"step={s}.ckpt" for s in range(1, K + 1)], saved  # died inside step K + 1
     ckpt = killed / "ckpt" / f"step={K}.ckpt"
-    proc = start(model, resumed, accelerator, "--ckpt_path", str(ckpt), "--seed_everything", "123")
+    proc = start(model, resumed, accelerator, *extra, "--ckpt_path", str(ckpt), "--seed_everything", "123")
     rc, out = finish(proc)
     assert rc == 0, out[-4000:]
     return whole, resumed
@@ -153,6 +155,19 @@ def assert_same_steps(whole: Path, resumed: Path, must_have: tuple[str, ...]) ->
             assert got[step][name] == pytest.approx(value, rel=1e-6, abs=1e-7), (step, name)
 
 
+def assert_same_rollouts(whole: Path, resumed: Path, name: str) -> None:
+    """The rollouts of steps K+1..N: same prompts, same sampled tokens, same rewards."""
+
+    def records(root: Path) -> list[dict[str, Any]]:
+        rows = [json.loads(line) for line in (root / "run" / name).read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows if r["step"] > K]
+
+    expected, got = records(whole), records(resumed)
+    assert len(expected) == (N - K) * 2 * 2  # prompts_per_step x num_generations per step
+    assert [r["completion"] for r in got] == [r["completion"] for r in expected], name
+    assert got == expected, name
+
+
 def assert_same_weights(whole: Path, resumed: Path, prefix: str) -> None:
     a = torch.load(whole / "ckpt" / f"step={N}.ckpt", map_location="cpu", weights_only=False)["state_dict"]
     b = torch.load(resumed / "ckpt" / f"step={N}.ckpt", map_location="cpu", weights_only=False)["state_dict"]
@@ -172,39 +187,46 @@ ACCELERATORS = [
 ]
 
 
+GRPO_MODEL = {
+    "class_path": "lit_codeRL.modules.grpo.GRPOModule",
+    "init_args": {
+        "model": {"name_or_path": "tiny-random", "tiny_config": {"attention_dropout": 0.1}},
+        "problems": {"source": "embedded", "split": "train", "limit": 5},
+        "env": {"name": "unit_test"},
+        "sandbox": {"workers": 1},
+        "sampling": {"max_new_tokens": 6, "temperature": 1.0},
+        "num_generations": 2,
+        "prompts_per_step": 2,
+        "learning_rate": 0.01,
+        "weight_decay": 0.1,
+        "warmup_steps": 2,
+        "lr_schedule": "cosine",
+        "beta": 0.5,
+        "entropy_interval": 1,
+        "save_hf_model": False,
+    },
+}
+"""A tiny random policy; dropout, the KL to the reference and warm-up + cosine make every stream
+and the scheduler matter (see the module docstring)."""
+
+
 @pytest.mark.parametrize("accelerator", ACCELERATORS)
 def test_grpo_killed_and_resumed_matches_uninterrupted(tmp_path, accelerator):
-    model = {
-        "class_path": "lit_codeRL.modules.grpo.GRPOModule",
-        "init_args": {
-            "model": {"name_or_path": "tiny-random", "tiny_config": {"attention_dropout": 0.1}},
-            "problems": {"source": "embedded", "split": "train", "limit": 5},
-            "env": {"name": "unit_test"},
-            "sandbox": {"workers": 1},
-            "sampling": {"max_new_tokens": 6, "temperature": 1.0},
-            "num_generations": 2,
-            "prompts_per_step": 2,
-            "learning_rate": 0.01,
-            "weight_decay": 0.1,
-            "warmup_steps": 2,
-            "lr_schedule": "cosine",
-            "beta": 0.5,
-            "entropy_interval": 1,
-            "save_hf_model": False,
-        },
-    }
-    whole, resumed = kill_and_resume(model, tmp_path, accelerator)
+    whole, resumed = kill_and_resume(GRPO_MODEL, tmp_path, accelerator)
     assert_same_steps(whole, resumed, ("train/reward", "train/loss", "train/kl", "train/entropy", "train/lr"))
+    assert_same_rollouts(whole, resumed, "rollouts.jsonl")
+    assert_same_weights(whole, resumed, "policy.")
 
-    # The rollouts of steps K+1..N: same prompts, same sampled tokens, same rewards.
-    def records(root: Path) -> list[dict[str, Any]]:
-        rows = [json.loads(line) for line in (root / "run" / "rollouts.jsonl").read_text().splitlines()]
-        return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows if r["step"] > K]
 
-    expected, got = records(whole), records(resumed)
-    assert len(expected) == (N - K) * 2 * 2
-    assert [r["completion"] for r in got] == [r["completion"] for r in expected]
-    assert got == expected
+@pytest.mark.slow
+def test_grpo_ddp_killed_and_resumed_matches_uninterrupted_on_every_rank(tmp_path):
+    """Two DDP processes (gloo on CPU), both SIGKILLed mid-step: each rank resumes its own prompt
+    stream and sampling generator (their seeds differ by rank; a checkpoint holding rank 0's state
+    alone would hand it to both), so both ranks' rollouts and the shared weights match."""
+    ddp = ("--trainer.devices", "2", "--trainer.strategy", "ddp")
+    whole, resumed = kill_and_resume(GRPO_MODEL, tmp_path, "cpu", *ddp)
+    for rank in range(2):
+        assert_same_rollouts(whole, resumed, f"rollouts.rank{rank}.jsonl")
     assert_same_weights(whole, resumed, "policy.")
 
 
