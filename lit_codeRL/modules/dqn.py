@@ -211,6 +211,8 @@ class DQNModule(pl.LightningModule):
         self._test_rows: list[dict[str, Any]] = []
         self._last_step_time = time.perf_counter()
         self.global_rng = GlobalRNG()
+        self._lookahead: dict[str, torch.Tensor] | None = None
+        """The replay batch of the next step, drawn one step ahead (see ``training_step``)."""
 
     # -- the algorithm: collect, TD loss, target sync ----------------------------------------------
 
@@ -236,12 +238,14 @@ class DQNModule(pl.LightningModule):
             self.buffer.beta = linear_schedule(self.global_step, hp.per_beta_start, 1.0, hp.per_beta_steps)
 
     def training_step(self, dataloader_iter: Any) -> torch.Tensor:
-        # Pulling the batch here turns off Lightning's one-batch prefetch: the collector steps the
-        # envs with the weights of the previous update (not those of two updates back), and a
-        # checkpoint is never taken with the next batch's env steps and replay draw already spent,
-        # which a resumed run (whose fresh iterator fetches anew) could not repeat.
-        item = next(dataloader_iter)
-        batch = {k: v.to(self.device) for k, v in (item[0] if isinstance(item, tuple) else item).items()}
+        # One batch ahead, as under Lightning's prefetch, which the learning checks were tuned
+        # with: the batch of step k was collected and drawn during step k-1, before update k-1.
+        # The module holds it (not Lightning's fetcher), so the checkpoint carries it; with the
+        # fetcher's prefetch a checkpoint came after the next batch's env steps and replay draw,
+        # and a resumed run, whose fresh iterator fetches anew, drew a different batch.
+        batch = self._lookahead if self._lookahead is not None else self._pull(dataloader_iter)
+        self._lookahead = self._pull(dataloader_iter)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
         hp = self.hparams
         q = self.online(batch["obs"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
         with torch.no_grad():
@@ -263,6 +267,11 @@ class DQNModule(pl.LightningModule):
             self.buffer.update_priorities(batch["indices"], (q - target).detach())
         self._log_step(loss, q)
         return loss
+
+    @staticmethod
+    def _pull(dataloader_iter: Any) -> dict[str, torch.Tensor]:
+        item = next(dataloader_iter)
+        return item[0] if isinstance(item, tuple) else item
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.global_step % self.hparams.target_sync_every == 0:
@@ -374,6 +383,7 @@ class DQNModule(pl.LightningModule):
             "epsilon": self.epsilon(),
             "vocabulary": list(self.vocabulary),
             "global_rng": self.global_rng.state_dict(),
+            "lookahead": self._lookahead,
         }
         save_rank_states(checkpoint, "dqn_state", self._trainer, state)
 
@@ -386,8 +396,9 @@ class DQNModule(pl.LightningModule):
             raise ValueError("checkpoint was trained with a different action vocabulary")
         self.buffer.load_state_dict(state["buffer"])
         self.collector.load_state_dict(state["collector"])
-        if "global_rng" in state:  # checkpoints from before exact resume lack it
+        if "global_rng" in state:  # checkpoints from before exact resume lack these
             self.global_rng.load_state_dict(state["global_rng"])
+            self._lookahead = state["lookahead"]
 
     # -- evaluation ----------------------------------------------------------------------------
 
