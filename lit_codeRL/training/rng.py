@@ -116,22 +116,23 @@ RANKS_SUFFIX = "_ranks"
 
 
 def gather_rank_states(trainer: Any, state: Any) -> list[Any] | None:
-    """Every rank's ``state``, in rank order, when more than one process trains; else None.
+    """On rank 0, every rank's ``state`` in rank order when more than one process trains; else
+    None (other ranks get None too: only rank 0 writes the checkpoint, so only it holds the list).
 
-    A collective: every rank must call it (Lightning runs ``on_save_checkpoint`` on all ranks and
-    writes rank 0's dict)."""
+    A collective: every rank must call it (Lightning runs ``on_save_checkpoint`` on all ranks)."""
     if trainer is None or trainer.world_size <= 1:
         return None
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return None
-    gathered: list[Any] = [None] * trainer.world_size
-    torch.distributed.all_gather_object(gathered, state)
+    rank = torch.distributed.get_rank()
+    gathered: list[Any] | None = [None] * trainer.world_size if rank == 0 else None
+    torch.distributed.gather_object(state, gathered, dst=0)
     return gathered
 
 
 def save_rank_states(checkpoint: dict[str, Any], key: str, trainer: Any, state: Any) -> None:
     """``checkpoint[key] = state`` (this rank's: rank 0's in the written file, as before) and, under
-    DDP, ``checkpoint[key + "_ranks"]`` = every rank's."""
+    DDP, on rank 0, ``checkpoint[key + "_ranks"]`` = every rank's."""
     checkpoint[key] = state
     per_rank = gather_rank_states(trainer, state)
     if per_rank is not None:
