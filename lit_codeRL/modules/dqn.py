@@ -8,9 +8,10 @@ target network copies the online one. ε follows its schedule in *environment* s
 evaluation (``greedy_eval_every``) can refocus exploration on the problems the greedy policy still
 fails: more episodes on them (``solved_problem_weight``) and a higher ε there (``unsolved_epsilon``).
 
-Everything that shapes the next step is checkpointed (``on_save_checkpoint``): the replay buffer,
-the collector (env step count that drives ε, episode stats, RNG) and every env's episode state, so
-``fit(ckpt_path=...)`` continues the run. ``trainer.test(module)`` (``lit-coderl test``) runs the
+Everything that shapes the next step is checkpointed (``on_save_checkpoint``), per rank: the replay
+buffer and its sampling RNG, the collector (env step count that drives ε, episode stats, RNG), every
+env's episode state and the global RNG streams, so ``fit(ckpt_path=...)`` continues the run exactly
+(``tests/training/test_resume.py``). ``trainer.test(module)`` (``lit-coderl test``) runs the
 greedy policy on the training and held-out problems and prints per-problem success and code.
 
 Reference shapes: Lightning's ``reinforce_learn_Qnet.py`` and CleanRL's ``dqn.py``; Double DQN
@@ -52,6 +53,7 @@ from lit_codeRL.rollout.q_evaluation import evaluate_problem, format_results
 from lit_codeRL.rollout.replay import PrioritizedReplayBuffer, ReplayBuffer
 from lit_codeRL.sandbox import SandboxConfig
 from lit_codeRL.training.policy_module import as_settings
+from lit_codeRL.training.rng import GlobalRNG, own_rank_state, save_rank_states
 
 
 class DQNModule(pl.LightningModule):
@@ -208,6 +210,9 @@ class DQNModule(pl.LightningModule):
         self._eval_envs: dict[str, CodeGenerationEnv] = {}
         self._test_rows: list[dict[str, Any]] = []
         self._last_step_time = time.perf_counter()
+        self.global_rng = GlobalRNG()
+        self._lookahead: dict[str, torch.Tensor] | None = None
+        """The replay batch of the next step, drawn one step ahead (see ``training_step``)."""
 
     # -- the algorithm: collect, TD loss, target sync ----------------------------------------------
 
@@ -224,6 +229,7 @@ class DQNModule(pl.LightningModule):
         return DataLoader(dataset, batch_size=None, num_workers=0)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.global_rng.restore_pending()  # the first step after a resume: see training/rng.py
         max_steps = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else None
         if max_steps:
             self.collector.set_progress(self.global_step / max_steps)
@@ -231,7 +237,15 @@ class DQNModule(pl.LightningModule):
             hp = self.hparams
             self.buffer.beta = linear_schedule(self.global_step, hp.per_beta_start, 1.0, hp.per_beta_steps)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(self, dataloader_iter: Any) -> torch.Tensor:
+        # One batch ahead, as under Lightning's prefetch, which the learning checks were tuned
+        # with: the batch of step k was collected and drawn during step k-1, before update k-1.
+        # The module holds it (not Lightning's fetcher), so the checkpoint carries it; with the
+        # fetcher's prefetch a checkpoint came after the next batch's env steps and replay draw,
+        # and a resumed run, whose fresh iterator fetches anew, drew a different batch.
+        batch = self._lookahead if self._lookahead is not None else self._pull(dataloader_iter)
+        self._lookahead = self._pull(dataloader_iter)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
         hp = self.hparams
         q = self.online(batch["obs"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
         with torch.no_grad():
@@ -253,6 +267,11 @@ class DQNModule(pl.LightningModule):
             self.buffer.update_priorities(batch["indices"], (q - target).detach())
         self._log_step(loss, q)
         return loss
+
+    @staticmethod
+    def _pull(dataloader_iter: Any) -> dict[str, torch.Tensor]:
+        item = next(dataloader_iter)
+        return item[0] if isinstance(item, tuple) else item
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.global_step % self.hparams.target_sync_every == 0:
@@ -357,21 +376,29 @@ class DQNModule(pl.LightningModule):
     # -- checkpointing -------------------------------------------------------------------------
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["dqn_state"] = {
+        # Per rank: under DDP every rank has its own envs, buffer and RNG streams (training/rng.py).
+        state = {
             "buffer": self.buffer.state_dict(),
             "collector": self.collector.state_dict(),
             "epsilon": self.epsilon(),
             "vocabulary": list(self.vocabulary),
+            "global_rng": self.global_rng.state_dict(),
+            "lookahead": self._lookahead,
         }
+        save_rank_states(checkpoint, "dqn_state", self._trainer, state)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        state = checkpoint.get("dqn_state")
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        state = own_rank_state(checkpoint, "dqn_state", rank)
         if state is None:
             return
         if tuple(state["vocabulary"]) != tuple(self.vocabulary):
             raise ValueError("checkpoint was trained with a different action vocabulary")
         self.buffer.load_state_dict(state["buffer"])
         self.collector.load_state_dict(state["collector"])
+        if "global_rng" in state:  # checkpoints from before exact resume lack these
+            self.global_rng.load_state_dict(state["global_rng"])
+            self._lookahead = state["lookahead"]
 
     # -- evaluation ----------------------------------------------------------------------------
 

@@ -145,6 +145,17 @@ def _filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     return logits
 
 
+def device_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:
+    """A generator on ``device`` seeded by one draw from ``generator`` (the caller's, on the CPU).
+
+    A CPU generator cannot drive CUDA sampling kernels. Falling back to the device's global RNG
+    would make GPU rollouts ignore the caller's seed (every DDP rank would share one stream) and
+    leave them exact only if nothing else touched that RNG. Deriving the device generator from the
+    caller's keeps the caller's generator, which its owner checkpoints, the only sampling state."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """One draw per row of ``probs`` ``[B, V]`` (non-negative, need not sum to 1) -> ``[B]``.
 
@@ -333,7 +344,7 @@ class HFGenerationEngine:
     ) -> GenerationOutput:
         device = prompt_ids.device
         if generator is not None and generator.device != device:
-            generator = None  # a CPU generator cannot drive CUDA sampling; fall back to the global RNG
+            generator = device_generator(generator, device)
         lean = self._lean if model is self._replica else None
         forward = lean if lean is not None else model
         if lean is not None:

@@ -42,6 +42,7 @@ from lit_codeRL.policy.precision import default_micro_batch_size, use_fused_adam
 from lit_codeRL.rollout.dataset import RolloutWriter
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training import distributed
+from lit_codeRL.training.rng import GlobalRNG, own_rank_state, save_rank_states
 from lit_codeRL.training.strategies import check_strategy
 
 log = logging.getLogger("lit_codeRL")
@@ -114,6 +115,10 @@ class PolicyModule(LightningModule):
             self._reference.append(copy.deepcopy(self.policy).eval().requires_grad_(False))
         self._state: dict[str, Stateful] = {}
         self._pending_state: dict[str, Any] = {}
+        # Python, NumPy, torch CPU/CUDA global streams (dropout, anything drawing without a
+        # generator of its own); restored at the first step after a resume, see training/rng.py.
+        self.global_rng = GlobalRNG()
+        self.register_state("global_rng", self.global_rng)
         self._auto_micro_batch: int | None = None
         self.run_dir: Path | None = None
         self.writer: RolloutWriter | None = None
@@ -355,10 +360,13 @@ class PolicyModule(LightningModule):
             obj.load_state_dict(self._pending_state.pop(name))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["lit_coderl_state"] = {name: obj.state_dict() for name, obj in self._state.items()}
+        # Per rank: under DDP each rank's stream position and RNG states differ (training/rng.py).
+        state = {name: obj.state_dict() for name, obj in self._state.items()}
+        save_rank_states(checkpoint, "lit_coderl_state", self._trainer, state)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = dict(checkpoint.get("lit_coderl_state", {}))
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        saved = dict(own_rank_state(checkpoint, "lit_coderl_state", rank) or {})
         if "rollout_state" in checkpoint:  # checkpoints written before the state registry
             saved.setdefault("rollout", checkpoint["rollout_state"])
         for name, state in saved.items():
@@ -366,6 +374,10 @@ class PolicyModule(LightningModule):
                 self._state[name].load_state_dict(state)
             else:
                 self._pending_state[name] = state
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # The first step after a resume starts from the global RNG state of the checkpoint.
+        self.global_rng.restore_pending()
 
     # ------------------------------------------------------------------ export
     def on_train_end(self) -> None:
