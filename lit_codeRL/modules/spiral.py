@@ -24,7 +24,7 @@ import torch
 
 from lit_codeRL.algorithms.grpo import broadcast_advantages, policy_loss
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
+from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, SamplingParams, make_engine
 from lit_codeRL.policy.loading import ModelSettings
 from lit_codeRL.rollout.selfplay import (
     SPIRAL_INSTRUCTION,
@@ -37,6 +37,7 @@ from lit_codeRL.rollout.selfplay import (
     SelfPlayDataset,
 )
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.training.distributed import full_state_dict
 from lit_codeRL.training.policy_module import PolicyModule, as_settings
 
 
@@ -212,9 +213,9 @@ class SpiralModule(PolicyModule):
         else:
             frozen = copy.deepcopy(self.policy)
         frozen.eval().requires_grad_(False)
-        self.frozen = FrozenOpponentState(frozen)
         engine = make_engine(self.engine_settings, self.tokenizer, frozen)
         engine.sync_weights(frozen)
+        self.frozen = FrozenOpponentState(frozen, engine)
         return ModelOpponent(engine, prompter, self.sampling)
 
     # ------------------------------------------------------------------ step
@@ -272,7 +273,9 @@ class SpiralModule(PolicyModule):
             and every > 0
             and (self.global_step // self.hparams.ppo_epochs) % every == 0
         ):
-            self.frozen.copy_from(self.policy)
+            # Under FSDP2 the policy's parameters are shards: gather them (every rank calls this).
+            state = full_state_dict(self.policy) if self.sharded else self.policy.state_dict()
+            self.frozen.copy_from(state)
 
     # ------------------------------------------------------------------ logging
     def log_games(
@@ -316,15 +319,24 @@ class SpiralModule(PolicyModule):
 class FrozenOpponentState:
     """The frozen opponent's weights as checkpoint state: a resumed run plays the same opponent."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
+    def __init__(self, model: torch.nn.Module, engine: GenerationEngine | None = None) -> None:
+        self.model, self.engine = model, engine
 
     @torch.no_grad()
-    def copy_from(self, policy: torch.nn.Module) -> None:
-        self.model.load_state_dict(policy.state_dict(), strict=False)
+    def copy_from(self, policy_state: dict[str, torch.Tensor]) -> None:
+        """Load the policy's (full, unsharded) state dict into the opponent."""
+        self.model.load_state_dict(policy_state, strict=False)
+        self._refresh_engine()
 
     def state_dict(self) -> dict[str, Any]:
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state)
+        self._refresh_engine()
+
+    def _refresh_engine(self) -> None:
+        # The opponent's engine may sample from its own replica (bf16 on CPU): refresh it, or
+        # it keeps playing the weights it was built with.
+        if self.engine is not None:
+            self.engine.sync_weights(self.model)

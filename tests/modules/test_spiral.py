@@ -150,3 +150,19 @@ def test_mbpp_evaluation_runs_on_a_spiral_run(tmp_path):
     assert [h["step"] for h in callback.history] == [2]
     assert callback.history[0]["mbpp_eval/num_problems"] == 2
     assert "mbpp_eval/pass_rate" in trainer.callback_metrics
+
+
+def test_refreshed_frozen_opponent_samples_from_the_new_weights(tmp_path):
+    """``refresh_every``: the opponent takes the policy's weights, and its engine (a bf16 replica
+    on a CPU with native bf16) samples from them, not from the weights it was built with."""
+    from lit_codeRL.modules.spiral import OpponentSettings
+
+    module = _module(opponent=OpponentSettings(kind="frozen", refresh_every=1))
+    initial = module.policy.state_dict()["model.embed_tokens.weight"].clone()
+    _trainer(2, tmp_path / "run").fit(module)
+    model = module.frozen.model
+    weight = model.state_dict()["model.embed_tokens.weight"]
+    assert not torch.equal(weight, initial)  # refreshed from the trained policy
+    sampler = module.frozen.engine.sampler
+    for (name, a), (_, b) in zip(model.named_parameters(), sampler.named_parameters(), strict=True):
+        torch.testing.assert_close(b, a.to(b.dtype), msg=name)
