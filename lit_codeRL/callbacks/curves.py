@@ -13,6 +13,7 @@ Each panel plots the first of its metrics that the run logged (GRPO/REINFORCE lo
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import logging
 import math
@@ -30,7 +31,7 @@ History = dict[str, list[tuple[int, float]]]
 PANELS: list[tuple[str, tuple[str, ...]]] = [
     ("Training reward", ("train/reward", "train/episode_return", "train/loss")),
     ("Training pass rate", ("train/pass_rate", "train/success_rate", "greedy/train_solved", "train/nll")),
-    ("Evaluation", ("mbpp_eval/pass@1", "mbpp_eval/pass_rate", "game_eval/*/win")),
+    ("Evaluation", ("mbpp_eval/pass@1", "mbpp_eval/pass_rate", "game_eval/*/vs_*/win")),
     ("Step time (s)", ("time/step_s", "time/generate_s|time/train_s", "time/train_s")),
 ]
 """(title, metric candidates in order of preference). ``*`` matches any run of characters;
@@ -68,8 +69,7 @@ def _match(pattern: str, keys: Iterable[str]) -> list[str]:
         return [k for part in parts for k in part] if all(parts) else []
     if "*" not in pattern:
         return [pattern] if pattern in keys else []
-    head, _, tail = pattern.partition("*")
-    return sorted(k for k in keys if k.startswith(head) and k.endswith(tail))
+    return sorted(k for k in keys if fnmatch.fnmatchcase(k, pattern))
 
 
 def pick_series(history: History, candidates: tuple[str, ...]) -> list[str]:

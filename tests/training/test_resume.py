@@ -22,7 +22,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +86,22 @@ def trainer_config(root: Path, accelerator: str, kill_at: int | None = None) -> 
     }
 
 
+def _quiet_port() -> int:
+    """A free port below the ephemeral range. Lightning's own pick (bind to port 0) is an
+    ephemeral port, which an outgoing connection may take before rank 0 listens on it (seen in
+    CI: EADDRINUSE in the 2-process run)."""
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
+
+
 def start(model: dict[str, Any], root: Path, accelerator: str, *extra: str, kill_at: int | None = None):
     """Launch ``lit_codeRL.cli fit`` on this checkout in a subprocess."""
     root.mkdir(parents=True)
@@ -94,6 +112,7 @@ def start(model: dict[str, Any], root: Path, accelerator: str, *extra: str, kill
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "MASTER_PORT": str(_quiet_port()),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "lit_codeRL.cli", "fit", "--config", str(path), *extra],
