@@ -27,6 +27,8 @@ import re
 import textwrap
 import warnings
 
+from lit_codeRL import pyparse
+
 MAX_REPAIR_ATTEMPTS = 50
 """Compile attempts spent on cutting a truncated program back to a compiling prefix."""
 MAX_SCAN_LINES = 200
@@ -135,7 +137,7 @@ def _with_import_blocks(code: str, blocks: list[tuple[str, str, bool]]) -> str:
         if lang not in _PYTHON_TAGS or not body or body == code.strip():
             continue
         try:
-            tree = ast.parse(body)
+            tree = pyparse.parse(body)
         except Exception:  # noqa: BLE001
             continue
         if tree.body and all(isinstance(node, ast.Import | ast.ImportFrom) for node in tree.body):
@@ -174,7 +176,7 @@ def _looks_like_statement(line: str) -> bool:
     if line.endswith(":"):
         return _compiles(line + "\n    pass")
     try:
-        tree = ast.parse(line)
+        tree = pyparse.parse(line)
     except Exception:  # noqa: BLE001 - SyntaxError, ValueError, RecursionError, MemoryError
         return False
     if len(tree.body) != 1:
@@ -222,7 +224,7 @@ def _repair(code: str) -> str:
 
 def _has_statements(code: str) -> bool:
     try:
-        return bool(ast.parse(code).body)
+        return bool(pyparse.parse(code).body)
     except Exception:  # noqa: BLE001
         return False
 
@@ -235,6 +237,6 @@ def has_no_statements(code: str) -> bool:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return not ast.parse(code).body
+            return not pyparse.parse(code).body
     except Exception:  # noqa: BLE001
         return False

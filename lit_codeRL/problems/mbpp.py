@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lit_codeRL import pyparse
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems.record import Problem
 
@@ -74,7 +75,7 @@ def find_entry_point(tests: Iterable[str], code: str | None) -> str | None:
 
 def _defined_names(code: str) -> list[str]:
     try:
-        body = ast.parse(code).body
+        body = pyparse.parse(code).body
     except SyntaxError:
         return re.findall(r"^def\s+([A-Za-z_]\w*)", code, flags=re.MULTILINE)
     return [n.name for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
@@ -82,7 +83,7 @@ def _defined_names(code: str) -> list[str]:
 
 def _called_names(statement: str) -> list[str]:
     try:
-        tree = ast.parse(statement)
+        tree = pyparse.parse(statement)
     except SyntaxError:
         return []
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]

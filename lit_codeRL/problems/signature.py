@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from lit_codeRL import pyparse
+
 
 def signature_from_tests(entry_point: str, io_pairs: tuple[tuple[str, str], ...]) -> tuple[str, list[str]]:
     """``(header line, parameter names)`` of ``entry_point`` as its first test calls it, e.g.
@@ -14,7 +16,7 @@ def signature_from_tests(entry_point: str, io_pairs: tuple[tuple[str, str], ...]
     """
     params: list[str] = []
     if io_pairs:
-        call = ast.parse(f"f({io_pairs[0][0]})", mode="eval").body
+        call = pyparse.parse(f"f({io_pairs[0][0]})", mode="eval").body
         assert isinstance(call, ast.Call)
         params = [f"x{i}" for i in range(len(call.args))] + [kw.arg for kw in call.keywords if kw.arg]
     return f"def {entry_point}({', '.join(params)}):", params

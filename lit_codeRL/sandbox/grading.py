@@ -20,6 +20,8 @@ import functools
 import json
 from typing import Any
 
+from lit_codeRL import pyparse
+
 _SAFE_CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float}
 """Constructors allowed in an expected value besides literals (``set()``, ``float('inf')``)."""
 
@@ -60,7 +62,7 @@ def split_value_test(test: str) -> tuple[str, Any] | None:
     between calls, so callers must not mutate it.
     """
     try:
-        tree = ast.parse(test)
+        tree = pyparse.parse(test)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):

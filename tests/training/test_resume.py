@@ -19,6 +19,7 @@ cosine learning rate makes the scheduler state matter.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -43,15 +44,26 @@ TIMING = ("time/", "tokens_per_s", "sandbox_s", "exec/")
 
 
 class KillMidStep(Callback):
-    """SIGKILLs its own process inside the optimizer step that follows global step ``step``: the
-    rollout (or env steps and replay draw) of that step happened, its checkpoint never will."""
+    """SIGKILLs the run inside the optimizer step that follows global step ``step``: the rollout
+    (or env steps and replay draw) of that step happened, its checkpoint never will.
+
+    The run was started in a session of its own (:func:`start`), so rank 0, its group leader,
+    kills the whole group: every rank and its sandbox workers die together. Ranks first meet at a
+    barrier, so none is left inside a collective with a dead peer (seen in CI: a rank that died
+    first left the other blocked in gloo, holding the test's pipe open until the timeout)."""
 
     def __init__(self, step: int) -> None:
         self.step = step
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if trainer.global_step != self.step:
+            return
+        if trainer.world_size > 1:
+            trainer.strategy.barrier("kill-mid-step")
+        if trainer.global_rank == 0:
+            assert os.getpgrp() == os.getpid(), "start the run with start_new_session=True"
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def trainer_config(root: Path, accelerator: str, kill_at: int | None = None) -> dict[str, Any]:
@@ -121,11 +133,22 @@ def start(model: dict[str, Any], root: Path, accelerator: str, *extra: str, kill
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group: KillMidStep and finish() kill all of it
     )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=timeout)
+    """Exit code and output of a run; on a timeout the run's whole group is killed and the test
+    fails with the output so far (a stuck rank must not hang the suite)."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the run did not finish in {timeout:.0f} s; its output:\n{out[-6000:]}")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # a straggler of a killed run holds nothing open
     return proc.returncode, out
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 from dataclasses import asdict, dataclass
 
+from lit_codeRL import pyparse
+
 REWARD_TYPES = ("code_quality", "sparse", "curriculum")
 
 
@@ -50,7 +52,7 @@ def structure_score(code: str) -> float:
     does not parse or has no function.
     """
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
     except SyntaxError:
         return 0.0
     func = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)

@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Sequence
 
+from lit_codeRL import pyparse
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.signature import signature_from_tests
 
@@ -43,7 +44,7 @@ def signature_of(problem: Problem) -> tuple[str, list[str]]:
             (ln.strip() for ln in problem.starter_code.splitlines() if ln.strip().startswith("def ")), None
         )
         if header:
-            tree = ast.parse(header + "\n    pass\n")
+            tree = pyparse.parse(header + "\n    pass\n")
             func = tree.body[0]
             assert isinstance(func, ast.FunctionDef)
             return header, [a.arg for a in func.args.args]

@@ -1,0 +1,42 @@
+"""Parsing from the sandbox pool's grading threads: no two ``ast.parse`` calls overlap (CPython
+before 3.13 raised ``SystemError: AST constructor recursion depth mismatch`` in CI when they
+did, gh-106905)."""
+
+from __future__ import annotations
+
+import ast
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from lit_codeRL import pyparse
+from lit_codeRL.sandbox import grading
+
+
+def test_parses_from_many_threads_never_overlap(monkeypatch):
+    real_parse = ast.parse
+    inside, most = 0, 0
+    count = threading.Lock()
+
+    def slow_parse(source, *args, **kwargs):
+        nonlocal inside, most
+        with count:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.002)  # hands the GIL to the other threads mid-parse
+        try:
+            return real_parse(source, *args, **kwargs)
+        finally:
+            with count:
+                inside -= 1
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    grading.split_value_test.cache_clear()
+    tests = [f"assert f({i}) == {i + 1}" for i in range(64)]
+    with ThreadPoolExecutor(8) as pool:
+        split = list(pool.map(grading.split_value_test, tests))
+        trees = list(pool.map(pyparse.parse, tests))
+    grading.split_value_test.cache_clear()
+    assert split == [(f"(\nf({i})\n)", i + 1) for i in range(64)]
+    assert all(isinstance(t, ast.Module) for t in trees)
+    assert most == 1, f"{most} parses ran at once"
