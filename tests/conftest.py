@@ -36,3 +36,16 @@ def tiny_model():
     from lit_codeRL.policy.loading import load_model
 
     return load_model(name_or_path="tiny-random")
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Put ``os.environ`` back after every test. An in-process ``Trainer.fit`` under a
+    launcher-based strategy writes ``LOCAL_RANK``/``NODE_RANK``/``MASTER_*`` into the test
+    process for good; a later 2-process CLI run inheriting ``LOCAL_RANK`` then believes its ranks
+    are launched externally, never starts rank 1, and waits for it forever (seen in CI)."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)

@@ -98,6 +98,18 @@ def trainer_config(root: Path, accelerator: str, kill_at: int | None = None) -> 
     }
 
 
+LAUNCHER_ENV = (
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+)
+"""Variables a launcher sets; inherited, ``LOCAL_RANK`` makes Lightning expect external ranks."""
+
+
 def _quiet_port() -> int:
     """A free port below the ephemeral range. Lightning's own pick (bind to port 0) is an
     ephemeral port, which an outgoing connection may take before rank 0 listens on it (seen in
@@ -121,7 +133,7 @@ def start(model: dict[str, Any], root: Path, accelerator: str, *extra: str, kill
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV},
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "MASTER_PORT": str(_quiet_port()),
