@@ -20,6 +20,8 @@ import json
 import time
 from pathlib import Path
 
+from spiral_report import smooth  # scripts/ is on sys.path when a script runs
+
 from lit_codeRL.cli import CodeRLCLI
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,10 +101,7 @@ def main() -> None:
                 )
     steps = sorted(rewards)
     curve = [rewards[s] for s in steps]
-    rolling = [
-        sum(curve[max(0, i - args.window + 1) : i + 1]) / len(curve[max(0, i - args.window + 1) : i + 1])
-        for i in range(len(curve))
-    ]
+    rolling = smooth(curve, args.window)
     print("| step | reward | rolling mean |\n|---|---|---|")
     for s, r, m in zip(steps, curve, rolling, strict=True):
         print(f"| {s} | {r:.3f} | {m:.3f} |")

@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from run_report import read_evaluations  # scripts/ is on sys.path when a script runs
+from spiral_report import smooth
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -66,21 +69,17 @@ def run_stage(name: str, config: str, run_dir: Path, data: str, extra: list[str]
 
 
 def evaluations(log_dir: Path) -> list[dict[str, Any]]:
-    """Every MBPP evaluation the stage ran, in step order."""
-    found = []
-    for path in sorted((log_dir / "mbpp_eval").glob("step_*.json")):
-        report = json.loads(path.read_text())
-        m = report["metrics"]
-        found.append(
-            {
-                "step": report["step"],
-                "pass@1": m["mbpp_eval/pass_rate"],
-                "problems_passed": int(m["mbpp_eval/problems_passed"]),
-                "num_problems": int(m["mbpp_eval/num_problems"]),
-                "eval_s": m.get("mbpp_eval/seconds"),
-            }
-        )
-    return sorted(found, key=lambda e: e["step"])
+    """Every MBPP evaluation the stage ran, in step order, as table rows."""
+    return [
+        {
+            "step": m["step"],
+            "pass@1": m["mbpp_eval/pass_rate"],
+            "problems_passed": int(m["mbpp_eval/problems_passed"]),
+            "num_problems": int(m["mbpp_eval/num_problems"]),
+            "eval_s": m.get("mbpp_eval/seconds"),
+        }
+        for m in read_evaluations(log_dir)
+    ]
 
 
 def check_hf_model(path: Path) -> str:
@@ -115,11 +114,7 @@ def draw(rows: list[dict[str, Any]], curves: dict[str, list[tuple[int, float]]],
             steps, ys = zip(*points, strict=True)
             ax.plot(steps, ys, alpha=0.35, color="#4c72b0")
             window = max(1, len(ys) // 20)
-            smooth = [
-                sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1])
-                for i in range(len(ys))
-            ]
-            ax.plot(steps, smooth, color="#4c72b0")
+            ax.plot(steps, smooth(list(ys), window), color="#4c72b0")
         else:
             ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(title)

@@ -29,6 +29,15 @@ def _float(row: dict[str, str], key: str) -> float | None:
     return float(value) if value not in (None, "") else None
 
 
+def read_evaluations(log_dir: Path) -> list[dict]:
+    """Every ``MBPPEvalCallback`` report of a run, ``{"step": ..., **metrics}``, in step order."""
+    evals = []
+    for path in sorted((log_dir / "mbpp_eval").glob("step_*.json")):
+        report = json.loads(path.read_text())
+        evals.append({"step": report["step"], **report["metrics"]})
+    return evals
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -61,10 +70,7 @@ def main() -> None:
     log_dir = Path(cli.trainer.log_dir)
     with (log_dir / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
-    evals = []
-    for path in sorted((log_dir / "mbpp_eval").glob("step_*.json")):
-        report = json.loads(path.read_text())
-        evals.append({"step": report["step"], **report["metrics"]})
+    evals = read_evaluations(log_dir)
     curve_keys = ["train/loss", "train/reward", "train/pass_rate"] + sorted(
         {k for r in rows for k in r if k.startswith("train/success_after_turn_")}
     )
