@@ -33,7 +33,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from statistics import mean, median, stdev
+from statistics import mean, median, stdev, variance
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def compare(a: list[float], b: list[float]) -> dict[str, float | None]:
     diff = mean(a) - mean(b)
     if len(a) < 2 or len(b) < 2:
         return {"diff": diff, "se": None}
-    return {"diff": diff, "se": math.sqrt(stdev(a) ** 2 / len(a) + stdev(b) ** 2 / len(b))}
+    return {"diff": diff, "se": math.sqrt(variance(a) / len(a) + variance(b) / len(b))}
 
 
 def mean_curve(curves: list[list[float]]) -> list[float]:
@@ -130,14 +130,13 @@ def draw(summary: dict[str, Any], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for colour, (name, runs) in zip(("tab:orange", "tab:blue"), summary["runs"].items(), strict=False):
-        curves = [r["rolling_mean"] for r in runs.values()]
-        for curve in curves:
-            ax.plot(curve, color=colour, alpha=0.3, linewidth=1)
+        for r in runs.values():
+            ax.plot(r["rolling_mean"], color=colour, alpha=0.3, linewidth=1)
         ax.plot(
-            mean_curve(curves),
+            summary["mean_rolling_curve"][name],
             color=colour,
             linewidth=2.5,
-            label=f"{name} (mean of {len(curves)} seeds)",
+            label=f"{name} (mean of {len(runs)} seeds)",
         )
     ax.set_xlabel("step")
     ax.set_ylabel(f"training reward, {WINDOW}-step rolling mean")
@@ -160,7 +159,7 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="CLI overrides passed to every run")
     args = parser.parse_args()
 
-    out_dir = (REPO / args.out_dir) if not Path(args.out_dir).is_absolute() else Path(args.out_dir)
+    out_dir = REPO / args.out_dir  # an absolute path stays as given
     out_dir.mkdir(parents=True, exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     todo = [(p, s) for p in args.paths for s in args.seeds]
@@ -213,7 +212,7 @@ def main() -> None:
             se = f" ± {d['se']:.3f} (SE)" if d["se"] is not None else ""
             print(f"\n{a} - {b}, {key}: {d['diff']:+.3f}{se}", end="")
         print()
-    out = REPO / args.out if not Path(args.out).is_absolute() else Path(args.out)
+    out = REPO / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=1))
     draw(summary, out.with_suffix(".png"))
