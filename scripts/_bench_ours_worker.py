@@ -31,8 +31,9 @@ def run(w: Workload) -> dict[str, Any]:
     from lit_codeRL.envs.settings import EnvSettings
     from lit_codeRL.modules.grpo import GRPOModule
     from lit_codeRL.policy.engine import EngineSettings
-    from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.sampling import SamplingParams
+    from lit_codeRL.training.optim import OptimizerSettings
 
     expected_order = [p.task_id for p in step_problem_order(load_workload_problems(w), w)]
     module = GRPOModule(
@@ -44,8 +45,7 @@ def run(w: Workload) -> dict[str, Any]:
         sampling=SamplingParams(max_new_tokens=w.max_completion_length, temperature=w.temperature),
         num_generations=w.num_generations,
         prompts_per_step=w.prompts_per_step,
-        learning_rate=w.learning_rate,
-        max_grad_norm=w.max_grad_norm,
+        optimizer=OptimizerSettings(learning_rate=w.learning_rate, max_grad_norm=w.max_grad_norm),
         beta=w.beta,
         loss_type=w.loss_type,
         scale_rewards=w.scale_rewards,

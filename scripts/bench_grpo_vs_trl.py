@@ -4,9 +4,11 @@
     python scripts/bench_grpo_vs_trl.py --quick     # tiny random model, 2 steps: a smoke test
 
 The workload (identical in both frameworks): SmolLM2-135M-Instruct (fp32 weights) trained in
-``--precision`` (default ``bf16-mixed``: TRL's own default, ``bf16=True``; ours
-``trainer.precision``), our rollouts generated in ``--engine-dtype`` (default ``auto``: bf16 on a
-CPU with AVX-512-BF16; TRL generates under its training autocast); the first 16 MBPP
+``--precision`` (default ``auto``: ``bf16-mixed``, TRL's own default ``bf16=True``, where the CPU
+computes in bf16 natively, else ``32-true``: emulated bf16 autocast made our step 7x slower on an
+AVX2-only CPU; ours ``trainer.precision``), our rollouts generated in ``--engine-dtype`` (default
+``auto``: bf16 on a CPU with AVX-512-BF16, else the lean fp32 decode; TRL generates under its
+training autocast); which CPU path ran (flags, dtypes) is in the JSON's ``cpu_path``; the first 16 MBPP
 train tasks (ids 601-616) shown as a chat prompt with the task text and its first assert; each
 step takes 4 prompts x ``num_generations=4`` completions of at most 128 tokens at temperature
 1.0; reward = fraction of the task's asserts passed in the sandbox (``UnitTestEnv``); one AdamW
@@ -74,8 +76,9 @@ class Workload:
     """Measured steps per (framework, round)."""
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     """torch intra-op threads in every worker."""
-    precision: str = "bf16-mixed"
-    """Training precision of both frameworks: ``bf16-mixed`` (TRL's default) or ``32-true``."""
+    precision: str = "auto"
+    """Training precision of both frameworks: ``bf16-mixed`` (TRL's default), ``32-true``, or
+    ``auto`` (resolved in the parent: bf16-mixed where the CPU has native bf16, else 32-true)."""
     engine_dtype: str = "auto"
     """Our generation engine's dtype (``EngineSettings.dtype``); ``model`` samples in fp32."""
     skip_zero_advantage_groups: bool = True
@@ -298,7 +301,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
     ap.add_argument("--max-completion-length", type=int, default=d.max_completion_length)
     ap.add_argument("--loss-type", default=d.loss_type, choices=["grpo", "dapo", "dr_grpo"])
     ap.add_argument("--seed", type=int, default=d.seed)
-    ap.add_argument("--precision", default=d.precision, choices=["bf16-mixed", "32-true"])
+    ap.add_argument("--precision", default=d.precision, choices=["auto", "bf16-mixed", "32-true"])
     ap.add_argument(
         "--engine-dtype", default=d.engine_dtype, choices=["auto", "model", "bfloat16", "float32"]
     )
@@ -325,11 +328,20 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
         max_completion_length=args.max_completion_length,
         loss_type=args.loss_type,
         seed=args.seed,
-        precision=args.precision,
+        precision=resolve_bench_precision(args.precision),
         engine_dtype=args.engine_dtype,
         skip_zero_advantage_groups=not args.no_skip,
     )
     return args, w
+
+
+def resolve_bench_precision(precision: str) -> str:
+    """``auto``: the faster training precision on this CPU for both frameworks."""
+    if precision != "auto":
+        return precision
+    from lit_codeRL.policy.precision import cpu_has_native_bf16
+
+    return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -370,8 +382,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not same_prompts:
         print("WARNING: the runs did not prompt with the same task sequence", file=sys.stderr)
 
+    from lit_codeRL.policy.precision import cpu_path
+
     result = {
         "workload": asdict(w),
+        "cpu_path": cpu_path(),
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
         "versions": runs[0]["versions"] if runs else library_versions(),

@@ -73,7 +73,7 @@ def main() -> None:
             "0.0",
             "--trainer.callbacks.init_args.max_new_tokens",
             "192",
-            "--model.init_args.learning_rate",
+            "--model.init_args.optimizer.learning_rate",
             str(args.lr),
             "--model.init_args.problems.limit",
             str(args.problems_limit) if args.problems_limit else "null",

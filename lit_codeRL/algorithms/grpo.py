@@ -118,6 +118,19 @@ def rows_with_signal(advantages: Tensor, mask: Tensor, group_size: int) -> Tenso
     return signal.repeat_interleave(group_size)
 
 
+def normaliser_rows(mask: Tensor, loss_type: LossType) -> int:
+    """The ``B`` a per-sequence normaliser divides by, for a ``[B, T]`` ``mask``.
+
+    ``grpo`` averages over the sequences in the loss, so it counts rows with a masked token.
+    ``dr_grpo``'s normaliser is a constant (Liu et al. 2025; TRL divides by
+    ``per_token_loss.size(0)``): every row of the batch counts, also rows that left the loss
+    (sandbox failures, masked truncations), so the loss scale of the rows that stay does not
+    depend on how many were dropped. ``dapo`` divides by tokens; its row count is unused."""
+    if loss_type == "dr_grpo":
+        return int(mask.size(0))
+    return int((mask.sum(1) > 0).sum())
+
+
 def aggregate_token_loss(
     per_token_loss: Tensor,
     mask: Tensor,
@@ -136,19 +149,19 @@ def aggregate_token_loss(
 
     ``num_rows`` / ``num_tokens`` replace this tensor's own B and token count when it is one
     micro-batch of a larger batch: with the whole batch's counts, the micro-batch losses add up
-    to exactly the whole-batch loss, whatever the split. Rows without a masked token (a sample
-    left out of the loss) do not count as rows.
+    to exactly the whole-batch loss, whatever the split. Rows count as :func:`normaliser_rows`
+    says: for ``grpo`` only rows with a masked token, for ``dr_grpo`` every row.
     """
     mask = mask.to(per_token_loss.dtype)
     kept = torch.where(mask != 0, per_token_loss * mask, torch.zeros_like(per_token_loss))
     if loss_type == "grpo":
-        rows = float((mask.sum(1) > 0).sum()) if num_rows is None else num_rows
+        rows = float(normaliser_rows(mask, loss_type)) if num_rows is None else num_rows
         return masked_mean(per_token_loss, mask, dim=1).sum() / max(rows, 1.0)
     if loss_type == "dapo":
         tokens = float(mask.sum()) if num_tokens is None else num_tokens
         return kept.sum() / max(tokens, 1.0)
     if loss_type == "dr_grpo":
-        rows = float((mask.sum(1) > 0).sum()) if num_rows is None else num_rows
+        rows = float(normaliser_rows(mask, loss_type)) if num_rows is None else num_rows
         length = max_completion_length if max_completion_length is not None else per_token_loss.size(1)
         return kept.sum() / (max(rows, 1.0) * length)
     raise ValueError(f"loss_type must be 'grpo', 'dapo' or 'dr_grpo', got {loss_type!r}")

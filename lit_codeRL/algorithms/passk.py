@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of ``k`` samples drawn (without replacement) from ``n`` is correct,
@@ -22,12 +20,3 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prod *= 1.0 - k / i
     return 1.0 - prod
-
-
-def mean_pass_at_k(ns: Sequence[int], cs: Sequence[int], k: int) -> float:
-    """Mean of :func:`pass_at_k` over problems (``ns[i]`` samples, ``cs[i]`` correct for problem ``i``)."""
-    if len(ns) != len(cs):
-        raise ValueError(f"ns and cs differ in length: {len(ns)} vs {len(cs)}")
-    if not ns:
-        raise ValueError("no problems")
-    return sum(pass_at_k(n, c, k) for n, c in zip(ns, cs, strict=True)) / len(ns)

@@ -63,8 +63,9 @@ def reinforce_loss(
     beta: float = 0.0,
     num_rows: float | None = None,
     num_tokens: float | None = None,
+    importance_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Policy-gradient loss ``-A * log pi(a)`` per token (+ ``beta`` * k3 KL), aggregated.
+    """Policy-gradient loss ``-w * A * log pi(a)`` per token (+ ``beta`` * k3 KL), aggregated.
 
     Args:
         logprobs: ``[B, T]`` log-probs of the taken tokens under the policy being trained.
@@ -73,6 +74,9 @@ def reinforce_loss(
         loss_type, max_completion_length, num_rows, num_tokens: token aggregation, as
             :func:`lit_codeRL.algorithms.grpo.aggregate_token_loss`.
         ref_logprobs, beta: optional KL penalty to a frozen reference.
+        importance_weights: ``[B, T]`` per-token weights ``w`` of the policy-gradient term (no
+            gradient; 1 without them), e.g. truncated importance weights to a sampler that ran in
+            another precision (``algorithms/importance.py``); the KL term is not weighted.
 
     On-policy (one update per rollout) this has the gradient of the clipped surrogate at ratio 1.
     """
@@ -80,6 +84,8 @@ def reinforce_loss(
     adv = advantages.to(logprobs.dtype)
     adv = adv[:, None].expand_as(logprobs) if adv.dim() == 1 else adv
     per_token = -torch.where(keep, adv * logprobs, torch.zeros_like(logprobs))
+    if importance_weights is not None:
+        per_token = per_token * importance_weights.detach().to(per_token.dtype)
     per_token, kl = add_kl_penalty(per_token, logprobs, ref_logprobs, keep, beta)
     loss = aggregate_token_loss(per_token, mask, loss_type, max_completion_length, num_rows, num_tokens)
     m = mask.to(logprobs.dtype)

@@ -7,7 +7,8 @@ with -1 / +1 (SPIRAL's online evaluation). The same game seeds are used at every
 two evaluations differ only by the policy. Reported per game, opponent and seat (and pooled over
 seats): win, draw, loss and invalid-move rates with Wilson 95% intervals, and the share of the
 policy's moves that were invalid. Results go to the loggers and to
-``<log_dir>/game_eval/step_XXXXXX.json`` with every game.
+``<log_dir>/game_eval/step_XXXXXX.json`` with every game. While it runs, it shows games done, the
+running win rate and the ETA (:class:`~lit_codeRL.callbacks.progress.EvalProgress`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 
 from lit_codeRL.callbacks.interval import IntervalEvaluation
+from lit_codeRL.callbacks.progress import EvalProgress
 from lit_codeRL.envs.games import make_game
 from lit_codeRL.policy.engine import SamplingParams
 from lit_codeRL.rollout.evaluation import gather_results
@@ -143,29 +145,33 @@ class GameEvalCallback(IntervalEvaluation):
             0, 2**31, (self.games_per_seat,), generator=torch.Generator().manual_seed(self.seed)
         )
         local: list[dict[str, Any]] = []
+        pairs = [(g, name) for g in self.games for name in self.opponents if self._supports(g, name)]
+        jobs = [(s, int(seed)) for s in (0, 1) for seed in seeds.tolist()][rank::world]
+        progress = EvalProgress(
+            f"game_eval step {trainer.global_step}", len(pairs) * len(jobs), "games", "win rate", trainer
+        )
         with trainer.precision_plugin.forward_context():
-            for game_id in self.games:
-                for name in self.opponents:
-                    if not self._supports(game_id, name):
-                        continue
-                    runner = GameRunner(
-                        engine,
-                        prompter,
-                        self.sampling,
-                        opponent=_OPPONENTS[name](),
-                        invalid_move_rewards=(-1.0, 1.0),
-                        max_turns=self.max_turns,
+            for game_id, name in pairs:
+                runner = GameRunner(
+                    engine,
+                    prompter,
+                    self.sampling,
+                    opponent=_OPPONENTS[name](),
+                    invalid_move_rewards=(-1.0, 1.0),
+                    max_turns=self.max_turns,
+                )
+                for i in range(0, len(jobs), self.batch_size):
+                    chunk = jobs[i : i + self.batch_size]
+                    played = runner.run(
+                        [game_id] * len(chunk),
+                        [seed for _, seed in chunk],
+                        [(s,) for s, _ in chunk],
+                        generator,
                     )
-                    jobs = [(s, int(seed)) for s in (0, 1) for seed in seeds.tolist()][rank::world]
-                    for i in range(0, len(jobs), self.batch_size):
-                        chunk = jobs[i : i + self.batch_size]
-                        played = runner.run(
-                            [game_id] * len(chunk),
-                            [seed for _, seed in chunk],
-                            [(s,) for s, _ in chunk],
-                            generator,
-                        )
-                        local += [{"opponent": name, **g.record()} for g in played]
+                    local += [{"opponent": name, **g.record()} for g in played]
+                    wins = sum(g.outcome(s) == "win" for g in played for s in g.policy_seats)
+                    progress.advance(len(played), wins)
+        progress.close()
         results = gather_results(local, world)
         metrics = self._metrics(results)
         metrics["game_eval/seconds"] = time.perf_counter() - start

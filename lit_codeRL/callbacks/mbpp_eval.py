@@ -3,13 +3,16 @@
 Works with any ``LightningModule`` that exposes ``generation_engine() -> GenerationEngine``
 (every lit-coderl language-policy module does), so it also drops into a user's own script::
 
-    trainer = L.Trainer(callbacks=[MBPPEvalCallback(source="../shared/data/mbpp", split="test")])
+    trainer = L.Trainer(callbacks=[MBPPEvalCallback(source="../shared/data/mbpp")])
 
 Problems are sharded across ranks, each rank generates and grades its shard, and the per-problem
 results are gathered, so the counts do not depend on the number of processes. Prompts go through
 the same path as training rollouts (env observation -> chat template -> ids -> the episode
 runner). With ``max_turns > 1`` the evaluation is multi-turn code repair and reports the pass
-rate after each turn on the same problems.
+rate after each turn on the same problems. The evaluation knobs and their defaults are
+``lit-coderl validate``'s (:class:`~lit_codeRL.rollout.evaluation.CodeEvalSettings`), and so are
+the functions that run it: a standalone evaluation equals the interval one at the same weights.
+While it runs, it shows problems done, the running pass rate and the ETA (:class:`EvalProgress`).
 """
 
 from __future__ import annotations
@@ -22,36 +25,43 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 
 from lit_codeRL.callbacks.interval import IntervalEvaluation
-from lit_codeRL.policy import platform
-from lit_codeRL.policy.engine import SamplingParams
+from lit_codeRL.callbacks.progress import EvalProgress
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.evaluation import (
+    CodeEvalSettings,
     code_eval_metrics,
     evaluate_problems,
     gather_results,
     make_eval_runner,
+    running_pass_score,
 )
-from lit_codeRL.rollout.prompts import ProblemSettings, load_problem_set
+from lit_codeRL.rollout.prompts import load_problem_set
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
 
 log = logging.getLogger("lit_codeRL")
+
+_D = CodeEvalSettings  # the one set of defaults, shared with ``lit-coderl validate``
 
 
 class MBPPEvalCallback(IntervalEvaluation):
     """Interval MBPP-style evaluation: logs ``mbpp_eval/pass_rate`` and ``mbpp_eval/problems_passed``.
 
+    Defaults: greedy pass@1 on MBPP test, as ``lit-coderl validate``
+    (:class:`~lit_codeRL.rollout.evaluation.CodeEvalSettings` documents each knob).
+
     Args:
-        source: Problem source: ``embedded``, ``mbpp`` (hub; ``$MBPP_DATASET_PATH`` replaces it
-            with a local copy), a hub id, or a local MBPP file/dir.
-        split: Split to evaluate (MBPP: ``test`` = task ids 11-510).
-        limit: Evaluate only the first ``limit`` problems; ``None``: ``$MBPP_EVAL_NUM_QUESTIONS``
-            if set (one knob for all of a cluster's jobs, as in ``lit-coderl validate``), else all.
+        source: Problem source: ``mbpp`` (hub; ``$MBPP_DATASET_PATH`` replaces it with a local
+            copy), a hub id, a local MBPP file/dir, ``humaneval``, ``embedded``; unset:
+            ``$MBPP_DATASET_PATH``, else ``mbpp``.
+        split: Split to evaluate (MBPP: ``test`` = task ids 11-510; embedded: ``eval``).
+        limit: Evaluate only the first ``limit`` problems; unset: ``$MBPP_EVAL_NUM_QUESTIONS``
+            if set (one knob for all of a cluster's jobs), else all.
         n_samples: Completions per problem; with n > 1, pass@k uses the unbiased estimator.
         k: The k values of pass@k to report (each <= ``n_samples``).
         temperature: 0 = greedy (the usual pass@1 protocol); e.g. 0.2 with n > 1.
         top_p: Nucleus sampling mass when ``temperature > 0``.
         max_new_tokens: Completion length limit.
-        batch_size: Prompts generated together; ``None``: 16, or 4 on GPUs under 16 GiB.
+        batch_size: Prompts generated together; unset: 16, or 4 on GPUs under 16 GiB.
         eval_interval_steps: Evaluate every N optimizer steps (0 = only start/end).
         eval_at_start: Evaluate before the first training step.
         eval_at_end: Evaluate after the last training step.
@@ -65,41 +75,44 @@ class MBPPEvalCallback(IntervalEvaluation):
 
     def __init__(
         self,
-        source: str = "embedded",
-        split: str = "eval",
-        limit: int | None = None,
-        n_samples: int = 1,
-        k: list[int] | None = None,
-        temperature: float = 0.0,
-        top_p: float = 0.95,
-        max_new_tokens: int = 256,
-        batch_size: int | None = None,
+        source: str | None = _D.source,
+        split: str = _D.split,
+        limit: int | None = _D.limit,
+        n_samples: int = _D.n_samples,
+        k: list[int] | None = _D.k,
+        temperature: float = _D.temperature,
+        top_p: float = _D.top_p,
+        max_new_tokens: int = _D.max_new_tokens,
+        batch_size: int | None = _D.batch_size,
         eval_interval_steps: int = 50,
         eval_at_start: bool = True,
         eval_at_end: bool = True,
-        system_prompt: str | None = None,
-        num_shown_tests: int = 1,
-        max_turns: int = 1,
+        system_prompt: str | None = _D.system_prompt,
+        num_shown_tests: int = _D.num_shown_tests,
+        max_turns: int = _D.max_turns,
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008 - dataclass defaults show in --print_config
         output_dir: str | None = None,
     ) -> None:
         super().__init__(eval_interval_steps, eval_at_start, eval_at_end)
-        if limit is None and (from_env := platform.eval_questions()) is not None:
-            log.info("MBPPEvalCallback: the first %d problems ($%s)", from_env, platform.EVAL_QUESTIONS_ENV)
-            limit = from_env
-        self.problem_settings = ProblemSettings(
+        self.settings = CodeEvalSettings(
             source=source,
             split=split,
             limit=limit,
+            n_samples=n_samples,
+            k=k,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
             system_prompt=system_prompt,
             num_shown_tests=num_shown_tests,
+            max_turns=max_turns,
         )
+        self.problem_settings = self.settings.problem_settings()
         self.n_samples = n_samples
-        self.k = [kk for kk in (k or [1]) if kk <= n_samples] or [1]
-        self.sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-        if n_samples > 1 and temperature == 0:
-            raise ValueError("n_samples > 1 needs temperature > 0 (greedy samples are identical)")
-        self.batch_size = batch_size if batch_size is not None else platform.eval_batch_size()
+        self.k = self.settings.k_values()
+        self.sampling = self.settings.sampling()
+        self.batch_size = self.settings.generation_batch()
         self.max_turns = max_turns
         self.sandbox_config = sandbox
         self.output_dir = output_dir
@@ -132,7 +145,17 @@ class MBPPEvalCallback(IntervalEvaluation):
                 self.problem_settings.num_shown_tests,
                 self.problem_settings.system_prompt,
             )
-            local = evaluate_problems(runner, shard, self.n_samples, self.batch_size)
+            progress = EvalProgress(f"mbpp_eval step {trainer.global_step}", len(shard), trainer=trainer)
+            try:
+                local = evaluate_problems(
+                    runner,
+                    shard,
+                    self.n_samples,
+                    self.batch_size,
+                    on_batch=lambda batch: progress.advance(len(batch), *running_pass_score(batch)),
+                )
+            finally:
+                progress.close()
         for result in local:  # which rank graded it: shows the sharding in the step JSON
             result["rank"] = rank
         results = gather_results(local, world)

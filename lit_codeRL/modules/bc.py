@@ -12,8 +12,6 @@ any of them: ``--model.init_args.model.name_or_path <bc run>/hf_model``.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from lit_codeRL.algorithms.bc import nll_loss
@@ -21,6 +19,7 @@ from lit_codeRL.policy.engine import EngineSettings
 from lit_codeRL.policy.loading import ModelSettings
 from lit_codeRL.rollout.demonstrations import DemonstrationDataset, DemonstrationSettings, load_demonstrations
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import PolicyModule, as_settings
 
 
@@ -32,14 +31,9 @@ class BCModule(PolicyModule):
         demonstrations: Where demonstrations come from (reference solutions or a rollout dump).
         engine: Generation engine (used by evaluation callbacks).
         batch_size: Demonstrations per optimizer step.
-        learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        warmup_steps: Linear learning-rate warm-up, in optimizer steps.
-        lr_schedule: ``constant`` or ``cosine`` (to ``min_lr_ratio`` at ``trainer.max_steps``).
-        min_lr_ratio: Final cosine learning rate as a fraction of ``learning_rate``.
-        max_grad_norm: Gradient-norm clip; 0 disables.
+        optimizer: AdamW, learning-rate schedule and gradient clipping of the policy (here
+            1e-5, 10 warm-up steps, cosine to 0.1 of it at ``trainer.max_steps``).
         micro_batch_size: Rows per forward/backward chunk; ``None`` = a free-memory hint.
-        fused_optimizer: Fused AdamW where the device supports it.
         save_hf_model: Write ``<run>/hf_model`` at the end.
         seed: Seed of the demonstration order.
     """
@@ -50,14 +44,10 @@ class BCModule(PolicyModule):
         demonstrations: DemonstrationSettings = DemonstrationSettings(),  # noqa: B008
         engine: EngineSettings = EngineSettings(),  # noqa: B008
         batch_size: int = 8,
-        learning_rate: float = 1e-5,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 10,
-        lr_schedule: Literal["constant", "cosine"] = "cosine",
-        min_lr_ratio: float = 0.1,
-        max_grad_norm: float = 1.0,
+        optimizer: OptimizerSettings = OptimizerSettings(  # noqa: B008
+            learning_rate=1e-5, warmup_steps=10, lr_schedule="cosine", min_lr_ratio=0.1
+        ),
         micro_batch_size: int | None = None,
-        fused_optimizer: bool = True,
         save_hf_model: bool = True,
         seed: int = 0,
     ) -> None:
@@ -66,14 +56,8 @@ class BCModule(PolicyModule):
         super().__init__(
             model=as_settings(ModelSettings, model),
             engine=as_settings(EngineSettings, engine),
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            lr_schedule=lr_schedule,
-            min_lr_ratio=min_lr_ratio,
-            max_grad_norm=max_grad_norm,
+            optimizer=optimizer,
             micro_batch_size=micro_batch_size,
-            fused_optimizer=fused_optimizer,
             save_hf_model=save_hf_model,
         )
         self.demo_settings = as_settings(DemonstrationSettings, demonstrations)

@@ -7,15 +7,18 @@
 
 Lightning's ``validate`` is the loop that runs a model once over held-out data, so evaluation is
 that subcommand with a module whose validation step is the evaluation: the ``Trainer`` brings the
-devices, DDP, precision and the progress bar; the knobs are ``MBPPEvalCallback``'s, and both run
-the same functions (``rollout/evaluation.py``), so the metrics carry the same names
+devices, DDP, precision and the progress bar; the knobs and their defaults are
+``MBPPEvalCallback``'s (one :class:`~lit_codeRL.rollout.evaluation.CodeEvalSettings`), and both
+run the same functions (``rollout/evaluation.py``), so the metrics carry the same names
 (``mbpp_eval/pass_rate``, ``mbpp_eval/problems_passed``, ...) and a standalone evaluation equals
 the interval evaluation of a training run at the same weights.
 
 The policy is any source the loader accepts (``model.name_or_path``: embedded, ``.gguf``, a
 ``save_pretrained`` directory, a hub id online) or a lit-coderl training checkpoint
 (``checkpoint``: the run's model settings come from the checkpoint, LoRA included). Problems are
-sharded over ranks (each rank its own slice, no padding duplicates) and generated in batches.
+sharded over ranks (each rank its own slice, no padding duplicates) and generated in batches;
+the progress bar (or, without a live one, a log line per batch) shows problems done, the running
+pass rate and the ETA.
 
 Where the config leaves them unset, ``$MBPP_DATASET_PATH`` gives the problem source and
 ``$MBPP_EVAL_NUM_QUESTIONS`` the number of problems (the original design's overrides; both
@@ -26,39 +29,42 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule
-from torch.utils.data import DataLoader, IterableDataset
 
+from lit_codeRL.callbacks.progress import EvalProgress
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.policy import platform
-from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
+from lit_codeRL.policy.engine import EngineSettings, make_engine
 from lit_codeRL.policy.loading import ModelSettings, load_model
 from lit_codeRL.problems import Problem
-from lit_codeRL.problems.mbpp import DATASET_PATH_ENV
 from lit_codeRL.rollout.evaluation import (
+    CodeEvalSettings,
     code_eval_metrics,
     evaluate_problems,
     gather_results,
     make_eval_runner,
+    running_pass_score,
 )
-from lit_codeRL.rollout.prompts import ProblemSettings, load_problem_set
+from lit_codeRL.rollout.prompts import load_problem_set
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
 from lit_codeRL.training.policy_module import as_settings
 
 log = logging.getLogger("lit_codeRL")
 
-DEFAULT_SOURCE = "mbpp"
-"""Source when neither the config nor ``$MBPP_DATASET_PATH`` names one (the hub's MBPP)."""
+_D = CodeEvalSettings  # the one set of defaults, shared with MBPPEvalCallback
 
 
-class _ProblemBatches(IterableDataset):
-    """This rank's problems in batches; ``len`` = batches, so the progress bar has a total."""
+class ProblemBatches:
+    """This rank's problems in batches; ``len`` = batches, so the progress bar has a total.
+
+    The validation loop takes it as it is: as a ``DataLoader`` of a map-style dataset it would get
+    a ``DistributedSampler`` under DDP (which re-shards the shard and pads with duplicates), and
+    an ``IterableDataset`` with a length draws Lightning's warning about worker processes (there
+    are none here)."""
 
     def __init__(self, problems: list[Problem], batch_size: int) -> None:
         self.batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
@@ -72,6 +78,9 @@ class _ProblemBatches(IterableDataset):
 
 class EvaluationModule(LightningModule):
     """Score a policy on code problems (``lit-coderl validate``; see the module docstring).
+
+    Defaults: greedy pass@1 on MBPP test, as ``MBPPEvalCallback``
+    (:class:`~lit_codeRL.rollout.evaluation.CodeEvalSettings` documents each knob).
 
     Args:
         model: The policy: any source the loader accepts.
@@ -88,7 +97,7 @@ class EvaluationModule(LightningModule):
         temperature: 0 = greedy (the pass@1 protocol).
         top_p: Nucleus mass when sampling.
         max_new_tokens: Completion length limit.
-        batch_size: Problems generated together.
+        batch_size: Problems generated together; unset: 16, or 4 on GPUs under 16 GiB.
         system_prompt: System message; ``None`` uses the model default (as in training).
         num_shown_tests: Tests shown in the prompt (MBPP protocol: the first).
         max_turns: 1 = one answer; more = code repair with feedback, pass rate per turn.
@@ -101,36 +110,41 @@ class EvaluationModule(LightningModule):
         model: ModelSettings = ModelSettings(),  # noqa: B008 - dataclass defaults show up in --print_config
         checkpoint: str | None = None,
         engine: EngineSettings = EngineSettings(),  # noqa: B008
-        source: str | None = None,
-        split: str = "test",
-        limit: int | None = None,
-        n_samples: int = 1,
-        k: list[int] | None = None,
-        temperature: float = 0.0,
-        top_p: float = 0.95,
-        max_new_tokens: int = 512,
-        batch_size: int = 16,
-        system_prompt: str | None = None,
-        num_shown_tests: int = 1,
-        max_turns: int = 1,
+        source: str | None = _D.source,
+        split: str = _D.split,
+        limit: int | None = _D.limit,
+        n_samples: int = _D.n_samples,
+        k: list[int] | None = _D.k,
+        temperature: float = _D.temperature,
+        top_p: float = _D.top_p,
+        max_new_tokens: int = _D.max_new_tokens,
+        batch_size: int | None = _D.batch_size,
+        system_prompt: str | None = _D.system_prompt,
+        num_shown_tests: int = _D.num_shown_tests,
+        max_turns: int = _D.max_turns,
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
         output_dir: str | None = None,
     ) -> None:
         super().__init__()
-        if n_samples > 1 and temperature == 0:
-            raise ConfigError("n_samples > 1 needs temperature > 0 (greedy samples are identical)")
-        if n_samples < 1 or batch_size < 1 or max_turns < 1:
-            raise ConfigError("n_samples, batch_size and max_turns must be >= 1")
-        self.save_hyperparameters()
-        self.problem_settings = ProblemSettings(
-            source=_resolve_source(source),
+        self.settings = CodeEvalSettings(
+            source=source,
             split=split,
-            limit=_resolve_limit(limit),
+            limit=limit,
+            n_samples=n_samples,
+            k=k,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
             system_prompt=system_prompt,
             num_shown_tests=num_shown_tests,
+            max_turns=max_turns,
         )
-        self.k = [kk for kk in (k or [1]) if kk <= n_samples] or [1]
-        self.sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        self.save_hyperparameters()
+        self.problem_settings = self.settings.problem_settings()
+        self.k = self.settings.k_values()
+        self.sampling = self.settings.sampling()
+        self.batch_size = self.settings.generation_batch()
         self.sandbox_config = as_settings(SandboxConfig, sandbox)
         self.policy, self.tokenizer = _load_policy(as_settings(ModelSettings, model), checkpoint)
         self.policy.eval().requires_grad_(False)
@@ -142,6 +156,7 @@ class EvaluationModule(LightningModule):
         self._problems: list[Problem] | None = None
         self._log_dir: str | None = None
         self._start = 0.0
+        self._progress: EvalProgress | None = None
 
     # ------------------------------------------------------------------ data
     def problems(self) -> list[Problem]:
@@ -149,13 +164,14 @@ class EvaluationModule(LightningModule):
             self._problems = load_problem_set(self.problem_settings)
         return self._problems
 
-    def val_dataloader(self) -> DataLoader:
+    def shard(self) -> list[Problem]:
+        """This rank's problems: every ``world_size``-th from its rank on."""
         rank = self.trainer.global_rank if self._trainer is not None else 0
         world = self.trainer.world_size if self._trainer is not None else 1
-        shard = self.problems()[rank::world]
-        return DataLoader(
-            _ProblemBatches(shard, self.hparams.batch_size), batch_size=None, collate_fn=_identity
-        )
+        return self.problems()[rank::world]
+
+    def val_dataloader(self) -> ProblemBatches:
+        return ProblemBatches(self.shard(), self.batch_size)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         return batch  # problems, not tensors: the engine puts its own tensors on the device
@@ -183,14 +199,23 @@ class EvaluationModule(LightningModule):
             self.problem_settings.system_prompt,
         )
         self.results, self._start = [], time.perf_counter()
+        # a live validation bar gets the running pass rate in its description (its own columns
+        # show batches done and the time left); without one (a pipe, a log file) a line per batch
+        self._progress = EvalProgress(
+            "evaluation", len(self.shard()), trainer=self._trainer, in_validation_bar=True
+        )
 
     @torch.no_grad()
     def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
         assert self.runner is not None
-        self.results += evaluate_problems(self.runner, batch, self.hparams.n_samples, len(batch))
-        graded = [r for r in self.results if r["num_samples"]]
-        running = sum(r["num_correct"] / r["num_samples"] for r in graded) / max(1, len(graded))
-        # progress bar only: the rank-local running pass rate and problems done
+        results = evaluate_problems(self.runner, batch, self.hparams.n_samples, len(batch))
+        self.results += results
+        if self._progress is not None:
+            self._progress.advance(len(results), *running_pass_score(results))
+        score, graded = running_pass_score(self.results)
+        running = score / max(1, graded)
+        # the rank-local running pass rate and problems done, for a TQDM bar (a Rich bar shows no
+        # prog_bar metrics outside fit: EvalProgress writes them into its description)
         for name, value in (("pass_rate", running), ("problems", float(len(self.results)))):
             self.log(
                 name, value, prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=len(batch)
@@ -246,29 +271,6 @@ class EvaluationModule(LightningModule):
 
     def configure_optimizers(self) -> None:
         return None
-
-
-def _identity(batch: Any) -> Any:
-    return batch
-
-
-def _resolve_source(source: str | None) -> str:
-    if source is not None:
-        return source
-    env = os.environ.get(DATASET_PATH_ENV)
-    if env:
-        log.info("evaluation source from $%s: %s", DATASET_PATH_ENV, env)
-        return env
-    return DEFAULT_SOURCE
-
-
-def _resolve_limit(limit: int | None) -> int | None:
-    if limit is not None:
-        return limit
-    value = platform.eval_questions()  # the one parser of the variable (MBPPEvalCallback's too)
-    if value is not None:
-        log.info("evaluating the first %d problems ($%s)", value, platform.EVAL_QUESTIONS_ENV)
-    return value
 
 
 def _load_policy(model: ModelSettings, checkpoint: str | None):

@@ -24,14 +24,13 @@ from lit_codeRL.algorithms.grpo import (
     policy_loss,
     rows_with_signal,
 )
-from lit_codeRL.algorithms.importance import truncated_importance_weights
-from lit_codeRL.algorithms.kl import masked_mean
 from lit_codeRL.envs.settings import EnvSettings
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams
 from lit_codeRL.policy.loading import ModelSettings
 from lit_codeRL.rollout.prompts import ProblemSettings
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig
+from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
 
@@ -50,18 +49,14 @@ class GRPOModule(RolloutModule):
         engine: Which generation engine samples rollouts.
         num_generations: Episodes per prompt (the group size G).
         prompts_per_step: Prompts per rollout batch on each rank (batch = prompts x G episodes).
-        learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        warmup_steps: Linear learning-rate warm-up, in optimizer steps.
-        lr_schedule: After warm-up: ``constant``, or ``cosine`` decay to ``min_lr_ratio`` at
-            ``trainer.max_steps``.
-        min_lr_ratio: Final learning rate of the cosine schedule, as a fraction of ``learning_rate``.
-        max_grad_norm: Gradient-norm clip; 0 disables.
+        optimizer: AdamW, learning-rate schedule and gradient clipping of the policy (here
+            1e-6, constant).
         beta: KL coefficient to the reference policy (0 = no reference pass at all).
         epsilon: Lower clip range of the importance ratio.
         epsilon_high: Upper clip range (DAPO's clip-higher); ``None`` uses ``epsilon``.
         loss_type: Token aggregation: ``grpo`` (per-sequence mean), ``dapo`` (per-token over the
-            batch), ``dr_grpo`` (sum / (B x max_new_tokens)).
+            batch), ``dr_grpo`` (sum / (B x max_new_tokens), B every row of the batch, also rows
+            out of the loss: a constant normaliser).
         scale_rewards: Advantage scaling: ``group`` std, ``batch`` std, or ``none`` (Dr. GRPO).
         num_iterations: Optimizer steps per rollout batch (TRL's mu); >1 uses the sampling log-probs
             as the old policy.
@@ -83,7 +78,6 @@ class GRPOModule(RolloutModule):
             all 0 (equal returns) when ``beta`` is 0: they add exactly 0 to loss and gradient, and
             the normalisers stay whole-batch counts, so the update is unchanged (the loss
             diagnostics then cover the trained rows). ``train/trained_rows_frac`` logs the share.
-        fused_optimizer: Use the fused AdamW kernel when the parameters' device supports it.
         save_hf_model: Write a ``save_pretrained`` copy of the policy under the run dir at the end.
         seed: Seed of prompt order and sampling (each rank offsets it by its rank).
     """
@@ -98,12 +92,7 @@ class GRPOModule(RolloutModule):
         engine: EngineSettings = EngineSettings(),  # noqa: B008
         num_generations: int = 4,
         prompts_per_step: int = 4,
-        learning_rate: float = 1e-6,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
-        lr_schedule: Literal["constant", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        max_grad_norm: float = 1.0,
+        optimizer: OptimizerSettings = OptimizerSettings(learning_rate=1e-6),  # noqa: B008
         beta: float = 0.0,
         epsilon: float = 0.2,
         epsilon_high: float | None = None,
@@ -118,7 +107,6 @@ class GRPOModule(RolloutModule):
         entropy_interval: int = 10,
         share_prompt_forward: bool = True,
         skip_zero_advantage_groups: bool = True,
-        fused_optimizer: bool = True,
         save_hf_model: bool = True,
         seed: int = 0,
     ) -> None:
@@ -137,14 +125,8 @@ class GRPOModule(RolloutModule):
             filter_zero_std_groups=filter_zero_std_groups,
             max_refill_rounds=max_refill_rounds,
             seed=seed,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            lr_schedule=lr_schedule,
-            min_lr_ratio=min_lr_ratio,
-            max_grad_norm=max_grad_norm,
+            optimizer=optimizer,
             micro_batch_size=micro_batch_size,
-            fused_optimizer=fused_optimizer,
             save_hf_model=save_hf_model,
             needs_reference=beta > 0,
         )
@@ -170,7 +152,7 @@ class GRPOModule(RolloutModule):
         temperature = self.sampling.temperature
         if hp.beta > 0:
             batch.ref_logprobs = self.reference_logprobs(batch, start, temperature, group)
-        num_rows, num_tokens = self.loss_normalisers(batch)
+        num_rows, num_tokens = self.loss_normalisers(batch, hp.loss_type)
         with_entropy = hp.entropy_interval > 0 and self.global_step % hp.entropy_interval == 0
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -178,17 +160,9 @@ class GRPOModule(RolloutModule):
                 mb, start, temperature=temperature, group_size=group, with_entropy=with_entropy
             )
             mask = mb.trainable_mask[:, start:]
-            # With one update per rollout the policy that sampled is the one being trained:
-            # ratio == 1 exactly, and no second forward pass is needed (as in TRL).
-            old = logps.detach() if hp.num_iterations == 1 else mb.old_logprobs[:, start:]
-            # The sampler may differ from the trainer (bf16 generation): weight each token by the
-            # truncated importance weight between the two, so the gradient stays on-policy for the
-            # trainer's own distribution. With more iterations the ratio to the sampling log-probs
-            # already carries the correction.
-            weights = None
-            if hp.num_iterations == 1 and hp.tis_cap > 0:
-                sampler = mb.old_logprobs[:, start:]
-                weights = truncated_importance_weights(logps, sampler, mask, hp.tis_cap)
+            # One update per rollout: ratio 1 (no second forward, as in TRL) and the truncated
+            # importance weight to the sampler (bf16 generation); more: the ratio to the sampler.
+            old, weights, tis = self.sampler_correction(logps, mb, start, hp.tis_cap, hp.num_iterations)
             loss, stats = policy_loss(
                 logps,
                 old,
@@ -204,11 +178,7 @@ class GRPOModule(RolloutModule):
                 num_tokens=num_tokens,
                 importance_weights=weights,
             )
-            if weights is not None:
-                stats["tis/weight"] = masked_mean(weights, mask)
-                stats["tis/capped"] = masked_mean((weights >= hp.tis_cap).to(mask.dtype), mask)
-                diff = (logps.detach() - mb.old_logprobs[:, start:]).abs()
-                stats["tis/logprob_diff"] = masked_mean(diff, mask)
+            stats.update(tis)
             if entropy is not None:
                 stats["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
             return loss, stats

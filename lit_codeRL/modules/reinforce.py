@@ -4,12 +4,13 @@ One training step, as data::
 
     problems -> G episodes each from the live policy (single- or multi-turn)
              -> returns -> A_i = R_i - baseline_i (rloo: mean of the group's other returns)
-             -> loss -A * log pi(action tokens) (+ beta * KL) -> one optimizer step
+             -> loss -w * A * log pi(action tokens) (+ beta * KL) -> one optimizer step
+                (w: truncated importance weight to the sampler, ``tis_cap``)
 
 Ahmadian et al. 2024 ("Back to Basics: Revisiting REINFORCE-style optimization for learning from
 human feedback") show RLOO matching PPO for LLMs at a fraction of the machinery; Kool et al. 2019
-introduced the leave-one-out baseline. Strictly on-policy: one update per rollout, no ratio, no
-clipping. Environment tokens of multi-turn episodes are masked: only the policy's own tokens get
+introduced the leave-one-out baseline. On-policy: one update per rollout, no ratio, no clipping
+(a sampler in another precision is corrected by ``w``). Environment tokens of multi-turn episodes are masked: only the policy's own tokens get
 gradient.
 """
 
@@ -27,6 +28,7 @@ from lit_codeRL.policy.loading import ModelSettings
 from lit_codeRL.rollout.prompts import ProblemSettings
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig
+from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
 
@@ -45,18 +47,18 @@ class REINFORCEModule(RolloutModule):
         baseline: ``rloo`` (leave-one-out mean of the group), ``mean`` (group mean) or ``none``.
         num_generations: Episodes per prompt (>= 2 for ``rloo``/``mean``).
         prompts_per_step: Prompts per batch on each rank.
-        learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        warmup_steps: Linear learning-rate warm-up, in optimizer steps.
-        lr_schedule: ``constant`` or ``cosine`` (to ``min_lr_ratio`` at ``trainer.max_steps``).
-        min_lr_ratio: Final cosine learning rate as a fraction of ``learning_rate``.
-        max_grad_norm: Gradient-norm clip; 0 disables.
+        optimizer: AdamW, learning-rate schedule and gradient clipping of the policy (here
+            1e-6, constant).
         beta: KL coefficient to the frozen reference (0 = no reference).
+        tis_cap: Cap of the truncated importance weight ``min(pi_train / pi_sampler, cap)`` on each
+            token of the loss: it corrects a sampler that ran in another precision than the
+            trainer (``engine.dtype`` bf16 with fp32 training). 0 turns it off (the plain
+            on-policy gradient in the trainer's precision).
         loss_type: Token aggregation: ``dapo`` (mean over all action tokens of the batch),
-            ``grpo`` (per-episode mean, then mean) or ``dr_grpo`` (sum / (B x max_new_tokens)).
+            ``grpo`` (per-episode mean, then mean) or ``dr_grpo`` (sum / (B x max_new_tokens), B every
+            row of the batch, also rows out of the loss).
         micro_batch_size: Rows per forward/backward chunk; ``None`` = a free-memory hint.
         share_prompt_forward: Run each group's prompt once in the training forward (exact).
-        fused_optimizer: Fused AdamW where the device supports it.
         save_hf_model: Write ``<run>/hf_model`` at the end.
         seed: Seed of prompt order and sampling.
     """
@@ -72,17 +74,12 @@ class REINFORCEModule(RolloutModule):
         baseline: Literal["rloo", "mean", "none"] = "rloo",
         num_generations: int = 4,
         prompts_per_step: int = 4,
-        learning_rate: float = 1e-6,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
-        lr_schedule: Literal["constant", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        max_grad_norm: float = 1.0,
+        optimizer: OptimizerSettings = OptimizerSettings(learning_rate=1e-6),  # noqa: B008
         beta: float = 0.0,
+        tis_cap: float = 2.0,
         loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo",
         micro_batch_size: int | None = None,
         share_prompt_forward: bool = True,
-        fused_optimizer: bool = True,
         save_hf_model: bool = True,
         seed: int = 0,
     ) -> None:
@@ -98,14 +95,8 @@ class REINFORCEModule(RolloutModule):
             num_generations=num_generations,
             prompts_per_step=prompts_per_step,
             seed=seed,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            lr_schedule=lr_schedule,
-            min_lr_ratio=min_lr_ratio,
-            max_grad_norm=max_grad_norm,
+            optimizer=optimizer,
             micro_batch_size=micro_batch_size,
-            fused_optimizer=fused_optimizer,
             save_hf_model=save_hf_model,
             needs_reference=beta > 0,
         )
@@ -122,11 +113,14 @@ class REINFORCEModule(RolloutModule):
         temperature = self.sampling.temperature
         if hp.beta > 0:
             batch.ref_logprobs = self.reference_logprobs(batch, start, temperature, group)
-        num_rows, num_tokens = self.loss_normalisers(batch)
+        num_rows, num_tokens = self.loss_normalisers(batch, hp.loss_type)
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, _ = self.token_logprobs(mb, start, temperature=temperature, group_size=group)
-            return reinforce_loss(
+            # The gradient wanted is the trainer's: weight each token by the truncated importance
+            # weight to the sampler that drew it (a bf16 replica under engine.dtype auto).
+            _, weights, tis = self.sampler_correction(logps, mb, start, hp.tis_cap)
+            loss, stats = reinforce_loss(
                 logps,
                 mb.advantages[:, start:],
                 mb.trainable_mask[:, start:],
@@ -136,7 +130,9 @@ class REINFORCEModule(RolloutModule):
                 beta=hp.beta,
                 num_rows=num_rows,
                 num_tokens=num_tokens,
+                importance_weights=weights,
             )
+            return loss, {**stats, **tis}
 
         stats, times = self.update(batch, loss_fn, group)
         stats["advantage_abs"] = [float(seq_adv.abs().mean())]

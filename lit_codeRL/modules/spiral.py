@@ -6,12 +6,17 @@ One training step, as data (Liu et al. 2025, "SPIRAL", arXiv 2506.24119; the rel
         -> per game and trained seat: A = R - b[game, seat] (old b), b <- a*b + (1-a)*R
         -> one row per turn of that seat (its own prompt + response), A != 0, exactly N rows
         -> per-token clipped surrogate, Dr. GRPO normaliser (sum / (N * max_new_tokens))
-        -> ``ppo_epochs`` optimizer steps on the batch (the first with ratio 1, as upstream)
+        -> ``ppo_epochs`` optimizer steps on the batch, the ratio to the sampler's log-probs
 
 Upstream's defaults: T = 1.0, 128 samples per step, 2 epochs, clip 0.2, no KL, no critic, lr 1e-6
 constant, AdamW (0.9, 0.95), grad clip 1.0, alpha = 0.95, invalid move -1.5 / +0.5, 50-turn
-games. The old log-probs of the second epoch are the first epoch's own log-probs (the policy
-has not moved before the first step), so no extra forward pass is spent on them.
+games. The old log-probs of the ratio are the ones the sampler recorded, so no extra forward pass
+is spent on them. Upstream recomputes them with the trainer (ratio 1 in the first epoch); where
+the sampler is the trainer (``engine.dtype: model``) the two agree to float rounding, and where it
+is not (a bf16 replica) the ratio to the sampler is the importance weight to the distribution the
+moves were drawn from. With ``ppo_epochs: 1`` the ratio is 1 and a truncated importance weight
+(``tis_cap``) does that correction, as in GRPO and REINFORCE
+(``PolicyModule.sampler_correction``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from lit_codeRL.rollout.selfplay import (
 )
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training.distributed import full_state_dict
+from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import PolicyModule, as_settings
 
 
@@ -93,14 +99,13 @@ class SpiralModule(PolicyModule):
         epsilon: Clip range of the ratio.
         loss_type: Token aggregation; ``dr_grpo`` = sum / (rows x ``sampling.max_new_tokens``).
         beta: KL coefficient to the frozen initial policy (0: none, as upstream).
-        learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        warmup_steps: Linear learning-rate warm-up, in optimizer steps.
-        lr_schedule: ``constant`` or ``cosine``.
-        min_lr_ratio: Final cosine learning rate as a fraction of ``learning_rate``.
-        max_grad_norm: Gradient-norm clip; 0 disables.
+        tis_cap: Cap of the truncated importance weight ``min(pi_train / pi_sampler, cap)`` on each
+            token of the loss when ``ppo_epochs`` is 1: it corrects a sampler that ran in another
+            precision than the trainer (``engine.dtype`` bf16 with fp32 training). 0 turns it off.
+            With more epochs the clipped ratio to the sampler's log-probs is the correction.
+        optimizer: AdamW, learning-rate schedule and gradient clipping of the policy (here
+            1e-6, constant).
         micro_batch_size: Rows per forward/backward chunk; ``None`` = a free-memory hint.
-        fused_optimizer: Fused AdamW where the device supports it.
         save_hf_model: Write ``<run>/hf_model`` at the end.
         seed: Seed of game seeds, seats and subsampling.
     """
@@ -121,14 +126,9 @@ class SpiralModule(PolicyModule):
         epsilon: float = 0.2,
         loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dr_grpo",
         beta: float = 0.0,
-        learning_rate: float = 1e-6,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
-        lr_schedule: Literal["constant", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        max_grad_norm: float = 1.0,
+        tis_cap: float = 2.0,
+        optimizer: OptimizerSettings = OptimizerSettings(learning_rate=1e-6),  # noqa: B008
         micro_batch_size: int | None = None,
-        fused_optimizer: bool = True,
         save_hf_model: bool = True,
         seed: int = 0,
     ) -> None:
@@ -145,14 +145,8 @@ class SpiralModule(PolicyModule):
         super().__init__(
             model=as_settings(ModelSettings, model),
             engine=as_settings(EngineSettings, engine),
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            lr_schedule=lr_schedule,
-            min_lr_ratio=min_lr_ratio,
-            max_grad_norm=max_grad_norm,
+            optimizer=optimizer,
             micro_batch_size=micro_batch_size,
-            fused_optimizer=fused_optimizer,
             save_hf_model=save_hf_model,
             needs_reference=beta > 0,
         )
@@ -202,7 +196,18 @@ class SpiralModule(PolicyModule):
         if kind == "random":
             return RandomOpponent()
         if kind == "bot":
-            return BotOpponent()
+            import logging
+
+            from lit_codeRL.rollout.selfplay import bot_players
+
+            # A game without a library bot (negotiation) meets random moves instead, said once
+            # here; a ConfigError when no game has a bot at all.
+            players = bot_players(self.game_settings.games, fallback="random")
+            if self.global_rank == 0:
+                logging.getLogger("lit_codeRL").info(
+                    "opponent bot: %s", ", ".join(f"{g} -> {who}" for g, who in players.items())
+                )
+            return BotOpponent(fallback=RandomOpponent())
         path = self.opponent_settings.frozen_path
         if path:
             from lit_codeRL.policy.loading import load_model
@@ -228,21 +233,16 @@ class SpiralModule(PolicyModule):
         temperature = self.sampling.temperature or 1.0
         if hp.beta > 0:
             batch.ref_logprobs = self.reference_logprobs(batch, start, temperature)
-        num_rows, num_tokens = self.loss_normalisers(batch)
-        # Micro-batch k of epoch 1 records its log-probs as old[k] (the policy has not moved yet:
-        # ratio 1 exactly); later epochs split the batch the same way and read old[k].
-        old: list[torch.Tensor] = []
-        position = {"k": 0, "epoch": 0}
+        num_rows, num_tokens = self.loss_normalisers(batch, hp.loss_type)
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, _ = self.token_logprobs(mb, start, temperature=temperature)
-            k = position["k"]
-            position["k"] += 1
-            if position["epoch"] == 0:
-                old.append(logps.detach())
-            return policy_loss(
+            # One epoch: ratio 1 and the truncated importance weight to the sampler; more: the
+            # ratio to the sampler's log-probs (the same old policy in every epoch).
+            old, weights, tis = self.sampler_correction(logps, mb, start, hp.tis_cap, hp.ppo_epochs)
+            loss, stats = policy_loss(
                 logps,
-                old[k],
+                old,
                 mb.advantages[:, start:],
                 mb.trainable_mask[:, start:],
                 epsilon=hp.epsilon,
@@ -252,12 +252,13 @@ class SpiralModule(PolicyModule):
                 beta=hp.beta,
                 num_rows=num_rows,
                 num_tokens=num_tokens,
+                importance_weights=weights,
             )
+            return loss, {**stats, **tis}
 
         stats: dict[str, list[float]] = {}
         times: dict[str, float] = {}
         for epoch in range(hp.ppo_epochs):
-            position.update(k=0, epoch=epoch)
             step_stats, step_times = self.update(batch, loss_fn)
             for key, values in step_stats.items():
                 stats.setdefault(key if epoch == 0 else f"{key}_epoch{epoch + 1}", []).extend(values)

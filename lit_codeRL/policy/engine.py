@@ -2,7 +2,7 @@
 
 Nothing above ``policy/`` names a concrete engine: modules build one with :func:`make_engine`
 from :class:`EngineSettings` (a config knob), rollouts and callbacks call the protocol only. The
-HF engine (``policy/generation.py``) samples from the live training module; a later vLLM engine
+HF engine (``policy/hf_engine.py``) samples from the live training module; a later vLLM engine
 keeps its own copy of the weights and refreshes it in ``sync_weights`` after each optimizer step.
 """
 
@@ -15,7 +15,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from lit_codeRL.policy.generation import GenerationOutput, HFGenerationEngine, SamplingParams
+from lit_codeRL.policy.hf_engine import HFGenerationEngine
+from lit_codeRL.policy.output import GenerationOutput
+from lit_codeRL.policy.sampling import SamplingParams
 
 __all__ = ["EngineSettings", "GenerationEngine", "GenerationOutput", "SamplingParams", "make_engine"]
 

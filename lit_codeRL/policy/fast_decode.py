@@ -1,37 +1,47 @@
-"""A lean forward for the engine's sampling replica of a Llama-family model (Llama, SmolLM2, Qwen2).
+"""A lean decode forward for Llama-family models (Llama, SmolLM2, Qwen2): the engine's CPU sampler.
 
 Why: a decode step of a small model on a CPU is not bound by its matmuls but by how many tensor
-operations run per layer. transformers' Llama layer issues ~65 of them per token step (RMSNorm as
-seven ops, rotary embedding as a dozen, ``repeat_kv`` copies, module calls); at ~25 us each on a
-2-core box that is two thirds of a batch-16 step of SmolLM2-135M in bf16. This forward does the
-same math in ~35: ``F.rms_norm``, one q/k/v projection, one gate/up projection, rotary on q and k
-together, grouped-query attention without repeating the key/value heads, and a preallocated KV
-cache written in place.
+operations run per layer and by how each weight is laid out for the product. transformers' Llama
+layer issues ~65 operations per token step (RMSNorm as seven ops, rotary embedding as a dozen,
+``repeat_kv`` copies, module calls); at ~25 us each on a 2-core box that is two thirds of a
+batch-16 step of SmolLM2-135M in bf16. This forward does the same math in ~35: ``F.rms_norm``, one
+q/k/v projection, one gate/up projection, rotary on q and k together, grouped-query attention
+without repeating the key/value heads, and a preallocated KV cache written in place.
 
 It is the same function as transformers' eager path (fp32 softmax, cos/sin tables cast to the
-model dtype, RMSNorm upcast to fp32 and back), so its log-probs differ from the HF replica's only
-by rounding order; ``tests/policy/test_fast_decode.py`` checks the logits against transformers.
+model dtype, RMSNorm upcast to fp32 and back), so its log-probs differ from the module's own
+forward only by rounding order; ``tests/policy/test_fast_decode.py`` checks the logits against
+transformers.
 
-The fused weights *are* the replica's parameters: ``q_proj``/``k_proj``/``v_proj`` and
-``gate_proj``/``up_proj`` are re-pointed at slices of one fused tensor each, so the engine's
-``sync_weights`` (which copies the trainer's parameters into the replica's) refreshes this forward
-too, and the replica's own transformers forward stays usable.
-
-In bf16 on an x86 CPU the projections also run from oneDNN-prepacked copies of those weights
-(:meth:`LeanLlama.refresh`, called by the engine after every weight sync). A plain ``F.linear``
-reorders its weight into oneDNN's blocked layout on every call; for a decode step's few rows that
-reorder costs as much as the product: prepacked, a batch-16 decode of SmolLM2-135M ran 22-27%
-faster (271 -> 337-371 tokens/s on 2 cores), the LM head alone 7.0 -> 3.8 ms. The packed copy is
-the same values in another layout (rounding may differ in the last bit, as any GEMM blocking).
+It runs in the dtype of the module it reads (the live fp32 policy, or the engine's bf16 replica)
+and keeps its own copies of the projection weights, never touching the module's parameters: q/k/v
+and gate/up fused into one tensor each and, where oneDNN can (:func:`packing_available`: an x86
+CPU, in fp32, and in bf16 only where the CPU computes in it natively), prepacked into oneDNN's
+blocked layout. A plain ``F.linear`` reorders its weight into that layout on every call, which for
+a decode step's few rows costs as much as the product: prepacked, a batch-16 bf16 decode of
+SmolLM2-135M ran 22-27% faster on a CPU with AVX-512-BF16, and the fp32 projections 20-40% faster
+on an AVX2-only CPU (``scripts/bench_generation.py``). The copies are rebuilt whenever the
+module's parameters change: the engine's ``sync_weights`` (after every optimizer step)
+invalidates them, and before every new sequence :meth:`LeanLlama.refresh_if_stale` also compares
+the parameters' storage and version counters, which catches in-place updates made elsewhere
+(``load_state_dict``, a test's ``mul_``; fused AdamW does not bump the counters, hence the
+explicit invalidation).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from lit_codeRL.policy.kv_cache import KVCache
+
+PACK_BATCH_HINT = 16
+"""Rows oneDNN's prepacked layout is chosen for (decode batches are about this size)."""
+
 
 SUPPORTED = ("llama", "qwen2")
 """``config.model_type`` values with the layer layout this forward implements."""
@@ -55,32 +65,6 @@ def supports(model: torch.nn.Module) -> bool:
     return bool(getattr(inner, "layers", None))
 
 
-class KVCache:
-    """Per-layer key/value buffers ``[B, H_kv, capacity, d]`` written in place; the engine's cache
-    protocol (``batch_repeat_interleave``, ``batch_select_indices``)."""
-
-    def __init__(self, layers: int, batch: int, heads: int, head_dim: int, capacity: int, like: Tensor):
-        shape = (batch, heads, capacity, head_dim)
-        self.k = [like.new_empty(shape) for _ in range(layers)]
-        self.v = [like.new_empty(shape) for _ in range(layers)]
-        self.length = 0
-
-    def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append ``[B, H_kv, T, d]`` keys/values at the current length; views of everything so far."""
-        end = self.length + k.size(2)
-        self.k[layer][:, :, self.length : end] = k
-        self.v[layer][:, :, self.length : end] = v
-        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self.k = [t.repeat_interleave(repeats, dim=0) for t in self.k]
-        self.v = [t.repeat_interleave(repeats, dim=0) for t in self.v]
-
-    def batch_select_indices(self, indices: Tensor) -> None:
-        self.k = [t[indices] for t in self.k]
-        self.v = [t[indices] for t in self.v]
-
-
 @dataclass
 class _Layer:
     norm_in: Tensor
@@ -97,28 +81,16 @@ class _Output:
     logits: Tensor
 
 
-def _fuse(modules: list[torch.nn.Linear], attr: str) -> Tensor | None:
-    """One tensor holding the modules' ``attr`` back to back; the modules' own parameters become
-    views of it (same values), so copying into them updates the fused tensor."""
-    parts = [getattr(m, attr) for m in modules]
-    if any(p is None for p in parts):
-        return None
-    fused = torch.cat([p.detach() for p in parts], dim=0)
-    start = 0
-    for m, p in zip(modules, parts, strict=True):
-        getattr(m, attr).data = fused[start : start + p.size(0)]
-        start += p.size(0)
-    return fused
-
-
 class LeanLlama:
     """Callable like the HF model for the engine's sampling loop: ``(input_ids, attention_mask,
-    position_ids, past_key_values, logits_to_keep)`` -> an object with ``.logits``."""
+    position_ids, cache, logits_to_keep)`` -> an object with ``.logits``, computed from
+    ``model``'s current weights in their dtype (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         if not supports(model):
             raise ValueError("LeanLlama needs a plain llama/qwen2-layout model")
         cfg, inner = model.config, model.model
+        self.model = model
         self.heads = cfg.num_attention_heads
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
@@ -126,51 +98,64 @@ class LeanLlama:
         self.scale = self.head_dim**-0.5
         self.eps = cfg.rms_norm_eps
         self.hidden = cfg.hidden_size
-        self.embed = inner.embed_tokens.weight
-        self.lm_head = model.get_output_embeddings().weight
-        self.norm = inner.norm.weight
         self.rotary = inner.rotary_emb
+        # rotate_half(x) = cat(-x2, x1) = roll(x, d/2) * sign: the sign folds into the sin table
+        half = self.head_dim // 2
+        self.sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(inner.embed_tokens.weight)
+        self.packed = False
+        """True when the projections run from oneDNN-prepacked copies."""
+        self.layers: list[_Layer] = []
+        self._seen: tuple[tuple[int, int], ...] = ()
+        self.refresh()
+
+    def _versions(self) -> tuple[tuple[int, int], ...]:
+        # In-place updates (optimizer steps, copy_, load_state_dict) bump a tensor's version
+        # counter; a reassigned ``.data`` moves its storage.
+        return tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+
+    def invalidate(self) -> None:
+        """Rebuild the weight copies before the next sequence (the engine's ``sync_weights``: a
+        fused optimizer updates parameters in place without bumping their version counters)."""
+        self._seen = ()
+
+    def refresh_if_stale(self) -> bool:
+        """Rebuild the weight copies if :meth:`invalidate` was called or a parameter's storage or
+        version counter changed since the last build."""
+        if self._versions() == self._seen:
+            return False
+        self.refresh()
+        return True
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Rebuild the fused, and where :func:`packing_available` prepacked, projection weights
+        from the module's current parameters."""
+        inner = self.model.model
+        self.embed, self.norm = inner.embed_tokens.weight, inner.norm.weight
+        self.packed = self.embed.device.type == "cpu" and packing_available(self.embed.dtype)
+        prepare = _pack if self.packed else _plain
         self.layers = []
         for layer in inner.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            projections = [attn.q_proj, attn.k_proj, attn.v_proj]
             self.layers.append(
                 _Layer(
                     norm_in=layer.input_layernorm.weight,
-                    qkv=_fuse(projections, "weight"),
-                    qkv_bias=_fuse(projections, "bias"),
-                    o=attn.o_proj.weight,
+                    qkv=prepare(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight),
+                    qkv_bias=_fused_bias(attn.q_proj, attn.k_proj, attn.v_proj),
+                    o=prepare(attn.o_proj.weight),
                     norm_post=layer.post_attention_layernorm.weight,
-                    gate_up=_fuse([mlp.gate_proj, mlp.up_proj], "weight"),
-                    down=mlp.down_proj.weight,
+                    gate_up=prepare(mlp.gate_proj.weight, mlp.up_proj.weight),
+                    down=prepare(mlp.down_proj.weight),
                 )
             )
-        # rotate_half(x) = cat(-x2, x1) = roll(x, d/2) * sign: the sign folds into the sin table
-        half = self.head_dim // 2
-        self.sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(self.embed)
-        self._packed: dict[int, Tensor] = {}
-        self.refresh()
-
-    def refresh(self, batch_hint: int = 16) -> None:
-        """Re-pack the projection weights after they changed (the engine calls this after every
-        ``sync_weights``). Packs only where oneDNN computes in the weights' dtype natively (bf16
-        on an x86 CPU); elsewhere, or if packing fails, the plain ``F.linear`` path runs."""
-        self._packed = {}
-        if not _can_pack(self.embed):
-            return
-        weights = [w for layer in self.layers for w in (layer.qkv, layer.o, layer.gate_up, layer.down)]
-        try:
-            for w in [*weights, self.lm_head]:
-                self._packed[id(w)] = torch.ops.mkldnn._reorder_linear_weight(w.detach(), batch_hint)
-        except (RuntimeError, AttributeError):
-            self._packed = {}
+        self.lm_head = prepare(self.model.get_output_embeddings().weight)
+        self._seen = self._versions()
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        packed = self._packed.get(id(weight))
-        if packed is None:
+        if not self.packed:
             return F.linear(x, weight, bias)
         rows = x.reshape(-1, x.size(-1))
-        out = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
+        out = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
         return out.view(*x.shape[:-1], out.size(-1))
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
@@ -182,11 +167,15 @@ class LeanLlama:
         input_ids: Tensor,
         attention_mask: Tensor,
         position_ids: Tensor,
-        past_key_values: KVCache,
+        cache: KVCache | None = None,
         logits_to_keep: int = 0,
+        past_key_values: KVCache | None = None,
         **_: object,
     ) -> _Output:
-        cache, (batch, steps) = past_key_values, input_ids.shape
+        cache = cache if cache is not None else past_key_values
+        if cache.length == 0:  # a new sequence: read the module's current weights
+            self.refresh_if_stale()
+        batch, steps = input_ids.shape
         dtype = self.embed.dtype
         x = F.embedding(input_ids, self.embed)
         cos, sin = self.rotary(x, position_ids)  # [B, T, d] in the model dtype, as transformers
@@ -233,11 +222,42 @@ class LeanLlama:
         return mask.repeat(1, 1, self.groups, 1) if steps > 1 else mask
 
 
-def _can_pack(like: Tensor) -> bool:
-    """oneDNN prepacking: bf16 weights on a CPU with the mkldnn backend (x86 builds of torch)."""
-    return (
-        like.device.type == "cpu"
-        and like.dtype == torch.bfloat16
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    )
+def _plain(*weights: Tensor) -> Tensor:
+    """The weights stacked into one ``[sum(out), in]`` tensor (a view of the one weight alone)."""
+    parts = [w.detach() for w in weights]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+
+
+def _pack(*weights: Tensor) -> Tensor:
+    """The stacked weights in oneDNN's prepacked layout, for ``torch.ops.mkldnn._linear_pointwise``."""
+    return torch.ops.mkldnn._reorder_linear_weight(_plain(*weights), PACK_BATCH_HINT)
+
+
+def _fused_bias(*modules: torch.nn.Linear) -> Tensor | None:
+    biases = [m.bias for m in modules]
+    return None if any(b is None for b in biases) else torch.cat([b.detach() for b in biases])
+
+
+@functools.cache
+def packing_available(dtype: torch.dtype) -> bool:
+    """Can (and should) the lean forward run ``dtype`` projections from oneDNN-prepacked weights here?
+
+    The one gate for packing, asked by the forward and by the tests alike. It tries it: pack a
+    small weight, multiply, compare with ``F.linear`` (a torch without the mkldnn ops, or a CPU
+    where oneDNN cannot reorder that dtype, says no by raising). bf16 additionally needs a CPU that
+    computes in bf16 natively (``precision.cpu_has_native_bf16``): emulated bf16 is no faster."""
+    if dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
+        return False
+    if dtype == torch.bfloat16:
+        from lit_codeRL.policy.precision import cpu_has_native_bf16
+
+        if not cpu_has_native_bf16():
+            return False
+    try:
+        generator = torch.Generator().manual_seed(0)
+        w = torch.randn(48, 32, generator=generator).to(dtype)
+        x = torch.randn(4, 32, generator=generator).to(dtype)
+        got = torch.ops.mkldnn._linear_pointwise(x, _pack(w), None, "none", [], "")
+        return bool(torch.allclose(got.float(), F.linear(x, w).float(), atol=0.05, rtol=0.02))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False

@@ -61,40 +61,6 @@ def episode_batch(
     return batch
 
 
-def turn_batch(
-    episodes: list[Episode], pad_token_id: int, stats: dict[str, float] | None = None
-) -> TrajectoryBatch:
-    """One row per turn (self-play): the context before the turn, then its action; reward = the
-    episode's return; ``role_ids`` from each turn's ``info["player"]`` (0 when absent)."""
-    rows, rewards, groups, eps, roles, term, trunc, valid, records = [], [], [], [], [], [], [], [], []
-    for i, e in enumerate(episodes):
-        record = e.record()
-        for k, t in enumerate(e.turns):
-            rows.append(e.turn_segments(k))
-            rewards.append(e.episode_return if e.valid else 0.0)
-            groups.append(e.group)
-            eps.append(i)
-            roles.append(int(t.info.get("player", 0)))
-            term.append(e.terminated)
-            trunc.append(e.truncated)
-            valid.append(e.valid)
-            records.append({**record, "turn": k})
-    batch = TrajectoryBatch.from_segments(
-        rows,
-        pad_token_id,
-        rewards=torch.tensor(rewards, dtype=torch.float32),
-        group_ids=torch.tensor(groups, dtype=torch.long),
-        records=records,
-        episode_ids=torch.tensor(eps, dtype=torch.long),
-        role_ids=torch.tensor(roles, dtype=torch.long),
-        terminated=torch.tensor(term),
-        truncated=torch.tensor(trunc),
-        valid=torch.tensor(valid),
-    )
-    batch.stats.update(stats or {})
-    return batch
-
-
 class RolloutDataset(IterableDataset):
     """Endless stream of episode batches from the live policy.
 

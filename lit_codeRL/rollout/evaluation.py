@@ -5,20 +5,120 @@ chat template -> ids -> the episode runner -> the sandbox) and returns one JSON-
 problem; ``code_eval_metrics`` turns results into the ``mbpp_eval/*`` metrics. Both the
 ``MBPPEvalCallback`` (during training) and the ``EvaluationModule`` (``lit-coderl validate``) use
 exactly these two functions, so a training curve and a standalone evaluation compare directly.
+Their knobs are one :class:`CodeEvalSettings`, so they share one set of defaults too.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
 
 from lit_codeRL.algorithms.passk import pass_at_k
 from lit_codeRL.envs import CodeRepairEnv, UnitTestEnv
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy import platform
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
 from lit_codeRL.problems import Problem
+from lit_codeRL.problems.mbpp import DATASET_PATH_ENV
 from lit_codeRL.rollout.episodes import Episode, EpisodeRunner
+from lit_codeRL.rollout.prompts import ProblemSettings
+
+log = logging.getLogger("lit_codeRL")
+
+DEFAULT_SOURCE = "mbpp"
+"""Source when neither the settings nor ``$MBPP_DATASET_PATH`` name one (the hub's MBPP)."""
+
+
+@dataclass(frozen=True)
+class CodeEvalSettings:
+    """What one code evaluation runs: the knobs ``MBPPEvalCallback`` (during training) and
+    ``lit-coderl validate`` (``EvaluationModule``) share. Both take them as flat arguments whose
+    defaults are this class's, so the two cannot drift apart. The defaults are the standard
+    protocol: greedy pass@1 on MBPP test, one shown test, one answer."""
+
+    source: str | None = None
+    """Problem source: ``mbpp`` (hub; ``$MBPP_DATASET_PATH`` replaces it with a local copy), a hub
+    id, a local MBPP file/dir, ``mbpp-sanitized`` layout, ``humaneval``, a seed-format JSON file,
+    ``embedded``. ``None``: ``$MBPP_DATASET_PATH`` if set, else ``mbpp``."""
+    split: str = "test"
+    """Split to evaluate (MBPP: ``test`` = task ids 11-510, ``validation``; embedded: ``eval``)."""
+    limit: int | None = None
+    """Evaluate only the first ``limit`` problems; ``None``: ``$MBPP_EVAL_NUM_QUESTIONS`` if set
+    (one knob for all of a cluster's jobs), else all."""
+    n_samples: int = 1
+    """Completions per problem; with n > 1, pass@k uses the unbiased estimator."""
+    k: list[int] | None = None
+    """The k values of pass@k to report (those above ``n_samples`` are dropped); ``None``: [1]."""
+    temperature: float = 0.0
+    """0 = greedy (the usual pass@1 protocol); e.g. 0.2-0.8 with n > 1."""
+    top_p: float = 0.95
+    """Nucleus sampling mass when ``temperature > 0``."""
+    max_new_tokens: int = 512
+    """Completion length limit (per turn)."""
+    batch_size: int | None = None
+    """Problems generated together; ``None``: 16, or 4 on GPUs under 16 GiB."""
+    system_prompt: str | None = None
+    """System message; ``None`` uses the model default (as in training)."""
+    num_shown_tests: int = 1
+    """Tests shown in the prompt (MBPP protocol: the first of three)."""
+    max_turns: int = 1
+    """1 = the standard single-answer protocol; more = code repair with feedback on the shown
+    tests, reporting ``mbpp_eval/pass_rate_turn_k`` for every k."""
+
+    def __post_init__(self) -> None:
+        if self.n_samples < 1 or self.max_turns < 1 or (self.batch_size is not None and self.batch_size < 1):
+            raise ConfigError("n_samples, batch_size and max_turns must be >= 1")
+        if self.n_samples > 1 and self.temperature == 0:
+            raise ConfigError("n_samples > 1 needs temperature > 0 (greedy samples are identical)")
+
+    def problem_settings(self) -> ProblemSettings:
+        """The problems, with ``source`` and ``limit`` resolved from the environment where unset."""
+        return ProblemSettings(
+            source=resolve_source(self.source),
+            split=self.split,
+            limit=resolve_limit(self.limit),
+            system_prompt=self.system_prompt,
+            num_shown_tests=self.num_shown_tests,
+        )
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p
+        )
+
+    def k_values(self) -> list[int]:
+        """The k of pass@k that ``n_samples`` supports (at least [1])."""
+        return [kk for kk in (self.k or [1]) if kk <= self.n_samples] or [1]
+
+    def generation_batch(self) -> int:
+        """``batch_size``, or the platform's default where unset."""
+        return self.batch_size if self.batch_size is not None else platform.eval_batch_size()
+
+
+def resolve_source(source: str | None) -> str:
+    """``source``, else ``$MBPP_DATASET_PATH`` (logged), else :data:`DEFAULT_SOURCE`."""
+    if source is not None:
+        return source
+    env = os.environ.get(DATASET_PATH_ENV, "").strip()
+    if env:
+        log.info("evaluation source from $%s: %s", DATASET_PATH_ENV, env)
+        return env
+    return DEFAULT_SOURCE
+
+
+def resolve_limit(limit: int | None) -> int | None:
+    """``limit``, else ``$MBPP_EVAL_NUM_QUESTIONS`` (logged; a ``ConfigError`` if malformed)."""
+    if limit is not None:
+        return limit
+    value = platform.eval_questions()  # the one parser of the variable
+    if value is not None:
+        log.info("evaluating the first %d problems ($%s)", value, platform.EVAL_QUESTIONS_ENV)
+    return value
 
 
 def make_eval_runner(
@@ -60,6 +160,13 @@ def evaluate_problems(
         if on_batch is not None:
             on_batch(batch)
     return results
+
+
+def running_pass_score(results: Sequence[dict[str, Any]]) -> tuple[float, int]:
+    """``(sum of per-problem pass fractions, problems graded)`` over ``results``: the running
+    pass@1 of an evaluation in progress is the first over the second, summed over its batches."""
+    graded = [r for r in results if r["num_samples"]]
+    return sum(r["num_correct"] / r["num_samples"] for r in graded), len(graded)
 
 
 def problem_result(problem: Problem, group: list[Episode], max_turns: int) -> dict[str, Any]:
@@ -134,10 +241,14 @@ def gather_results(local: list[dict[str, Any]], world: int) -> list[dict[str, An
 
 
 __all__ = [
+    "CodeEvalSettings",
     "code_eval_metrics",
     "evaluate_problems",
     "gather_results",
     "make_eval_runner",
     "problem_result",
+    "resolve_limit",
+    "resolve_source",
+    "running_pass_score",
     "sample_record",
 ]

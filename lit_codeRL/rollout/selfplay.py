@@ -27,8 +27,9 @@ import torch
 from torch.utils.data import IterableDataset
 
 from lit_codeRL.algorithms.baselines import RoleBaselines
-from lit_codeRL.envs.games import make_game, parse_move
+from lit_codeRL.envs.games import GAMES, library_bot, make_game, parse_move
 from lit_codeRL.envs.protocol import TurnBasedGame
+from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
 from lit_codeRL.rollout.chat import ChatFormat
 from lit_codeRL.rollout.trajectory import Segment, TrajectoryBatch
@@ -120,10 +121,46 @@ class RandomOpponent:
 
 
 class BotOpponent:
-    """The game library's bot (OpenSpiel MCTS for TicTacToe, CFR+ equilibrium for Kuhn Poker)."""
+    """The game library's bot (OpenSpiel MCTS for TicTacToe, CFR+ equilibrium for Kuhn Poker).
+
+    Args:
+        fallback: Plays the games whose library has no bot (negotiation: ``bot_name`` is
+            ``None``). ``None``: such a game is an error (``bot_move`` raises), which is what an
+            evaluation wants: a rate "vs bot" must be against a bot.
+    """
+
+    def __init__(self, fallback: Opponent | None = None) -> None:
+        self.fallback = fallback
 
     def act(self, games: list[TurnBasedGame], rng: random.Random) -> list[tuple[str, str | None]]:
-        return [(m, m) for m in (g.bot_move(rng) for g in games)]
+        if self.fallback is None:
+            return [(m, m) for m in (g.bot_move(rng) for g in games)]
+        out: dict[int, tuple[str, str | None]] = {}
+        for i, g in enumerate(games):
+            if _bot_name(g) is not None:
+                move = g.bot_move(rng)
+                out[i] = (move, move)
+        others = [i for i in range(len(games)) if i not in out]
+        if others:
+            out.update(zip(others, self.fallback.act([games[i] for i in others], rng), strict=True))
+        return [out[i] for i in range(len(games))]
+
+
+def bot_players(game_ids: Sequence[str], fallback: str = "random") -> dict[str, str]:
+    """Who plays ``opponent.kind: bot`` in each game: its library bot (by name), else
+    ``fallback`` (marked as the stand-in). A ``ConfigError`` when none of the games has a bot:
+    the run would be ``opponent.kind: random`` under another name."""
+    bots = {g: library_bot(g) for g in dict.fromkeys(game_ids)}
+    if not any(bots.values()):
+        raise ConfigError(
+            f"opponent.kind bot: no library bot for {', '.join(bots)} (games with one: "
+            f"{', '.join(g for g in GAMES if library_bot(g))}); use opponent.kind {fallback} or frozen"
+        )
+    return {g: bot or f"{fallback} (no library bot)" for g, bot in bots.items()}
+
+
+def _bot_name(game: TurnBasedGame) -> str | None:
+    return getattr(game, "bot_name", None)
 
 
 class PolicyPrompter:

@@ -346,6 +346,28 @@ class PidsCgroup:
                 pass
 
 
+@functools.cache
+def pids_cgroup_writable() -> bool:
+    """Can this process make a per-worker pids cgroup? (Makes a probe group and removes it; once.)"""
+    probe = PidsCgroup(1)
+    probe.remove()
+    return probe.path is not None
+
+
+def unbounded_processes(cfg: SandboxConfig) -> str | None:
+    """Why nothing bounds the number of processes a program can fork here, or ``None``.
+
+    RLIMIT_NPROC bounds a non-root uid; the kernel does not apply it to root, where only the pids
+    cgroup does. Without either, a fork bomb runs until its timeout and the kill of its tree."""
+    if os.getuid() != 0:
+        return None
+    if not cfg.use_pids_cgroup:
+        return "use_pids_cgroup is off"
+    if not pids_cgroup_writable():
+        return "no writable pids cgroup (cgroup v2 with the pids controller, or v1 /sys/fs/cgroup/pids)"
+    return None
+
+
 def _read(p: Path) -> str:
     try:
         return p.read_text()

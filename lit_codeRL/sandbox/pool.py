@@ -24,7 +24,7 @@ from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 logger = logging.getLogger(__name__)
 
 _HDR = struct.Struct(">I")
-_ANNOUNCED: set[tuple] = set()  # sandbox settings already logged at INFO in this process
+_ANNOUNCED: set[tuple] = set()  # sandbox settings and degraded modes already logged in this process
 _START_TIMEOUT_S = 60.0
 
 
@@ -320,6 +320,16 @@ class Sandbox:
             *setting,
         )
         _ANNOUNCED.add(setting)
+        gap = backends.unbounded_processes(config)
+        if gap is not None and ("unbounded", gap) not in _ANNOUNCED:
+            # a degraded mode of the machine, not of this pool: said once per process
+            logger.warning(
+                "sandbox: running as root with %s: nothing bounds the processes a program forks "
+                "(RLIMIT_NPROC does not apply to root), so a fork bomb runs until its timeout kills "
+                "its process tree; run as a non-root user or give this process a writable pids cgroup",
+                gap,
+            )
+            _ANNOUNCED.add(("unbounded", gap))
 
     # -- execution -----------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 extra state; HF export) and what every rollout-driven one adds (environments, rollout datasets,
 rollout logging)."""
 
+from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import PolicyModule
 from lit_codeRL.training.rollout_module import RolloutModule
 
-__all__ = ["PolicyModule", "RolloutModule"]
+__all__ = ["OptimizerSettings", "PolicyModule", "RolloutModule"]

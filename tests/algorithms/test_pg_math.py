@@ -8,7 +8,7 @@ import torch
 from lit_codeRL.algorithms.baselines import RoleBaselines
 from lit_codeRL.algorithms.bc import nll_loss
 from lit_codeRL.algorithms.gae import gae, value_loss
-from lit_codeRL.algorithms.grpo import aggregate_token_loss, group_advantages, policy_loss
+from lit_codeRL.algorithms.grpo import aggregate_token_loss, group_advantages, normaliser_rows, policy_loss
 from lit_codeRL.algorithms.importance import truncated_importance_weights
 from lit_codeRL.algorithms.reinforce import reinforce_advantages, reinforce_loss, rloo_advantages
 
@@ -117,14 +117,29 @@ def test_micro_batches_with_whole_batch_counts_add_up_to_the_whole_loss(loss_typ
     g = torch.Generator().manual_seed(1)
     per_token = torch.randn(6, 5, generator=g)
     mask = (torch.rand(6, 5, generator=g) > 0.4).long()
-    mask[2] = 0  # a row left out of the loss (sandbox error) counts as no row
+    mask[2] = 0  # a row left out of the loss (sandbox error): a row for dr_grpo only
     whole = aggregate_token_loss(per_token, mask, loss_type, 5)
-    rows, tokens = float((mask.sum(1) > 0).sum()), float(mask.sum())
+    rows, tokens = float(normaliser_rows(mask, loss_type)), float(mask.sum())
     parts = sum(
         aggregate_token_loss(per_token[i : i + 2], mask[i : i + 2], loss_type, 5, rows, tokens)
         for i in range(0, 6, 2)
     )
     torch.testing.assert_close(parts, whole)
+
+
+def test_dr_grpo_normaliser_counts_rows_that_left_the_loss():
+    """Dr. GRPO divides by a constant, B x max_completion_length: a row that leaves the loss
+    (sandbox failure, masked truncation) must not raise the weight of the rows that stay."""
+    per_token = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0], [4.0, 4.0, 4.0], [5.0, 6.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]])
+    # all four rows in the loss: (3 + 3 + 12 + 11) / (4 rows x 8 tokens)
+    assert float(aggregate_token_loss(per_token, mask, "dr_grpo", 8)) == pytest.approx(29 / 32)
+    mask[2] = 0  # row 2 leaves the loss; the normaliser stays 4 x 8
+    assert float(aggregate_token_loss(per_token, mask, "dr_grpo", 8)) == pytest.approx(17 / 32)
+    assert normaliser_rows(mask, "dr_grpo") == 4
+    # grpo's per-sequence mean averages over the rows still in the loss: (1.5 + 3 + 5.5) / 3
+    assert float(aggregate_token_loss(per_token, mask, "grpo")) == pytest.approx(10 / 3)
+    assert normaliser_rows(mask, "grpo") == 3
 
 
 def test_per_token_advantages_equal_broadcast_sequence_advantages():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import string
-import time
 
 import pytest
 
@@ -107,20 +106,24 @@ def test_no_code():
     assert extract_code(None) == ""  # type: ignore[arg-type]  # never raises
 
 
-def test_garbage_is_fast_and_never_raises():
+def test_garbage_never_raises_and_keeps_only_what_parses():
+    """Long adversarial answers (the shapes that make regexes backtrack): no code where nothing
+    parses, the valid lines where some do, a cut-off function repaired to its complete part.
+    (Speed is the benchmarks' business; a catastrophic backtrack would show here as a hang.)"""
     rng = random.Random(0)
-    texts = [
+    no_code = [
         "".join(rng.choice(string.printable) for _ in range(10_000)),
         "((((" * 2500,
         "```\n" * 2500,
-        '"""\n' + "x = 1\n" * 1600,
-        "def f():\n" + "    y = 1\n" * 1200 + "    return (",
         "\x00" * 10_000,
         "é" * 10_000,
     ]
-    for text in texts:
-        start = time.perf_counter()
-        out = extract_code(text)
-        elapsed = time.perf_counter() - start
-        assert isinstance(out, str)
-        assert elapsed < 0.05, (text[:30], elapsed)
+    for text in no_code:
+        assert extract_code(text) == "", text[:30]
+    # an unclosed docstring before valid lines: the lines are the program
+    assert extract_code('"""\n' + "x = 1\n" * 1600) == "x = 1\n" * 1600
+    # a function cut off mid-expression: the unfinished last line is dropped
+    body = "def f():\n" + "    y = 1\n" * 1200
+    out = extract_code(body + "    return (")
+    assert out == body
+    compile(out, "<extracted>", "exec")

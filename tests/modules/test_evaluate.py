@@ -31,7 +31,15 @@ def _result(run) -> dict:
 
 
 def test_validate_scores_a_model_and_reports_the_training_metric_names(tmp_path):
-    out = cli("validate", "--config", "configs/eval_mbpp.yaml", *EVAL_TINY, *csv_logger(tmp_path))
+    out = cli(
+        "validate",
+        "--config",
+        "configs/eval_mbpp.yaml",
+        *EVAL_TINY,
+        "--model.init_args.batch_size",
+        "2",
+        *csv_logger(tmp_path),
+    )
     result = _result(tmp_path)
     assert result["metrics"]["mbpp_eval/num_problems"] == 4
     sample = result["problems"][0]["samples"][0]
@@ -40,6 +48,45 @@ def test_validate_scores_a_model_and_reports_the_training_metric_names(tmp_path)
     row = [r for r in read_metrics(tmp_path) if r.get("mbpp_eval/pass_rate")]
     assert row and float(row[0]["mbpp_eval/num_problems"]) == 4
     assert "| pass@1" in out.stdout and "| problems passed" in out.stdout
+    # progress while it runs: output to a pipe has no live bar, so a line per batch
+    progress = [line for line in out.stderr.splitlines() if line.startswith("[lit-coderl] evaluation: ")]
+    assert [line.split(",")[0] for line in progress] == [
+        "[lit-coderl] evaluation: 2/4 problems",
+        "[lit-coderl] evaluation: 4/4 problems",
+    ], out.stderr[-3000:]
+    assert "so far" in progress[0] and "ETA" in progress[0]
+    # and no warning caused by the evaluation's own setup (its batches, its seed)
+    assert "IterableDataset" not in out.stderr and "No seed" not in out.stderr
+
+
+def test_validate_and_the_interval_callback_share_one_set_of_defaults(monkeypatch, tiny_model):
+    """Built with no arguments, `lit-coderl validate` and MBPPEvalCallback evaluate the same
+    problems the same way; every shared knob is an argument of both, defaulting to the one
+    CodeEvalSettings value."""
+    import dataclasses
+    import inspect
+
+    from lit_codeRL.callbacks import MBPPEvalCallback
+    from lit_codeRL.modules import evaluate
+    from lit_codeRL.rollout.evaluation import CodeEvalSettings
+
+    for name in ("MBPP_DATASET_PATH", "MBPP_EVAL_NUM_QUESTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(evaluate, "_load_policy", lambda model, checkpoint: tiny_model)
+    callback, module = MBPPEvalCallback(), evaluate.EvaluationModule()
+    assert callback.settings == module.settings == CodeEvalSettings()
+    assert callback.problem_settings == module.problem_settings
+    assert (callback.problem_settings.source, callback.problem_settings.split) == ("mbpp", "test")
+    assert callback.sampling == module.sampling and callback.sampling.temperature == 0
+    assert (callback.k, callback.batch_size, callback.sandbox_config) == (
+        module.k,
+        module.batch_size,
+        module.sandbox_config,
+    )
+    for owner in (MBPPEvalCallback, evaluate.EvaluationModule):
+        parameters = inspect.signature(owner).parameters
+        for field in dataclasses.fields(CodeEvalSettings):
+            assert parameters[field.name].default == field.default, (owner.__name__, field.name)
 
 
 def test_evaluating_a_saved_run_equals_its_last_interval_evaluation(tmp_path):
@@ -87,19 +134,19 @@ def test_evaluating_a_saved_run_equals_its_last_interval_evaluation(tmp_path):
 
 
 def test_environment_overrides_apply_only_where_the_config_is_silent(monkeypatch, tmp_path):
-    from lit_codeRL.modules.evaluate import _resolve_limit, _resolve_source
+    from lit_codeRL.rollout.evaluation import resolve_limit, resolve_source
 
     monkeypatch.setenv("MBPP_DATASET_PATH", "/data/mbpp")
     monkeypatch.setenv("MBPP_EVAL_NUM_QUESTIONS", "7")
-    assert _resolve_source(None) == "/data/mbpp" and _resolve_limit(None) == 7
-    assert _resolve_source("embedded") == "embedded" and _resolve_limit(3) == 3
+    assert resolve_source(None) == "/data/mbpp" and resolve_limit(None) == 7
+    assert resolve_source("embedded") == "embedded" and resolve_limit(3) == 3
     monkeypatch.setenv("MBPP_EVAL_NUM_QUESTIONS", "seven")
     from lit_codeRL.errors import ConfigError
 
     with pytest.raises(ConfigError, match="MBPP_EVAL_NUM_QUESTIONS"):
-        _resolve_limit(None)
+        resolve_limit(None)
     monkeypatch.delenv("MBPP_DATASET_PATH")
-    assert _resolve_source(None) == "mbpp"
+    assert resolve_source(None) == "mbpp"
 
 
 def test_env_overrides_drive_a_real_run(tmp_path, mbpp_dir):

@@ -79,7 +79,7 @@ def test_fit_two_steps_through_the_cli(tmp_path):
         "96",
         "--model.init_args.num_generations",
         "4",
-        "--model.init_args.learning_rate",
+        "--model.init_args.optimizer.learning_rate",
         "1e-5",
         "--trainer.max_steps",
         "2",
@@ -139,8 +139,8 @@ def test_grpo_raises_the_training_reward_of_the_real_model(tmp_path):
     from lightning.pytorch import Callback, Trainer, seed_everything
 
     from lit_codeRL.modules.grpo import GRPOModule
-    from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.sampling import SamplingParams
     from lit_codeRL.rollout.prompts import ProblemSettings
     from lit_codeRL.sandbox import SandboxConfig
 
@@ -158,7 +158,7 @@ def test_grpo_raises_the_training_reward_of_the_real_model(tmp_path):
         sandbox=SandboxConfig(workers=2),
         num_generations=4,
         prompts_per_step=2,
-        learning_rate=2e-5,
+        optimizer={"learning_rate": 2e-5},
         save_hf_model=False,
         seed=0,
     )
@@ -190,8 +190,8 @@ def test_resumed_run_matches_uninterrupted(tmp_path):
     from lightning.pytorch import Trainer, seed_everything
 
     from lit_codeRL.modules.grpo import GRPOModule
-    from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.sampling import SamplingParams
     from lit_codeRL.rollout.prompts import ProblemSettings
     from lit_codeRL.sandbox import SandboxConfig
 
@@ -203,7 +203,7 @@ def test_resumed_run_matches_uninterrupted(tmp_path):
             sandbox=SandboxConfig(workers=2),
             num_generations=2,
             prompts_per_step=2,
-            learning_rate=1e-5,
+            optimizer={"learning_rate": 1e-5},
             save_hf_model=False,
         )
 
@@ -242,9 +242,9 @@ def test_resumed_run_matches_uninterrupted(tmp_path):
 
 def test_lora_reference_kl_is_zero_at_step_zero():
     from lit_codeRL.modules.grpo import GRPOModule
-    from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import LoraSettings, ModelSettings
     from lit_codeRL.policy.logprobs import token_logprobs
+    from lit_codeRL.policy.sampling import SamplingParams
     from lit_codeRL.sandbox import SandboxConfig
 
     m = GRPOModule(
@@ -341,8 +341,8 @@ def test_policy_trains_in_train_mode(tmp_path):
     from lightning.pytorch import Callback, Trainer
 
     from lit_codeRL.modules.grpo import GRPOModule
-    from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.sampling import SamplingParams
     from lit_codeRL.sandbox import SandboxConfig
 
     modes: list[bool] = []
@@ -380,8 +380,8 @@ def test_skipping_zero_advantage_groups_leaves_the_gradient_unchanged(tmp_path, 
     from lightning import Trainer, seed_everything
 
     from lit_codeRL.modules.grpo import GRPOModule
-    from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.sampling import SamplingParams
     from lit_codeRL.rollout.prompts import ProblemSettings
     from lit_codeRL.sandbox import SandboxConfig
 
@@ -409,7 +409,7 @@ def test_skipping_zero_advantage_groups_leaves_the_gradient_unchanged(tmp_path, 
             num_generations=2,
             prompts_per_step=3,
             loss_type=loss_type,
-            max_grad_norm=0.0,
+            optimizer={"max_grad_norm": 0.0},
             skip_zero_advantage_groups=skip,
             save_hf_model=False,
             seed=0,

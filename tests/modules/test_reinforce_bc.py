@@ -82,6 +82,30 @@ def test_reinforce_multi_turn_repair_through_the_cli(repair_run):
     assert (version / "hf_model" / "config.json").is_file()
 
 
+def test_reinforce_step_follows_the_advantage_weighted_gradient():
+    """A REINFORCE step with non-zero advantages (the CLI runs above use a random model that never
+    earns reward, so their gradient is exactly 0): rewards [1, 0 | 0, 1 | 1, 0] give RLOO
+    advantages [1, -1 | -1, 1 | 1, -1], and the gradient is ``-sum A * grad log pi / tokens``
+    on the policy before the step (the sampler is the trainer here: every weight is 1). Then
+    AdamW moves the parameters."""
+    from tests.training.test_sampler_correction import (
+        assert_gradients_equal,
+        expected_gradient,
+        train_one_batch,
+    )
+
+    run = train_one_batch("reinforce")
+    adv = torch.tensor([1.0, -1.0, -1.0, 1.0, 1.0, -1.0])[:, None]
+    tokens = float(run["mask"].sum())
+    want = expected_gradient(run, lambda lp, m: -(adv * lp * m).sum() / tokens)
+    assert_gradients_equal(run["module"].grads[0], want)
+    assert run["metrics"]["train/tis/logprob_diff"] < 1e-6  # float rounding of the shared-prompt forward
+    assert run["metrics"]["train/advantage_abs"] == 1.0
+    after = dict(run["module"].policy.named_parameters())
+    moved = [n for n, p in run["initial"].named_parameters() if not torch.equal(p, after[n])]
+    assert len(moved) == len(after), f"only {len(moved)} of {len(after)} tensors moved"
+
+
 def test_grpo_trains_multi_turn_repair_from_its_shipped_config(tmp_path):
     run = tmp_path / "grpo_repair"
     cli("fit", "--config", "configs/grpo_repair.yaml", *TINY_RL, "--trainer.max_steps", "1", *csv_logger(run))
@@ -114,11 +138,11 @@ def test_bc_learns_demonstrations_from_a_multi_turn_dump(repair_run, tmp_path):
         str(dump),
         "--model.init_args.batch_size",
         "4",
-        "--model.init_args.learning_rate",
+        "--model.init_args.optimizer.learning_rate",
         "1e-2",
-        "--model.init_args.warmup_steps",
+        "--model.init_args.optimizer.warmup_steps",
         "0",
-        "--model.init_args.lr_schedule",
+        "--model.init_args.optimizer.lr_schedule",
         "constant",
         "--trainer.max_steps",
         "12",
@@ -144,7 +168,7 @@ def test_bc_on_reference_solutions_then_warm_start_grpo(tmp_path):
         "embedded",
         "--model.init_args.batch_size",
         "4",
-        "--model.init_args.learning_rate",
+        "--model.init_args.optimizer.learning_rate",
         "3e-3",
         "--trainer.max_steps",
         "6",

@@ -60,8 +60,9 @@ def test_spiral_configs_train_through_the_cli(tmp_path, config):
 
 def _module(**kw):
     from lit_codeRL.modules.spiral import GameSettings, SpiralModule
-    from lit_codeRL.policy.generation import SamplingParams
     from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.sampling import SamplingParams
+    from lit_codeRL.training.optim import OptimizerSettings
 
     return SpiralModule(
         model=ModelSettings(name_or_path="tiny-random"),
@@ -69,7 +70,7 @@ def _module(**kw):
         sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
         samples_per_step=4,
         games_per_round=3,
-        learning_rate=1e-3,
+        optimizer=OptimizerSettings(learning_rate=1e-3),
         save_hf_model=False,
         **kw,
     )

@@ -7,9 +7,11 @@ import copy
 import pytest
 import torch
 
-from lit_codeRL.policy.fast_decode import LeanLlama, _can_pack, supports
-from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams, _decode_cache
+from lit_codeRL.policy.fast_decode import LeanLlama, packing_available, supports
+from lit_codeRL.policy.hf_engine import HFGenerationEngine
+from lit_codeRL.policy.kv_cache import decode_cache
 from lit_codeRL.policy.logprobs import token_logprobs
+from lit_codeRL.policy.sampling import SamplingParams
 
 
 def _eager(model):
@@ -33,7 +35,7 @@ def test_prefill_and_decode_equal_transformers_in_fp32(tiny_model):
     ref, lean = _eager(model), LeanLlama(copy.deepcopy(model))
     ids, mask = _left_padded()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    hf_cache, lean_cache = _decode_cache(8), lean.new_cache(ids.size(0), ids.size(1) + 8)
+    hf_cache, lean_cache = decode_cache(8), lean.new_cache(ids.size(0), ids.size(1) + 8)
     with torch.no_grad():
         want = ref(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=hf_cache).logits
         got = lean(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=lean_cache).logits
@@ -112,40 +114,89 @@ def test_sync_weights_refreshes_the_fused_projections(tiny_model):
     torch.testing.assert_close(after, logits(fresh))
 
 
-@pytest.mark.skipif(not _can_pack(torch.empty(0, dtype=torch.bfloat16)), reason="no oneDNN bf16 packing here")
-def test_prepacked_bf16_projections_compute_the_plain_product(tiny_model):
-    """The oneDNN-prepacked weights hold the replica's values: logits as with plain ``F.linear``
-    (bf16 rounding apart), prefill and decode, and re-packed when the weights change."""
-    model, _ = tiny_model
-    lean = LeanLlama(copy.deepcopy(model).to(torch.bfloat16))
-    assert len(lean._packed) == 4 * len(lean.layers) + 1  # every projection and the LM head
+@pytest.mark.skipif(not packing_available(torch.bfloat16), reason="no native bf16 oneDNN packing on this CPU")
+def test_prepacked_bf16_projections_compute_the_plain_product(tiny_model, monkeypatch):
+    _check_packed_equals_plain(tiny_model[0], torch.bfloat16, monkeypatch, atol=0.05, rtol=0.02)
+
+
+@pytest.mark.skipif(not packing_available(torch.float32), reason="no oneDNN on this torch build")
+def test_prepacked_fp32_projections_compute_the_plain_product(tiny_model, monkeypatch):
+    _check_packed_equals_plain(tiny_model[0], torch.float32, monkeypatch, atol=1e-5, rtol=1e-5)
+
+
+def _check_packed_equals_plain(model, dtype: torch.dtype, monkeypatch, atol: float, rtol: float) -> None:
+    """The oneDNN-prepacked weights hold the module's values: logits as with plain ``F.linear``
+    (rounding apart), prefill and decode, and re-packed when the module's weights change. The
+    gate that skips this test is the one the forward asks (``packing_available``), so where it
+    says yes the forward packs."""
+    from lit_codeRL.policy import fast_decode
+
+    module = copy.deepcopy(model).to(dtype)
+    packed = LeanLlama(module)
+    assert packed.packed
+    with monkeypatch.context() as m:
+        m.setattr(fast_decode, "packing_available", lambda dtype: False)
+        plain = LeanLlama(module)
+    assert not plain.packed
     ids, mask = _left_padded()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
 
-    def run() -> torch.Tensor:
+    def run(lean: LeanLlama) -> torch.Tensor:
         cache = lean.new_cache(ids.size(0), ids.size(1) + 1)
-        prefill = lean(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache)
+        prefill = lean(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache)
         step = lean(
             input_ids=ids[:, :1],
             attention_mask=torch.cat([mask, mask.new_ones(ids.size(0), 1)], 1),
             position_ids=pos[:, -1:] + 1,
-            past_key_values=cache,
+            cache=cache,
         )
         return torch.cat([prefill.logits[mask.bool()], step.logits[:, 0]]).float()
 
-    packed = run()
-    packs, lean._packed = lean._packed, {}
-    plain = run()
-    torch.testing.assert_close(packed, plain, atol=0.05, rtol=0.02)
-    lean._packed = packs
+    before = run(packed)
+    torch.testing.assert_close(before, run(plain), atol=atol, rtol=rtol)
     with torch.no_grad():
-        lean.layers[0].gate_up.mul_(-2.0)
-    stale = run()
-    lean.refresh()
-    fresh = run()
-    lean._packed = {}
-    torch.testing.assert_close(fresh, run(), atol=0.05, rtol=0.02)
-    assert not torch.allclose(stale, fresh, atol=0.05, rtol=0.02)  # refresh() re-packed
+        module.model.layers[0].mlp.up_proj.weight.mul_(-2.0)
+    after = run(packed)  # its prefill sees the changed parameter and re-packs
+    assert packed.packed and not torch.allclose(before, after, atol=atol, rtol=rtol)
+    with monkeypatch.context() as m:
+        m.setattr(fast_decode, "packing_available", lambda dtype: False)
+        plain_after = run(plain)
+    torch.testing.assert_close(after, plain_after, atol=atol, rtol=rtol)
+
+
+def test_fp32_engine_samples_the_live_module_through_the_lean_forward(tiny_model):
+    """``dtype: model`` on a CPU (what ``auto`` means without native bf16): no replica, the lean
+    forward reads the live fp32 module, its log-probs are the module's own, and an optimizer-style
+    in-place update is seen by the next ``generate`` without any call to ``sync_weights``."""
+    model, tokenizer = tiny_model
+    live = copy.deepcopy(model)
+    engine = HFGenerationEngine(tokenizer, live, dtype="model")
+    assert engine._replica is None and engine._lean is not None and engine._lean.model is live
+    ids, mask = engine.encode_prompts(["Write a function add(a, b).", "Reverse a string s."])
+    sampling = SamplingParams(max_new_tokens=12, temperature=0.9)
+
+    def sample_and_check() -> torch.Tensor:
+        out = engine.generate(ids, mask, sampling, 2, generator=torch.Generator().manual_seed(0))
+        full = torch.cat([out.prompt_ids, out.completion_ids], 1)
+        full_mask = torch.cat([out.prompt_mask, out.completion_mask], 1)
+        with torch.no_grad():
+            want, _ = token_logprobs(live, full, full_mask, out.prompt_ids.size(1), 0.9)
+        torch.testing.assert_close(out.logprobs, want * out.completion_mask, atol=1e-4, rtol=1e-4)
+        return out.completion_ids
+
+    before = sample_and_check()
+    with torch.no_grad():
+        for p in live.parameters():
+            p.add_(torch.randn_like(p) * 0.5)  # in place, outside any optimizer
+    after = sample_and_check()  # log-probs are the *updated* module's
+    assert not torch.equal(before, after)
+    # fused AdamW updates in place without bumping version counters: sync_weights (called after
+    # every optimizer step) is what tells the lean forward
+    for p in live.parameters():
+        p.grad = torch.randn_like(p)
+    torch.optim.AdamW(live.parameters(), lr=0.5, fused=True).step()
+    engine.sync_weights(live)
+    assert not torch.equal(after, sample_and_check())
 
 
 def test_supports_only_what_it_implements(tiny_model):

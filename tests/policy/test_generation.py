@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from lit_codeRL.policy.generation import (
-    HFGenerationEngine,
-    SamplingParams,
-    _filter_logits,
-    concat_generation_outputs,
-    inverse_cdf,
-    sample_categorical,
-)
+from lit_codeRL.policy.hf_engine import HFGenerationEngine
+from lit_codeRL.policy.output import concat_generation_outputs
+from lit_codeRL.policy.sampling import SamplingParams, filter_logits, inverse_cdf, sample_categorical
 
 
 def _prompts(tokenizer):
@@ -56,17 +51,17 @@ def test_top_p_and_top_k_keep_only_the_nucleus_renormalised():
     logits = probs.log()
     # Mass before each token (by rank): 0, 0.5, 0.8, 0.95 -> top_p=0.7 keeps the first two.
     torch.testing.assert_close(
-        _filter_logits(logits, 0, 0.7).softmax(-1), torch.tensor([[0.625, 0.375, 0.0, 0.0]])
+        filter_logits(logits, 0, 0.7).softmax(-1), torch.tensor([[0.625, 0.375, 0.0, 0.0]])
     )
     torch.testing.assert_close(
-        _filter_logits(logits, 3, 1.0).softmax(-1), torch.tensor([[0.5, 0.3, 0.15, 0.0]]) / 0.95
+        filter_logits(logits, 3, 1.0).softmax(-1), torch.tensor([[0.5, 0.3, 0.15, 0.0]]) / 0.95
     )
     # The most likely token always stays, even when it alone exceeds top_p.
-    assert _filter_logits(logits, 0, 0.1).softmax(-1).tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    assert filter_logits(logits, 0, 0.1).softmax(-1).tolist() == [[1.0, 0.0, 0.0, 0.0]]
     # Unsorted vocabulary order: the mask follows the ranks, not the positions.
     shuffled = torch.tensor([[0.05, 0.3, 0.15, 0.5]]).log()
     torch.testing.assert_close(
-        _filter_logits(shuffled, 0, 0.7).softmax(-1), torch.tensor([[0.0, 0.375, 0.0, 0.625]])
+        filter_logits(shuffled, 0, 0.7).softmax(-1), torch.tensor([[0.0, 0.375, 0.0, 0.625]])
     )
 
 
@@ -125,10 +120,10 @@ def test_eos_rows_are_dropped_and_padded(tiny_model):
 def test_preallocated_cache_layer_behaves_like_dynamic_layer():
     from transformers.cache_utils import DynamicLayer
 
-    from lit_codeRL.policy.generation import _decode_cache, _PreallocatedLayer
+    from lit_codeRL.policy.kv_cache import PreallocatedLayer, decode_cache
 
     torch.manual_seed(0)
-    ours, ref = _PreallocatedLayer(reserve=2), DynamicLayer()
+    ours, ref = PreallocatedLayer(reserve=2), DynamicLayer()
     steps = [torch.randn(3, 2, n, 4) for n in (5, 1, 1, 1, 1)]  # prefill, then decode (grows twice)
     for i in range(len(steps)):
         k = steps[i]
@@ -143,7 +138,7 @@ def test_preallocated_cache_layer_behaves_like_dynamic_layer():
             ours.batch_select_indices(keep), ref.batch_select_indices(keep)
             steps = [s[keep] for s in steps]
     assert ours.get_seq_length() == ref.get_seq_length() == 9
-    assert isinstance(_decode_cache(8).layer_class_to_replicate(), _PreallocatedLayer)
+    assert isinstance(decode_cache(8).layer_class_to_replicate(), PreallocatedLayer)
 
 
 def test_sample_categorical_matches_distribution_and_skips_zero_mass():

@@ -9,8 +9,9 @@ import torch
 from lit_codeRL.algorithms.importance import truncated_importance_weights
 from lit_codeRL.policy import precision
 from lit_codeRL.policy.engine import EngineSettings, make_engine
-from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams
+from lit_codeRL.policy.hf_engine import HFGenerationEngine
 from lit_codeRL.policy.logprobs import token_logprobs
+from lit_codeRL.policy.sampling import SamplingParams
 
 
 def _prompts(tokenizer, texts=("Write a function add(a, b).", "Reverse a string s in Python.")):

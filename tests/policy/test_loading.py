@@ -91,9 +91,12 @@ def test_gradient_checkpointing_and_dtype():
         load_model(ModelSettings(name_or_path="tiny-random", dtype="float8"))
 
 
-def test_precision_auto_on_cpu():
+def test_precision_auto_on_cpu(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("CPU-only expectation")
+    from lit_codeRL.policy import precision
+
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
     assert resolve_precision("auto") == "32-true"
     assert resolve_precision("auto", accelerator="cpu") == "32-true"
     assert resolve_precision("bf16-mixed") == "bf16-mixed"

@@ -184,6 +184,7 @@ def test_cli_fit_logs_the_platform_once_and_the_env_reaches_the_callback(tmp_pat
     args += ["--trainer.callbacks", json.dumps([callback]), "--trainer.default_root_dir", str(run)]
     env = {k: v for k, v in os.environ.items() if k not in REPO_ENV_KEYS}
     env |= {"HF_HUB_OFFLINE": "1", "MBPP_DATASET_PATH": str(mbpp_dir), "MBPP_EVAL_NUM_QUESTIONS": "2"}
+    env["LIT_CODERL_CPU_BF16"] = "0"  # the CPU path the assertions below name, on any CPU
     env["PYTHONPATH"] = os.pathsep.join([str(platform_repo()), env.get("PYTHONPATH", "")])
     out = subprocess.run(
         [sys.executable, "-m", "lit_codeRL.cli", "fit", "--config", "configs/quickstart.yaml", *args],

@@ -10,10 +10,11 @@ import torch
 
 from lit_codeRL.algorithms.grpo import broadcast_advantages, policy_loss
 from lit_codeRL.envs import Action, CodeRepairEnv, UnitTestEnv
-from lit_codeRL.policy.generation import HFGenerationEngine, SamplingParams
+from lit_codeRL.policy.hf_engine import HFGenerationEngine
 from lit_codeRL.policy.logprobs import token_logprobs
+from lit_codeRL.policy.sampling import SamplingParams
 from lit_codeRL.problems import load_problems
-from lit_codeRL.rollout.dataset import episode_batch, turn_batch
+from lit_codeRL.rollout.dataset import episode_batch
 from lit_codeRL.rollout.episodes import EpisodeRunner
 from lit_codeRL.sandbox import ExecutionResult, Verdict, make_sandbox
 
@@ -97,18 +98,6 @@ def test_context_cap_truncates_instead_of_overflowing(tiny_model, sandbox, probl
     for e in episodes:
         assert e.truncated and e.end_reason == "context"
         assert len(e.context_ids()) + 10 <= 140
-
-
-def test_one_row_per_turn_for_self_play(tiny_model, sandbox, problems):
-    runner, episodes = _multi_turn(tiny_model, sandbox, problems, max_turns=2)
-    batch = turn_batch(episodes, runner.engine.pad_token_id)
-    assert batch.batch_size == sum(len(e.turns) for e in episodes)
-    assert batch.episode_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
-    # Row of turn 2 = the whole context before it, then only turn 2's action is trainable.
-    e = episodes[0]
-    row = batch.input_ids[1][batch.attention_mask[1].bool()].tolist()
-    assert row == e.prompt_ids + e.turns[0].action_ids + e.turns[0].observation_ids + e.turns[1].action_ids
-    assert batch.input_ids[1][batch.trainable_mask[1].bool()].tolist() == e.turns[1].action_ids
 
 
 def test_stop_strings_end_the_turn_at_the_completing_token(tiny_model):

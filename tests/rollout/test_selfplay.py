@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lit_codeRL.algorithms.baselines import RoleBaselines
-from lit_codeRL.policy.generation import GenerationOutput, SamplingParams
+from lit_codeRL.policy.output import GenerationOutput
+from lit_codeRL.policy.sampling import SamplingParams
 from lit_codeRL.rollout.selfplay import (
     GameRecord,
     GameRunner,
@@ -221,3 +222,57 @@ def test_dataset_batches_have_exactly_n_rows_and_state_round_trips(tokenizer):
     assert torch.equal(replay.input_ids, after.input_ids)
     assert torch.equal(replay.advantages, after.advantages)
     assert other.baselines.values == ds.baselines.values
+
+
+# ---------------------------------------------------------------------------------- the library bot
+def test_bot_opponent_plays_each_library_bot_and_the_stand_in_where_there_is_none():
+    """``opponent.kind: bot`` on a multi-game run: TicTacToe and Kuhn Poker meet their library
+    bots (the same moves as asking the games directly), negotiation the fallback; without a
+    fallback a bot-less game is an error, as the evaluation wants."""
+    import random
+
+    from lit_codeRL.envs.games import make_game
+    from lit_codeRL.rollout.selfplay import BotOpponent
+
+    def games():
+        out = [make_game(g) for g in ("tictactoe", "simple_negotiation", "kuhn_poker", "simple_negotiation")]
+        for seed, g in enumerate(out):
+            g.reset(seed=seed)
+        return out
+
+    class Recording:
+        def __init__(self):
+            self.seen = []
+
+        def act(self, played, rng):
+            self.seen.append([g.game_id for g in played])
+            return [("stand-in", "[Deny]")] * len(played)
+
+    stand_in = Recording()
+    moves = BotOpponent(fallback=stand_in).act(games(), random.Random(0))
+    assert stand_in.seen == [["simple_negotiation", "simple_negotiation"]]  # one batched call
+    direct, rng = games(), random.Random(0)
+    bot_moves = [direct[0].bot_move(rng), direct[2].bot_move(rng)]
+    assert moves == [
+        (bot_moves[0], bot_moves[0]),
+        ("stand-in", "[Deny]"),
+        (bot_moves[1], bot_moves[1]),
+        ("stand-in", "[Deny]"),
+    ]
+    with pytest.raises(NotImplementedError, match="no library bot for simple_negotiation"):
+        BotOpponent().act(games()[1:2], random.Random(0))
+
+
+def test_bot_players_name_what_each_game_meets_and_refuse_a_run_without_any_bot():
+    from lit_codeRL.errors import ConfigError
+    from lit_codeRL.rollout.selfplay import bot_players
+
+    assert bot_players(["tictactoe", "kuhn_poker", "simple_negotiation", "tictactoe"]) == {
+        "tictactoe": "OpenSpiel MCTS",
+        "kuhn_poker": "OpenSpiel CFR+ equilibrium",
+        "simple_negotiation": "random (no library bot)",
+    }
+    with pytest.raises(
+        ConfigError, match="no library bot for simple_negotiation .*games with one: tictactoe, kuhn_poker"
+    ):
+        bot_players(["simple_negotiation"])

@@ -3,6 +3,7 @@ degrades to no isolation in silence."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -126,14 +127,108 @@ def test_local_only_when_asked_and_loud(caplog):
     assert any("UNISOLATED" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
 
 
+def test_root_without_a_pids_cgroup_says_so_once(monkeypatch, caplog):
+    """As root (RLIMIT_NPROC does not apply) without a writable pids cgroup nothing bounds a fork
+    bomb: the first pool of the process warns, later pools do not; with the cgroup, or as another
+    user, nothing is said."""
+    monkeypatch.setattr(pool, "_ANNOUNCED", set())
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    monkeypatch.setattr(backends, "pids_cgroup_writable", lambda: False)
+
+    def warnings_after_two_pools() -> list[logging.LogRecord]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="lit_codeRL.sandbox"):
+            for _ in range(2):
+                with make_sandbox(backend="local", workers=1):
+                    pass
+        return [r for r in caplog.records if "nothing bounds the processes" in r.getMessage()]
+
+    said = warnings_after_two_pools()
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+    assert "no writable pids cgroup" in said[0].getMessage()
+    monkeypatch.setattr(pool, "_ANNOUNCED", set())
+    monkeypatch.setattr(backends, "pids_cgroup_writable", lambda: True)
+    assert warnings_after_two_pools() == []
+    monkeypatch.setattr(backends, "pids_cgroup_writable", lambda: False)
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    assert warnings_after_two_pools() == []
+    assert backends.unbounded_processes(SandboxConfig(use_pids_cgroup=False)) is None
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    assert "use_pids_cgroup is off" in backends.unbounded_processes(SandboxConfig(use_pids_cgroup=False))
+
+
 def test_unstartable_interpreter_is_a_clear_error(monkeypatch, bwrap_ok):
     monkeypatch.setattr(pool, "_PROBED", {})
     with pytest.raises(SandboxUnavailable, match="does not start|cannot run"):
         make_sandbox(backend="bwrap", python="/nonexistent/python", workers=1)
 
 
-def test_ci_runs_in_a_venv_and_demands_bwrap():
-    """CI proves the new user's path: a fresh venv, the README command, bwrap tests not skipped."""
-    script = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
-    assert "-m venv" in script and "make test" in script and "skipped" in script
-    assert shutil.which("bash")
+_JUNIT_CASE = '<testcase classname="tests.sandbox" name="{name}">{body}</testcase>'
+
+
+def _run_ci(
+    tmp_path: Path, cases: list[tuple[str, bool]], make_status: int = 0
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run ``.ci/run`` with a stub interpreter (its ``-m venv`` links the real one), a stub
+    ``make`` that records how it was called and writes a junit report with ``cases`` (name,
+    skipped), and a ``bwrap`` on PATH. Returns the run and what ``make`` saw."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir(parents=True)
+    junit = (
+        "<testsuite>"
+        + "".join(
+            _JUNIT_CASE.format(name=name, body="<skipped/>" if skipped else "") for name, skipped in cases
+        )
+        + "</testsuite>"
+    )
+    (tmp_path / "report.xml").write_text(junit)
+    seen = tmp_path / "make.json"
+    scripts = {
+        "python-base": f"""\
+            #!/bin/sh
+            # "-m venv DIR": a venv whose python is the real one
+            mkdir -p "$3/bin" && ln -s "{sys.executable}" "$3/bin/python" && echo "$3" > "{tmp_path / "venv"}"
+            """,
+        "make": f"""\
+            #!{sys.executable}
+            import json, os, shutil, sys
+            args = dict(a.split("=", 1) for a in sys.argv[2:])
+            junit = next(a for a in args["PYTEST_ARGS"].split() if a.startswith("--junitxml="))
+            shutil.copy("{tmp_path / "report.xml"}", junit.removeprefix("--junitxml="))
+            json.dump({{"target": sys.argv[1], "args": args, "python": shutil.which("python"),
+                       "virtual_env": os.environ.get("VIRTUAL_ENV")}}, open("{seen}", "w"))
+            sys.exit({make_status})
+            """,
+        "bwrap": "#!/bin/sh\nexit 0\n",
+    }
+    for name, text in scripts.items():
+        (stubs / name).write_text(textwrap.dedent(text).lstrip())
+        (stubs / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "BASE_PYTHON": str(stubs / "python-base")}
+    env.pop("PYTEST_ARGS", None)
+    script = Path(__file__).resolve().parents[2] / ".ci" / "run"
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    if (tmp_path / "venv").exists():  # .ci/run leaves its venv in /tmp
+        shutil.rmtree((tmp_path / "venv").read_text().strip(), ignore_errors=True)
+    return out, json.loads(seen.read_text()) if seen.exists() else {}
+
+
+def test_ci_runs_make_test_in_a_fresh_venv_and_fails_on_skipped_bwrap_tests(tmp_path):
+    """CI proves the new user's path: ``make test`` with a fresh venv's python first on PATH, and
+    with bubblewrap installed it fails when a bwrap test was skipped or none ran (the silent-skip
+    failure of issue #21); a failing ``make test`` fails it."""
+    out, made = _run_ci(
+        tmp_path / "ok", [("test_a[bwrap]", False), ("test_b[bwrap]", False), ("test_c", True)]
+    )
+    assert out.returncode == 0, out.stderr
+    assert "bwrap sandbox tests: 2 ran, 0 skipped" in out.stdout
+    venv = made["virtual_env"]
+    assert made["target"] == "test" and made["args"]["PYTHON"] == f"{venv}/bin/python"
+    assert made["python"] == f"{venv}/bin/python"  # the venv's bin/ comes first on PATH
+
+    out, _ = _run_ci(tmp_path / "skipped", [("test_a[bwrap]", False), ("test_b[bwrap]", True)])
+    assert out.returncode != 0 and "skipped or missing" in out.stderr and "test_b[bwrap]" in out.stderr
+    out, _ = _run_ci(tmp_path / "none", [("test_c", False)])
+    assert out.returncode != 0 and "skipped or missing" in out.stderr
+    out, made = _run_ci(tmp_path / "red", [("test_a[bwrap]", False)], make_status=2)
+    assert out.returncode == 2 and made["target"] == "test"

@@ -24,7 +24,7 @@ from lightning.pytorch import Trainer
 from torch.utils.data import IterableDataset
 
 from lit_codeRL.modules.grpo import GRPOModule
-from lit_codeRL.policy.generation import SamplingParams
+from lit_codeRL.policy.sampling import SamplingParams
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training import distributed
 from lit_codeRL.training.strategies import FSDP2Strategy
@@ -142,7 +142,7 @@ def run(job: str, out: Path, world: int) -> None:
         num_generations=GROUP,
         loss_type="dapo" if uneven else loss_type,
         scale_rewards=scale,
-        learning_rate=1e-3,
+        optimizer={"learning_rate": 1e-3},
         tis_cap=0.0,
         micro_batch_size=2,
         entropy_interval=0,

@@ -138,7 +138,7 @@ def test_grpo_trains_on_both_ranks_through_the_cli(tmp_path, strategy):
         "2",
         "--model.init_args.sandbox.workers",
         "1",
-        "--model.init_args.learning_rate",
+        "--model.init_args.optimizer.learning_rate",
         "1e-3",
         "--trainer.strategy",
         strategy,

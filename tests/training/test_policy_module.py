@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lit_codeRL.training.policy_module import lr_factor
+from lit_codeRL.training.optim import OptimizerSettings, lr_factor
 
 
 def test_lr_factor_by_hand():
@@ -78,54 +78,6 @@ def test_state_registry_restores_before_or_after_registration():
     assert early.n == 7
 
 
-def test_every_module_exposes_the_shared_optimizer_knobs_alike(monkeypatch):
-    """GRPO, REINFORCE, BC and SPIRAL repeat PolicyModule's optimizer knobs in their own
-    signatures (flat keys like ``--model.init_args.learning_rate``, each in --help): the copies
-    must keep the base class's names and types, be documented, and reach the base class."""
-    import inspect
-
-    from docstring_parser import parse
-
-    from lit_codeRL.modules.bc import BCModule
-    from lit_codeRL.modules.grpo import GRPOModule
-    from lit_codeRL.modules.reinforce import REINFORCEModule
-    from lit_codeRL.modules.spiral import SpiralModule
-    from lit_codeRL.training.policy_module import PolicyModule
-
-    base = inspect.signature(PolicyModule.__init__).parameters
-    knobs = [name for name, p in base.items() if p.kind is p.KEYWORD_ONLY and name != "needs_reference"]
-    given = {
-        "learning_rate": 0.123,
-        "weight_decay": 0.01,
-        "warmup_steps": 7,
-        "lr_schedule": "cosine",
-        "min_lr_ratio": 0.3,
-        "max_grad_norm": 0.7,
-        "micro_batch_size": 3,
-        "fused_optimizer": False,
-        "save_hf_model": False,
-    }
-    assert sorted(given) == sorted(knobs), "a knob was added to PolicyModule: add it here"
-
-    class Forwarded(Exception):
-        pass
-
-    def record(self, *args, **kwargs):
-        raise Forwarded(kwargs)
-
-    monkeypatch.setattr(PolicyModule, "__init__", record)  # stop before any model is loaded
-    for cls in (GRPOModule, REINFORCEModule, BCModule, SpiralModule):
-        params = inspect.signature(cls.__init__).parameters
-        documented = {p.arg_name for p in parse(cls.__doc__).params}
-        for name in knobs:
-            assert name in params, f"{cls.__name__} lacks {name}"
-            assert params[name].annotation == base[name].annotation, (cls.__name__, name)
-            assert name in documented, f"{cls.__name__}'s docstring does not document {name}"
-        with pytest.raises(Forwarded) as forwarded:
-            cls(**given)
-        assert {k: forwarded.value.args[0][k] for k in knobs} == given, cls.__name__
-
-
 @pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
 def test_gradients_are_clipped_and_adamw_stays_fused_without_a_grad_scaler(tmp_path, precision):
     """bf16-mixed has no grad scaler: clipping works on the true gradients and the optimizer
@@ -148,8 +100,7 @@ def test_gradients_are_clipped_and_adamw_stays_fused_without_a_grad_scaler(tmp_p
         model=ModelSettings(name_or_path="tiny-random"),
         demonstrations=DemonstrationSettings(source="embedded"),
         batch_size=4,
-        learning_rate=1e-3,
-        max_grad_norm=1e-3,
+        optimizer=OptimizerSettings(learning_rate=1e-3, max_grad_norm=1e-3),
         save_hf_model=False,
     )
     trainer = L.Trainer(

@@ -12,7 +12,8 @@ id                     rules
 
 Besides the protocol, each game offers ``random_move(rng)`` and, where the library has one,
 ``bot_move(rng)`` (OpenSpiel MCTS for TicTacToe, a CFR+ equilibrium for Kuhn Poker): the fixed
-opponents.
+opponents. ``bot_name`` says which bot that is, ``None`` where there is none (negotiation:
+``bot_move`` raises ``NotImplementedError``); :func:`library_bot` asks by game id.
 """
 
 from __future__ import annotations
@@ -56,4 +57,9 @@ def make_game(game_id: str) -> TurnBasedGame:
     return GAMES[game_id]()
 
 
-__all__ = ["GAMES", "make_game", "last_boxed", "normalize_move", "parse_move"]
+def library_bot(game_id: str) -> str | None:
+    """The name of ``game_id``'s library bot, ``None`` where the game has none."""
+    return make_game(game_id).bot_name
+
+
+__all__ = ["GAMES", "make_game", "library_bot", "last_boxed", "normalize_move", "parse_move"]

@@ -50,6 +50,8 @@ class KuhnPoker:
 
     num_players = 2
     game_id = "kuhn_poker"
+    bot_name: str | None = "OpenSpiel CFR+ equilibrium"
+    """What :meth:`bot_move` plays."""
 
     def __init__(self, rounds: int = 5) -> None:
         if rounds < 1:

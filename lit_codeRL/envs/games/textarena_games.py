@@ -123,9 +123,14 @@ class TextArenaGame:
         want = rng.choice([r for r in mine if r != give])
         return f"[Offer: {rng.randint(1, min(3, mine[give]))} {give} -> {rng.randint(1, 3)} {want}]"
 
+    @property
+    def bot_name(self) -> str | None:
+        """What :meth:`bot_move` plays; ``None`` where the library has no bot (negotiation)."""
+        return "OpenSpiel MCTS" if self.env_id.startswith("TicTacToe") else None
+
     def bot_move(self, rng: random.Random) -> str:
         """TicTacToe: OpenSpiel's MCTS bot on the same position (strong, near-perfect play)."""
-        if not self.env_id.startswith("TicTacToe"):
+        if self.bot_name is None:
             raise NotImplementedError(f"no library bot for {self.game_id}; use the random or frozen opponent")
         return _ttt_bot_move(self.env.state.game_state["board"], self.current_player(), rng)
 

@@ -1,0 +1,82 @@
+"""What a generation engine returns, and the padding of token rows around it.
+
+Every engine returns a :class:`GenerationOutput`, so rollouts do not care whether tokens came from
+transformers (``policy/hf_engine.py``) or a later vLLM engine. Log-probs are those of the
+temperature-scaled, *unfiltered* distribution, i.e. exactly what the training forward computes
+with ``log_softmax(logits / temperature)``; top-p/top-k only change which token is drawn
+(``policy/sampling.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class GenerationOutput:
+    """A batch of completions, one row per sequence, ready to become a training batch."""
+
+    prompt_ids: Tensor
+    """``[B, P]`` prompt tokens, left-padded."""
+    prompt_mask: Tensor
+    """``[B, P]`` 1 on real prompt tokens."""
+    completion_ids: Tensor
+    """``[B, T]`` sampled tokens, right-padded with the pad id after EOS."""
+    completion_mask: Tensor
+    """``[B, T]`` 1 on tokens the policy produced (EOS included), 0 on padding."""
+    logprobs: Tensor
+    """``[B, T]`` log-prob of each sampled token under the sampling policy (0 on padding)."""
+    texts: list[str]
+    """Decoded completions without special tokens."""
+    finished: Tensor
+    """``[B]`` True where the sequence ended by itself (EOS, a stop token or a stop string) rather
+    than hitting ``max_new_tokens``."""
+    finish_reasons: list[str] = field(default_factory=list)
+    """Per row: ``"stop"`` (EOS or stop token), ``"stop_string"`` or ``"length"`` (cut off)."""
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+
+def left_pad(rows: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
+    """``[B, max_len]`` left-padded ids and their mask."""
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+def concat_generation_outputs(outputs: list[GenerationOutput], pad_token_id: int) -> GenerationOutput:
+    """Stack several generation batches (different prompt/completion widths) into one."""
+    if len(outputs) == 1:
+        return outputs[0]
+    prompt_width = max(o.prompt_ids.size(1) for o in outputs)
+    completion_width = max(o.completion_ids.size(1) for o in outputs)
+
+    def pad(t: Tensor, width: int, value: float, left: bool) -> Tensor:
+        extra = width - t.size(1)
+        if extra == 0:
+            return t
+        filler = t.new_full((t.size(0), extra), value)
+        return torch.cat([filler, t] if left else [t, filler], dim=1)
+
+    return GenerationOutput(
+        prompt_ids=torch.cat([pad(o.prompt_ids, prompt_width, pad_token_id, True) for o in outputs]),
+        prompt_mask=torch.cat([pad(o.prompt_mask, prompt_width, 0, True) for o in outputs]),
+        completion_ids=torch.cat(
+            [pad(o.completion_ids, completion_width, pad_token_id, False) for o in outputs]
+        ),
+        completion_mask=torch.cat([pad(o.completion_mask, completion_width, 0, False) for o in outputs]),
+        logprobs=torch.cat([pad(o.logprobs, completion_width, 0.0, False) for o in outputs]),
+        texts=[t for o in outputs for t in o.texts],
+        finished=torch.cat([o.finished for o in outputs]),
+        finish_reasons=[r for o in outputs for r in o.finish_reasons],
+    )
