@@ -263,18 +263,9 @@ def _register_modules() -> None:
                 raise
 
 
-def _setup_logging() -> None:
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[lit-coderl] %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(os.environ.get("LIT_CODERL_LOG_LEVEL", "INFO"))
-        log.propagate = False
-
-
 def main(args: list[str] | None = None) -> None:
     """Console-script entry point; user-fixable errors become one line and exit code 2."""
-    _setup_logging()
+    setup_console()
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["curves"]:
         _curves_command(argv[1:])

@@ -9,7 +9,6 @@ lives in ``policy/sampling.py``, the replica kept for another dtype or a sharded
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -18,7 +17,7 @@ from torch import Tensor
 
 from lit_codeRL.policy import fast_decode
 from lit_codeRL.policy.dtensor import is_sharded
-from lit_codeRL.policy.kv_cache import decode_cache
+from lit_codeRL.policy.kv_cache import cache_keyword, decode_cache
 from lit_codeRL.policy.output import GenerationOutput, left_pad
 from lit_codeRL.policy.precision import generation_dtype
 from lit_codeRL.policy.replica import copy_weights, device_of, make_replica
@@ -220,7 +219,7 @@ class HFGenerationEngine:
             forward, cache_kw = lean, "cache"
             cache = lean.new_cache(prompt_ids.size(0), prompt_ids.size(1) + sampling.max_new_tokens + 1)
         else:
-            forward, cache_kw = model, _cache_keyword(model.forward)
+            forward, cache_kw = model, cache_keyword(model)
             cache = decode_cache(reserve=sampling.max_new_tokens + 1)
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         logits = forward(
@@ -306,13 +305,3 @@ class HFGenerationEngine:
         return GenerationOutput(
             prompt_ids, prompt_mask, tokens, completion_mask, logprobs, texts, finished, reasons
         )
-
-
-def _cache_keyword(forward: Callable) -> str:
-    """The keyword ``forward`` takes its KV cache by: ``cache`` (transformers >= 5.24, which
-    deprecates ``past_key_values`` with a warning on every call) or ``past_key_values``."""
-    try:
-        params = inspect.signature(forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"

@@ -10,7 +10,9 @@ lean forward (``policy/fast_decode.py``). Both speak the engine's cache protocol
 from __future__ import annotations
 
 import functools
+import inspect
 
+import torch
 from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -100,3 +102,20 @@ class KVCache:
     def batch_select_indices(self, indices: Tensor) -> None:
         self.k = [t[indices] for t in self.k]
         self.v = [t[indices] for t in self.v]
+
+
+@functools.cache
+def _forward_takes_cache(cls: type) -> bool:
+    try:
+        return "cache" in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword ``model``'s forward takes its KV cache by: ``cache`` (transformers >= 5.24,
+    which deprecates ``past_key_values`` with a warning on every call) or ``past_key_values``
+    (older transformers, where ``cache=`` would silently run without a cache). A PEFT wrapper's
+    ``forward(*args, **kwargs)`` says nothing: its base model's forward is asked."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if _forward_takes_cache(type(base)) else "past_key_values"

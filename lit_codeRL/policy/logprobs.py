@@ -6,6 +6,8 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache
 
+from lit_codeRL.policy.kv_cache import cache_keyword
+
 
 def token_logprobs(
     model: torch.nn.Module,
@@ -67,14 +69,15 @@ def grouped_prompt_token_logprobs(
         return token_logprobs(model, input_ids, attention_mask, start, temperature, with_entropy)
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
+    cache_kw = cache_keyword(model)
     head = slice(None, None, group_size)
     prompt_logits = model(
         input_ids=input_ids[head, :start],
         attention_mask=attention_mask[head, :start],
         position_ids=positions[head, :start],
-        past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
+        **{cache_kw: cache},
     ).logits
     targets = input_ids[:, start:]
     # The prompt pass predicts the first completion token; log-probs are taken per part and
@@ -90,8 +93,8 @@ def grouped_prompt_token_logprobs(
             input_ids=input_ids[:, start:-1],
             attention_mask=attention_mask[:, :-1],
             position_ids=positions[:, start:-1],
-            past_key_values=cache,
             use_cache=True,
+            **{cache_kw: cache},
         ).logits
         parts.append(_from_logits(logits, targets[:, 1:], temperature, with_entropy))
     logprobs = torch.cat([lp for lp, _ in parts], dim=1)

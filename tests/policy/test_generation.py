@@ -153,3 +153,30 @@ def test_sample_categorical_matches_distribution_and_skips_zero_mass():
     edge = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.0, 0.5, 0.5, 0.0]])
     assert inverse_cdf(edge, torch.tensor([0.0, 1.0])).tolist() == [1, 2]
     assert inverse_cdf(edge, torch.tensor([0.49, 0.51])).tolist() == [1, 2]
+
+
+def test_cache_passes_by_the_keyword_the_model_takes_so_no_deprecation_per_call(tiny_model):
+    """transformers >= 5.24 renamed ``past_key_values`` to ``cache`` and warns on every call with
+    the old name (46 warnings in one quickstart): the engine's transformers path and the shared-
+    prompt training forward pass the cache by the name the model's forward takes."""
+    import inspect
+    import warnings
+
+    from lit_codeRL.policy.kv_cache import cache_keyword
+    from lit_codeRL.policy.logprobs import grouped_prompt_token_logprobs
+
+    model, tokenizer = tiny_model
+    takes_cache = "cache" in inspect.signature(type(model).forward).parameters
+    assert cache_keyword(model) == ("cache" if takes_cache else "past_key_values")
+    engine = HFGenerationEngine(tokenizer, model, dtype="model", fast_decode=False)
+    ids, mask = engine.encode_prompts(["Write a function add(a, b).", "Reverse a string."])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = engine.generate(
+            ids, mask, SamplingParams(max_new_tokens=4), 2, torch.Generator().manual_seed(0)
+        )
+        full = torch.cat([out.prompt_ids, out.completion_ids], 1)
+        full_mask = torch.cat([out.prompt_mask, out.completion_mask], 1)
+        with torch.no_grad():
+            grouped_prompt_token_logprobs(model.eval(), full, full_mask, out.prompt_ids.size(1), 2, 1.0)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
