@@ -6,12 +6,9 @@ Actions are handed to the env as soon as they finish, so the sandbox grades whil
 the batch still decodes. The runner owns the limits: ``max_turns`` and ``max_context_tokens``
 cut an episode (``truncated``); the env ends it when it is solved or over (``terminated``).
 
-An episode becomes training rows in two ways (``rollout/trajectory.py``):
-
-* :meth:`Episode.segments`, one row per episode (REINFORCE, GRPO, PPO): the prompt, then each
-  action (trainable, with its sampling log-probs) and the observation after it (masked);
-* :meth:`Episode.turn_segments`, one row per turn (self-play): the context before the turn as
-  the prompt and that turn's action.
+An episode becomes one training row (:meth:`Episode.segments`, ``rollout/trajectory.py``): the
+prompt, then each action (trainable, with its sampling log-probs) and the observation after it
+(masked).
 
 Action tokens are always the exact sampled ids; only observations are tokenized from text.
 """
@@ -85,14 +82,6 @@ class Episode:
             if t.observation_ids:
                 segs.append(Segment(t.observation_ids, False, None, k))
         return segs
-
-    def turn_segments(self, k: int) -> list[Segment]:
-        """One row for turn ``k``: everything before it as the prompt, then its action."""
-        before = list(self.prompt_ids)
-        for t in self.turns[:k]:
-            before += t.action_ids + t.observation_ids
-        t = self.turns[k]
-        return [Segment(before), Segment(t.action_ids, True, t.logprobs, k)]
 
     def first_success_turn(self) -> int | None:
         """1-based turn whose action passed every test, if any."""

@@ -3,6 +3,7 @@ the same metrics as the interval callback, env-var overrides, DDP sharding."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -72,7 +73,11 @@ def test_validate_and_the_interval_callback_share_one_set_of_defaults(monkeypatc
 
     for name in ("MBPP_DATASET_PATH", "MBPP_EVAL_NUM_QUESTIONS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(evaluate, "_load_policy", lambda model, checkpoint: tiny_model)
+    # a copy: EvaluationModule freezes its policy, and tiny_model is shared by the whole session
+    policy, tokenizer = tiny_model
+    monkeypatch.setattr(
+        evaluate, "_load_policy", lambda model, checkpoint: (copy.deepcopy(policy), tokenizer)
+    )
     callback, module = MBPPEvalCallback(), evaluate.EvaluationModule()
     assert callback.settings == module.settings == CodeEvalSettings()
     assert callback.problem_settings == module.problem_settings
