@@ -44,7 +44,7 @@ class HFGenerationEngine:
     a ``generate`` whenever they changed). With a ``dtype`` other than the module's (bf16
     generation for an fp32 trainer) it samples from a replica in that dtype, whose weights
     ``sync_weights`` refreshes from the live module; the log-probs it returns are then the
-    replica's, and the trainer corrects the small mismatch (``training/off_policy.py``).
+    replica's, and the trainer corrects the small mismatch (``PolicyModule.sampler_correction``).
     """
 
     def __init__(
