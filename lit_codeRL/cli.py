@@ -270,6 +270,9 @@ def main(args: list[str] | None = None) -> None:
     if argv[:1] == ["curves"]:
         _curves_command(argv[1:])
         return
+    if argv[:1] == ["regrade"]:
+        _regrade_command(argv[1:])
+        return
     try:
         # Before any model, dataset or logger loads (they read HF_HUB_OFFLINE, WANDB_MODE, ...).
         # Here, not in CodeRLCLI: changing os.environ is the job of the process's entry point.
@@ -280,6 +283,17 @@ def main(args: list[str] | None = None) -> None:
         if cause is None or _env_flag("LIT_CODERL_TRACEBACK"):
             raise
         print(f"lit-coderl: error: {_describe(cause)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _regrade_command(argv: list[str]) -> None:
+    """``lit-coderl regrade ROLLOUTS.jsonl``: grade the dumped diffs of a SWE run again."""
+    from lit_codeRL.envs.swe.regrade import main as regrade_main
+
+    try:
+        regrade_main(argv)
+    except ConfigError as err:
+        print(f"lit-coderl regrade: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

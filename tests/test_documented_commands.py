@@ -203,6 +203,8 @@ NOT_RUN: dict[str, str] = {
     "python scripts/train_dqn_codegen.py --require-train-solved 7": "a measurement: DQN to 7 solved "
     "(minutes); tests/dqn/test_dqn_module.py trains the module",
     "python scripts/train_dqn_codegen.py": "a measurement (minutes); tests/dqn/test_dqn_module.py",
+    "lit-coderl regrade runs/grpo_swe/version_0/rollouts.jsonl": "grades a finished SWE run's dump; "
+    "tests/rollout/test_swe_episodes.py runs `lit-coderl regrade` on a dump it made",
     "python scripts/bench_sandbox.py": "a benchmark; tests/scripts/test_bench_sandbox_smoke.py",
     "python scripts/bench_grpo_vs_trl.py": "a benchmark (needs trl); tests/scripts/test_bench_grpo_smoke.py",
     "python scripts/bench_generation.py": "a benchmark (decode throughput, minutes)",

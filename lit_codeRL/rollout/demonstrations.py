@@ -6,6 +6,10 @@ Two kinds of source (``DemonstrationSettings.source``):
   problem with a reference solution becomes one row, its prompt rendered exactly as rollouts
   render it (env observation -> chat template) and its answer in the code fence rollouts are
   asked for, ended by the end-of-turn token;
+* **SWE tasks** (``swe``, ``swe:<file or dataset>``): each task's reference trajectory, played for
+  real in a workspace (``envs/swe/reference.py``: the gold patch applied with ``git apply`` in one
+  ``<execute>`` turn, then ``<submit/>``), kept only when its grade resolves the task; the
+  observation between the turns is the env's own;
 * **a rollout dump** (``rollouts.jsonl`` of any lit-coderl run, single- or multi-turn): rows
   rebuilt from the saved token ids, trainable exactly on the spans the policy wrote (observations
   stay masked), optionally only those with ``reward >= min_reward`` (filtered BC / rejection
@@ -115,6 +119,44 @@ def dump_demonstrations(path: Path, min_reward: float | None) -> list[list[Segme
     return rows
 
 
+def swe_demonstrations(problems: list[Problem], chat: ChatFormat) -> list[list[Segment]]:
+    """The reference trajectory of every SWE task (see the module docstring) as trajectory rows:
+    prompt, ``<execute>`` action, the env's observation (masked), ``<submit/>`` and end-of-turn."""
+    import logging
+
+    from lit_codeRL.envs.swe.env import ContainerEnv
+    from lit_codeRL.envs.swe.reference import reference_episode
+
+    tokenizer = chat.tokenizer
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    rows, dropped = [], []
+    with ContainerEnv(data_name_or_path=None) as env:
+        for p in problems:
+            episode = reference_episode(env, p.metadata["swe_task"])
+            if episode.reward < 1.0 or len(episode.actions) != 2:
+                dropped.append(p.task_id)
+                continue
+            prompt = chat.prompt_ids(episode.prompt)
+            first = tokenizer(episode.actions[0], add_special_tokens=False)["input_ids"]
+            observation = chat.observation_ids(episode.observations[0], first)
+            last = tokenizer(episode.actions[1], add_special_tokens=False)["input_ids"] + eos
+            rows.append(
+                [
+                    Segment(prompt),
+                    Segment(first, True, turn=0),
+                    Segment(observation, turn=0),
+                    Segment(last, True, turn=1),
+                ]
+            )
+    if dropped:
+        logging.getLogger(__name__).warning(
+            "%d SWE reference trajectories did not resolve their task and were dropped: %s",
+            len(dropped),
+            ", ".join(dropped[:10]),
+        )
+    return rows
+
+
 def load_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[list[Segment]]:
     """Every kept demonstration as trajectory segments; a clear error when there are none."""
     path = Path(settings.source).expanduser()
@@ -122,9 +164,11 @@ def load_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[list
         rows = dump_demonstrations(path, settings.min_reward)
     else:
         problems = load_problem_set(ProblemSettings(source=settings.source, split=settings.split))
-        rows = problem_demonstrations(
-            problems, ChatFormat(tokenizer, settings.system_prompt), settings.num_shown_tests
-        )
+        chat = ChatFormat(tokenizer, settings.system_prompt)
+        if problems and "swe_task" in problems[0].metadata:
+            rows = swe_demonstrations(problems, chat)
+        else:
+            rows = problem_demonstrations(problems, chat, settings.num_shown_tests)
     rows = [r for r in rows if sum(len(s.ids) for s in r) <= settings.max_length]
     if settings.limit is not None:
         rows = rows[: settings.limit]

@@ -15,6 +15,7 @@ Action tokens are always the exact sampled ids; only observations are tokenized 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,9 +124,11 @@ class Episode:
                     "verdict": t.info.get("verdict", ""),
                     "finish_reason": t.finish_reason,
                     "observation": t.observation,
+                    **t.info.get("dump", {}),
                 }
                 for t in self.turns
             ],
+            **last.info.get("episode", {}),
             "input_ids": ids,
             "trainable_spans": spans,
         }
@@ -164,6 +167,9 @@ class EpisodeRunner:
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        stops = [t for t in getattr(env, "stop_strings", []) if t not in sampling.stop]
+        if stops:  # the env's action format ends at these (``</execute>``): stop there
+            sampling = dataclasses.replace(sampling, stop=[*sampling.stop, *stops])
         self.engine, self.env, self.sampling = engine, env, sampling
         self.max_turns, self.max_context_tokens = max_turns, max_context_tokens
         self.chat = ChatFormat(engine.tokenizer, system_prompt)
@@ -207,7 +213,27 @@ class EpisodeRunner:
                 self._turn(
                     live, [e.context_ids() for e in live], 1, generator, stats, turn == self.max_turns - 1
                 )
+        self._finish(episodes)
         return episodes
+
+    def _finish(self, episodes: list[Episode]) -> None:
+        """Tell an env that holds per-episode resources (workspaces) that its episodes ended.
+
+        ``finish_batch(states, truncated)`` (optional) may return a final result for an episode
+        the runner cut: its reward is added to the last turn (SWE: the grade of the diff as it
+        stands) and its info merged there."""
+        finish = getattr(self.env, "finish_batch", None)
+        if finish is None:
+            return
+        results = finish([e.state for e in episodes], [e.truncated and e.valid for e in episodes])
+        for episode, result in zip(episodes, results, strict=True):
+            if result is None or not episode.turns:
+                continue
+            last = episode.turns[-1]
+            last.reward += float(result.reward)
+            last.info.update(result.info)
+            if result.info.get("sandbox_error") or result.info.get("masked"):
+                episode.valid, episode.end_reason = False, str(result.info.get("verdict", "sandbox_error"))
 
     def _turn(
         self,
@@ -251,6 +277,8 @@ class EpisodeRunner:
     def _after_step(self, episode: Episode, step: Turn, result: Any, last: bool) -> None:
         if result.info.get("sandbox_error"):
             episode.valid, episode.end_reason = False, "sandbox_error"
+        elif result.info.get("masked"):  # the env's own limit stopped it (e.g. its time budget)
+            episode.valid, episode.end_reason = False, str(result.info.get("verdict", "masked"))
         elif result.terminated:
             episode.terminated, episode.end_reason = True, "terminated"
         elif result.truncated:

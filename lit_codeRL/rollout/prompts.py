@@ -15,7 +15,8 @@ class ProblemSettings:
 
     source: str = "embedded"
     """``embedded`` (the set in ``data/``), ``mbpp`` (hub), a hub id, a local MBPP/seed-JSON file or dir,
-    or ``humaneval``."""
+    ``humaneval``, or SWE tasks for ``env.name: swe``: ``swe`` (the shipped ``data/swe``) or
+    ``swe:<JSONL/JSON/parquet file, datasets dir or hub id>`` of SWE-bench rows."""
     split: str = "train"
     """Split of the source (MBPP: train/test/validation/prompt; embedded: train/eval)."""
     limit: int | None = None

@@ -7,7 +7,8 @@ Every backend runs the same ``_server.py`` fork server; they differ only in the 
 - ``bwrap``: bubblewrap with all namespaces unshared (no network, private PID/IPC/UTS namespaces),
   a read-only view of ``/usr`` and exactly the files the real interpreter needs (:func:`interpreter`:
   venv, conda, pyenv or system), no ``/etc``, ``$HOME``, repo or host ``/tmp``; size-capped private
-  tmpfs ``/tmp`` and ``/dev/shm`` as the only writable places; ``--die-with-parent``.
+  tmpfs ``/tmp`` and ``/dev/shm`` as the only writable places (bwrap's own tmpfs root and ``/dev``
+  are remounted read-only after the last mount); ``--die-with-parent``.
 - ``apptainer``: ``apptainer exec --containall --cleanenv --net --network none`` on a ``.sif`` image
   (``env/sandbox.def``), the server directory bound read-only.
 
@@ -143,26 +144,27 @@ def local_argv(cfg: SandboxConfig, work_root: str) -> list[str]:
     return [cfg.python, "-I", "-S", "-B", str(SERVER_PATH), server_config(cfg, work_root)]
 
 
-def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
-    """bubblewrap command line for one worker (unit-tested; see the module docstring)."""
-    interp = interpreter(cfg.python)
-    argv = [
-        bwrap,
-        "--unshare-all",  # user, ipc, pid, net (loopback only), uts, cgroup
-        "--unshare-user",
-        "--disable-userns",  # the program cannot build nested namespaces
-        "--die-with-parent",
-        "--new-session",  # no TIOCSTI into the caller's terminal
-        "--uid",
-        "65534",
-        "--gid",
-        "65534",
-        "--hostname",
-        "sandbox",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-    ]
+BWRAP_ISOLATION = (
+    "--unshare-all",  # user, ipc, pid, net (loopback only), uts, cgroup
+    "--unshare-user",
+    "--disable-userns",  # the program cannot build nested namespaces
+    "--die-with-parent",
+    "--new-session",  # no TIOCSTI into the caller's terminal
+    "--uid",
+    "65534",
+    "--gid",
+    "65534",
+    "--hostname",
+    "sandbox",
+)
+"""The namespace and identity flags every bwrap sandbox starts with (program workers and
+workspaces alike)."""
+
+
+def bwrap_system_binds(interp: Interpreter) -> list[str]:
+    """Read-only ``/usr`` (``/bin``, ``/lib*``, ``/sbin`` as the symlinks or dirs they are here)
+    plus exactly the interpreter's own files, with its ``site-packages`` masked."""
+    argv = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin"):
         p = Path("/") / name
         if p.is_symlink():
@@ -173,6 +175,13 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
         argv += ["--ro-bind", path, path]
     for path in interp.masks:
         argv += ["--tmpfs", path, "--remount-ro", path]
+    return argv
+
+
+def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
+    """bubblewrap command line for one worker (unit-tested; see the module docstring)."""
+    interp = interpreter(cfg.python)
+    argv = [bwrap, *BWRAP_ISOLATION, *bwrap_system_binds(interp)]
     argv += [
         "--ro-bind",
         str(SERVER_PATH.parent),
@@ -191,6 +200,14 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
         str(BWRAP_TMPFS_BYTES),
         "--tmpfs",
         "/tmp",
+        # bwrap's root and /dev are tmpfs mounts of its own, writable by the sandbox uid and without
+        # a size: read-only once every mount point above exists, or a program could fill memory
+        # through them and leave files there for the next program (the server empties only its
+        # scratch dirs). /tmp and /dev/shm are separate mounts and stay writable.
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
         "--chdir",
         "/tmp",
         "--",
@@ -302,24 +319,21 @@ def resolve_backend(cfg: SandboxConfig) -> str:
     raise SandboxUnavailable(f"no isolating sandbox backend works here ({why}). Fix: {FIX}")
 
 
-class PidsCgroup:
-    """A per-worker pids cgroup (v1 ``pids`` hierarchy or v2 with the pids controller), if writable.
+class _Cgroup:
+    """A cgroup directory this process made for one worker or session: join it through
+    :attr:`procs`, list its processes, :meth:`remove` it once they are gone. ``path is None``
+    when no candidate was writable."""
 
-    RLIMIT_NPROC is not enforced for uid 0, so when the trainer runs as root this is the only
-    bound on a fork bomb besides the server's kill loop. Absent (``path is None``) when unavailable.
-    """
+    path: Path | None = None
 
-    def __init__(self, limit: int) -> None:
-        self.path: Path | None = None
-        for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-            if not (root / "cgroup.procs").exists():
-                continue
-            if root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.subtree_control"):
-                continue
-            path = root / "lit_coderl" / f"w{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    def _make(self, parents: Iterable[Path], prefix: str, limit_file: str, limit: int) -> bool:
+        """Make ``<parent>/lit_coderl/<prefix><pid>-<id>`` with ``limit`` written to ``limit_file``
+        under the first parent where that works; ``False`` when none does."""
+        for parent in parents:
+            path = parent / "lit_coderl" / f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:8]}"
             try:
                 path.mkdir(parents=True)
-                (path / "pids.max").write_text(str(limit))
+                (path / limit_file).write_text(str(int(limit)))
             except OSError:
                 try:
                     path.rmdir()
@@ -327,16 +341,15 @@ class PidsCgroup:
                     pass
                 continue
             self.path = path
-            break
+            return True
+        return False
 
     @property
     def procs(self) -> str | None:
         return str(self.path / "cgroup.procs") if self.path else None
 
     def pids(self) -> list[int]:
-        if self.path is None:
-            return []
-        return [int(x) for x in _read(self.path / "cgroup.procs").split()]
+        return [int(x) for x in _read(self.path / "cgroup.procs").split()] if self.path else []
 
     def remove(self) -> None:
         if self.path is not None:
@@ -344,6 +357,95 @@ class PidsCgroup:
                 self.path.rmdir()
             except OSError:
                 pass
+
+
+class PidsCgroup(_Cgroup):
+    """A per-worker pids cgroup (v1 ``pids`` hierarchy or v2 with the pids controller), if writable.
+
+    RLIMIT_NPROC is not enforced for uid 0, so when the trainer runs as root this is the only
+    bound on a fork bomb besides the server's kill loop. Absent (``path is None``) when unavailable.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.path = None
+        for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+            if not (root / "cgroup.procs").exists():
+                continue
+            if root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.subtree_control"):
+                continue
+            if self._make([root], "w", "pids.max", limit):
+                break
+
+
+class MemoryCgroup(_Cgroup):
+    """A per-session memory cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``), if writable.
+
+    Made below this process's own memory cgroup where possible, so it can only narrow the limit
+    the trainer already runs under. tmpfs pages written inside a sandbox are charged to it too.
+    Absent (``path is None``) when unavailable; :meth:`remove` after every process has left.
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.path = None
+        for root, limit_file, own in (
+            (Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes", _own_cgroup("memory")),
+            (Path("/sys/fs/cgroup"), "memory.max", _own_cgroup("")),
+        ):
+            if not (root / "cgroup.procs").exists() or (
+                root == Path("/sys/fs/cgroup") and not _v2_has(root, "memory")
+            ):
+                continue
+            parents = dict.fromkeys([root / own.lstrip("/") if own else root, root])
+            if self._make(parents, "m", limit_file, limit_bytes):
+                return
+
+
+def sweep_stale_cgroups() -> int:
+    """Remove the per-worker/per-session cgroups (``w<pid>-*``, ``m<pid>-*``) of processes that no
+    longer exist: a trainer killed with SIGKILL cannot remove its own. Returns how many went."""
+    removed = 0
+    parents = {Path("/sys/fs/cgroup/pids/lit_coderl"), Path("/sys/fs/cgroup/lit_coderl")}
+    own = _own_cgroup("memory").lstrip("/")
+    parents |= {Path("/sys/fs/cgroup/memory") / own / "lit_coderl", Path("/sys/fs/cgroup/memory/lit_coderl")}
+    for parent in parents:
+        try:
+            entries = list(parent.iterdir())
+        except OSError:
+            continue
+        for d in entries:
+            pid = d.name[1:].split("-", 1)[0]
+            if d.name[:1] in "wm" and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                try:
+                    d.rmdir()  # only succeeds once no process is left in it
+                    removed += 1
+                except OSError:
+                    pass
+    return removed
+
+
+def _own_cgroup(controller: str) -> str:
+    """This process's cgroup path in the v1 hierarchy of ``controller`` ("" = the v2 one)."""
+    for line in _read(Path("/proc/self/cgroup")).splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if (controller and controller in ctrls.split(",")) or (not controller and ctrls == ""):
+            return path
+    return ""
+
+
+def _v2_has(root: Path, controller: str) -> bool:
+    return controller in _read(root / "cgroup.subtree_control").split()
+
+
+def join_cgroups_argv(procs_files: Iterable[str | None], argv: list[str]) -> list[str]:
+    """``argv`` prefixed by a shell that moves itself into each cgroup (its ``cgroup.procs``)
+    before exec, so every process the wrapper forks starts inside them."""
+    files = [f for f in procs_files if f]
+    if not files:
+        return list(argv)
+    script = (
+        'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; exec "$@"'
+    )
+    return ["/bin/sh", "-c", script, "sh", str(len(files)), *files, *argv]
 
 
 @functools.cache

@@ -56,15 +56,30 @@ class RolloutModule(PolicyModule):
         self.pass_rate = MeanMetric()
         self.dataset: RolloutDataset | None = None
         self.sandbox = None
+        self.env: Any = None
 
     # ------------------------------------------------------------------ data
     def setup(self, stage: str) -> None:
         if stage != "fit" or self.dataset is not None:
             return
-        self.sandbox = make_sandbox(self.sandbox_config)
-        env = make_env(self.env_settings, self.sandbox, self.problem_settings.num_shown_tests)
+        self.sandbox = make_sandbox(self.sandbox_config) if self.env_settings.needs_sandbox else None
+        env = self.env = make_env(self.env_settings, self.sandbox, self.problem_settings.num_shown_tests)
         rank = self.trainer.global_rank if self._trainer is not None else 0
-        stream = ProblemStream(load_problem_set(self.problem_settings), seed=self.rollout_seed, rank=rank)
+        problems = load_problem_set(self.problem_settings)
+        if self.env_settings.name != "swe" and any("swe_task" in p.metadata for p in problems):
+            from lit_codeRL.errors import ConfigError
+
+            raise ConfigError(
+                f"problems.source {self.problem_settings.source!r} holds SWE tasks: set env.name: swe"
+            )
+        validate = getattr(env, "validate_problems", None)
+        if validate is not None:  # SWE: every task's reference patch must resolve it
+            problems = validate(problems)
+            if not problems:
+                from lit_codeRL.errors import ConfigError
+
+                raise ConfigError("no task left after validation (see the warnings above)")
+        stream = ProblemStream(problems, seed=self.rollout_seed, rank=rank)
         runner = EpisodeRunner(
             self.engine,
             env,
@@ -86,6 +101,9 @@ class RolloutModule(PolicyModule):
         self.setup_run_dir("rollouts")
 
     def teardown(self, stage: str) -> None:
+        close_env = getattr(getattr(self, "env", None), "close", None)
+        if close_env is not None:  # the SWE env's workspaces
+            close_env()
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
@@ -148,6 +166,12 @@ class RolloutModule(PolicyModule):
         }
         if self.env_settings.max_turns > 1:
             metrics.update(turn_metrics(records, self.env_settings.max_turns))
+        commands = [r["num_commands"] for r in records if "num_commands" in r]
+        if commands:  # agent envs: shell commands per episode and their time
+            metrics["train/num_commands"] = sum(commands) / len(commands)
+            metrics["train/command_s"] = sum(
+                r.get("command_s", 0.0) for r in records if "num_commands" in r
+            ) / len(commands)
         for key, values in stats.items():
             metrics[f"train/{key}"] = sum(values) / len(values)
         self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)

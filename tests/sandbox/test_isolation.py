@@ -88,6 +88,51 @@ def test_every_interpreter_is_isolated(kind, interpreters, bwrap_ok, tmp_path):
     assert res.test_passed == [True, False, True, True], res
 
 
+# Tries to leave a file (and a new directory) in each place outside the scratch mounts and to
+# remount the root writable; prints what it managed as JSON.
+WRITE_OUTSIDE_SCRATCH = textwrap.dedent(
+    """
+    import ctypes, json, os
+    made = {}
+    for d in %r:
+        for path in (os.path.join(d, "x_probe"), os.path.join(d, "x_probe_dir", "f")):
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write("x")
+                made[path] = "written"
+            except OSError as e:
+                made[path] = e.errno
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_REMOUNT, MS_BIND = 32, 4096
+    made["remount"] = libc.mount(None, b"/", None, MS_REMOUNT | MS_BIND, None)
+    print(json.dumps(made))
+    """
+)
+OUTSIDE_SCRATCH = ("/", "/root", "/etc", "/opt", "/usr", "/home", "/var", "/dev")
+
+
+def test_nothing_outside_scratch_is_writable_or_survives(bwrap_ok):
+    """bwrap's root (and /dev) are tmpfs mounts owned by the sandbox uid and without a size: unless
+    read-only, a program could fill memory through them and leave files the next program on the
+    same worker sees. Only /tmp and /dev/shm (size-capped, emptied after every program) take
+    writes."""
+    with make_sandbox(backend="bwrap", workers=1, timeout_s=5.0) as sb:
+        first = sb.run(Program(code=WRITE_OUTSIDE_SCRATCH % (OUTSIDE_SCRATCH + ("/tmp", "/dev/shm"),)))
+        made = json.loads(first.stdout)
+        assert made.pop("remount") == -1, "the program remounted / writable"
+        written = sorted(p for p, r in made.items() if r == "written")
+        scratch = sorted(p for p in made if p.startswith(("/tmp/", "/dev/shm/")))
+        assert written == scratch, f"written outside /tmp and /dev/shm: {sorted(set(written) - set(scratch))}"
+        later = sb.run(
+            Program(
+                code="import os",
+                tests=(f"assert [p for p in {sorted(made)!r} if os.path.lexists(p)] == []",),
+            )
+        )
+        assert later.test_passed == [True], later
+
+
 def test_probe_starts_the_real_worker(monkeypatch, bwrap_ok):
     """The probe is the worker: break the worker's command line and the probe reports it."""
     monkeypatch.setattr(pool, "_PROBED", {})

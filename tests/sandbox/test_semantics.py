@@ -139,7 +139,13 @@ def test_bwrap_argv_is_locked_down():
     for i, a in enumerate(argv):  # site-packages under a bound prefix: hidden and read-only
         if a == "--tmpfs" and argv[i + 1].endswith("site-packages"):
             assert argv[i + 2 : i + 4] == ["--remount-ro", argv[i + 1]]
-    tail = argv[argv.index("--") + 1 :]
+    # bwrap's own tmpfs root and /dev: read-only after the last mount that creates a mount point
+    end = argv.index("--")
+    ro_at = [i for i in range(end) if argv[i] == "--remount-ro" and argv[i + 1] in ("/", "/dev")]
+    assert sorted(argv[i + 1] for i in ro_at) == ["/", "/dev"]
+    mounts = ("--ro-bind", "--bind", "--tmpfs", "--proc", "--dev", "--symlink", "--dir")
+    assert max(i for i in range(end) if argv[i] in mounts) < min(ro_at)
+    tail = argv[end + 1 :]
     assert tail[0] == os.path.realpath(tail[0]) and tail[1:4] == ["-I", "-S", "-B"]  # the real binary
 
 

@@ -1,0 +1,67 @@
+import pytest
+
+from calckit.evaluator import evaluate
+from calckit.tokens import CalcError
+
+
+def test_single_number():
+    assert evaluate("42") == 42
+
+
+def test_precedence_mul_over_add():
+    assert evaluate("1 + 2 * 3") == 7
+
+
+def test_parentheses():
+    assert evaluate("(1 + 2) * 3") == 9
+
+
+def test_power_right_associative():
+    assert evaluate("2 ^ 3 ^ 2") == 512
+
+
+def test_division_by_zero():
+    with pytest.raises(CalcError):
+        evaluate("1 / (2 - 2)")
+
+
+def test_unbalanced():
+    with pytest.raises(CalcError):
+        evaluate("(1 + 2")
+
+
+def test_subtraction_left_associative():
+    assert evaluate("8 - 3 - 2") == 3
+
+
+def test_division_then_multiplication():
+    assert evaluate("12 / 2 * 3") == 18
+
+
+def test_subtraction_then_addition():
+    assert evaluate("10 - 2 + 3") == 11
+
+
+def test_leading_minus():
+    assert evaluate("-3 + 5") == 2
+
+
+def test_minus_after_operator():
+    assert evaluate("2 * -3") == -6
+
+
+def test_minus_before_parenthesis():
+    assert evaluate("-(1 + 2) * 2") == -6
+
+
+def test_negation_binds_looser_than_power():
+    assert evaluate("-2 ^ 2") == -4
+
+
+def test_negative_exponent():
+    assert evaluate("2 ^ -1") == 0.5
+
+
+def test_double_negation():
+    assert evaluate("3 - -2") == 5
+    assert evaluate("--4") == 4

@@ -1,0 +1,3 @@
+"""numkit: small numeric helpers."""
+
+__version__ = "1.0.0"

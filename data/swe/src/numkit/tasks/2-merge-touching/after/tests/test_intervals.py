@@ -1,0 +1,29 @@
+from numkit.intervals import merge, total_length
+
+
+def test_merge_overlapping():
+    assert merge([(5, 8), (1, 3), (2, 4)]) == [(1, 4), (5, 8)]
+
+
+def test_merge_disjoint_sorted():
+    assert merge([(10, 12), (1, 2)]) == [(1, 2), (10, 12)]
+
+
+def test_merge_contained():
+    assert merge([(1, 10), (2, 3)]) == [(1, 10)]
+
+
+def test_total_length():
+    assert total_length([(0, 2), (1, 5), (7, 8)]) == 6
+
+
+def test_merge_touching():
+    assert merge([(1, 3), (3, 5)]) == [(1, 5)]
+
+
+def test_merge_touching_chain():
+    assert merge([(6, 9), (0, 2), (2, 6)]) == [(0, 9)]
+
+
+def test_total_length_touching():
+    assert total_length([(0, 1), (1, 2), (2, 3)]) == 3

@@ -1,0 +1,3 @@
+"""textkit: text utilities."""
+
+__version__ = "1.0.0"

@@ -1,0 +1,419 @@
+"""``ContainerEnv``: multi-turn software-engineering episodes in an isolated repository.
+
+An episode is one SWE task (``problems/swe.py``) in its own workspace session
+(``sandbox/workspace.py``: the repository at the base commit with its history cut there, no
+network, bounded commands). The policy runs one shell command per turn as
+``<execute>cmd</execute>`` (the generation's stop string is ``</execute>``) and sees the command's
+output and the current ``git diff``; ``<submit/>`` ends the episode. Which tag wins, and what a
+missing or cut-off command gets, is defined in ``actions.py``.
+
+The reward is given once, at the end, by grading the episode's diff in a fresh workspace
+(``grading.py``): never in the agent's own workspace, never from its stdout. An episode the
+runner cuts (``max_turns``, context) is graded on its diff as it stands (``grade_on_truncation``,
+SWE-agent's auto-submit) or gets 0. Limits per episode: the runner's turns and context, the
+per-command time limit, and the total command time ``max_episode_command_s``: an episode that
+exhausts it is *masked out of the loss* (``valid`` False), not rewarded 0, because what stopped it
+is the environment's clock, not a wrong answer (rLLM's ``ENV_TIMEOUT`` handling). A workspace
+that fails (cannot start, dies) masks the episode the same way.
+
+Two interfaces: the batched :class:`~lit_codeRL.envs.protocol.TextEnv` one the episode runner
+drives (``reset_batch``/``step_batch``/``finish_batch``), and the original single-episode one
+(``reset()`` -> dict with ``problem_statement``, ``step(text)`` -> ``(message, reward, done,
+extra)``, ``close()``, a context manager).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lit_codeRL.envs.protocol import Action, EpisodeStart, PendingSteps, StepResult
+from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
+from lit_codeRL.envs.swe.grading import SWEGrade, SWEGrader
+from lit_codeRL.envs.swe.prompt import FEEDBACK, IGNORED_NOTE, command_observation, task_prompt
+from lit_codeRL.envs.swe.tools import ToolBundle, load_tools
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.swe import RepoCache, SWETask, load_swe_tasks
+from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, open_workspace
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SWESettings:
+    """Knobs of :class:`ContainerEnv` (``env.swe`` in configs)."""
+
+    tools: list[str] = field(default_factory=lambda: ["search"])
+    """Tool bundles installed into every workspace (``<tools_path>/<name>/{bin,config.yaml,install.sh}``)."""
+    tools_path: str | None = None
+    """Where the tool bundles live (``base_tools_path``); ``None``: ``env/tools`` of this checkout."""
+    command_timeout_s: float = 30.0
+    """Time limit of one command (killed with its whole process tree after it)."""
+    max_episode_command_s: float = 300.0
+    """Total command time of an episode; an episode that uses it up is masked out of the loss."""
+    max_output_chars: int = 3000
+    """Command output shown per turn (head and tail kept, the middle cut with a marker)."""
+    max_diff_chars: int = 2000
+    """``git diff`` shown per turn (head and tail kept)."""
+    grade_on_truncation: bool = True
+    """An episode cut by the runner's turn or context limit is graded on its diff as it stands
+    (auto-submit); off: it gets reward 0 without grading."""
+    partial_credit: bool = False
+    """Reward the fraction of FAIL_TO_PASS tests passed when every PASS_TO_PASS test passes."""
+    grade_timeout_s: float = 300.0
+    """Time limit of one grading run (apply the diff, restore tests, run them)."""
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    """The isolation backend and per-session limits (shared by the agent's and grading workspaces)."""
+    sif_folder: str | None = None
+    """Apptainer users: a folder of per-instance images (``<instance_id>.sif`` or the file name of
+    the task's ``image``); a task with an image there runs in it (backend apptainer)."""
+    repo_cache: str | None = None
+    """Where prepared (history-cut) repositories are cached; ``None``: ``$LIT_CODERL_SWE_CACHE`` or
+    ``~/.cache/lit-coderl/swe-repos``."""
+    parallel: int = 8
+    """Workspace operations (resets, commands, gradings) running at once."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workspace, dict):  # from YAML without a class path
+            self.workspace = WorkspaceConfig(**self.workspace)
+        for name in ("command_timeout_s", "max_episode_command_s", "grade_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"env.swe.{name} must be > 0")
+        if self.parallel < 1:
+            raise ValueError("env.swe.parallel must be >= 1")
+
+
+@dataclass
+class SWEState:
+    """One episode: its task, its workspace, and what it has used."""
+
+    task: SWETask
+    workspace: Workspace | None = None
+    error: str | None = None
+    """Why the workspace failed (the episode is masked)."""
+    turn: int = 0
+    command_s: float = 0.0
+    commands: int = 0
+    last_diff: str = ""
+    done: bool = False
+    grade: SWEGrade | None = None
+
+
+def swe_task(problem: Problem) -> SWETask:
+    task = problem.metadata.get("swe_task")
+    if not isinstance(task, SWETask):
+        raise ConfigError(f"problem {problem.task_id!r} is not a SWE task (use problems.source: swe)")
+    return task
+
+
+class ContainerEnv:
+    """SWE tasks in isolated workspaces (see the module docstring).
+
+    Args:
+        data_name_or_path: Tasks for the single-episode interface: ``embedded`` (the shipped
+            tasks), a JSONL/JSON/parquet file of SWE-bench rows, or a dataset id. The batched
+            interface takes its tasks from the problems it is given instead.
+        split: Split of those tasks.
+        sif_folder: See :attr:`SWESettings.sif_folder`.
+        base_tools_path: See :attr:`SWESettings.tools_path`.
+        tool_list: See :attr:`SWESettings.tools`.
+        settings: Every other knob; the arguments above override its fields.
+        grader: Grades diffs (default: :class:`SWEGrader` with the same workspace settings).
+    """
+
+    stop_strings = STOP_STRINGS
+
+    def __init__(
+        self,
+        data_name_or_path: str | None = "embedded",
+        split: str = "train",
+        sif_folder: str | None = None,
+        base_tools_path: str | None = None,
+        tool_list: Sequence[str] | None = None,
+        settings: SWESettings | None = None,
+        grader: SWEGrader | None = None,
+    ) -> None:
+        s = settings or SWESettings()
+        overrides: dict[str, Any] = {}
+        if sif_folder is not None:
+            overrides["sif_folder"] = sif_folder
+        if base_tools_path is not None:
+            overrides["tools_path"] = base_tools_path
+        if tool_list is not None:
+            overrides["tools"] = list(tool_list)
+        self.settings = s = dataclasses.replace(s, **overrides) if overrides else s
+        self.tools: list[ToolBundle] = load_tools(s.tools, s.tools_path)
+        self.repos = RepoCache(s.repo_cache)
+        self.grader = grader or SWEGrader(s.workspace, self.repos, s.grade_timeout_s, s.partial_credit)
+        self._pool = ThreadPoolExecutor(s.parallel, thread_name_prefix="swe-env")
+        self._open: set[Workspace] = set()
+        self._lock = threading.Lock()
+        self.data_name_or_path, self.split = data_name_or_path, split
+        self._tasks: list[SWETask] | None = None
+        self._next_task = 0
+        self._single: SWEState | None = None
+
+    # ------------------------------------------------------------------ workspaces
+    def _workspace_config(self, task: SWETask) -> WorkspaceConfig:
+        config = dataclasses.replace(
+            self.settings.workspace, command_timeout_s=self.settings.command_timeout_s
+        )
+        folder = self.settings.sif_folder
+        if folder:
+            for name in (f"{task.instance_id}.sif", Path(task.image or "").name.replace(":", "_") + ".sif"):
+                image = Path(folder).expanduser() / name
+                if name != ".sif" and image.is_file():
+                    return dataclasses.replace(config, backend="apptainer", apptainer_image=str(image))
+        return config
+
+    def _open_workspace(self, task: SWETask) -> Workspace:
+        ws = open_workspace(
+            self._workspace_config(task),
+            self.repos.get(task),
+            binds={str(t.path): t.mount for t in self.tools},
+        )
+        with self._lock:
+            self._open.add(ws)
+        try:
+            # the tools' bin/ go in front of PATH through the session's persistent exported state
+            if self.tools:
+                bins = ":".join(f"{t.mount}/bin" for t in self.tools)
+                ws.run(f'export PATH="{bins}:$PATH"', timeout=10)
+            for tool in self.tools:
+                if tool.has_install:
+                    out = ws.run(f"bash {tool.mount}/install.sh", timeout=60)
+                    if out.exit_code != 0:
+                        raise RuntimeError(f"tool {tool.name}: install.sh failed: {out.output[-300:]}")
+        except BaseException:
+            self._close(ws)
+            raise
+        return ws
+
+    def _close(self, ws: Workspace | None) -> None:
+        if ws is None:
+            return
+        with self._lock:
+            self._open.discard(ws)
+        try:
+            ws.close()
+        except Exception:  # noqa: BLE001 - teardown must not lose a run
+            logger.exception("closing a workspace failed")
+
+    def _start(self, task: SWETask) -> SWEState:
+        state = SWEState(task)
+        try:
+            state.workspace = self._open_workspace(task)
+        except Exception as e:  # noqa: BLE001 - the episode is masked, the run goes on
+            logger.warning("workspace for %s failed to start: %s", task.instance_id, e)
+            state.error = f"{type(e).__name__}: {e}"
+        return state
+
+    def first_observation(self, task: SWETask) -> str:
+        return task_prompt(task.problem_statement, self.tools, self.settings.command_timeout_s)
+
+    # ------------------------------------------------------------------ TextEnv
+    def validate_problems(self, problems: Sequence[Problem]) -> list[Problem]:
+        """The problems whose task validates (its reference patch resolves it, the base does
+        not; cached per machine), the others dropped with a warning naming them and why."""
+        reasons = list(self._pool.map(lambda p: self.grader.validate(swe_task(p)), problems))
+        dropped = [(p.task_id, why) for p, why in zip(problems, reasons, strict=True) if why]
+        for task_id, why in dropped:
+            logger.warning("SWE task %s dropped: %s", task_id, why)
+        if dropped:
+            logger.warning("%d of %d SWE tasks dropped by validation", len(dropped), len(problems))
+        return [p for p, why in zip(problems, reasons, strict=True) if not why]
+
+    def reset_batch(self, problems: Sequence[Problem]) -> list[EpisodeStart]:
+        tasks = [swe_task(p) for p in problems]
+        states = list(self._pool.map(self._start, tasks))
+        return [
+            EpisodeStart(self.first_observation(t), s, {"task_id": t.instance_id})
+            for t, s in zip(tasks, states, strict=True)
+        ]
+
+    def step_batch(self, states: Sequence[SWEState], actions: Sequence[Action]) -> PendingSteps:
+        futures: list[Future[StepResult]] = [
+            self._pool.submit(self._step, s, a) for s, a in zip(states, actions, strict=True)
+        ]
+        return PendingSteps(lambda: [f.result() for f in futures], lambda: all(f.done() for f in futures))
+
+    def finish_batch(self, states: Sequence[SWEState], truncated: Sequence[bool]) -> list[StepResult | None]:
+        """Called by the runner when episodes end: grade the truncated ones (if
+        ``grade_on_truncation``), close every workspace still open."""
+        futures = [self._pool.submit(self._finish, s, t) for s, t in zip(states, truncated, strict=True)]
+        return [f.result() for f in futures]
+
+    def _finish(self, state: SWEState, truncated: bool) -> StepResult | None:
+        if state.done or state.workspace is None:
+            self._close(state.workspace)
+            state.workspace = None
+            return None
+        if not (truncated and self.settings.grade_on_truncation):
+            self._end(state)
+            return StepResult("", 0.0, False, True, {"verdict": "not_graded"})
+        return self._grade(state, terminated=False)
+
+    def _step(self, state: SWEState, action: Action) -> StepResult:
+        state.turn += 1
+        if state.error is not None or state.workspace is None:
+            return self._masked(state, "sandbox_error", state.error or "no workspace")
+        parsed = parse_action(action.text, action.cut_off)
+        note = IGNORED_NOTE if parsed.ignored_text else ""
+        info: dict[str, Any] = {"turn": state.turn, "action": parsed.kind}
+        if parsed.kind == "submit":
+            return self._grade(state, terminated=True)
+        if parsed.kind != "execute":
+            info["dump"] = {"action": parsed.kind}
+            return StepResult(FEEDBACK[parsed.kind] + note, 0.0, False, False, info)
+        s = self.settings
+        remaining = s.max_episode_command_s - state.command_s
+        try:
+            result = state.workspace.run(parsed.command, timeout=min(s.command_timeout_s, remaining))
+            diff = state.workspace.diff()
+        except Exception as e:  # noqa: BLE001 - a dead workspace masks the episode
+            return self._masked(state, "sandbox_error", f"{type(e).__name__}: {e}")
+        state.command_s += result.wall_s
+        state.commands += 1
+        state.last_diff = diff
+        info["dump"] = {
+            "action": "execute",
+            "command": parsed.command,
+            "exit_code": result.exit_code,
+            "timed_out": result.timed_out,
+            "output": result.output[: s.max_output_chars * 2],
+            "diff": diff,
+            "wall_s": round(result.wall_s, 3),
+        }
+        info["wall_time_s"] = result.wall_s
+        if state.command_s >= s.max_episode_command_s:
+            return self._masked(state, "env_time_limit", f"{state.command_s:.0f} s of commands")
+        observation = command_observation(result, diff, s.max_output_chars, s.max_diff_chars) + note
+        return StepResult(observation, 0.0, False, False, info)
+
+    def _masked(self, state: SWEState, why: str, detail: str) -> StepResult:
+        self._end(state)
+        info = {"verdict": why, "reason": detail[:500], "masked": True, "turn": state.turn}
+        if why == "sandbox_error":
+            info["sandbox_error"] = True
+        return StepResult("", 0.0, False, True, info)
+
+    def _end(self, state: SWEState) -> None:
+        state.done = True
+        self._close(state.workspace)
+        state.workspace = None
+
+    def _grade(self, state: SWEState, terminated: bool) -> StepResult:
+        try:
+            diff = state.workspace.diff() if state.workspace is not None else state.last_diff
+        except Exception as e:  # noqa: BLE001
+            return self._masked(state, "sandbox_error", f"diff failed: {type(e).__name__}: {e}")
+        self._end(state)  # the agent's processes are gone before grading starts
+        grade = self.grader.grade(state.task, diff)
+        state.grade = grade
+        info: dict[str, Any] = {
+            "turn": state.turn,
+            "verdict": "passed" if grade.resolved else grade.verdict,
+            "resolved": grade.resolved,
+            "pass_fraction": _f2p_fraction(grade),
+            "num_commands": state.commands,
+            "command_s": round(state.command_s, 3),
+            "wall_time_s": grade.wall_s,
+            "episode": {
+                "diff": diff,
+                "grade": grade.to_dict(),
+                "instance_id": state.task.instance_id,
+                "num_commands": state.commands,
+                "command_s": round(state.command_s, 3),
+            },
+        }
+        if grade.infra_error:
+            info.update(sandbox_error=True, masked=True)
+        return StepResult("", grade.reward, terminated, not terminated, info)
+
+    def close(self) -> None:
+        """Close every workspace still open (idempotent)."""
+        with self._lock:
+            open_now = list(self._open)
+        for ws in open_now:
+            self._close(ws)
+        self._single = None
+
+    def __del__(self) -> None:  # a finalizer, not the contract: close() is
+        try:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+    # ------------------------------------------------------------------ the original interface
+    def tasks(self) -> list[SWETask]:
+        if self._tasks is None:
+            if self.data_name_or_path is None:
+                raise ConfigError("this ContainerEnv has no task source (data_name_or_path)")
+            self._tasks = load_swe_tasks(self.data_name_or_path, split=self.split)
+        return self._tasks
+
+    def reset(self, task: SWETask | str | int | None = None) -> dict[str, Any]:
+        """Start an episode: the next task in order, the one with this index or instance id, or
+        the given task. Returns ``{"problem_statement", "instance_id", "prompt"}``."""
+        if self._single is not None:
+            self._end(self._single)
+        if isinstance(task, SWETask):
+            chosen = task
+        elif task is None:
+            tasks = self.tasks()
+            chosen = tasks[self._next_task % len(tasks)]
+            self._next_task += 1
+        elif isinstance(task, int):
+            chosen = self.tasks()[task]
+        else:
+            matches = [t for t in self.tasks() if t.instance_id == task]
+            if not matches:
+                raise KeyError(f"no task {task!r} in {self.data_name_or_path!r} split {self.split!r}")
+            chosen = matches[0]
+        self._single = self._start(chosen)
+        if self._single.error:
+            raise RuntimeError(f"the workspace did not start: {self._single.error}")
+        return {
+            "problem_statement": chosen.problem_statement,
+            "instance_id": chosen.instance_id,
+            "prompt": self.first_observation(chosen),
+        }
+
+    def step(self, text: str, finish_reason: str = "stop") -> tuple[str, float, bool, dict[str, Any]]:
+        """One turn: ``(message, reward, done, extra)``; ``extra["output"]`` and ``extra["diff"]``
+        hold the command's output and the diff after it, ``extra["grade"]`` the grade at the end."""
+        if self._single is None or self._single.done:
+            raise RuntimeError("call reset() first")
+        result = self._step(self._single, Action(text, finish_reason))
+        dump = result.info.get("dump", {})
+        episode = result.info.get("episode", {})
+        extra = {
+            **{k: v for k, v in result.info.items() if k not in ("dump", "episode")},
+            "output": dump.get("output", ""),
+            "exit_code": dump.get("exit_code"),
+            "timed_out": dump.get("timed_out", False),
+            "diff": episode.get("diff", dump.get("diff", self._single.last_diff)),
+        }
+        if "grade" in episode:
+            extra["grade"] = episode["grade"]
+        done = result.terminated or result.truncated
+        return result.observation, result.reward, done, extra
+
+    def __enter__(self) -> ContainerEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _f2p_fraction(grade: SWEGrade) -> float:
+    if not grade.fail_to_pass:
+        return 0.0
+    return sum(s == "passed" for s in grade.fail_to_pass.values()) / len(grade.fail_to_pass)

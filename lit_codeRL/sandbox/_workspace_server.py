@@ -1,0 +1,471 @@
+"""The trusted server inside one workspace sandbox (stdlib only; run as ``python -I -S -B``).
+
+Why a server: a workspace lives for a whole episode, so something trusted has to stay inside the
+sandbox to start each agent command with the session's limits, capture its output without
+holding gigabytes, kill everything the command left behind, and answer file and diff requests
+without going through the agent's shell. It talks to the trainer over its stdin/stdout (4-byte
+length + JSON frames); no agent process ever holds those pipes.
+
+Two modes, set by the trainer in the config:
+
+- ``pid1`` (bwrap ``--as-pid-1``): the server is the init of the sandbox's PID namespace. The
+  kernel drops every signal sent to it from inside the namespace that it has no handler for, so
+  ``kill -9 -1`` or ``kill -9 1`` from the agent cannot stop it, and ``kill(-1, SIGKILL)`` from the
+  server is an exact "kill every agent process", detached daemons included.
+- subreaper (apptainer, where the instance's own init is PID 1): orphans are re-parented to the
+  server, which kills its whole tree after each command. An agent that SIGKILLs the server ends
+  its session (the trainer then reports it dead).
+
+What persists between commands: the working directory and the exported environment (written by
+an EXIT trap of each command's shell, read back here, applied to the next command). Shell
+functions, aliases, unexported variables and background processes do not: every process of a
+command is killed when it ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+_HDR = struct.Struct(">I")
+_STATE_MAX = 1 << 20  # the agent's shell writes the state file: never trust its size
+_WRAPPER = r"""
+__lcrl_state=$1
+trap 'builtin printf "%s\0" "$PWD" > "$__lcrl_state" 2>/dev/null && /usr/bin/env -0 >> "$__lcrl_state" 2>/dev/null' EXIT
+eval "$2"
+"""
+"""Each command: ``bash -c WRAPPER lcrl <state file> <cmd>``. ``eval`` runs the command in this
+shell, so ``cd`` and ``export`` change what the EXIT trap writes (also after ``exit N``)."""
+_DROP = {"SHLVL", "_", "PWD"}
+"""Variables bash sets itself: carrying them over would count SHLVL up forever."""
+
+
+def _send(obj: dict) -> None:
+    data = json.dumps(obj).encode()
+    _write_all(_HDR.pack(len(data)) + data)
+
+
+def _write_all(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+def _recv() -> dict | None:
+    def read_exact(n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = os.read(0, n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    hdr = read_exact(_HDR.size)
+    if hdr is None:
+        return None
+    body = read_exact(_HDR.unpack(hdr)[0])
+    return None if body is None else json.loads(body)
+
+
+# -- process control ---------------------------------------------------------------------------
+
+
+def _reap() -> bool:
+    """Reap every exited child; True when no child is left at all."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            return False
+
+
+def _children_tree() -> list[int]:
+    """Every process below this one (/proc scan), for the subreaper mode."""
+    me, parent = os.getpid(), {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read()
+                parent[int(name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, frontier = [], {me}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier and p not in out}
+        out += frontier
+    return out
+
+
+def _kill_all(cfg: dict) -> None:
+    """Kill every process the agent started, until none is left (a fork bomb included: a killed
+    process cannot fork, and each round kills whatever the last one missed)."""
+    for _ in range(10000):
+        if cfg["pid1"]:
+            try:
+                os.kill(-1, signal.SIGKILL)  # everything in our PID namespace but us
+                alive = True
+            except ProcessLookupError:
+                alive = False
+        else:
+            victims = _children_tree()
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            alive = bool(victims)
+        if _reap() and not alive:
+            return
+        time.sleep(0.001)
+
+
+def _limits(cfg: dict) -> None:
+    """In the forked child, before exec: the per-command rlimits."""
+    mem = int(cfg["memory_mb"]) << 20
+    disk = int(cfg["disk_mb"]) << 20
+    wanted = [(resource.RLIMIT_AS, mem), (resource.RLIMIT_FSIZE, disk), (resource.RLIMIT_CORE, 0)]
+    if cfg.get("nproc"):
+        wanted.append((resource.RLIMIT_NPROC, int(cfg["nproc"])))
+    for res, value in wanted:
+        try:
+            resource.setrlimit(res, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
+class Session:
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.repo = cfg["repo"]
+        self.env = dict(cfg["env"])
+        self.cwd = self.repo
+        self.base = ""
+        self.seq = 0
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def _home(self) -> None:
+        """HOME with git's identity; recreated if a command deleted it (``rm -rf /``)."""
+        home = self.cfg["env"].get("HOME", "/tmp/home")
+        if os.path.exists(os.path.join(home, ".gitconfig")):
+            return
+        try:
+            os.makedirs(home, exist_ok=True)
+            with open(os.path.join(home, ".gitconfig"), "w") as f:
+                f.write(
+                    "[user]\n\tname = agent\n\temail = agent@localhost\n"
+                    "[safe]\n\tdirectory = *\n[init]\n\tdefaultBranch = main\n"
+                    "[advice]\n\tdetachedHead = false\n"
+                )
+        except OSError:
+            pass  # /tmp full: git then lacks an identity, the command says so
+
+    def setup(self) -> dict:
+        self._home()
+        os.makedirs(self.cfg["state_dir"], exist_ok=True)
+        src = self.cfg.get("repo_src")
+        os.makedirs(self.repo, exist_ok=True)
+        if src:
+            # the pristine copy is bound read-only; the agent works on its own copy
+            out = subprocess.run(
+                ["cp", "-a", "--no-preserve=ownership", f"{src}/.", self.repo],
+                capture_output=True,
+                env=self._trusted_env(),
+            )
+            if out.returncode != 0:
+                return {
+                    "error": f"copying the repository failed: {out.stderr.decode(errors='replace')[-500:]}"
+                }
+        git = self._git(["rev-parse", "--verify", "-q", "HEAD"])
+        if git.returncode != 0:
+            # not a repository (or no commit yet): the starting tree becomes the base commit
+            for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--allow-empty", "-m", "base"]):
+                step = self._git(args)
+                if step.returncode != 0:
+                    return {"error": f"git {args[0]} failed: {step.stderr.decode(errors='replace')[-500:]}"}
+            git = self._git(["rev-parse", "--verify", "-q", "HEAD"])
+        self.base = git.stdout.decode().strip()
+        return {"ready": True, "base": self.base, "pid": os.getpid()}
+
+    def _trusted_env(self) -> dict:
+        """The server's own environment for git and cp: the trainer's, never the agent's."""
+        env = {k: v for k, v in self.cfg["env"].items() if not k.startswith("GIT_")}
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+        return env
+
+    def _git(self, args: list[str], extra_env: dict | None = None, timeout: float = 120.0):
+        argv = [
+            "git",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.untrackedCache=false",
+            "-c",
+            "core.quotePath=false",
+            *args,
+        ]
+        env = {**self._trusted_env(), **(extra_env or {})}
+        return subprocess.run(
+            argv,
+            cwd=self.repo,
+            env=env,
+            capture_output=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def run(self, req: dict) -> dict:
+        self.seq += 1
+        self._home()
+        state = os.path.join(self.cfg["state_dir"], f"s{self.seq}")
+        r, w = os.pipe()
+        t0 = time.monotonic()
+        cwd = self.cwd if os.path.isdir(self.cwd) else (self.repo if os.path.isdir(self.repo) else "/")
+        env = {**self.env, "PWD": cwd}
+        argv = ["/bin/bash", "--noprofile", "--norc", "-c", _WRAPPER, "lcrl", state, req["cmd"]]
+        pid = os.fork()
+        if pid == 0:  # the command: its own session/process group, limits, no server fds
+            try:
+                os.setsid()
+                os.dup2(w, 1)
+                os.dup2(w, 2)
+                null = os.open("/dev/null", os.O_RDONLY)
+                os.dup2(null, 0)
+                os.closerange(3, 65536)
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.chdir(cwd)
+                _limits(self.cfg)
+                os.execve(argv[0], argv, env)
+            except BaseException as e:  # noqa: BLE001 - never return into the server's loop
+                try:
+                    os.write(2, f"cannot run the command: {e}\n".encode())
+                finally:
+                    os._exit(127)
+        os.close(w)
+        timeout = float(req["timeout"])
+        keep = int(req["max_output"]) * 4  # bytes: enough for max_output chars of any UTF-8
+        head, tail, total = bytearray(), bytearray(), 0
+        status, timed_out = None, False
+        pidfd = _pidfd(pid)
+        deadline = t0 + timeout
+        os.set_blocking(r, False)
+        pipe_open = True
+        while True:
+            status = _try_wait(pid)
+            if status is not None:
+                break  # the command is done: background writers are killed below, then drained
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            fds = ([r] if pipe_open else []) + ([pidfd] if pidfd is not None else [])
+            ready = select.select(fds, [], [], min(left, 0.05 if pidfd is None else left))[0]
+            if r in ready:
+                pipe_open, total = _drain(r, head, tail, keep, total)
+        _kill_all(self.cfg)
+        if status is None:
+            try:
+                _, raw = os.waitpid(pid, 0)
+                status = raw
+            except ChildProcessError:
+                status = None
+        if pidfd is not None:
+            os.close(pidfd)
+        os.set_blocking(r, True)
+        while pipe_open:  # every writer is dead: this ends at EOF
+            pipe_open, total = _drain(r, head, tail, keep, total)
+        os.close(r)
+        wall = time.monotonic() - t0
+        if not timed_out:
+            self._load_state(state)
+        _remove(state)
+        code = None
+        if not timed_out and status is not None:
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code  # killed by a signal: the shell's 128+N
+        return {
+            "exit_code": code,
+            "timed_out": timed_out,
+            "head": base64.b64encode(bytes(head)).decode(),
+            "tail": base64.b64encode(bytes(tail)).decode(),
+            "output_bytes": total,
+            "wall_s": wall,
+        }
+
+    def _load_state(self, path: str) -> None:
+        """Read what the command's EXIT trap wrote: its cwd, then its exported environment."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_STATE_MAX + 1)
+        except OSError:
+            return  # no trap ran (killed, exec'd, state dir removed): keep the previous state
+        if len(data) > _STATE_MAX or not data.endswith(b"\0"):
+            return
+        parts = data[:-1].split(b"\0")
+        try:
+            cwd = parts[0].decode()
+            env = dict(p.decode().split("=", 1) for p in parts[1:] if b"=" in p)
+        except (UnicodeDecodeError, ValueError):
+            return
+        if not env:
+            return  # env itself failed (PATH broken): only the trap's first half ran
+        self.cwd = cwd if cwd.startswith("/") else self.cwd
+        self.env = {k: v for k, v in env.items() if k not in _DROP and k and "\0" not in v}
+
+    def read(self, req: dict) -> dict:
+        path = self._path(req["path"])
+        with open(path, "rb") as f:
+            data = f.read(int(req["max_bytes"]))
+        return {"data": base64.b64encode(data).decode()}
+
+    def write(self, req: dict) -> dict:
+        path = self._path(req["path"])
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(req["data"]))
+        return {"ok": True}
+
+    def _path(self, path: str) -> str:
+        return path if path.startswith("/") else os.path.join(self.repo, path)
+
+    def diff(self, req: dict) -> dict:
+        """``git add -A`` into a throwaway index, then ``git diff --cached --binary <base>``: new
+        files included, the agent's own index untouched, no hooks/fsmonitor/external diff or
+        textconv, and the trainer's environment rather than the agent's."""
+        index = os.path.join(self.cfg["state_dir"], f"index{self.seq}-{os.urandom(4).hex()}")
+        env = {"GIT_INDEX_FILE": index}
+        timeout = float(req.get("timeout", 120.0))
+        try:
+            for args in (
+                ["read-tree", self.base],
+                ["add", "-A", "--", "."],
+                [
+                    "diff",
+                    "--cached",
+                    "--binary",
+                    "--no-color",
+                    "--no-ext-diff",
+                    "--no-textconv",
+                    "--no-renames",
+                    self.base,
+                    "--",
+                ],
+            ):
+                out = self._git(args, env, timeout)
+                if out.returncode != 0:
+                    err = out.stderr.decode(errors="replace")[-1000:]
+                    return {"error": f"git {args[0]} failed ({out.returncode}): {err}"}
+            return {"diff": base64.b64encode(out.stdout).decode()}
+        except subprocess.TimeoutExpired:
+            return {"error": "git diff timed out"}
+        finally:
+            _remove(index)
+            _kill_all(self.cfg)  # a filter driver the agent configured must not outlive the diff
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _try_wait(pid: int) -> int | None:
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return 0
+    return status if got == pid else None
+
+
+def _drain(fd: int, head: bytearray, tail: bytearray, keep: int, total: int) -> tuple[bool, int]:
+    """Read what is there; keep the first and last ``keep`` bytes, count the rest."""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return True, total
+        if not chunk:
+            return False, total
+        total += len(chunk)
+        room = keep - len(head)
+        if room > 0:
+            head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            tail += chunk
+            if len(tail) > keep:
+                del tail[: len(tail) - keep]
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
+    except OSError:
+        pass
+
+
+def _harden() -> None:
+    """Same-uid agent processes must not ptrace us or read our pipes via /proc/<pid>/fd, and a
+    signal with a handler (SIGINT's KeyboardInterrupt) would reach even a PID 1."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (a no-op for PID 1)
+    except Exception:  # noqa: BLE001 - best effort; the subreaper mode still scans /proc
+        pass
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    _harden()
+    os.umask(0o022)
+    session = Session(cfg)
+    try:
+        _send(session.setup())
+    except Exception as e:  # noqa: BLE001 - reported to the trainer, which kills the sandbox
+        _send({"error": f"{type(e).__name__}: {e}"})
+        return
+    handlers = {"run": session.run, "read": session.read, "write": session.write, "diff": session.diff}
+    while True:
+        req = _recv()
+        if req is None or req.get("op") == "exit":
+            _kill_all(cfg)
+            return
+        try:
+            reply = handlers[req["op"]](req)
+        except Exception as e:  # noqa: BLE001 - a bad request is the caller's error, not a crash
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        _send(reply)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The pure parts of the SWE env: which tag wins in a turn, and how a grading run is judged."""
+
+from __future__ import annotations
+
+import pytest
+
+from lit_codeRL.envs.swe.actions import parse_action
+from lit_codeRL.envs.swe.grading import judge, junit_key, parse_junit
+from lit_codeRL.problems.swe import SWETask
+
+
+@pytest.mark.parametrize(
+    ("text", "cut_off", "kind", "command", "ignored"),
+    [
+        ("I will look.\n<execute>ls -la</execute>", False, "execute", "ls -la", False),
+        (
+            "<execute>\n  cat a.py\n</execute> then <execute>rm a.py</execute>",
+            False,
+            "execute",
+            "cat a.py",
+            True,
+        ),
+        ("done <submit/>", False, "submit", "", False),
+        ("<submit /> <execute>ls</execute>", False, "submit", "", True),
+        ("<execute>ls</execute><submit>", False, "execute", "ls", True),
+        ("<execute>rm -rf bui", True, "cut_off", "", False),
+        ("<execute>rm -rf bui", False, "no_action", "", False),
+        ("just talking", False, "no_action", "", False),
+        ("<execute>   </execute>", False, "empty_command", "", False),
+        ("<EXECUTE>ls</EXECUTE>", False, "no_action", "", False),
+    ],
+)
+def test_the_first_complete_tag_wins(text, cut_off, kind, command, ignored):
+    parsed = parse_action(text, cut_off)
+    assert (parsed.kind, parsed.command, parsed.ignored_text) == (kind, command, ignored)
+
+
+def test_junit_key_follows_pytest_junit_naming():
+    assert junit_key("tests/test_stats.py::test_median") == ("tests.test_stats", "test_median")
+    assert junit_key("tests/a/test_b.py::TestC::test_d[1-2]") == ("tests.a.test_b.TestC", "test_d[1-2]")
+
+
+JUNIT = b"""<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.test_m" name="test_a" time="0.1"/>
+<testcase classname="tests.test_m" name="test_b"><failure message="x">boom</failure></testcase>
+<testcase classname="tests.test_m" name="test_c"><skipped message="s"/></testcase>
+<testcase classname="tests.test_m" name="test_d"><error message="e"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_parse_junit_statuses():
+    got = parse_junit(JUNIT)
+    assert got == {
+        ("tests.test_m", "test_a"): "passed",
+        ("tests.test_m", "test_b"): "failed",
+        ("tests.test_m", "test_c"): "skipped",
+        ("tests.test_m", "test_d"): "error",
+    }
+
+
+def _task(f2p=("tests/test_m.py::test_a",), p2p=("tests/test_m.py::test_p",)) -> SWETask:
+    return SWETask(
+        instance_id="t-1",
+        repo="local/t",
+        base_commit="0" * 40,
+        problem_statement="x",
+        patch="",
+        test_patch="",
+        fail_to_pass=tuple(f2p),
+        pass_to_pass=tuple(p2p),
+        repo_source="/nonexistent",
+    )
+
+
+def _junit(statuses: dict[str, str]) -> bytes:
+    tags = {"passed": "", "failed": "<failure/>", "error": "<error/>", "skipped": "<skipped/>"}
+    cases = "".join(
+        f'<testcase classname="{junit_key(n)[0]}" name="{junit_key(n)[1]}">{tags[s]}</testcase>'
+        for n, s in statuses.items()
+    )
+    return f"<testsuites><testsuite>{cases}</testsuite></testsuites>".encode()
+
+
+def _report(outcomes: dict[str, str], code: int) -> dict:
+    return {
+        "stage": "tests_finished",
+        "returned": code,
+        "exitstatus": code,
+        "collected": len(outcomes),
+        "outcomes": outcomes,
+        "collect_errors": [],
+    }
+
+
+A, P = "tests/test_m.py::test_a", "tests/test_m.py::test_p"
+
+
+def test_resolved_needs_every_f2p_and_p2p_passed_in_both_records():
+    both = {A: "passed", P: "passed"}
+    grade = judge(_task(), 0, _report(both, 0), _junit(both))
+    assert (grade.verdict, grade.reward, grade.resolved) == ("resolved", 1.0, True)
+    p2p_broken = {A: "passed", P: "failed"}
+    grade = judge(_task(), 1, _report(p2p_broken, 1), _junit(p2p_broken))
+    assert (grade.verdict, grade.reward) == ("unresolved", 0.0)
+
+
+@pytest.mark.parametrize("status", ["skipped", "xfailed", "error", "failed"])
+def test_a_skipped_xfailed_or_errored_f2p_test_is_a_failure(status):
+    outcomes = {A: status, P: "passed"}
+    code = 1 if status in ("error", "failed") else 0
+    junit_status = {"xfailed": "skipped"}.get(status, status)
+    grade = judge(_task(), code, _report(outcomes, code), _junit({A: junit_status, P: "passed"}))
+    assert grade.reward == 0.0 and grade.fail_to_pass[A] == status
+
+
+def test_an_absent_f2p_test_is_a_failure():
+    outcomes = {P: "passed"}
+    grade = judge(_task(), 0, _report(outcomes, 0), _junit(outcomes))
+    assert grade.reward == 0.0 and grade.fail_to_pass[A] == "absent"
+
+
+def test_partial_credit_only_when_p2p_all_pass():
+    task = _task(f2p=(A, "tests/test_m.py::test_b"))
+    outcomes = {A: "passed", "tests/test_m.py::test_b": "failed", P: "passed"}
+    grade = judge(task, 1, _report(outcomes, 1), _junit(outcomes), partial_credit=True)
+    assert grade.reward == 0.5 and not grade.resolved
+    outcomes[P] = "failed"
+    grade = judge(task, 1, _report(outcomes, 1), _junit(outcomes), partial_credit=True)
+    assert grade.reward == 0.0
+
+
+def test_records_that_disagree_are_rejected():
+    passed = {A: "passed", P: "passed"}
+    # junit claims a pass the runner saw fail (a rewritten XML)
+    grade = judge(_task(), 1, _report({A: "failed", P: "passed"}, 1), _junit(passed))
+    assert grade.verdict == "rejected" and grade.reward == 0.0
+    # success claimed while the exit code the sandbox observed says otherwise
+    grade = judge(_task(), 1, _report(passed, 0), _junit(passed))
+    assert grade.verdict == "rejected"
+    # exit code 0 with a failure recorded
+    grade = judge(_task(), 0, _report({A: "passed", P: "failed"}, 0), _junit({A: "passed", P: "failed"}))
+    assert grade.verdict == "rejected"
+    # no junit at all
+    assert judge(_task(), 0, _report(passed, 0), None).verdict == "rejected"
+    # unparsable junit
+    assert judge(_task(), 0, _report(passed, 0), b"<testsuites>").verdict == "rejected"
+
+
+def test_missing_record_timeout_and_patch_failures_score_zero():
+    assert judge(_task(), 0, None, None).verdict == "no_results"
+    assert judge(_task(), None, None, None).verdict == "timeout"
+    assert judge(_task(), 0, {"stage": "agent_patch_failed"}, None).verdict == "patch_failed"
+    assert judge(_task(), 0, {"stage": "tests_started"}, None).verdict == "no_results"
+    collection_error = {**_report({}, 2), "collect_errors": ["tests/test_m.py"]}
+    assert judge(_task(), 2, collection_error, _junit({})).reward == 0.0
+
+
+def test_tool_bundles_load_and_describe_themselves(tmp_path):
+    from lit_codeRL.envs.swe.tools import load_tools
+    from lit_codeRL.errors import ConfigError
+
+    (search,) = load_tools(["search"])
+    assert search.has_install and search.mount == "/opt/tools/search"
+    text = search.help_text()
+    assert text.startswith("- search: ") and "search --files" in text and "  # " in text
+    (tmp_path / "broken" / "bin").mkdir(parents=True)
+    (tmp_path / "broken" / "config.yaml").write_text("description: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_tools(["broken"], tmp_path)
+    with pytest.raises(ConfigError, match="no .*missing/bin"):
+        load_tools(["missing"], tmp_path)
