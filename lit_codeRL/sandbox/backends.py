@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -357,6 +358,33 @@ class _Cgroup:
                 self.path.rmdir()
             except OSError:
                 pass
+
+    def kill_stragglers(self, tries: int) -> None:
+        """SIGKILL whatever is still in the group (a fork bomb's late children) until it is empty,
+        at most ``tries`` rounds."""
+        from lit_codeRL.sandbox._server import _sigkill
+
+        for _ in range(tries):
+            pids = self.pids()
+            if not pids:
+                return
+            _sigkill(pids)
+            time.sleep(0.005)
+
+
+def kill_sandbox(proc: subprocess.Popen, cgroups: Iterable[_Cgroup]) -> None:
+    """Kill a sandbox's wrapper process, its whole tree and every process in ``cgroups`` (escaped
+    stragglers), close the pipes to it and reap it."""
+    from lit_codeRL.sandbox._server import _kill_tree
+
+    _kill_tree(proc.pid, pgid=proc.pid, also={p for cg in cgroups for p in cg.pids()})
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream:
+                stream.close()
+        except OSError:
+            pass
+    proc.wait()
 
 
 class PidsCgroup(_Cgroup):

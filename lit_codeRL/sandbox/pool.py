@@ -136,23 +136,9 @@ class _Worker:
         if proc is not None:
             # the server is a subreaper, so its descendants are its tree (bwrap/apptainer also take
             # their whole PID namespace down with them); the cgroup holds any escaped stragglers
-            from lit_codeRL.sandbox._server import _kill_tree, _sigkill
-
-            _kill_tree(proc.pid, pgid=proc.pid, also=set(self.cgroup.pids() if self.cgroup else ()))
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    if stream:
-                        stream.close()
-                except OSError:
-                    pass
-            proc.wait()
+            backends.kill_sandbox(proc, [self.cgroup] if self.cgroup else [])
             if self.cgroup:
-                for _ in range(200):  # fork-bomb stragglers
-                    pids = self.cgroup.pids()
-                    if not pids:
-                        break
-                    _sigkill(pids)
-                    time.sleep(0.005)
+                self.cgroup.kill_stragglers(200)
         if self.cgroup:
             self.cgroup.remove()
             self.cgroup = None

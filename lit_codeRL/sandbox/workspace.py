@@ -490,19 +490,9 @@ class _Resources:
         if self.released:
             return
         self.released = True
-        from lit_codeRL.sandbox._server import _kill_tree, _sigkill
-
         proc, self.proc = self.proc, None
         if proc is not None:
-            also = {p for cg in self.cgroups for p in cg.pids()}
-            _kill_tree(proc.pid, pgid=proc.pid, also=also)
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    if stream:
-                        stream.close()
-                except OSError:
-                    pass
-            proc.wait()
+            backends.kill_sandbox(proc, self.cgroups)
         if self.watchdog is not None:
             self.watchdog.kill()
             self.watchdog.wait()
@@ -515,12 +505,7 @@ class _Resources:
             except (OSError, subprocess.TimeoutExpired) as e:
                 logger.warning("workspace: apptainer instance stop failed: %s", e)
         for cg in self.cgroups:
-            for _ in range(500):  # stragglers of a fork bomb
-                pids = cg.pids()
-                if not pids:
-                    break
-                _sigkill(pids)
-                time.sleep(0.005)
+            cg.kill_stragglers(500)
             cg.remove()
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
