@@ -187,11 +187,11 @@ def _why_unresolved(f2p: dict[str, str], p2p: dict[str, str]) -> str:
 
 def read_report(results: Path, key: bytes) -> dict[str, Any] | None:
     """The runner's report if present, small enough, and signed under ``key``; else ``None``."""
-    path = results / "report.json"
-    if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_RESULT_BYTES:
+    data = _read_small(results / "report.json")
+    if data is None:
         return None
     try:
-        wrapper = json.loads(path.read_bytes())
+        wrapper = json.loads(data)
         payload, sig = wrapper["payload"], wrapper["sig"]
         expected = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
         if not isinstance(sig, str) or not hmac.compare_digest(sig, expected):
@@ -256,7 +256,8 @@ class SWEGrader:
                 [task.base_commit, task.patch, task.test_patch, task.fail_to_pass, task.pass_to_pass]
             ).encode()
         ).hexdigest()[:16]
-        marker = self.repos.path_for(task).with_name(self.repos.path_for(task).name + f".valid-{key}")
+        repo = self.repos.path_for(task)
+        marker = repo.with_name(f"{repo.name}.valid-{key}")
         if marker.is_file():
             return None
         gold = self.grade(task, task.patch)
