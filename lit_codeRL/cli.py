@@ -116,6 +116,7 @@ class CodeRLArgumentParser(LightningArgumentParser):
             text += f"\nAlgorithm knobs, documented: {command} --model.help NAME (NAME: {names})\n"
         elif any(getattr(action, "dest", None) == "subcommand" for action in self._actions):
             text += "\nA finished run's learning curve as a PNG: lit-coderl curves RUN_DIR [--out PNG]\n"
+            text += "One dumped episode as readable Markdown: lit-coderl episode ROLLOUTS.jsonl [--best]\n"
         return text
 
 
@@ -249,6 +250,8 @@ MODULE_PACKAGES = (
     "lit_codeRL.modules.bc",
     "lit_codeRL.modules.dqn",
     "lit_codeRL.modules.spiral",
+    "lit_codeRL.modules.ppo",
+    "lit_codeRL.modules.code_game",
     "lit_codeRL.modules.evaluate",
 )
 
@@ -273,6 +276,9 @@ def main(args: list[str] | None = None) -> None:
     if argv[:1] == ["regrade"]:
         _regrade_command(argv[1:])
         return
+    if argv[:1] == ["episode"]:
+        _episode_command(argv[1:])
+        return
     try:
         # Before any model, dataset or logger loads (they read HF_HUB_OFFLINE, WANDB_MODE, ...).
         # Here, not in CodeRLCLI: changing os.environ is the job of the process's entry point.
@@ -294,6 +300,17 @@ def _regrade_command(argv: list[str]) -> None:
         regrade_main(argv)
     except ConfigError as err:
         print(f"lit-coderl regrade: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _episode_command(argv: list[str]) -> None:
+    """``lit-coderl episode ROLLOUTS.jsonl``: one dumped episode as readable Markdown."""
+    from lit_codeRL.rollout.episode_view import main as episode_main
+
+    try:
+        episode_main(argv)
+    except ConfigError as err:
+        print(f"lit-coderl episode: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

@@ -205,9 +205,15 @@ NOT_RUN: dict[str, str] = {
     "python scripts/train_dqn_codegen.py": "a measurement (minutes); tests/dqn/test_dqn_module.py",
     "lit-coderl regrade runs/grpo_swe/version_0/rollouts.jsonl": "grades a finished SWE run's dump; "
     "tests/rollout/test_swe_episodes.py runs `lit-coderl regrade` on a dump it made",
+    "lit-coderl episode runs/ppo_debug/version_0/rollouts.jsonl": "prints an episode of a finished "
+    "run's dump; tests/rollout/test_debug_episodes.py runs `lit-coderl episode` on a dump it made",
     "python scripts/bench_sandbox.py": "a benchmark; tests/scripts/test_bench_sandbox_smoke.py",
     "python scripts/bench_grpo_vs_trl.py": "a benchmark (needs trl); tests/scripts/test_bench_grpo_smoke.py",
     "python scripts/bench_generation.py": "a benchmark (decode throughput, minutes)",
+    "python scripts/ppo_learning_curve.py": "a measurement: task selection and two PPO runs (~1 h); "
+    "tests/scripts/test_ppo_learning_curve_smoke.py",
+    "python scripts/bench_ppo_step.py": "a benchmark (PPO vs GRPO step phases, minutes); "
+    "tests/scripts/test_bench_ppo_step_smoke.py",
     "python scripts/sampler_parity.py": "a measurement: REINFORCE and SPIRAL curves with a bf16 and an fp32 "
     "sampler (an hour on 2 cores); tests/scripts/test_sampler_parity.py",
 }
@@ -361,6 +367,15 @@ TINY_MODULE: dict[str, list[str]] = {
     ],
 }
 TINY_MODULE["REINFORCEModule"] = TINY_MODULE["GRPOModule"]
+TINY_MODULE["PPOModule"] = [*TINY_MODULE["GRPOModule"], *("--model.init_args.env.max_turns", "3")]
+TINY_MODULE["CodeGameModule"] = [
+    *POLICY,
+    *("--model.init_args.sampling.max_new_tokens", "8"),
+    *("--model.init_args.game.prediction_max_new_tokens", "6"),
+    *("--model.init_args.game.prompts_per_step", "2"),
+    *("--model.init_args.game.programs_per_prompt", "2"),
+    *("--model.init_args.sandbox.workers", "1"),
+]
 TINY_CALLBACK: dict[str, list[str]] = {
     "MBPPEvalCallback": [
         *("--trainer.callbacks.init_args.limit", "2"),

@@ -5,6 +5,21 @@ the policy (its own tokens); positions off the mask (prompt, environment output,
 skipped, so a multi-turn row is one chain of steps from its first to its last policy token.
 ``terminated`` and ``truncated`` stay apart (as TorchRL's ``generalized_advantage_estimate``): a
 terminated episode bootstraps from 0, a truncated one from ``bootstrap_value``.
+
+The two refinements the long-output papers found decisive, as plain functions:
+
+* **decoupled lambda** (VC-PPO, Yuan et al. 2025, arXiv 2503.01491): the critic's targets use
+  ``lam_critic`` (1.0: Monte-Carlo returns, no reward decay along a long response) while the
+  actor's advantages use a smaller ``lam_actor`` (less variance) -- :func:`gae` is called once for
+  each;
+* **length-adaptive lambda** (VAPO, Yue et al. 2025, arXiv 2504.05118):
+  ``lam_actor = 1 - 1 / (alpha * l)`` per episode of ``l`` policy tokens
+  (:func:`length_adaptive_lambda`), so the sum of the GAE weights grows with the length instead
+  of being capped at ``1 / (1 - lam)``.
+
+Rewards in RL for code come at the end of an episode: :func:`terminal_token_rewards` puts each
+row's reward on its *last policy token*, never on an observation token that GAE would skip (and
+so lose, as verl's does for an episode ending on a tool output).
 """
 
 from __future__ import annotations
@@ -20,7 +35,7 @@ def gae(
     values: Tensor,
     mask: Tensor,
     gamma: float = 1.0,
-    lam: float = 0.95,
+    lam: float | Tensor = 0.95,
     terminated: Tensor | None = None,
     bootstrap_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -31,7 +46,8 @@ def gae(
             token of a turn or episode).
         values: ``[B, T]`` value estimate at each step.
         mask: ``[B, T]`` 1 on policy steps.
-        gamma, lam: discount and GAE lambda.
+        gamma, lam: discount and GAE lambda; ``lam`` may be a ``[B]`` tensor (one per row,
+            :func:`length_adaptive_lambda`).
         terminated: ``[B]`` bool; True (default) bootstraps the last step from 0.
         bootstrap_value: ``[B]`` value after the last step of a non-terminated (truncated) row.
 
@@ -46,10 +62,11 @@ def gae(
     next_value = torch.where(done, torch.zeros_like(boot), boot).to(values.device)
     next_adv = torch.zeros(batch, device=values.device)
     advantages = torch.zeros_like(values)
+    lam_t = torch.as_tensor(lam, dtype=values.dtype, device=values.device)
     for t in reversed(range(width)):
         m = keep[:, t]
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        adv_t = delta + gamma * lam * next_adv
+        adv_t = delta + gamma * lam_t * next_adv
         advantages[:, t] = torch.where(m, adv_t, torch.zeros_like(adv_t))
         next_adv = torch.where(m, adv_t, next_adv)
         next_value = torch.where(m, values[:, t], next_value)
@@ -58,12 +75,21 @@ def gae(
 
 
 def value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip_range: float | None = 0.2
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    clip_range: float | None = 0.2,
+    num_tokens: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO's clipped value loss ``0.5 * max((V - R)^2, (clip(V, V_old +- c) - R)^2)``, masked mean.
+    """PPO's clipped value loss ``0.5 * max((V - R)^2, (clip(V, V_old +- c) - R)^2)``, mean over
+    the masked tokens.
 
-    ``clip_range=None`` gives the plain squared error. Stats: ``value_clip_frac`` (where the
-    clipped term is the larger one) and ``explained_variance`` of the returns by ``old_values``.
+    ``clip_range=None`` gives the plain squared error. ``num_tokens`` replaces this tensor's own
+    token count when it is one micro-batch of a larger batch (the micro-batch losses then add up
+    to the whole-batch loss, as ``aggregate_token_loss`` does for the policy). Stats:
+    ``value_clip_frac`` (where the clipped term is the larger one) and ``explained_variance`` of
+    the returns by ``old_values`` (over this tensor's tokens).
     """
     keep = mask.to(values.dtype)
     unclipped = (values - returns) ** 2
@@ -75,10 +101,78 @@ def value_loss(
         clipped = (clipped_values - returns) ** 2
         per_token = torch.maximum(unclipped, clipped)
         clipped_frac = masked_mean((clipped > unclipped).to(values.dtype).detach(), keep)
-    loss = 0.5 * masked_mean(per_token, keep)
+    if num_tokens is None:
+        loss = 0.5 * masked_mean(per_token, keep)
+    else:
+        kept = torch.where(keep != 0, per_token * keep, torch.zeros_like(per_token))
+        loss = 0.5 * kept.sum() / max(float(num_tokens), 1.0)
     with torch.no_grad():
-        sel = keep != 0
-        residual = (returns - old_values)[sel]
-        var = returns[sel].var() if int(sel.sum()) > 1 else returns.new_zeros(())
-        explained = 1 - residual.var() / var if float(var) > 0 else returns.new_zeros(())
+        explained = explained_variance(old_values, returns, keep)
     return loss, {"value_clip_frac": clipped_frac, "explained_variance": explained}
+
+
+def length_adaptive_lambda(lengths: Tensor, alpha: float = 0.05) -> Tensor:
+    """VAPO's per-episode actor lambda ``1 - 1 / (alpha * l)`` for ``lengths`` ``[B]`` (policy
+    tokens per episode), clipped to ``[0, 1]``: episodes shorter than ``1 / alpha`` tokens get 0
+    (one-step TD), long ones approach 1."""
+    length = lengths.to(torch.float32).clamp(min=1.0)
+    return (1.0 - 1.0 / (alpha * length)).clamp(0.0, 1.0)
+
+
+def terminal_token_rewards(rewards: Tensor, mask: Tensor) -> Tensor:
+    """``[B, T]`` token rewards: each row's ``rewards[b]`` on its last ``mask``-ed (policy)
+    token, 0 elsewhere. A row with no policy token (left out of the loss) gets none."""
+    keep = mask != 0
+    width = mask.size(1)
+    positions = torch.arange(width, device=mask.device).expand_as(mask)
+    last = torch.where(keep, positions, torch.full_like(positions, -1)).max(dim=1).values
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    rows = (last >= 0).nonzero().squeeze(-1)
+    out[rows, last[rows]] = rewards.to(torch.float32)[rows]
+    return out
+
+
+def kl_reward_penalty(
+    token_rewards: Tensor, logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, beta: float
+) -> tuple[Tensor, Tensor]:
+    """KL in the reward (Ziegler et al. 2019; verl's ``use_kl_in_reward``, OpenRLHF's default):
+    ``r_t - beta * (log pi_old(a_t) - log pi_ref(a_t))`` on policy tokens (the k1 estimator,
+    whose sum over an episode is an unbiased estimate of its sequence KL). Returns the new token
+    rewards and the per-token k1 KL (0 off the mask)."""
+    keep = mask != 0
+    kl = torch.where(keep, (logprobs - ref_logprobs).float(), torch.zeros_like(logprobs, dtype=torch.float32))
+    return token_rewards - beta * kl, kl
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+    """``1 - Var[R - V] / Var[R]`` over the masked positions: 1 for a perfect critic, 0 for one
+    that predicts the mean, negative for worse; 0 when the returns have no variance."""
+    sel = mask != 0
+    if int(sel.sum()) < 2:
+        return values.new_zeros(())
+    r, v = returns[sel].float(), values[sel].float()
+    var = r.var()
+    return 1 - (r - v).var() / var if float(var) > 0 else values.new_zeros(())
+
+
+def masked_whiten(x: Tensor, mask: Tensor, mean: Tensor, var: Tensor, eps: float = 1e-8) -> Tensor:
+    """``(x - mean) / sqrt(var + eps)`` on the mask, 0 elsewhere. ``mean``/``var`` are passed in
+    so that data-parallel ranks whiten with the statistics of the global batch."""
+    out = (x - mean) * torch.rsqrt(var + eps)
+    return torch.where(mask != 0, out, torch.zeros_like(out))
+
+
+def masked_moments(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(count, sum, sum of squares)`` of ``x`` on the mask, float64: summed over ranks they give
+    the global mean and variance (:func:`moments_to_stats`)."""
+    sel = mask != 0
+    v = x[sel].double()
+    return v.new_tensor(float(v.numel())), v.sum(), (v * v).sum()
+
+
+def moments_to_stats(count: Tensor, total: Tensor, squares: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and (unbiased) variance from :func:`masked_moments` sums."""
+    n = count.clamp(min=1)
+    mean = total / n
+    var = (squares - n * mean * mean) / (n - 1).clamp(min=1)
+    return mean.float(), var.clamp(min=0).float()

@@ -105,16 +105,14 @@ def rows_with_signal(advantages: Tensor, mask: Tensor, group_size: int) -> Tenso
     (whatever the ratio, clipping or importance weight), so without a KL term a whole group of
     zero-advantage rows can skip the forward and backward pass; the loss normalisers stay
     whole-batch counts, so loss and gradient are unchanged. Whole groups are kept or skipped
-    (a kept group's prompt still runs once); at least one group is always kept so a backward
-    happens (zero gradients, not missing ones: AdamW's moments and DDP's all-reduce still run).
-    Rows that do not split into groups of ``group_size`` are all kept.
+    (a kept group's prompt still runs once). All False when no row carries a gradient: the
+    caller then needs no forward at all (``PolicyModule.update`` with ``batch=None``). Rows that
+    do not split into groups of ``group_size`` are all kept.
     """
     rows = advantages.size(0)
     if group_size < 1 or rows % group_size:
         return torch.ones(rows, dtype=torch.bool, device=advantages.device)
     signal = ((advantages * mask).abs().sum(-1) > 0).view(rows // group_size, group_size).any(-1)
-    if not bool(signal.any()):
-        signal[0] = True
     return signal.repeat_interleave(group_size)
 
 

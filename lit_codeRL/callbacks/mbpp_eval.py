@@ -26,9 +26,11 @@ from lightning.pytorch import LightningModule, Trainer
 
 from lit_codeRL.callbacks.interval import IntervalEvaluation
 from lit_codeRL.callbacks.progress import EvalProgress
+from lit_codeRL.envs.debug.env import DebugSettings
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.evaluation import (
     CodeEvalSettings,
+    close_runner,
     code_eval_metrics,
     evaluate_problems,
     gather_results,
@@ -68,7 +70,9 @@ class MBPPEvalCallback(IntervalEvaluation):
         system_prompt: System message; ``None`` uses the model default.
         num_shown_tests: Tests shown in the prompt (MBPP protocol: the first of three).
         max_turns: 1 = the standard single-answer protocol; more = code repair with feedback on
-            the shown tests, reporting ``mbpp_eval/pass_rate_turn_k`` for every k.
+            the shown tests, reporting ``mbpp_eval/pass_rate_turn_k`` for every k; the tool calls
+            of a debugging episode (``source: debug``).
+        debug: Debugging tasks: the gym's tools, time limits and grading (``env.debug``).
         sandbox: Sandbox for grading.
         output_dir: Where per-problem JSON goes; default ``<log_dir>/mbpp_eval``.
     """
@@ -90,7 +94,8 @@ class MBPPEvalCallback(IntervalEvaluation):
         system_prompt: str | None = _D.system_prompt,
         num_shown_tests: int = _D.num_shown_tests,
         max_turns: int = _D.max_turns,
-        sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008 - dataclass defaults show in --print_config
+        debug: DebugSettings = DebugSettings(),  # noqa: B008 - dataclass defaults show in --print_config
+        sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
         output_dir: str | None = None,
     ) -> None:
         super().__init__(eval_interval_steps, eval_at_start, eval_at_end)
@@ -107,6 +112,7 @@ class MBPPEvalCallback(IntervalEvaluation):
             system_prompt=system_prompt,
             num_shown_tests=num_shown_tests,
             max_turns=max_turns,
+            debug=DebugSettings(**debug) if isinstance(debug, dict) else debug,
         )
         self.problem_settings = self.settings.problem_settings()
         self.n_samples = n_samples
@@ -144,6 +150,8 @@ class MBPPEvalCallback(IntervalEvaluation):
                 self.max_turns,
                 self.problem_settings.num_shown_tests,
                 self.problem_settings.system_prompt,
+                self.problem_settings.source,
+                self.settings.debug,
             )
             progress = EvalProgress(f"mbpp_eval step {trainer.global_step}", len(shard), trainer=trainer)
             try:
@@ -156,6 +164,7 @@ class MBPPEvalCallback(IntervalEvaluation):
                 )
             finally:
                 progress.close()
+                close_runner(runner)
         for result in local:  # which rank graded it: shows the sharding in the step JSON
             result["rank"] = rank
         results = gather_results(local, world)

@@ -14,7 +14,9 @@ class CompletionTableCallback(Callback):
 
     Reads ``pl_module.last_records`` (a list of JSON-ready dicts), which every lit-coderl
     rollout module sets after each step. TensorBoard gets a markdown text panel, W&B a table, and
-    every run a markdown file under ``<log_dir>/samples/``.
+    every run a markdown file under ``<log_dir>/samples/``. A module whose records are not
+    completions of problems (the code game: program, true output, prediction) defines
+    ``completion_table(records, max_chars) -> (columns, rows)``, which is used instead.
 
     Args:
         every_n_steps: Publish every N optimizer steps (0 disables).
@@ -42,16 +44,20 @@ class CompletionTableCallback(Callback):
         if not records:
             return
         self._last_step = step
-        rows = [
-            [
-                r.get("problem_id", ""),
-                f"{r.get('reward', 0):.3f}",
-                r.get("verdict", ""),
-                str(r.get("completion", ""))[: self.max_chars],
+        custom = getattr(pl_module, "completion_table", None)
+        if custom is not None:
+            columns, rows = custom(records[: self.max_rows], self.max_chars)
+        else:
+            rows = [
+                [
+                    r.get("problem_id", ""),
+                    f"{r.get('reward', 0):.3f}",
+                    r.get("verdict", ""),
+                    str(r.get("completion", ""))[: self.max_chars],
+                ]
+                for r in records[: self.max_rows]
             ]
-            for r in records[: self.max_rows]
-        ]
-        columns = ["problem", "reward", "verdict", "completion"]
+            columns = ["problem", "reward", "verdict", "completion"]
         markdown = self._markdown(columns, rows)
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):

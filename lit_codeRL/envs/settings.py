@@ -8,6 +8,7 @@ from typing import Any, Literal
 from lit_codeRL.envs.base import Executor
 from lit_codeRL.envs.code_execution import CodeExecutionEnv
 from lit_codeRL.envs.code_repair import CodeRepairEnv
+from lit_codeRL.envs.debug.env import DebugSettings
 from lit_codeRL.envs.swe.env import SWESettings
 from lit_codeRL.envs.unit_test import UnitTestEnv
 
@@ -16,13 +17,16 @@ from lit_codeRL.envs.unit_test import UnitTestEnv
 class EnvSettings:
     """The rollout environment and its episode limits."""
 
-    name: Literal["unit_test", "code_execution", "code_repair", "swe"] = "unit_test"
+    name: Literal["unit_test", "code_execution", "code_repair", "swe", "debug"] = "unit_test"
     """``unit_test``: one answer, reward = fraction of tests passed. ``code_execution``: one
     answer, +1 runs and prints / +0.5 runs / -0.5 syntax error / -1 runtime error. ``code_repair``:
     multi-turn; after a failed attempt the policy sees the verdict and a failing public test and
     revises (return = the last attempt's pass fraction). ``swe``: a software-engineering agent in
     an isolated repository (``<execute>cmd</execute>`` per turn, ``<submit/>``), rewarded by the
-    task's hidden tests run on its diff in a fresh workspace (needs ``problems.source: swe``)."""
+    task's hidden tests run on its diff in a fresh workspace (needs ``problems.source: swe``).
+    ``debug``: a debugging gym; the agent fixes a buggy program with pdb, view, edit, eval tools and
+    ``<submit/>``, rewarded by the tests run on its files in a fresh workspace (needs
+    ``problems.source: debug``)."""
     max_turns: int = 1
     """Actions per episode at most (single-turn envs end after one anyway)."""
     max_context_tokens: int | None = None
@@ -33,18 +37,22 @@ class EnvSettings:
     """``code_repair``: quote only tests shown in the prompt (RLEF) or any failing test."""
     swe: SWESettings = field(default_factory=SWESettings)
     """``swe``: tools, command and episode time limits, grading, and the workspace isolation."""
+    debug: DebugSettings = field(default_factory=DebugSettings)
+    """``debug``: tool preset, per-call and per-episode time limits, grading, the isolation."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"env.max_turns must be >= 1, got {self.max_turns}")
         if isinstance(self.swe, dict):
             self.swe = SWESettings(**self.swe)
+        if isinstance(self.debug, dict):
+            self.debug = DebugSettings(**self.debug)
 
     @property
     def needs_sandbox(self) -> bool:
-        """Whether the env grades programs in the one-program sandbox (the SWE env brings its own
-        workspaces)."""
-        return self.name != "swe"
+        """Whether the env grades programs in the one-program sandbox (the SWE and debugging envs
+        bring their own workspaces)."""
+        return self.name not in ("swe", "debug")
 
 
 def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: int = 1) -> Any:
@@ -53,6 +61,10 @@ def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: i
         from lit_codeRL.envs.swe.env import ContainerEnv
 
         return ContainerEnv(data_name_or_path=None, settings=settings.swe)
+    if settings.name == "debug":
+        from lit_codeRL.envs.debug.env import DebugEnv
+
+        return DebugEnv(settings.debug)
     assert sandbox is not None, f"env {settings.name!r} needs a sandbox"
     if settings.name == "unit_test":
         return UnitTestEnv(sandbox, all_pass_bonus=settings.all_pass_bonus, num_shown_tests=num_shown_tests)
@@ -67,4 +79,6 @@ def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: i
         )
     from lit_codeRL.errors import ConfigError
 
-    raise ConfigError(f"unknown env {settings.name!r}; choose unit_test, code_execution, code_repair or swe")
+    raise ConfigError(
+        f"unknown env {settings.name!r}; choose unit_test, code_execution, code_repair, swe or debug"
+    )

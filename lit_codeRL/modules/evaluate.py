@@ -37,12 +37,14 @@ import torch
 from lightning.pytorch import LightningModule
 
 from lit_codeRL.callbacks.progress import EvalProgress
+from lit_codeRL.envs.debug.env import DebugSettings
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.engine import EngineSettings, make_engine
 from lit_codeRL.policy.loading import ModelSettings, load_model
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.evaluation import (
     CodeEvalSettings,
+    close_runner,
     code_eval_metrics,
     evaluate_problems,
     gather_results,
@@ -100,7 +102,9 @@ class EvaluationModule(LightningModule):
         batch_size: Problems generated together; unset: 16, or 4 on GPUs under 16 GiB.
         system_prompt: System message; ``None`` uses the model default (as in training).
         num_shown_tests: Tests shown in the prompt (MBPP protocol: the first).
-        max_turns: 1 = one answer; more = code repair with feedback, pass rate per turn.
+        max_turns: 1 = one answer; more = code repair with feedback, pass rate per turn; the
+            tool calls of a debugging episode (``source: debug``).
+        debug: Debugging tasks: the gym's tools, time limits and grading (``env.debug``).
         sandbox: Sandbox for grading (isolating by default).
         output_dir: Where the per-problem JSON goes; default ``<log_dir>/mbpp_eval``.
     """
@@ -122,6 +126,7 @@ class EvaluationModule(LightningModule):
         system_prompt: str | None = _D.system_prompt,
         num_shown_tests: int = _D.num_shown_tests,
         max_turns: int = _D.max_turns,
+        debug: DebugSettings = DebugSettings(),  # noqa: B008
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
         output_dir: str | None = None,
     ) -> None:
@@ -139,6 +144,7 @@ class EvaluationModule(LightningModule):
             system_prompt=system_prompt,
             num_shown_tests=num_shown_tests,
             max_turns=max_turns,
+            debug=as_settings(DebugSettings, debug),
         )
         self.save_hyperparameters()
         self.problem_settings = self.settings.problem_settings()
@@ -183,6 +189,7 @@ class EvaluationModule(LightningModule):
             self.sandbox = make_sandbox(self.sandbox_config)
 
     def teardown(self, stage: str) -> None:
+        close_runner(self.runner)
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
@@ -197,6 +204,8 @@ class EvaluationModule(LightningModule):
             self.hparams.max_turns,
             self.problem_settings.num_shown_tests,
             self.problem_settings.system_prompt,
+            self.problem_settings.source,
+            self.settings.debug,
         )
         self.results, self._start = [], time.perf_counter()
         # a live validation bar gets the running pass rate in its description (its own columns

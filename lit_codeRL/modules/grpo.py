@@ -18,18 +18,14 @@ from typing import Literal
 
 import torch
 
-from lit_codeRL.algorithms.grpo import (
-    broadcast_advantages,
-    group_advantages,
-    policy_loss,
-    rows_with_signal,
-)
+from lit_codeRL.algorithms.grpo import broadcast_advantages, group_advantages, rows_with_signal
 from lit_codeRL.envs.settings import EnvSettings
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams
 from lit_codeRL.policy.loading import ModelSettings
 from lit_codeRL.rollout.prompts import ProblemSettings
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig
+from lit_codeRL.training import distributed
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
@@ -77,7 +73,9 @@ class GRPOModule(RolloutModule):
         skip_zero_advantage_groups: Skip the forward and backward of groups whose advantages are
             all 0 (equal returns) when ``beta`` is 0: they add exactly 0 to loss and gradient, and
             the normalisers stay whole-batch counts, so the update is unchanged (the loss
-            diagnostics then cover the trained rows). ``train/trained_rows_frac`` logs the share.
+            diagnostics then cover the trained rows). A step where no group carries signal runs
+            no forward at all: the optimizer steps on zero gradients (``train/loss`` 0, no other
+            loss diagnostics). ``train/trained_rows_frac`` logs the share.
         save_hf_model: Write a ``save_pretrained`` copy of the policy under the run dir at the end.
         seed: Seed of prompt order and sampling (each rank offsets it by its rank).
     """
@@ -152,42 +150,34 @@ class GRPOModule(RolloutModule):
         temperature = self.sampling.temperature
         if hp.beta > 0:
             batch.ref_logprobs = self.reference_logprobs(batch, start, temperature, group)
-        num_rows, num_tokens = self.loss_normalisers(batch, hp.loss_type)
+        counts = self.loss_normalisers(batch, hp.loss_type)
         with_entropy = hp.entropy_interval > 0 and self.global_step % hp.entropy_interval == 0
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, entropy = self.token_logprobs(
                 mb, start, temperature=temperature, group_size=group, with_entropy=with_entropy
             )
-            mask = mb.trainable_mask[:, start:]
             # One update per rollout: ratio 1 (no second forward, as in TRL) and the truncated
             # importance weight to the sampler (bf16 generation); more: the ratio to the sampler.
-            old, weights, tis = self.sampler_correction(logps, mb, start, hp.tis_cap, hp.num_iterations)
-            loss, stats = policy_loss(
-                logps,
-                old,
-                mb.advantages[:, start:],
-                mask,
-                epsilon=hp.epsilon,
-                epsilon_high=hp.epsilon_high,
-                loss_type=hp.loss_type,
+            loss, stats, _ = self.clipped_policy_loss(
+                logps, mb, start, counts, epsilon=hp.epsilon, epsilon_high=hp.epsilon_high,
+                loss_type=hp.loss_type, beta=hp.beta, tis_cap=hp.tis_cap, num_updates=hp.num_iterations,
                 max_completion_length=self.sampling.max_new_tokens,
-                ref_logprobs=mb.ref_logprobs,
-                beta=hp.beta,
-                num_rows=num_rows,
-                num_tokens=num_tokens,
-                importance_weights=weights,
-            )
-            stats.update(tis)
+            )  # fmt: skip
             if entropy is not None:
+                mask = mb.trainable_mask[:, start:]
                 stats["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
             return loss, stats
 
-        trained = batch
+        trained: TrajectoryBatch | None = batch
         if hp.skip_zero_advantage_groups and hp.beta == 0:
             keep = rows_with_signal(batch.advantages, batch.trainable_mask, hp.num_generations)
-            if not bool(keep.all()):
+            if not distributed.any_rank(bool(keep.any()), self.device):
+                trained = None  # a zero gradient everywhere: the optimizer steps without a forward
+            elif not bool(keep.all()):
+                if not bool(keep.any()):  # other ranks train: one group keeps the collectives paired
+                    keep[: hp.num_generations] = True
                 trained = batch.select(keep.nonzero().squeeze(-1).tolist())
         stats, times = self.update(trained, loss_fn, group, hp.num_iterations)
-        stats["trained_rows_frac"] = [trained.batch_size / batch.batch_size]
+        stats["trained_rows_frac"] = [(trained.batch_size if trained is not None else 0) / batch.batch_size]
         self.log_rollout(batch, stats, times)

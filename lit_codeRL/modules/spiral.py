@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import torch
 
-from lit_codeRL.algorithms.grpo import broadcast_advantages, policy_loss
+from lit_codeRL.algorithms.grpo import broadcast_advantages
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, SamplingParams, make_engine
 from lit_codeRL.policy.loading import ModelSettings
@@ -233,28 +233,17 @@ class SpiralModule(PolicyModule):
         temperature = self.sampling.temperature or 1.0
         if hp.beta > 0:
             batch.ref_logprobs = self.reference_logprobs(batch, start, temperature)
-        num_rows, num_tokens = self.loss_normalisers(batch, hp.loss_type)
+        counts = self.loss_normalisers(batch, hp.loss_type)
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, _ = self.token_logprobs(mb, start, temperature=temperature)
             # One epoch: ratio 1 and the truncated importance weight to the sampler; more: the
             # ratio to the sampler's log-probs (the same old policy in every epoch).
-            old, weights, tis = self.sampler_correction(logps, mb, start, hp.tis_cap, hp.ppo_epochs)
-            loss, stats = policy_loss(
-                logps,
-                old,
-                mb.advantages[:, start:],
-                mb.trainable_mask[:, start:],
-                epsilon=hp.epsilon,
-                loss_type=hp.loss_type,
-                max_completion_length=self.sampling.max_new_tokens,
-                ref_logprobs=mb.ref_logprobs,
-                beta=hp.beta,
-                num_rows=num_rows,
-                num_tokens=num_tokens,
-                importance_weights=weights,
-            )
-            return loss, {**stats, **tis}
+            loss, stats, _ = self.clipped_policy_loss(
+                logps, mb, start, counts, epsilon=hp.epsilon, loss_type=hp.loss_type, beta=hp.beta,
+                tis_cap=hp.tis_cap, num_updates=hp.ppo_epochs, max_completion_length=self.sampling.max_new_tokens,
+            )  # fmt: skip
+            return loss, stats
 
         stats: dict[str, list[float]] = {}
         times: dict[str, float] = {}

@@ -249,7 +249,8 @@ class HFGenerationEngine:
         with self._decode_threads(device):
             for step in range(max_new):
                 logits = logits.float()
-                scaled = logits / sampling.temperature if sampling.temperature > 0 else logits
+                # (T = 1 divides nothing: skipping it saves a pass over [B, V] per token)
+                scaled = logits / sampling.temperature if sampling.temperature not in (0, 1) else logits
                 lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
                 if sampling.temperature > 0:
                     if sampling.top_k > 0 or sampling.top_p < 1.0:

@@ -87,8 +87,10 @@ def load_problems(
             an MBPP ``.jsonl``/``.json``/``.parquet`` file or directory, an embedded-format
             ``.jsonl``, or a seed-format ``.json``/``.jsonl`` (told apart by their content);
             ``swe`` (the shipped SWE tasks, ``data/swe/``) or ``swe:<file, dataset dir or hub
-            id>`` (SWE-bench rows, see :func:`lit_codeRL.problems.swe.load_swe_tasks`).
-            Relative paths resolve against the working directory.
+            id>`` (SWE-bench rows, see :func:`lit_codeRL.problems.swe.load_swe_tasks`);
+            ``debug`` (the shipped debugging tasks, ``data/debug/``) or ``debug:<file or
+            directory>`` (debugging or KodCode rows, see
+            :func:`lit_codeRL.problems.debug.load_debug_tasks`). Relative paths resolve against the working directory.
         split: The split's name in that source (MBPP: train/test/validation/prompt; embedded:
             train/eval); ``all`` for everything.
         variant: MBPP only: ``full`` or ``sanitized`` (default ``full``, or what the name says).
@@ -101,6 +103,12 @@ def load_problems(
 
         tasks = load_swe_tasks(source.partition(":")[2] or "embedded", split)
         return [to_problem(task) for task in tasks]
+    if source == "debug" or source.startswith("debug:"):
+        # Imported here, like swe: debug.py imports this module (embedded_data_dir).
+        from lit_codeRL.problems.debug import debug_problem, load_debug_tasks
+
+        tasks = load_debug_tasks(source.partition(":")[2] or "embedded", split)
+        return [debug_problem(task) for task in tasks]
     if source == "humaneval":
         return load_humaneval()
     if source in ("mbpp", HUB_ID):

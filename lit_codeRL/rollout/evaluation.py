@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
 
 from lit_codeRL.algorithms.passk import pass_at_k
 from lit_codeRL.envs import CodeRepairEnv, UnitTestEnv
+from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy import platform
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
@@ -68,7 +69,11 @@ class CodeEvalSettings:
     """Tests shown in the prompt (MBPP protocol: the first of three)."""
     max_turns: int = 1
     """1 = the standard single-answer protocol; more = code repair with feedback on the shown
-    tests, reporting ``mbpp_eval/pass_rate_turn_k`` for every k."""
+    tests, reporting ``mbpp_eval/pass_rate_turn_k`` for every k. Debugging tasks (``source:
+    debug``) are agent episodes of up to this many tool calls."""
+    debug: DebugSettings = field(default_factory=DebugSettings)
+    """Debugging tasks (``source: debug`` or ``debug:<file>``): the debugging gym's tools, time
+    limits and grading (``env.debug`` of training)."""
 
     def __post_init__(self) -> None:
         if self.n_samples < 1 or self.max_turns < 1 or (self.batch_size is not None and self.batch_size < 1):
@@ -121,6 +126,11 @@ def resolve_limit(limit: int | None) -> int | None:
     return value
 
 
+def is_debug_source(source: str | None) -> bool:
+    """Does ``source`` name debugging tasks (``debug``, ``debug:<file or directory>``)?"""
+    return source is not None and (source == "debug" or source.startswith("debug:"))
+
+
 def make_eval_runner(
     engine: GenerationEngine,
     sandbox: Any,
@@ -128,14 +138,28 @@ def make_eval_runner(
     max_turns: int = 1,
     num_shown_tests: int = 1,
     system_prompt: str | None = None,
+    source: str | None = None,
+    debug: DebugSettings | None = None,
 ) -> EpisodeRunner:
-    """The episode runner of an evaluation: unit tests (one answer) or code repair (``max_turns``)."""
-    env = (
-        CodeRepairEnv(sandbox, num_shown_tests=num_shown_tests)
-        if max_turns > 1
-        else UnitTestEnv(sandbox, num_shown_tests=num_shown_tests)
-    )
+    """The episode runner of an evaluation: unit tests (one answer), code repair (``max_turns``),
+    or the debugging gym (a ``debug`` source; episodes of up to ``max_turns`` tool calls). Close
+    its env afterwards (:func:`close_runner`): the debugging gym holds workspaces."""
+    if is_debug_source(source):
+        if max_turns < 2:
+            raise ConfigError("debugging tasks are multi-turn episodes: set max_turns >= 2 (e.g. 20)")
+        env: Any = DebugEnv(debug or DebugSettings())
+    elif max_turns > 1:
+        env = CodeRepairEnv(sandbox, num_shown_tests=num_shown_tests)
+    else:
+        env = UnitTestEnv(sandbox, num_shown_tests=num_shown_tests)
     return EpisodeRunner(engine, env, sampling, max_turns, system_prompt=system_prompt)
+
+
+def close_runner(runner: EpisodeRunner | None) -> None:
+    """Release what the runner's env holds (the debugging gym's workspaces)."""
+    close = getattr(getattr(runner, "env", None), "close", None)
+    if close is not None:
+        close()
 
 
 def evaluate_problems(
@@ -242,7 +266,9 @@ def gather_results(local: list[dict[str, Any]], world: int) -> list[dict[str, An
 
 __all__ = [
     "CodeEvalSettings",
+    "close_runner",
     "code_eval_metrics",
+    "is_debug_source",
     "evaluate_problems",
     "gather_results",
     "make_eval_runner",

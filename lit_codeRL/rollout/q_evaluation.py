@@ -22,7 +22,9 @@ def run_episode(env: Any, q_fn: QFunction, problem_index: int, epsilon: float = 
     rng = np.random.default_rng(seed)
     total, done = 0.0, False
     while not done:
-        q = q_fn(torch.from_numpy(obs).unsqueeze(0)).numpy()
+        # float(): under bf16-mixed autocast (`lit-coderl test` on a CPU with native bf16) the Q-values
+        # come back in bf16, which numpy has no type for
+        q = q_fn(torch.from_numpy(obs).unsqueeze(0)).float().numpy()
         action = int(select_actions(q, env.action_masks()[None], epsilon, rng)[0])
         obs, reward, terminated, truncated, info = env.step(action)
         total += reward

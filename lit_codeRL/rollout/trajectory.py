@@ -68,6 +68,10 @@ class TrajectoryBatch:
     """Per-token log-probs under the reference policy, when a KL penalty needs them."""
     advantages: Tensor | None = None
     """``[B, L]`` per-token advantages (or ``[B]`` per sequence), filled in by the algorithm."""
+    values: Tensor | None = None
+    """``[B, L]`` the critic's values before the update (PPO with GAE; 0 off the trainable mask)."""
+    returns: Tensor | None = None
+    """``[B, L]`` the critic's targets (PPO with GAE)."""
     records: list[dict[str, Any]] = field(default_factory=list)
     """One JSON-ready dict per row for logs and rollout dumps (problem id, completion, verdict...)."""
     stats: dict[str, float] = field(default_factory=dict)

@@ -20,13 +20,22 @@ What persists between commands: the working directory and the exported environme
 an EXIT trap of each command's shell, read back here, applied to the next command). Shell
 functions, aliases, unexported variables and background processes do not: every process of a
 command is killed when it ends.
+
+The one exception is the interactive session (``pty_start``/``pty_send``/``pty_stop``): a program
+such as ``python -m pdb`` on a pseudo-terminal that lives across requests, until the next
+``run``, ``diff``, ``pty_start`` or ``pty_stop`` (or its own end, or its timeout). Between
+requests its processes are the only ones in the sandbox (every other op kills what it started),
+so ending it is ``_kill_all``: exact, detached and ``setsid`` children included.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
+import heapq
 import json
 import os
+import re
 import resource
 import select
 import shutil
@@ -34,6 +43,7 @@ import signal
 import struct
 import subprocess
 import sys
+import termios
 import time
 
 _HDR = struct.Struct(">I")
@@ -47,6 +57,11 @@ eval "$2"
 shell, so ``cd`` and ``export`` change what the EXIT trap writes (also after ``exit N``)."""
 _DROP = {"SHLVL", "_", "PWD"}
 """Variables bash sets itself: carrying them over would count SHLVL up forever."""
+_PROMPT_WINDOW = 4096
+"""Bytes at the end of a pty's output the prompt regex is matched against."""
+_PTY_SIZE = struct.pack("HHHH", 24, 80, 0, 0)
+"""rows, cols: a fixed window so programs that ask (pytest's line width) see the same one."""
+_NO_PTY = "no interactive session is running"
 
 
 def _send(obj: dict) -> None:
@@ -154,6 +169,7 @@ class Session:
         self.cwd = self.repo
         self.base = ""
         self.seq = 0
+        self.pty: _Pty | None = None
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -233,6 +249,7 @@ class Session:
     # -- requests ------------------------------------------------------------------------------
 
     def run(self, req: dict) -> dict:
+        self._pty_end()  # a debugger must not run (or write files) beside the command
         self.seq += 1
         self._home()
         state = os.path.join(self.cfg["state_dir"], f"s{self.seq}")
@@ -353,6 +370,7 @@ class Session:
         """``git add -A`` into a throwaway index, then ``git diff --cached --binary <base>``: new
         files included, the agent's own index untouched, no hooks/fsmonitor/external diff or
         textconv, and the trainer's environment rather than the agent's."""
+        self._pty_end()  # nothing may rewrite files while git reads them
         index = os.path.join(self.cfg["state_dir"], f"index{self.seq}-{os.urandom(4).hex()}")
         env = {"GIT_INDEX_FILE": index}
         timeout = float(req.get("timeout", 120.0))
@@ -382,6 +400,276 @@ class Session:
         finally:
             _remove(index)
             _kill_all(self.cfg)  # a filter driver the agent configured must not outlive the diff
+
+    # -- interactive sessions ------------------------------------------------------------------
+
+    def pty_start(self, req: dict) -> dict:
+        """Start ``argv`` on a fresh pseudo-terminal (ending any previous session) and read until
+        the output ends with ``prompt``, the program exits, or ``timeout``."""
+        t0 = time.monotonic()
+        prompt = _prompt(req["prompt"])  # a bad regex fails before anything is started
+        argv = [str(a) for a in req["argv"]]
+        if not argv:
+            return {"error": "pty_start needs a program to run"}
+        self._pty_end()
+        self._home()
+        cwd = req.get("cwd")
+        if cwd is None:
+            cwd = self.cwd if os.path.isdir(self.cwd) else self.repo
+        else:
+            cwd = self._path(str(cwd))
+        if not os.path.isdir(cwd):
+            return {"error": f"not a directory: {cwd}"}
+        env = {**self.env, "TERM": "dumb", "PWD": cwd}
+        master, slave = os.openpty()
+        try:
+            pid = os.fork()
+        except OSError:  # the process limit: the request fails, the server keeps no fd
+            os.close(master)
+            os.close(slave)
+            raise
+        if pid == 0:  # the program: its own session with the pty as controlling terminal
+            try:
+                os.close(master)
+                os.setsid()
+                fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+                attrs = termios.tcgetattr(slave)
+                # no echo: the agent's input is not repeated in the output; readline (pdb loads
+                # it) reads this flag at start and then does not redisplay what it reads either
+                attrs[3] &= ~(termios.ECHO | termios.ECHONL)
+                termios.tcsetattr(slave, termios.TCSANOW, attrs)
+                fcntl.ioctl(slave, termios.TIOCSWINSZ, _PTY_SIZE)
+                for fd in (0, 1, 2):
+                    os.dup2(slave, fd)
+                os.closerange(3, 65536)
+                for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.chdir(cwd)
+                _limits(self.cfg)
+                os.execvpe(argv[0], argv, env)
+            except BaseException as e:  # noqa: BLE001 - never return into the server's loop
+                try:
+                    os.write(2, f"cannot run {argv[0]}: {e}\n".encode())
+                finally:
+                    os._exit(127)
+        os.close(slave)  # else the master never reads EOF/EIO when the program's side closes
+        os.set_blocking(master, False)
+        self.pty = _Pty(pid, master, _pidfd(pid))
+        return self._pty_io(b"", t0, req, prompt)
+
+    def pty_send(self, req: dict) -> dict:
+        """Write one line of input to the session, then read as ``pty_start`` does."""
+        t0 = time.monotonic()
+        prompt = _prompt(req["prompt"])
+        if self.pty is None:
+            return {"error": _NO_PTY}
+        data = (str(req["input"]) + "\n").encode("utf-8", errors="replace")
+        return self._pty_io(data, t0, req, prompt)
+
+    def pty_stop(self, req: dict) -> dict:
+        was = self.pty is not None
+        self._pty_end()
+        return {"ok": True, "was_running": was}
+
+    def _pty_io(self, data: bytes, t0: float, req: dict, prompt: re.Pattern) -> dict:
+        """Write ``data`` (non-blocking, never past the deadline: a program may never read its
+        stdin) while reading the output, until it ends with ``prompt`` after everything was
+        written, the program exits, or the timeout kills the session."""
+        pty = self.pty
+        assert pty is not None
+        out = _PtyOutput(int(req["max_output"]) * 4)  # bytes: enough for max_output chars of any UTF-8
+        deadline = t0 + float(req["timeout"])
+        pending = memoryview(data)
+        readable, status, timed_out = True, None, False
+        while True:
+            state = out.drain(pty.master) if readable else "closed"
+            readable = state != "closed"
+            status = _try_wait(pty.pid)
+            if status is not None:
+                break
+            # the prompt counts only after everything was written and read: the program waits
+            if not pending and state != "more" and out.ends_with(prompt):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            rfds = ([pty.master] if readable else []) + ([pty.pidfd] if pty.pidfd is not None else [])
+            wfds = [pty.master] if pending and readable else []
+            wait = left if pty.pidfd is not None else min(left, 0.05)
+            _, w, _ = select.select(rfds, wfds, [], wait)
+            if w:
+                try:
+                    pending = pending[os.write(pty.master, pending[: 1 << 12]) :]
+                except BlockingIOError:
+                    pass
+                except OSError:  # EIO: nobody holds the terminal any more; it has no reader
+                    pending = pending[:0]
+        alive = status is None and not timed_out
+        code = None
+        if not alive:
+            self.pty = None
+            _kill_all(self.cfg)  # its background children too (they may still hold the terminal)
+            out.drain_to_end(pty.master)
+            pty.close()
+            if status is not None:
+                code = os.waitstatus_to_exitcode(status)
+                code = 128 - code if code < 0 else code  # killed by a signal: the shell's 128+N
+        out.flush()
+        return {
+            "head": base64.b64encode(bytes(out.head)).decode(),
+            "tail": base64.b64encode(bytes(out.tail)).decode(),
+            "output_bytes": out.total,
+            "alive": alive,
+            "exit_code": code,
+            "timed_out": timed_out,
+            "wall_s": time.monotonic() - t0,
+        }
+
+    def _pty_end(self) -> None:
+        """End the interactive session, if any. Between requests its processes are the only ones
+        in the sandbox, so killing everything is exact: children it detached (``setsid``, double
+        forks, SIGHUP ignored) included, which a kill of its session or process group would miss."""
+        pty, self.pty = self.pty, None
+        if pty is not None:
+            _kill_all(self.cfg)
+            pty.close()
+
+    # -- listing -------------------------------------------------------------------------------
+
+    def listdir(self, req: dict) -> dict:
+        """A tree listing made here, starting no process (so a pty session survives it): paths
+        relative to ``path``, directories with a trailing ``/``, ``.git`` skipped, at most
+        ``depth`` levels, sorted as a tree, at most ``max_entries`` lines then a count of the rest.
+        Symlinked directories are listed, never entered (loops)."""
+        root = self._path(str(req.get("path") or "."))
+        depth = max(1, int(req.get("depth", 2)))
+        cap = max(0, int(req.get("max_entries", 200)))
+        if not os.path.isdir(root):
+            raise NotADirectoryError(f"not a directory: {root}")
+        total = 0
+
+        def walk():
+            nonlocal total
+            stack = [("", 1)]
+            while stack:  # explicit stack: a deep tree must not hit the recursion limit
+                rel_dir, level = stack.pop()
+                try:
+                    with os.scandir(os.path.join(root, rel_dir)) as it:
+                        entries = list(it)
+                except OSError:
+                    continue  # unreadable: listed, not entered
+                for e in entries:
+                    if e.name == ".git":
+                        continue
+                    rel = rel_dir + e.name
+                    try:
+                        is_dir = e.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False
+                    total += 1
+                    if is_dir:
+                        yield rel + "/"
+                        if level < depth:
+                            stack.append((rel + "/", level + 1))
+                    else:
+                        yield rel
+
+        # the first ``cap`` in tree order (a directory's entries right after it); never all in memory
+        items = walk()
+        first = heapq.nsmallest(cap, items, key=lambda p: p.rstrip("/").split("/"))
+        for _ in items:  # nsmallest(0, ...) reads nothing: the count needs every entry
+            pass
+        if total > len(first):
+            first.append(f"[... {total - len(first)} more ...]")
+        return {"entries": first}
+
+
+class _Pty:
+    """The open interactive session: its program's pid, the master end of its terminal."""
+
+    def __init__(self, pid: int, master: int, pidfd: int | None) -> None:
+        self.pid, self.master, self.pidfd = pid, master, pidfd
+
+    def close(self) -> None:
+        for fd in (self.master, self.pidfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+class _PtyOutput:
+    """What one pty request read: head and tail (``keep`` bytes each) like ``run``, the count,
+    and the last bytes for the prompt match; the terminal's CR LF becomes LF."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.head, self.tail, self.recent = bytearray(), bytearray(), bytearray()
+        self.total = 0
+        self.cr = False
+        """A chunk ended in CR: held back until the next one shows whether LF follows."""
+
+    def drain(self, fd: int, budget: int = 1 << 20) -> str:
+        """Read what is there, at most about ``budget`` bytes (a flood must not keep the caller
+        from its deadline): ``"idle"`` when nothing more is there now, ``"more"`` when the budget
+        ran out first, ``"closed"`` once the terminal has no writer left (EIO or EOF)."""
+        while budget > 0:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return "idle"
+            except OSError:  # EIO: every holder of the slave side is gone
+                return "closed"
+            if not chunk:
+                return "closed"
+            budget -= len(chunk)
+            self._feed(chunk)
+        return "more"
+
+    def drain_to_end(self, fd: int, limit_s: float = 2.0) -> None:
+        """After the kill: what the dead programs left in the terminal, until EIO (bounded, in
+        case something we did not start still holds the terminal open)."""
+        end = time.monotonic() + limit_s
+        while self.drain(fd) != "closed":
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return
+
+    def _feed(self, chunk: bytes) -> None:
+        if self.cr:
+            chunk, self.cr = b"\r" + chunk, False
+        if chunk.endswith(b"\r"):
+            chunk, self.cr = chunk[:-1], True
+        self._keep(chunk.replace(b"\r\n", b"\n"))
+
+    def flush(self) -> None:
+        if self.cr:
+            self.cr = False
+            self._keep(b"\r")
+
+    def _keep(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.recent += chunk
+        if len(self.recent) > _PROMPT_WINDOW:
+            del self.recent[: len(self.recent) - _PROMPT_WINDOW]
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
+
+    def ends_with(self, prompt: re.Pattern) -> bool:
+        return not self.cr and prompt.search(self.recent.decode("utf-8", errors="replace")) is not None
+
+
+def _prompt(pattern: str) -> re.Pattern:
+    """The prompt regex, anchored at the very end of the output."""
+    return re.compile(f"(?:{pattern})\\Z")
 
 
 def _pidfd(pid: int) -> int | None:
@@ -454,7 +742,16 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001 - reported to the trainer, which kills the sandbox
         _send({"error": f"{type(e).__name__}: {e}"})
         return
-    handlers = {"run": session.run, "read": session.read, "write": session.write, "diff": session.diff}
+    handlers = {
+        "run": session.run,
+        "read": session.read,
+        "write": session.write,
+        "diff": session.diff,
+        "listdir": session.listdir,
+        "pty_start": session.pty_start,
+        "pty_send": session.pty_send,
+        "pty_stop": session.pty_stop,
+    }
     while True:
         req = _recv()
         if req is None or req.get("op") == "exit":

@@ -22,6 +22,10 @@ Backends:
 Every command is bounded twice: inside (the server kills the command's whole process tree at its
 timeout) and outside (the trainer waits ``timeout + grace_s`` for the answer, then kills the whole
 sandbox and the session is dead). Threat model, persistence and limits: ``docs/sandbox.md``.
+
+Interactive sessions (``pty_start``/``pty_send``/``pty_stop``) run one program, e.g. ``python -m
+pdb``, on a pseudo-terminal inside the sandbox that lives across requests (until the next ``run``,
+``diff``, ``pty_start`` or ``pty_stop``), bounded the same two ways per request.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import json
 import logging
 import os
 import queue
+import re
 import select
 import shutil
 import struct
@@ -127,6 +132,24 @@ class CommandResult:
     truncated: bool
     output_bytes: int
     """How much the command printed in total (also what was cut)."""
+    wall_s: float
+
+
+@dataclass
+class PtyResult:
+    """What one interactive-session request read: the program's output since the request began,
+    up to its prompt (the prompt included), and whether the program still runs."""
+
+    output: str
+    """The terminal's output (CR LF as LF, input not echoed), head + marker line + tail."""
+    alive: bool
+    """False once the program exited, was killed at the timeout, or the session died: a later
+    :meth:`Workspace.pty_send` raises :class:`WorkspaceError`."""
+    exit_code: int | None
+    """The program's exit status when it ended by itself (128+N for signal N), else None."""
+    timed_out: bool
+    truncated: bool
+    output_bytes: int
     wall_s: float
 
 
@@ -642,6 +665,85 @@ class Workspace:
         t = max(IO_TIMEOUT_S, self.config.command_timeout_s)
         reply = self._call({"op": "diff", "timeout": t}, t)
         return base64.b64decode(reply["diff"]).decode("utf-8", errors="surrogateescape")
+
+    # -- interactive sessions (a debugger on a pseudo-terminal) -------------------------------------
+
+    def pty_start(
+        self,
+        argv: list[str],
+        prompt: str,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        max_output: int | None = None,
+    ) -> PtyResult:
+        """Start ``argv`` (searched on the session's PATH) on a pseudo-terminal inside the
+        sandbox, ending any previous interactive session, and return its output once it ends with
+        the regex ``prompt`` (``r"\\(Pdb\\) $"``), it exits, or ``timeout`` passes (then its
+        processes are all killed: ``alive`` False, ``timed_out``).
+
+        It starts in ``cwd`` (relative to :attr:`REPO` or absolute; default the shell's current
+        directory) with the shell's exported environment, ``TERM=dumb``, the per-command rlimits
+        and echo off. It lives across requests until it exits, times out, or the next
+        :meth:`run`, :meth:`diff`, :meth:`pty_start` or :meth:`pty_stop`, which kill it and
+        everything it started; :meth:`read_file`, :meth:`write_file` and :meth:`listdir` leave
+        it running."""
+        if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError(f"pty_start needs argv as a non-empty list of strings, got {argv!r}")
+        re.compile(prompt)  # a bad pattern is the caller's bug: fail here, not in the sandbox
+        return self._pty(
+            {"op": "pty_start", "argv": list(argv), "cwd": cwd, "prompt": prompt}, timeout, max_output
+        )
+
+    def pty_send(
+        self, text: str, prompt: str, timeout: float | None = None, max_output: int | None = None
+    ) -> PtyResult:
+        """Type ``text`` and Enter into the running session and return its output up to the
+        next ``prompt`` (as :meth:`pty_start`). Send one line at a time: the read stops at the
+        first prompt, so the answers to further lines would arrive with the next request. Raises
+        :class:`WorkspaceError` when no session is running (never started, exited, killed)."""
+        re.compile(prompt)
+        return self._pty({"op": "pty_send", "input": str(text), "prompt": prompt}, timeout, max_output)
+
+    def pty_stop(self) -> None:
+        """Kill the interactive session and every process it started (a no-op without one)."""
+        self._call({"op": "pty_stop"}, IO_TIMEOUT_S)
+
+    def _pty(self, req: dict, timeout: float | None, max_output: int | None) -> PtyResult:
+        """One pty request under the same two bounds as :meth:`run`."""
+        t = float(timeout if timeout is not None else self.config.command_timeout_s)
+        keep = int(max_output if max_output is not None else self.config.max_output_chars)
+        t0 = time.monotonic()
+        with self._lock:
+            if not self.alive:
+                raise WorkspaceDead(f"the workspace is dead: {self.dead_reason or 'closed'}")
+            try:
+                reply = self._request({**req, "timeout": t, "max_output": keep}, t + self.config.grace_s)
+            except WorkspaceDead as e:
+                outer = isinstance(e.__cause__, TimeoutError)
+                return PtyResult(f"[{e}]", False, None, outer, False, 0, time.monotonic() - t0)
+        if "error" in reply:
+            raise WorkspaceError(reply["error"])
+        output, truncated = _head_tail(
+            base64.b64decode(reply["head"]), base64.b64decode(reply["tail"]), int(reply["output_bytes"]), keep
+        )
+        return PtyResult(
+            output=output,
+            alive=bool(reply["alive"]),
+            exit_code=reply["exit_code"],
+            timed_out=bool(reply["timed_out"]),
+            truncated=truncated,
+            output_bytes=int(reply["output_bytes"]),
+            wall_s=float(reply["wall_s"]),
+        )
+
+    def listdir(self, path: str = ".", depth: int = 2, max_entries: int = 200) -> list[str]:
+        """The tree under ``path`` (relative to :attr:`REPO` or absolute), listed by the server
+        without starting a process (an interactive session keeps running): paths relative to
+        ``path``, directories ending in ``/``, ``.git`` left out, ``depth`` levels, in tree order,
+        at most ``max_entries`` then a ``[... N more ...]`` line. Symlinked directories are listed,
+        not entered."""
+        req = {"op": "listdir", "path": path, "depth": int(depth), "max_entries": int(max_entries)}
+        return list(self._call(req, IO_TIMEOUT_S)["entries"])
 
     def _call(self, req: dict, timeout: float) -> dict:
         with self._lock:

@@ -28,6 +28,7 @@ from lit_codeRL.policy.dtensor import full_tensor, is_sharded
 __all__ = [
     "all_ranks",
     "all_reduce",
+    "any_rank",
     "full_state_dict",
     "full_tensor",
     "global_max",
@@ -77,6 +78,11 @@ def global_max(local: int, device: torch.device | str = "cpu") -> int:
 def all_ranks(flag: bool, device: torch.device | str = "cpu") -> bool:
     """True when ``flag`` holds on every rank."""
     return bool(all_reduce(torch.tensor([int(flag)], dtype=torch.long, device=device), "min"))
+
+
+def any_rank(flag: bool, device: torch.device | str = "cpu") -> bool:
+    """True when ``flag`` holds on some rank."""
+    return bool(all_reduce(torch.tensor([int(flag)], dtype=torch.long, device=device), "max"))
 
 
 def global_std(values: Tensor) -> Tensor:

@@ -4,7 +4,11 @@ gradient clipping), the schedule as a pure function, and the AdamW it builds.
 Every language-policy module takes one group, ``optimizer``, instead of repeating its knobs in
 its own signature (as litgpt's ``TrainArgs`` and Lightning's ``optimizer`` config group do); a
 module that trains a second network (a PPO critic) takes a second group of the same type
-(``critic_optimizer: OptimizerSettings``) and builds it with :meth:`OptimizerSettings.build`.
+(``critic_optimizer: OptimizerSettings``). :func:`build_optimizer` makes *one* AdamW with a
+parameter group per network, each with its own learning rate, weight decay and schedule: one
+optimizer step per update keeps Lightning's ``global_step`` (which counts every optimizer's
+steps under manual optimization) equal to the number of updates, and a group whose parameters
+have no gradient (a frozen policy while the critic pre-trains) is skipped by AdamW untouched.
 """
 
 from __future__ import annotations
@@ -66,11 +70,40 @@ class OptimizerSettings:
         """AdamW over ``params`` and its per-step schedule (``total_steps``: ``trainer.max_steps``,
         where the cosine ends; 0 = unknown, constant after the warm-up). Fused unless a grad
         scaler (``precision`` ``16-mixed``) must unscale before clipping: see ``use_fused_adamw``."""
-        params = list(params)
-        fused = use_fused_adamw(self.fused, params, precision, self.max_grad_norm)
-        opt = torch.optim.AdamW(params, lr=self.learning_rate, weight_decay=self.weight_decay, fused=fused)
-        factor = lr_factor(self.warmup_steps, self.lr_schedule, total_steps, self.min_lr_ratio)
-        return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return build_optimizer([(params, self)], precision=precision, total_steps=total_steps)
+
+    def factor(self, total_steps: int) -> Callable[[int], float]:
+        """This group's learning-rate multiplier per optimizer step (see :func:`lr_factor`)."""
+        return lr_factor(self.warmup_steps, self.lr_schedule, total_steps, self.min_lr_ratio)
+
+
+def build_optimizer(
+    groups: list[tuple[Iterable[torch.nn.Parameter], OptimizerSettings]],
+    *,
+    precision: Any = None,
+    total_steps: int = 0,
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """One AdamW with a parameter group per ``(params, settings)`` pair, in that order, and a
+    schedule with each group's own multiplier. Fused only if every group may be (a grad scaler
+    must unscale before clipping: ``use_fused_adamw``); ``settings.fused`` of the first group
+    decides otherwise."""
+    groups = [(list(params), settings) for params, settings in groups]
+    everything = [p for params, _ in groups for p in params]
+    fused = all(
+        use_fused_adamw(groups[0][1].fused, params, precision, settings.max_grad_norm)
+        for params, settings in groups
+        if params
+    )
+    opt = torch.optim.AdamW(
+        [
+            {"params": params, "lr": settings.learning_rate, "weight_decay": settings.weight_decay}
+            for params, settings in groups
+        ],
+        lr=groups[0][1].learning_rate,
+        fused=fused and bool(everything),
+    )
+    factors = [settings.factor(total_steps) for _, settings in groups]
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factors)
 
 
 def lr_factor(

@@ -40,7 +40,7 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_codeRL.algorithms.grpo import LossType, normaliser_rows
+from lit_codeRL.algorithms.grpo import LossType, normaliser_rows, policy_loss
 from lit_codeRL.algorithms.importance import sampler_correction
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, make_engine
 from lit_codeRL.policy.loading import LoraSettings, ModelSettings, load_model
@@ -49,7 +49,7 @@ from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutWriter
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training import distributed
-from lit_codeRL.training.optim import OptimizerSettings
+from lit_codeRL.training.optim import OptimizerSettings, build_optimizer
 from lit_codeRL.training.rng import GlobalRNG, own_rank_state, save_rank_states
 from lit_codeRL.training.strategies import check_strategy
 
@@ -201,11 +201,15 @@ class PolicyModule(LightningModule):
         *,
         temperature: float = 1.0,
         group_size: int = 1,
-        with_entropy: bool = False,
+        with_entropy: bool | str = False,
         model: torch.nn.Module | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with_hidden: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
         """``[B, L - start]`` log-probs of ``batch.input_ids[:, start:]`` under ``model`` (the
-        policy by default); groups of ``group_size`` rows sharing a prompt run it once."""
+        policy by default); groups of ``group_size`` rows sharing a prompt run it once. The
+        entropy per token (``with_entropy``: ``True`` detached, ``"grad"`` differentiable) or
+        ``None``; with ``with_hidden`` also the final hidden states before each token
+        ``[B, L - start, H]`` (``policy/logprobs.py``)."""
         input_ids, attention_mask = batch.input_ids, batch.attention_mask
         if self.sharded and group_size > 1:
             # The shared-prompt path runs two forwards, the plain one one: a sharded forward is a
@@ -220,6 +224,7 @@ class PolicyModule(LightningModule):
             group_size,
             temperature,
             with_entropy=with_entropy,
+            with_hidden=with_hidden,
         )
 
     @torch.no_grad()
@@ -260,6 +265,45 @@ class PolicyModule(LightningModule):
         return sampler_correction(
             logprobs, mb.old_logprobs[:, start:], mb.trainable_mask[:, start:], cap, num_updates
         )
+
+    def clipped_policy_loss(
+        self,
+        logprobs: torch.Tensor,
+        mb: TrajectoryBatch,
+        start: int,
+        counts: tuple[float, float],
+        *,
+        epsilon: float,
+        epsilon_high: float | None = None,
+        loss_type: LossType = "dapo",
+        beta: float = 0.0,
+        tis_cap: float = 2.0,
+        num_updates: int = 1,
+        max_completion_length: int | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """The clipped surrogate every PPO-style module trains with, on micro-batch ``mb``:
+        the sampler correction (:meth:`sampler_correction`), then
+        :func:`~lit_codeRL.algorithms.grpo.policy_loss` on ``mb.advantages`` over its trainable
+        tokens, normalised by the whole batch's ``counts`` (:meth:`loss_normalisers`), plus
+        ``beta`` x k3 KL to ``mb.ref_logprobs``. Returns ``(loss, stats, old)``: ``old`` is the
+        log-probs the ratio compared with."""
+        old, weights, tis = self.sampler_correction(logprobs, mb, start, tis_cap, num_updates)
+        loss, stats = policy_loss(
+            logprobs,
+            old,
+            mb.advantages[:, start:],
+            mb.trainable_mask[:, start:],
+            epsilon=epsilon,
+            epsilon_high=epsilon_high,
+            loss_type=loss_type,
+            max_completion_length=max_completion_length,
+            ref_logprobs=mb.ref_logprobs if beta else None,
+            beta=beta,
+            num_rows=counts[0],
+            num_tokens=counts[1],
+            importance_weights=weights,
+        )
+        return loss, {**stats, **tis}, old
 
     def micro_batch_rows(self, batch: TrajectoryBatch, group_size: int = 1) -> int:
         """Rows per forward/backward chunk: the configured size or a free-memory hint (the same on
@@ -314,19 +358,42 @@ class PolicyModule(LightningModule):
         return stats
 
     def update(
-        self, batch: TrajectoryBatch, loss_fn: LossFn, group_size: int = 1, num_iterations: int = 1
+        self,
+        batch: TrajectoryBatch | None,
+        loss_fn: LossFn,
+        group_size: int = 1,
+        num_iterations: int = 1,
+        freeze_policy: bool = False,
     ) -> tuple[dict[str, list[float]], dict[str, float]]:
         """``num_iterations`` optimizer steps on ``batch``; returns the loss stats and the timings
-        (``time/forward_backward_s``, ``time/optimizer_s``, ``time/train_s``)."""
+        (``time/forward_backward_s``, ``time/optimizer_s``, ``time/train_s``).
+
+        ``freeze_policy``: the step leaves the policy exactly as it is (its gradients are dropped
+        before AdamW, which then skips its parameters, moments included) and only another
+        network's group moves (a critic's pre-training).
+
+        ``batch=None``: no row carries a gradient on any rank (every advantage is 0 and no KL
+        term), so the gradient is exactly 0 and no forward or backward runs. The optimizer still
+        steps on zero gradients, as it would after a backward that produced them (AdamW's moments
+        decay, weight decay and the schedule advance): the parameters end where the full update
+        would have put them, at the cost of the optimizer alone. Every rank must agree on it
+        (``distributed.any_rank``), since a backward is a collective under DDP and FSDP2."""
         t0 = time.perf_counter()
         stats: dict[str, list[float]] = {}
         fwd_bwd_s = opt_s = 0.0
         for _ in range(num_iterations):
             t_fb = time.perf_counter()
-            for key, values in self.backward_micro_batches(batch, loss_fn, group_size).items():
-                stats.setdefault(key, []).extend(values)
+            if batch is None:
+                self.zero_gradients()
+                stats.setdefault("loss", []).append(0.0)
+            else:
+                for key, values in self.backward_micro_batches(batch, loss_fn, group_size).items():
+                    stats.setdefault(key, []).extend(values)
             fwd_bwd_s += time.perf_counter() - t_fb
-            opt_s += self.optimizer_step()
+            if freeze_policy:
+                for p in self.policy.parameters():
+                    p.grad = None
+            opt_s += self.optimizer_step(sync=not freeze_policy)
         times = {
             "time/forward_backward_s": fwd_bwd_s,
             "time/optimizer_s": opt_s,
@@ -334,42 +401,68 @@ class PolicyModule(LightningModule):
         }
         return stats, times
 
-    def optimizer_step(self) -> float:
-        """Step, zero the gradients, advance the schedule, refresh the engine; returns seconds."""
+    def zero_gradients(self) -> None:
+        """Set every trainable parameter's gradient to zeros: what a backward of a loss with no
+        gradient would leave (``set_to_none`` would make AdamW skip those parameters instead)."""
+        for group in self.optimizers().param_groups:
+            for p in group["params"]:
+                p.grad = torch.zeros_like(p)
+
+    def optimizer_step(self, sync: bool = True) -> float:
+        """Step, zero the gradients, advance the schedule, refresh the engine (``sync``: the
+        policy changed); returns seconds."""
         t0 = time.perf_counter()
         opt, sched = self.optimizers(), self.lr_schedulers()
         opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
-        self.engine.sync_weights(self.policy)
+        if sync:
+            self.engine.sync_weights(self.policy)
         return time.perf_counter() - t0
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        # Here (not in training_step) gradients are already unscaled under 16-mixed. A module with
-        # a second optimizer (a critic's) picks that one's max_grad_norm here.
-        self.clip_grad_norm(optimizer, self.optimizer_settings.max_grad_norm)
+        # Here (not in training_step) gradients are already unscaled under 16-mixed. Each
+        # parameter group (the policy's; a critic's) is clipped to its own max_grad_norm.
+        groups = optimizer.param_groups
+        for group, (_, settings) in zip(groups, self.optimizer_groups(), strict=False):
+            self.clip_grad_norm(optimizer, settings.max_grad_norm, group["params"])
 
-    def clip_grad_norm(self, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
-        """Clip the gradients of ``optimizer``'s parameters to global L2 norm ``max_norm`` (0: no
-        clipping), unscaled first when a grad scaler (``16-mixed``) scaled them."""
+    def clip_grad_norm(
+        self, optimizer: torch.optim.Optimizer, max_norm: float, params: list | None = None
+    ) -> None:
+        """Clip the gradients of ``params`` (default: all of ``optimizer``'s) to global L2 norm
+        ``max_norm`` (0: no clipping), unscaled first when a grad scaler (``16-mixed``) scaled
+        them."""
         if max_norm <= 0:
             return
         if _uses_grad_scaler(self.trainer):
+            if params is not None and len(optimizer.param_groups) > 1:
+                from lit_codeRL.errors import ConfigError
+
+                raise ConfigError(
+                    "16-mixed with two trained networks is not supported: use bf16-mixed or 32-true"
+                )
             self.clip_gradients(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
         else:
             # No scaler (32-true, bf16-mixed): the gradients are the true ones, so clip them
             # directly. Lightning's MixedPrecision.clip_gradients refuses any fused optimizer even
             # without a scaler, which would cost fused AdamW under bf16-mixed (0.41 -> 0.13 s a
             # step for a 135M model on 2 CPU cores).
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, max_norm)
+            if params is None:
+                params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
 
     # ------------------------------------------------------------------ optimizer
+    def optimizer_groups(self) -> list[tuple[list[torch.nn.Parameter], OptimizerSettings]]:
+        """``(parameters, settings)`` per trained network, the policy first: one AdamW parameter
+        group each (``training/optim.py: build_optimizer``). A module training a second network
+        (a critic) adds its group."""
+        return [([p for p in self.policy.parameters() if p.requires_grad], self.optimizer_settings)]
+
     def configure_optimizers(self):
-        params = [p for p in self.policy.parameters() if p.requires_grad]
         precision = self.trainer.precision if self._trainer is not None else None
         total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
-        opt, sched = self.optimizer_settings.build(params, precision=precision, total_steps=total)
+        opt, sched = build_optimizer(self.optimizer_groups(), precision=precision, total_steps=total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ checkpoint state

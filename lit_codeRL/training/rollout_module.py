@@ -66,12 +66,14 @@ class RolloutModule(PolicyModule):
         env = self.env = make_env(self.env_settings, self.sandbox, self.problem_settings.num_shown_tests)
         rank = self.trainer.global_rank if self._trainer is not None else 0
         problems = load_problem_set(self.problem_settings)
-        if self.env_settings.name != "swe" and any("swe_task" in p.metadata for p in problems):
-            from lit_codeRL.errors import ConfigError
+        for kind, env_name in (("swe_task", "swe"), ("debug_task", "debug")):
+            if self.env_settings.name != env_name and any(kind in p.metadata for p in problems):
+                from lit_codeRL.errors import ConfigError
 
-            raise ConfigError(
-                f"problems.source {self.problem_settings.source!r} holds SWE tasks: set env.name: swe"
-            )
+                raise ConfigError(
+                    f"problems.source {self.problem_settings.source!r} holds {env_name} tasks: "
+                    f"set env.name: {env_name}"
+                )
         validate = getattr(env, "validate_problems", None)
         if validate is not None:  # SWE: every task's reference patch must resolve it
             problems = validate(problems)

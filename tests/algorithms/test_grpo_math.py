@@ -200,7 +200,7 @@ def test_rows_with_signal_keeps_whole_groups_with_a_nonzero_advantage():
     # a group whose only nonzero advantage sits off the trainable mask carries no gradient
     adv[0, 0], mask[0, 0] = 1.0, 0.0
     assert rows_with_signal(adv, mask, 2).tolist() == [False, False, True, True, False, False]
-    # nothing to train: the first group is kept so that a (zero) backward still runs
-    assert rows_with_signal(torch.zeros(4, 3), torch.ones(4, 3), 2).tolist() == [True, True, False, False]
+    # nothing to train: no row (the module then steps the optimizer on zero gradients)
+    assert not rows_with_signal(torch.zeros(4, 3), torch.ones(4, 3), 2).any()
     # rows that do not form whole groups are all kept
     assert rows_with_signal(torch.zeros(5, 3), torch.ones(5, 3), 2).all()

@@ -91,7 +91,8 @@ def test_validate_and_the_interval_callback_share_one_set_of_defaults(monkeypatc
     for owner in (MBPPEvalCallback, evaluate.EvaluationModule):
         parameters = inspect.signature(owner).parameters
         for field in dataclasses.fields(CodeEvalSettings):
-            assert parameters[field.name].default == field.default, (owner.__name__, field.name)
+            default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+            assert parameters[field.name].default == default, (owner.__name__, field.name)
 
 
 def test_evaluating_a_saved_run_equals_its_last_interval_evaluation(tmp_path):

@@ -432,3 +432,70 @@ def test_skipping_zero_advantage_groups_leaves_the_gradient_unchanged(tmp_path, 
     assert skipped.keys() == full.keys() and any(g.abs().sum() > 0 for g in full.values())
     for name, grad in full.items():
         torch.testing.assert_close(skipped[name], grad, atol=1e-7, rtol=1e-5, msg=name)
+
+
+def test_a_step_without_signal_skips_the_forward_and_updates_as_the_full_step(tmp_path, monkeypatch):
+    """Step 1 has signal, step 2 none (equal rewards in every group): with the skip, step 2 runs
+    no forward (``trained_rows_frac`` 0) and still steps AdamW on zero gradients, so momentum
+    from step 1 and weight decay move the parameters exactly as the run without the skip does."""
+    from lightning import Trainer, seed_everything
+
+    from lit_codeRL.modules.grpo import GRPOModule
+    from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.sampling import SamplingParams
+    from lit_codeRL.rollout.prompts import ProblemSettings
+    from lit_codeRL.sandbox import SandboxConfig
+
+    per_step = [torch.tensor([1.0, 0.0, 0.3, 0.9]), torch.tensor([0.5, 0.5, 0.0, 0.0])]
+    next_batch = GRPOModule.next_batch
+
+    def fixed_rewards(self, it):
+        batch = next_batch(self, it)
+        batch.rewards = per_step[self.global_step].clone()
+        return batch
+
+    monkeypatch.setattr(GRPOModule, "next_batch", fixed_rewards)
+    forwards = []
+
+    def run(skip: bool) -> tuple[dict[str, torch.Tensor], list[float]]:
+        seed_everything(0)
+        module = GRPOModule(
+            model=ModelSettings(name_or_path="tiny-random"),
+            problems=ProblemSettings(source="embedded", split="train", limit=2),
+            sampling=SamplingParams(max_new_tokens=8),
+            sandbox=SandboxConfig(workers=1),
+            num_generations=2,
+            prompts_per_step=2,
+            optimizer={"learning_rate": 1e-3, "weight_decay": 0.1, "max_grad_norm": 0.0},
+            skip_zero_advantage_groups=skip,
+            save_hf_model=False,
+            seed=0,
+        )
+        fracs: list[float] = []
+        count = forwards.__len__()
+        handle = module.policy.register_forward_hook(lambda *_: forwards.append(1))
+
+        class Frac(__import__("lightning").Callback):
+            def on_train_batch_end(self, trainer, *_):
+                fracs.append(float(trainer.callback_metrics["train/trained_rows_frac"]))
+
+        Trainer(
+            accelerator="cpu",
+            max_steps=2,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=tmp_path / str(skip),
+            callbacks=[Frac()],
+        ).fit(module)
+        handle.remove()
+        fracs.append(len(forwards) - count)
+        return {n: p.detach().clone() for n, p in module.policy.named_parameters()}, fracs
+
+    skipped, skip_info = run(True)
+    full, full_info = run(False)
+    assert skip_info[:2] == [1.0, 0.0] and full_info[:2] == [1.0, 1.0]
+    assert skip_info[2] < full_info[2]  # fewer training forwards (the sampler's are the same)
+    moved = [n for n in full if not torch.equal(full[n], skipped[n])]
+    assert not moved, moved[:3]

@@ -108,7 +108,19 @@ def test_reinforce_step_follows_the_advantage_weighted_gradient():
 
 def test_grpo_trains_multi_turn_repair_from_its_shipped_config(tmp_path):
     run = tmp_path / "grpo_repair"
-    cli("fit", "--config", "configs/grpo_repair.yaml", *TINY_RL, "--trainer.max_steps", "1", *csv_logger(run))
+    # a random model earns no reward: with nothing to learn GRPO would skip the forward altogether
+    # (skip_zero_advantage_groups); run it, so that the multi-turn loss path is what is tested
+    skip = ("--model.init_args.skip_zero_advantage_groups", "false")
+    cli(
+        "fit",
+        "--config",
+        "configs/grpo_repair.yaml",
+        *TINY_RL,
+        *skip,
+        "--trainer.max_steps",
+        "1",
+        *csv_logger(run),
+    )
     train = [r for r in read_metrics(run) if r.get("train/reward")]
     assert len(train) == 1 and float(train[0]["train/num_turns"]) == 2.0
     assert train[0].get("train/clip_ratio") not in (None, "")

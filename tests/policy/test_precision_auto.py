@@ -72,7 +72,10 @@ def test_gpu_table(monkeypatch, gpu, strategy, expected, fused):
 def test_explicit_precision_and_cpu_accelerator_pass_through(monkeypatch):
     fake_gpu(monkeypatch, "Tesla T4")
     assert resolve_precision("bf16-true", "auto", strategy="ddp") == "bf16-true"
-    assert resolve_precision("auto", "cpu", strategy="fsdp2") == "32-true"
+    # an explicit cpu accelerator is the CPU's choice, not the GPU's (which CPU class: its own test)
+    for native, expected in ((False, "32-true"), (True, "bf16-mixed")):
+        monkeypatch.setattr(P, "cpu_has_native_bf16", lambda native=native: native)
+        assert resolve_precision("auto", "cpu", strategy="fsdp2") == expected
 
 
 def test_model_parallel_recognised_by_registered_alias(monkeypatch):

@@ -24,6 +24,7 @@ from lightning.pytorch import Trainer
 from torch.utils.data import IterableDataset
 
 from lit_codeRL.modules.grpo import GRPOModule
+from lit_codeRL.modules.ppo import PPOModule
 from lit_codeRL.policy.sampling import SamplingParams
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training import distributed
@@ -130,10 +131,36 @@ class JobModule(GRPOModule):
         super().on_before_optimizer_step(optimizer)
 
 
+class PPOJobModule(PPOModule):
+    """PPO with a critic on the fixed batches: value pre-training for the first rollout (the
+    frozen policy gets DDP's zero gradients), then two epochs of joint updates; records the
+    first joint step's full gradient of policy and critic."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.first_grad: dict[str, torch.Tensor] | None = None
+
+    def setup(self, stage: str) -> None:
+        self.dataset = FixedBatches(self.trainer.global_rank, self.trainer.world_size)
+
+    def named_trained(self):
+        yield from self.policy.named_parameters()
+        yield from (("critic." + n, p) for n, p in self.critic.named_parameters())
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        if self.first_grad is None and not self.ppo_state.pretraining:
+            self.first_grad = {
+                n: distributed.full_tensor(p.grad).detach().clone() for n, p in self.named_trained()
+            }
+        super().on_before_optimizer_step(optimizer)
+
+
 def run(job: str, out: Path, world: int) -> None:
     strategy, loss_type, scale = (job.split(":") + ["group"])[:3]
     uneven = loss_type == "uneven"
     torch.manual_seed(0)
+    if loss_type == "ppo":
+        return run_ppo(job, strategy, out, world)
     module = JobModule(
         uneven=uneven,
         model={"name_or_path": "tiny-random"},
@@ -172,6 +199,46 @@ def run(job: str, out: Path, world: int) -> None:
                 "grad": module.first_grad,
                 "sharded": sharded,
             },
+            out / f"{job.replace(':', '_')}.pt",
+        )
+
+
+def run_ppo(job: str, strategy: str, out: Path, world: int) -> None:
+    module = PPOJobModule(
+        model={"name_or_path": "tiny-random"},
+        engine={"dtype": "model"},
+        sampling={"max_new_tokens": MAX_NEW, "temperature": 1.0},
+        num_generations=GROUP,
+        advantage="gae",
+        critic={"kind": "model", "pretrain_steps": 1, "optimizer": {"learning_rate": 1e-3}},
+        ppo_epochs=2,
+        optimizer={"learning_rate": 1e-3},
+        tis_cap=0.0,
+        micro_batch_size=2,
+        save_hf_model=False,
+    )
+    kinds = {"ddp": "ddp", "fsdp2": FSDP2Strategy()}
+    if world > 1:
+        os.environ["WORLD_SIZE"] = str(world)
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=world,
+        strategy=kinds[strategy] if world > 1 else "auto",
+        max_steps=4,  # rollout 1: 2 critic-only steps; rollout 2: 2 joint steps
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        precision="32-true",
+    )
+    trainer.fit(module)
+    params = {}
+    for name, net in (("", module.policy), ("critic.", module.critic)):
+        state = distributed.full_state_dict(net) if module.sharded else net.state_dict()
+        params.update({name + k: v.detach().cpu() for k, v in state.items()})
+    if trainer.is_global_zero:
+        torch.save(
+            {"params": params, "grad": module.first_grad, "sharded": module.sharded},
             out / f"{job.replace(':', '_')}.pt",
         )
 

@@ -94,6 +94,25 @@ def test_two_ranks_match_one_process_on_the_same_data(tmp_path):
             assert moved <= PARAM_ATOL, f"{strategy} {job}: parameters off by {moved:.2e}"
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_ppo_with_a_critic_on_two_ranks_matches_one_process(tmp_path, strategy):
+    """PPO with a separate critic: a rollout of value pre-training (under DDP the frozen policy's
+    gradients are zeros that are all-reduced and then dropped), then two epochs of joint updates
+    with whitened GAE advantages (global moments). 2 ranks x 4 rows give the gradient of policy
+    and critic, and the parameters after four steps, of 1 process x 8 rows."""
+    run_jobs(tmp_path, ["ref:ppo"], world=1)
+    run_jobs(tmp_path, [f"{strategy}:ppo"], world=2)
+    ref, got = load(tmp_path, "ref:ppo"), load(tmp_path, f"{strategy}:ppo")
+    assert got["sharded"] == (strategy == "fsdp2")
+    assert any(n.startswith("critic.") for n in ref["grad"]) and ref["grad"].keys() == got["grad"].keys()
+    scale = max(float(g.abs().max()) for g in ref["grad"].values())
+    for name, g in ref["grad"].items():
+        err = float((got["grad"][name] - g).abs().max())
+        assert err <= GRAD_RTOL * scale, f"{strategy}: gradient of {name} off by {err:.2e}"
+    moved = max(float((v - ref["params"][k]).abs().max()) for k, v in got["params"].items())
+    assert moved <= PARAM_ATOL, f"{strategy}: parameters off by {moved:.2e}"
+
+
 def test_fsdp2_ranks_with_different_lengths_and_sample_counts_do_not_deadlock(tmp_path):
     """Under FSDP2, rank 0 samples 3 prompts x 2 of up to 12 tokens, rank 1 one prompt of up to
     3 tokens: different completion lengths and 3 against 1 micro-batches. The ranks pad to the

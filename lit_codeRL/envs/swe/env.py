@@ -26,18 +26,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lit_codeRL.envs.protocol import Action, EpisodeStart, PendingSteps, StepResult
+from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
-from lit_codeRL.envs.swe.grading import SWEGrade, SWEGrader
+from lit_codeRL.envs.swe.grading import SWEGrader
 from lit_codeRL.envs.swe.prompt import FEEDBACK, IGNORED_NOTE, command_observation, task_prompt
 from lit_codeRL.envs.swe.tools import ToolBundle, load_tools
+from lit_codeRL.envs.workspace_episodes import WorkspaceEpisodeEnv, WorkspaceState
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import RepoCache, SWETask, load_swe_tasks
@@ -91,19 +90,11 @@ class SWESettings:
 
 
 @dataclass
-class SWEState:
-    """One episode: its task, its workspace, and what it has used."""
+class SWEState(WorkspaceState):
+    """One episode: its task, its workspace, and the commands it has run."""
 
-    task: SWETask
-    workspace: Workspace | None = None
-    error: str | None = None
-    """Why the workspace failed (the episode is masked)."""
-    turn: int = 0
     command_s: float = 0.0
     commands: int = 0
-    last_diff: str = ""
-    done: bool = False
-    grade: SWEGrade | None = None
 
 
 def swe_task(problem: Problem) -> SWETask:
@@ -113,8 +104,9 @@ def swe_task(problem: Problem) -> SWETask:
     return task
 
 
-class ContainerEnv:
-    """SWE tasks in isolated workspaces (see the module docstring).
+class ContainerEnv(WorkspaceEpisodeEnv):
+    """SWE tasks in isolated workspaces (see the module docstring; what every workspace env
+    shares, the end of an episode and its grading, is ``envs/workspace_episodes.py``).
 
     Args:
         data_name_or_path: Tasks for the single-episode interface: ``embedded`` (the shipped
@@ -129,6 +121,7 @@ class ContainerEnv:
     """
 
     stop_strings = STOP_STRINGS
+    name = "SWE"
 
     def __init__(
         self,
@@ -151,10 +144,8 @@ class ContainerEnv:
         self.settings = s = dataclasses.replace(s, **overrides) if overrides else s
         self.tools: list[ToolBundle] = load_tools(s.tools, s.tools_path)
         self.repos = RepoCache(s.repo_cache)
-        self.grader = grader or SWEGrader(s.workspace, self.repos, s.grade_timeout_s, s.partial_credit)
-        self._pool = ThreadPoolExecutor(s.parallel, thread_name_prefix="swe-env")
-        self._open: set[Workspace] = set()
-        self._lock = threading.Lock()
+        grader = grader or SWEGrader(s.workspace, self.repos, s.grade_timeout_s, s.partial_credit)
+        super().__init__(grader, s.parallel, s.grade_on_truncation)
         self.data_name_or_path, self.split = data_name_or_path, split
         self._tasks: list[SWETask] | None = None
         self._next_task = 0
@@ -174,13 +165,13 @@ class ContainerEnv:
         return config
 
     def _open_workspace(self, task: SWETask) -> Workspace:
-        ws = open_workspace(
-            self._workspace_config(task),
-            self.repos.get(task),
-            binds={str(t.path): t.mount for t in self.tools},
+        ws = self._track(
+            open_workspace(
+                self._workspace_config(task),
+                self.repos.get(task),
+                binds={str(t.path): t.mount for t in self.tools},
+            )
         )
-        with self._lock:
-            self._open.add(ws)
         try:
             # the tools' bin/ go in front of PATH through the session's persistent exported state
             if self.tools:
@@ -196,17 +187,11 @@ class ContainerEnv:
             raise
         return ws
 
-    def _close(self, ws: Workspace | None) -> None:
-        if ws is None:
-            return
-        with self._lock:
-            self._open.discard(ws)
-        try:
-            ws.close()
-        except Exception:  # noqa: BLE001 - teardown must not lose a run
-            logger.exception("closing a workspace failed")
+    def task_of(self, problem: Problem) -> SWETask:
+        return swe_task(problem)
 
-    def _start(self, task: SWETask) -> SWEState:
+    def _start(self, problem: Problem | SWETask) -> SWEState:
+        task = problem if isinstance(problem, SWETask) else swe_task(problem)
         state = SWEState(task)
         try:
             state.workspace = self._open_workspace(task)
@@ -219,46 +204,13 @@ class ContainerEnv:
         return task_prompt(task.problem_statement, self.tools, self.settings.command_timeout_s)
 
     # ------------------------------------------------------------------ TextEnv
-    def validate_problems(self, problems: Sequence[Problem]) -> list[Problem]:
-        """The problems whose task validates (its reference patch resolves it, the base does
-        not; cached per machine), the others dropped with a warning naming them and why."""
-        reasons = list(self._pool.map(lambda p: self.grader.validate(swe_task(p)), problems))
-        dropped = [(p.task_id, why) for p, why in zip(problems, reasons, strict=True) if why]
-        for task_id, why in dropped:
-            logger.warning("SWE task %s dropped: %s", task_id, why)
-        if dropped:
-            logger.warning("%d of %d SWE tasks dropped by validation", len(dropped), len(problems))
-        return [p for p, why in zip(problems, reasons, strict=True) if not why]
-
     def reset_batch(self, problems: Sequence[Problem]) -> list[EpisodeStart]:
         tasks = [swe_task(p) for p in problems]
-        states = list(self._pool.map(self._start, tasks))
+        states = self._parallel(self._start, tasks)
         return [
             EpisodeStart(self.first_observation(t), s, {"task_id": t.instance_id})
             for t, s in zip(tasks, states, strict=True)
         ]
-
-    def step_batch(self, states: Sequence[SWEState], actions: Sequence[Action]) -> PendingSteps:
-        futures: list[Future[StepResult]] = [
-            self._pool.submit(self._step, s, a) for s, a in zip(states, actions, strict=True)
-        ]
-        return PendingSteps(lambda: [f.result() for f in futures], lambda: all(f.done() for f in futures))
-
-    def finish_batch(self, states: Sequence[SWEState], truncated: Sequence[bool]) -> list[StepResult | None]:
-        """Called by the runner when episodes end: grade the truncated ones (if
-        ``grade_on_truncation``), close every workspace still open."""
-        futures = [self._pool.submit(self._finish, s, t) for s, t in zip(states, truncated, strict=True)]
-        return [f.result() for f in futures]
-
-    def _finish(self, state: SWEState, truncated: bool) -> StepResult | None:
-        if state.done or state.workspace is None:
-            self._close(state.workspace)
-            state.workspace = None
-            return None
-        if not (truncated and self.settings.grade_on_truncation):
-            self._end(state)
-            return StepResult("", 0.0, False, True, {"verdict": "not_graded"})
-        return self._grade(state, terminated=False)
 
     def _step(self, state: SWEState, action: Action) -> StepResult:
         state.turn += 1
@@ -297,59 +249,13 @@ class ContainerEnv:
         observation = command_observation(result, diff, s.max_output_chars, s.max_diff_chars) + note
         return StepResult(observation, 0.0, False, False, info)
 
-    def _masked(self, state: SWEState, why: str, detail: str) -> StepResult:
-        self._end(state)
-        info = {"verdict": why, "reason": detail[:500], "masked": True, "turn": state.turn}
-        if why == "sandbox_error":
-            info["sandbox_error"] = True
-        return StepResult("", 0.0, False, True, info)
-
-    def _end(self, state: SWEState) -> None:
-        state.done = True
-        self._close(state.workspace)
-        state.workspace = None
-
-    def _grade(self, state: SWEState, terminated: bool) -> StepResult:
-        try:
-            diff = state.workspace.diff() if state.workspace is not None else state.last_diff
-        except Exception as e:  # noqa: BLE001
-            return self._masked(state, "sandbox_error", f"diff failed: {type(e).__name__}: {e}")
-        self._end(state)  # the agent's processes are gone before grading starts
-        grade = self.grader.grade(state.task, diff)
-        state.grade = grade
-        info: dict[str, Any] = {
-            "turn": state.turn,
-            "verdict": "passed" if grade.resolved else grade.verdict,
-            "resolved": grade.resolved,
-            "pass_fraction": _f2p_fraction(grade),
-            "num_commands": state.commands,
-            "command_s": round(state.command_s, 3),
-            "wall_time_s": grade.wall_s,
-            "episode": {
-                "diff": diff,
-                "grade": grade.to_dict(),
-                "instance_id": state.task.instance_id,
-                "num_commands": state.commands,
-                "command_s": round(state.command_s, 3),
-            },
-        }
-        if grade.infra_error:
-            info.update(sandbox_error=True, masked=True)
-        return StepResult("", grade.reward, terminated, not terminated, info)
+    def episode_stats(self, state: SWEState) -> dict[str, Any]:
+        return {"num_commands": state.commands, "command_s": round(state.command_s, 3)}
 
     def close(self) -> None:
         """Close every workspace still open (idempotent)."""
-        with self._lock:
-            open_now = list(self._open)
-        for ws in open_now:
-            self._close(ws)
+        super().close()
         self._single = None
-
-    def __del__(self) -> None:  # a finalizer, not the contract: close() is
-        try:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        except Exception:  # noqa: BLE001
-            pass
 
     # ------------------------------------------------------------------ the original interface
     def tasks(self) -> list[SWETask]:
@@ -411,9 +317,3 @@ class ContainerEnv:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _f2p_fraction(grade: SWEGrade) -> float:
-    if not grade.fail_to_pass:
-        return 0.0
-    return sum(s == "passed" for s in grade.fail_to_pass.values()) / len(grade.fail_to_pass)

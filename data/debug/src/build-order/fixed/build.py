@@ -1,0 +1,28 @@
+"""Order build steps so that every step comes after the steps it needs."""
+
+
+class CycleError(ValueError):
+    """The dependencies contain a cycle."""
+
+
+def build_order(deps):
+    """Every step once, each after the steps it needs (step -> list of needed steps)."""
+    order = []
+    done = set()
+    visiting = set()
+
+    def visit(step):
+        if step in done:
+            return
+        if step in visiting:
+            raise CycleError(f"the dependencies of {step!r} form a cycle")
+        visiting.add(step)
+        for needed in deps.get(step, []):
+            visit(needed)
+        visiting.discard(step)
+        done.add(step)
+        order.append(step)
+
+    for step in sorted(deps):
+        visit(step)
+    return order

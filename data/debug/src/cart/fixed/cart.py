@@ -1,0 +1,14 @@
+"""A tiny shopping cart."""
+
+
+def add_item(name, price, cart=None):
+    """Append ``(name, price)`` to ``cart`` and return the cart."""
+    if cart is None:
+        cart = []
+    cart.append((name, price))
+    return cart
+
+
+def cart_total(cart):
+    """The sum of the prices, rounded to cents."""
+    return round(sum(price for _, price in cart), 2)

@@ -1,0 +1,512 @@
+"""The validity gate of the code-output game: does a program the writer wrote count?
+
+A program counts only if it is short, parses, passes a static (AST) check of its imports and
+names, and then, run twice in the sandbox under a trusted harness (``_harness.py``) with two
+different hash seeds, finishes within the time and step budgets, prints something of bounded size
+with no memory address in it, and prints the same thing both times. The predictor then has to
+predict exactly that output; anything the predictor could not know (a hash seed, an address, the
+clock) must not be in it.
+
+Two layers enforce the same rules, because a static check can be fooled:
+
+* **static** (here, in the trainer): the AST may import only ``GateSettings.allowed_imports``, may
+  not name a private or dunder attribute, a dunder name or an introspection attribute
+  (:data:`BANNED_ATTRIBUTES`), and may not mention a builtin of :data:`BANNED_NAMES`;
+* **runtime** (in the sandbox, before the program's first instruction): imports go through a guard
+  that hands the program only the allowed modules, the banned builtins are stubs that refuse, the
+  compiled bytecode is scanned for private and introspection attributes (every attribute a program
+  without ``getattr`` can reach is named there), ``print`` writes into a bounded buffer and a
+  ``sys.settrace`` counter stops the program past ``max_steps``. The verdict comes back through the
+  sandbox's own channels (``ExecutionResult.verdict`` and ``exception_type``), never from the
+  program's output.
+
+Hash seeds: the sandbox's workers run ``python -I``, which ignores ``PYTHONHASHSEED``; each worker
+has its own random seed and every program it forks shares it, so two runs that land on one worker
+would hash alike. The harness therefore starts a fresh interpreter per run with ``PYTHONHASHSEED``
+set to a seed drawn here, a different one for each of the two runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import secrets
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from lit_codeRL.envs.base import Executor
+from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
+
+GateReason = Literal[
+    "ok",
+    "empty",
+    "too_long",
+    "syntax_error",
+    "banned_import",
+    "banned_name",
+    "import_blocked",
+    "timeout",
+    "step_budget",
+    "runtime_error",
+    "memory_limit",
+    "output_limit",
+    "no_output",
+    "address_in_output",
+    "nondeterministic",
+    "sandbox_error",
+]
+
+REASONS: dict[str, str] = {
+    "ok": "valid: the program counts, and ``GateResult.output`` is what the predictor must predict",
+    "empty": "no program (blank text; the runner passes '' when extract_program found none)",
+    "too_long": "longer than max_program_chars",
+    "syntax_error": "does not parse",
+    "banned_import": "static: imports a module outside allowed_imports, or a relative import",
+    "banned_name": "static or runtime: names a private/dunder attribute, a dunder name, an "
+    "introspection attribute or a banned builtin",
+    "import_blocked": "runtime: tried to import a module outside allowed_imports",
+    "timeout": "ran past timeout_s of wall-clock time",
+    "step_budget": "ran past max_steps traced steps (or removed the step counter)",
+    "runtime_error": "raised (any exception, SystemExit included) or its interpreter was killed",
+    "memory_limit": "ran out of memory (the sandbox's address-space limit)",
+    "output_limit": "printed more than max_output_chars characters",
+    "no_output": "printed fewer than min_output_chars characters (after stripping)",
+    "address_in_output": "its output holds a memory address (0x and 6+ hex digits)",
+    "nondeterministic": "two runs with different hash seeds printed different outputs",
+    "sandbox_error": "infrastructure failure: no verdict on the program; the runner masks it "
+    "(no reward, out of the loss). Never the writer's fault",
+}
+"""Every ``GateResult.reason``, a closed set, with what it means."""
+
+BANNED_NAMES: dict[str, str] = {
+    "eval": "runs a string as code: a route around every static check",
+    "exec": "runs a string as code: a route around every static check",
+    "compile": "makes code objects from strings: a route around every static check",
+    "__import__": "imports a module named at run time: a route around the import rule",
+    "open": "files: reads what the predictor cannot see, writes outside stdout",
+    "input": "reads stdin: the output would depend on input the predictor does not get",
+    "globals": "the namespace as a dict: reaches __builtins__ and names by string",
+    "locals": "the namespace as a dict: reaches names by string",
+    "vars": "an object's __dict__: private and dunder attributes by string",
+    "getattr": "attribute access by a computed name: a route around the attribute rule",
+    "setattr": "attribute access by a computed name: a route around the attribute rule",
+    "delattr": "attribute access by a computed name: a route around the attribute rule",
+    "breakpoint": "starts a debugger (imports pdb, reads stdin)",
+    "help": "imports pydoc and reads files",
+    "exit": "raises SystemExit from inside the harness; a program ends by running off its end",
+    "quit": "raises SystemExit from inside the harness; a program ends by running off its end",
+    "copyright": "a site builtin that reads files",
+    "credits": "a site builtin that reads files",
+    "license": "a site builtin that reads files",
+    "memoryview": "raw views of object buffers, the usual start of memory-level exploits; no short "
+    "program needs one",
+    "id": "an object's memory address: differs between runs in a way the predictor cannot know",
+}
+"""Builtins a program may not mention (static) and that refuse when called (runtime), and why.
+``hash`` is not here: ``hash`` of a string depends on the hash seed, which the two runs catch."""
+
+BANNED_ATTRIBUTES: frozenset[str] = frozenset(
+    {
+        # generators, coroutines, async generators and tracebacks lead to frames without a single
+        # underscore; frames lead to every caller's globals and builtins (the harness's ``sys``)
+        *("gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended"),
+        *("cr_frame", "cr_code", "cr_await", "cr_origin", "cr_running", "cr_suspended"),
+        *("ag_frame", "ag_code", "ag_await", "ag_running"),
+        *("tb_frame", "tb_next", "tb_lasti", "tb_lineno"),
+        *("f_back", "f_builtins", "f_code", "f_globals", "f_locals", "f_lasti", "f_lineno"),
+        *("f_trace", "f_trace_lines", "f_trace_opcodes"),
+        *("co_code", "co_consts", "co_names", "co_varnames", "co_filename"),
+    }
+)
+"""Introspection attributes without an underscore (frames, code objects) a program may not name.
+Every attribute that starts with ``_`` is refused too."""
+
+VETTED_IMPORTS: dict[str, frozenset[str]] = {
+    "math": frozenset(),
+    "cmath": frozenset(),
+    "itertools": frozenset(),
+    "collections": frozenset(),
+    "collections.abc": frozenset(),
+    "heapq": frozenset(),
+    "bisect": frozenset(),
+    "re": frozenset(),
+    "json": frozenset(),
+    "random": frozenset(),
+    "statistics": frozenset(),
+    "fractions": frozenset(),
+    "decimal": frozenset(),
+    "textwrap": frozenset(),
+    "copy": frozenset(),
+    "numbers": frozenset(),
+    # attribute lookup by a program-supplied name: Formatter().get_field("0.__class__", ...)
+    "string": frozenset({"Formatter"}),
+    # attrgetter/methodcaller: attribute lookup by a program-supplied name
+    "operator": frozenset({"attrgetter", "methodcaller"}),
+    # update_wrapper/wraps copy attributes named by the program; singledispatch evaluates string
+    # annotations (typing.get_type_hints runs eval)
+    "functools": frozenset({"update_wrapper", "wraps", "singledispatch", "singledispatchmethod"}),
+}
+"""The modules ``allowed_imports`` may name, each with the members the program does not see.
+
+Allowing a module hands the program all of its public functions, so each was checked for: running
+a program-supplied string as code (``typing``, ``timeit``, ``dataclasses``-style code generation
+from unchecked text), looking attributes up by a program-supplied name (``operator.attrgetter``,
+``string.Formatter``, ``functools.update_wrapper``), importing by name (``importlib``, ``pickle``),
+files, processes, threads, the clock (``time``, ``datetime``: a date both runs agree on is still
+unknowable to the predictor) and the interpreter (``sys``, ``gc``, ``inspect``). Add a module only
+after the same audit. The program gets a copy of each module holding its public, non-module
+attributes (``re.enum`` is not there, so ``re.enum.sys`` is no way to ``sys``)."""
+
+PROGRAM_FILENAME = "<codegame>"
+"""The filename the harness compiles the program with (tracebacks, and the import guard's test of
+who is importing)."""
+
+_HARNESS_TEXT = (Path(__file__).parent / "_harness.py").read_text(encoding="utf-8")
+_STARTUP_S = 10.0
+"""Time the harness allows the fresh interpreter to start; not counted against ``timeout_s``."""
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+_STEPS = re.compile(r"codegame-steps (\d+)")
+_FENCE = re.compile(r"^[ \t]*```[ \t]*(python3?|py)?[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+_ANY_FENCE = re.compile(r"^[ \t]*```", re.MULTILINE)
+
+
+@dataclass
+class GateSettings:
+    """What a written program must satisfy to count."""
+
+    allowed_imports: list[str] = field(default_factory=list)
+    """Modules the program may import (``import x``, ``import x.y``, ``from x import y``); empty:
+    no import at all. Each must be one of :data:`VETTED_IMPORTS` (see there why)."""
+    timeout_s: float = 2.0
+    """Wall-clock limit of one run, from the program's first instruction (the harness's own
+    interpreter start is not counted)."""
+    max_steps: int = 100_000
+    """Traced steps one run may take: ``sys.settrace`` events with per-opcode events on (call,
+    line, opcode, return, exception), about one per bytecode instruction executed, library code
+    included; CRUXEval's filter allows 100k traced bytecode steps. Unlike the timeout it does not
+    depend on the machine's load."""
+    max_output_chars: int = 1000
+    """Most characters the program may print (before any stripping)."""
+    max_program_chars: int = 2000
+    """Most characters of program source."""
+    min_output_chars: int = 1
+    """Fewest characters the output must keep after stripping whitespace (0: printing nothing is
+    allowed)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.allowed_imports, str):
+            raise ValueError("allowed_imports must be a list of module names, not one string")
+        self.allowed_imports = list(self.allowed_imports)
+        for name in self.allowed_imports:
+            if name not in VETTED_IMPORTS:
+                raise ValueError(
+                    f"allowed_imports: {name!r} is not one of the vetted modules {sorted(VETTED_IMPORTS)}; "
+                    "a module is vetted after checking it cannot run program strings as code, look up "
+                    "attributes or import modules by a program-supplied name, or reach files, processes, "
+                    "the clock or the interpreter (gate.VETTED_IMPORTS)"
+                )
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.max_program_chars < 1:
+            raise ValueError(f"max_program_chars must be >= 1, got {self.max_program_chars}")
+        if self.min_output_chars < 0:
+            raise ValueError(f"min_output_chars must be >= 0, got {self.min_output_chars}")
+        if self.max_output_chars < max(1, self.min_output_chars):
+            raise ValueError(
+                f"max_output_chars ({self.max_output_chars}) must be >= 1 and >= min_output_chars "
+                f"({self.min_output_chars})"
+            )
+
+
+@dataclass
+class GateResult:
+    """The gate's verdict on one program."""
+
+    valid: bool
+    """Whether the program counts (``reason == "ok"``)."""
+    reason: str
+    """One of :data:`REASONS`."""
+    output: str
+    """What the program printed (run 1) when both runs ran to their end; the target of the
+    predictions when ``valid``. ``""`` otherwise."""
+    detail: dict = field(default_factory=dict)
+    """JSON-ready specifics: ``stage`` (``static``/``runtime``); for static refusals the offending
+    ``name`` and ``line``; for runs the ``seeds`` and per run its reason, verdict, exception,
+    informational ``steps`` and wall time (and both outputs when they differ)."""
+
+    def to_dict(self) -> dict:
+        return {"valid": self.valid, "reason": self.reason, "output": self.output, "detail": self.detail}
+
+
+def extract_program(text: str) -> str | None:
+    """The program in the writer's answer, or ``None`` when there is none.
+
+    The rule: the first closed fenced block tagged ``python``, ``python3``, ``py`` or untagged
+    (its text, with a trailing newline); else, when the answer has no fence at all, the whole text
+    (stripped) if it parses as Python; else ``None``. A block tagged with another language, an
+    unclosed fence (a cut-off answer) or prose that does not parse is no program.
+    """
+    if not isinstance(text, str):
+        return None
+    text = text.replace("\r\n", "\n")
+    match = _FENCE.search(text)
+    if match is not None:
+        body = match.group(2).strip("\n")
+        return body + "\n" if body.strip() else None
+    if _ANY_FENCE.search(text):
+        return None
+    body = text.strip()
+    if not body:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return body + "\n"
+
+
+def gate_programs(
+    sandbox: Executor, sources: Sequence[str], settings: GateSettings | None = None
+) -> list[GateResult]:
+    """Judge each program of ``sources`` (in order): the static check here, then two runs of the
+    survivors in ``sandbox`` with two different hash seeds (all submitted at once, so they spread
+    over the workers). See the module docstring and :data:`REASONS`."""
+    return _gate(sandbox, sources, settings or GateSettings())
+
+
+def _gate(
+    sandbox: Executor,
+    sources: Sequence[str],
+    settings: GateSettings,
+    *,
+    static_check: bool = True,
+    seeds: tuple[int, int] | None = None,
+) -> list[GateResult]:
+    """:func:`gate_programs` with two hooks for tests only: ``static_check=False`` skips the AST
+    parse and check so the runtime guards face a program the static check would refuse, and
+    ``seeds`` fixes the two hash seeds (equal seeds show that the seed is what decides)."""
+    _check_capture(sandbox, settings)
+    results: list[GateResult | None] = []
+    pending: list[tuple[int, tuple[int, int], list]] = []
+    for i, source in enumerate(sources):
+        source = source if isinstance(source, str) else ""
+        refusal = _precheck(source, settings, static_check)
+        results.append(refusal)
+        if refusal is None:
+            pair = seeds or _seed_pair()
+            futures = [sandbox.submit(_program(source, seed, settings)) for seed in pair]
+            pending.append((i, pair, futures))
+    for i, pair, futures in pending:
+        results[i] = _judge_runs([f.result() for f in futures], pair, settings)
+    return [r for r in results if r is not None]
+
+
+def _seed_pair() -> tuple[int, int]:
+    first = secrets.randbelow(2**32 - 1) + 1
+    second = secrets.randbelow(2**32 - 2) + 1
+    return first, second if second < first else second + 1  # distinct, both in [1, 2**32 - 1]
+
+
+def _check_capture(sandbox: Executor, settings: GateSettings) -> None:
+    cap = getattr(getattr(sandbox, "config", None), "max_capture_bytes", None)
+    if isinstance(cap, int) and 4 * settings.max_output_chars + 1024 > cap:
+        raise ValueError(
+            f"max_output_chars={settings.max_output_chars} needs the sandbox to capture up to "
+            f"{4 * settings.max_output_chars + 1024} bytes of stdout; its max_capture_bytes is {cap}"
+        )
+
+
+def _refusal(reason: str, **detail: object) -> GateResult:
+    return GateResult(valid=False, reason=reason, output="", detail={"stage": "static", **detail})
+
+
+def _precheck(source: str, settings: GateSettings, static_check: bool) -> GateResult | None:
+    """The checks that need no sandbox; ``None`` when the program goes on to run."""
+    if not source.strip():
+        return _refusal("empty")
+    if len(source) > settings.max_program_chars:
+        return _refusal("too_long", chars=len(source))
+    if not static_check:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarnings ("is" with a literal...) are no verdict
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        return _refusal("syntax_error", error=f"{type(e).__name__}: {e}"[:300])
+    found = static_violation(tree, settings.allowed_imports)
+    if found is None:
+        return None
+    reason, name, line = found
+    return _refusal(reason, name=name, line=line)
+
+
+def static_violation(tree: ast.AST, allowed_imports: Sequence[str] = ()) -> tuple[str, str, int] | None:
+    """The first (in source order) rule the AST breaks, as ``(reason, name, line)``; ``None`` when
+    it breaks none. ``reason`` is ``banned_import`` or ``banned_name``.
+
+    Names: a name starting with ``__`` (``__builtins__``, ``__import__``, ``__class__``) and every
+    name of :data:`BANNED_NAMES` are refused, in any context (an alias ``f = eval`` too). Private
+    names of the program's own (``_``, ``_x``) are allowed: they reach only its own namespace, and
+    ``for _ in ...`` is everywhere. Attributes: any starting with ``_`` and those of
+    :data:`BANNED_ATTRIBUTES`, also as class-pattern keywords (``case C(__class__=c)``) and as
+    names imported ``from`` a module. Defining ``__init__``/``__repr__``... in a class is allowed
+    (a ``def`` binds a name, it reaches nothing).
+    """
+    allowed = set(allowed_imports)
+    prefixes = {a.rsplit(".", i)[0] for a in allowed for i in range(a.count(".") + 1)}
+    for node in _source_order(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name not in allowed:
+                    return "banned_import", alias.name, line
+                if alias.asname and alias.asname.startswith("__"):
+                    return "banned_name", alias.asname, line
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level or not module:
+                return "banned_import", "." * node.level + module, line
+            for alias in node.names:
+                if alias.name != "*" and alias.name.startswith("_"):
+                    return "banned_name", alias.name, line
+                if alias.asname and alias.asname.startswith("__"):
+                    return "banned_name", alias.asname, line
+                if module not in allowed and not (alias.name != "*" and f"{module}.{alias.name}" in prefixes):
+                    return "banned_import", module, line
+        elif isinstance(node, ast.Name):
+            if node.id.startswith("__") or node.id in BANNED_NAMES:
+                return "banned_name", node.id, line
+        elif isinstance(node, ast.Attribute):
+            if node.attr.startswith("_") or node.attr in BANNED_ATTRIBUTES:
+                return "banned_name", node.attr, line
+        elif isinstance(node, ast.MatchClass):
+            for attr in node.kwd_attrs:
+                if attr.startswith("_") or attr in BANNED_ATTRIBUTES:
+                    return "banned_name", attr, line
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)):
+            if node.name and node.name.startswith("__"):
+                return "banned_name", node.name, line
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                if name.startswith("__"):
+                    return "banned_name", name, line
+    return None
+
+
+def _source_order(tree: ast.AST):  # noqa: ANN202 - a generator of nodes
+    """Every node, depth first in source order (so the first violation is the first in the text)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _program(source: str, seed: int, settings: GateSettings) -> Program:
+    """One run of ``source`` under the harness, hash-seeded with ``seed``."""
+    allowed = sorted(settings.allowed_imports)
+    job = {
+        "seed": int(seed),
+        "timeout_s": float(settings.timeout_s),
+        "startup_s": _STARTUP_S,
+        "harness": _HARNESS_TEXT,
+        "inner": {
+            "source": source,
+            "filename": PROGRAM_FILENAME,
+            "allowed": allowed,
+            "hidden_members": {name: sorted(VETTED_IMPORTS[name]) for name in allowed},
+            "banned_names": sorted(BANNED_NAMES),
+            "banned_attributes": sorted(BANNED_ATTRIBUTES),
+            "max_steps": int(settings.max_steps),
+            "max_output_chars": int(settings.max_output_chars),
+        },
+    }
+    return Program(
+        code=f"{_HARNESS_TEXT}\nouter_main({job!r})\n", timeout_s=settings.timeout_s + _STARTUP_S + 1.0
+    )
+
+
+_EXCEPTION_REASONS = {
+    "CodeGameImportBlocked": "import_blocked",
+    "CodeGameBannedName": "banned_name",
+    "CodeGameStepBudget": "step_budget",
+    "CodeGameOutputLimit": "output_limit",
+    "CodeGameProgramError": "runtime_error",
+    "CodeGameCrashed": "runtime_error",
+    "CodeGameSyntaxError": "syntax_error",
+    "CodeGameTimeout": "timeout",
+}
+_VERDICT_REASONS = {
+    Verdict.TIMEOUT: "timeout",
+    Verdict.MEMORY_LIMIT: "memory_limit",
+    Verdict.OUTPUT_LIMIT: "output_limit",
+}
+
+
+def _run_reason(res: ExecutionResult) -> str:
+    """One run's reason, from the sandbox's verdict and the harness's exception type only."""
+    if res.verdict is Verdict.PASSED:
+        return "ok"
+    if res.verdict in _VERDICT_REASONS:
+        return _VERDICT_REASONS[res.verdict]
+    if res.verdict is Verdict.RUNTIME_ERROR:
+        # anything else (the harness failing, a signal on the harness) is not the program's doing
+        return _EXCEPTION_REASONS.get(res.exception_type or "", "sandbox_error")
+    return "sandbox_error"  # SANDBOX_ERROR, or a verdict the trusted harness never produces
+
+
+def _judge_runs(runs: list[ExecutionResult], seeds: tuple[int, int], settings: GateSettings) -> GateResult:
+    reasons = [_run_reason(r) for r in runs]
+    detail: dict = {
+        "stage": "runtime",
+        "seeds": list(seeds),
+        "runs": [
+            {
+                "reason": reason,
+                "verdict": r.verdict.value,
+                "exception_type": r.exception_type,
+                "exception_message": (r.exception_message or "")[:300] or None,
+                "steps": int(m.group(1)) if (m := _STEPS.search(r.stderr or "")) else None,
+                "wall_time_s": round(r.wall_time_s, 4),
+            }
+            for r, reason in zip(runs, reasons, strict=True)
+        ],
+    }
+    # a fault of the program's in either run decides; infrastructure only when there is none
+    faults = [reason for reason in reasons if reason not in ("ok", "sandbox_error")]
+    if faults or "sandbox_error" in reasons:
+        return GateResult(False, faults[0] if faults else "sandbox_error", "", detail)
+    outputs = [r.stdout for r in runs]
+    if any(_ADDRESS.search(out) for out in outputs):
+        return GateResult(False, "address_in_output", outputs[0], detail)
+    if outputs[0] != outputs[1]:
+        detail["outputs"] = outputs
+        return GateResult(False, "nondeterministic", outputs[0], detail)
+    if len(outputs[0]) > settings.max_output_chars:  # the harness stops it first; kept as a backstop
+        return GateResult(False, "output_limit", outputs[0], detail)
+    if len(outputs[0].strip()) < settings.min_output_chars:
+        return GateResult(False, "no_output", outputs[0], detail)
+    return GateResult(True, "ok", outputs[0], detail)
+
+
+__all__ = [
+    "BANNED_ATTRIBUTES",
+    "BANNED_NAMES",
+    "PROGRAM_FILENAME",
+    "REASONS",
+    "VETTED_IMPORTS",
+    "GateReason",
+    "GateResult",
+    "GateSettings",
+    "extract_program",
+    "gate_programs",
+    "static_violation",
+]

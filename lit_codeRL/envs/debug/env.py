@@ -1,0 +1,331 @@
+"""``DebugEnv``: a multi-turn debugging gym. The policy fixes a buggy Python program with a debugger.
+
+An episode is one debugging task (``problems/debug.py``: a buggy program and its pytest tests) in
+its own workspace session (``sandbox/workspace.py``: no network, bounded commands, the files on a
+tmpfs). Each turn the policy calls one tool (``tools.py``): ``pdb`` (a real ``python -m pdb``
+session over a pseudo-terminal inside the sandbox, running the tests, ``pdb_session.py``),
+``view``, ``edit``/``rewrite``, ``eval`` (the tests' output as the agent would see it), ``listdir``,
+optionally ``bash``; ``submit`` ends the episode. The first observation holds the task, the files
+and the tests' output at the start (debug-gym runs ``eval`` at reset the same way).
+
+The reward is computed once, from the episode's diff, in a **fresh** workspace with the test files
+restored (``SWEGrader``: junit XML and a signed record cross-checked against the exit code): never
+from what the agent's ``eval`` printed, so a program that prints ``3 passed``, edits the tests
+(through ``rewrite`` or pdb's ``!``) or adds a ``conftest.py`` gains nothing. The reward is 1 when
+every test passes (``partial_credit``: the fraction of the initially failing tests that pass, when
+none of the passing ones broke). Limits: the runner's turns (``max_turns``, 80 in the configs)
+and context; per tool call a time limit; per episode ``trajectory_timeout_s`` of tool time, past
+which the episode is masked out of the loss (the environment stopped it, not a wrong answer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lit_codeRL.envs.debug.pdb_session import PdbSession
+from lit_codeRL.envs.debug.tools import (
+    PRESETS,
+    ToolCall,
+    apply_edit,
+    line_range,
+    numbered,
+    parse_tool_call,
+    stop_strings,
+    usage,
+)
+from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
+from lit_codeRL.envs.swe.grading import SWEGrader
+from lit_codeRL.envs.swe.prompt import cut_middle
+from lit_codeRL.envs.workspace_episodes import WorkspaceEpisodeEnv, WorkspaceState
+from lit_codeRL.problems.debug import DebugTask, cache_root, debug_task, validate_debug_tasks
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.swe import RepoCache, SWETask
+from lit_codeRL.sandbox.workspace import (
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceDead,
+    WorkspaceError,
+    open_workspace,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DebugSettings:
+    """Knobs of :class:`DebugEnv` (``env.debug`` in configs)."""
+
+    tools: Literal["debug", "rewrite", "full"] = "debug"
+    """Tool preset: ``debug`` (pdb, view, edit, rewrite, eval, listdir, submit), ``rewrite``
+    (debug-gym's rewrite-only agent: view, rewrite, eval, listdir, submit; the ablation without a
+    debugger), ``full`` (``debug`` plus ``bash``)."""
+    pdb_timeout_s: float = 10.0
+    """Time limit of one pdb command (past it the debugger's processes are killed)."""
+    eval_timeout_s: float = 30.0
+    """Time limit of one ``eval`` (the tests)."""
+    command_timeout_s: float = 30.0
+    """Time limit of one ``bash`` command."""
+    trajectory_timeout_s: float = 600.0
+    """Tool time of an episode; an episode that uses it up is masked out of the loss."""
+    max_output_chars: int = 3000
+    """Output shown per tool call (head and tail kept, the middle cut with a marker)."""
+    max_view_lines: int = 200
+    """Lines ``view`` shows at most."""
+    show_initial_eval: bool = True
+    """Put the tests' output at the start into the first observation."""
+    grade_on_truncation: bool = True
+    """An episode cut by the runner (turns, context) is graded on its files as they stand."""
+    partial_credit: bool = False
+    """Reward the fraction of initially failing tests that pass (when no passing test broke)."""
+    grade_timeout_s: float = 120.0
+    """Time limit of one grading run."""
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    """The isolation backend and per-session limits (the agent's and the grading workspaces)."""
+    repo_cache: str | None = None
+    """Where the tasks' git repositories are prepared; ``None``: ``$LIT_CODERL_DEBUG_CACHE`` or
+    ``~/.cache/lit-coderl/debug-tasks``."""
+    parallel: int = 8
+    """Workspace operations (resets, tool calls, gradings) running at once."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workspace, dict):
+            self.workspace = WorkspaceConfig(**self.workspace)
+        if self.tools not in PRESETS:
+            raise ValueError(f"env.debug.tools must be one of {sorted(PRESETS)}, got {self.tools!r}")
+        for name in ("pdb_timeout_s", "eval_timeout_s", "command_timeout_s", "trajectory_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"env.debug.{name} must be > 0")
+        if self.parallel < 1:
+            raise ValueError("env.debug.parallel must be >= 1")
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return PRESETS[self.tools]
+
+    def cache_root(self) -> Path:
+        return cache_root(self.repo_cache)
+
+
+@dataclass
+class DebugState(WorkspaceState):
+    """One episode: its task, workspace and debugger, and what it has used."""
+
+    debug_task: DebugTask | None = None
+    pdb: PdbSession | None = None
+    tool_s: float = 0.0
+    tool_calls: int = 0
+    edits: int = 0
+    tools_used: dict[str, int] = field(default_factory=dict)
+
+
+TASK_TEMPLATE = """You are debugging a Python program in {repo}. It should do this:
+<task>
+{description}
+</task>
+Files: {files}
+{initial}
+Each turn, call exactly one tool:
+{usage}
+Fix the program, not the tests: test files are restored before your work is graded."""
+
+_DURATION = re.compile(r" in \d+(?:\.\d+)?s(?=(?: =+)?[ \t]*$)", re.MULTILINE)
+
+
+def tests_output(text: str) -> str:
+    """pytest's output without its run time (``... in 0.05s``): the same program gives the same
+    observation (the episodes of a group must share their first prompt)."""
+    return _DURATION.sub("", text)
+
+
+class DebugEnv(WorkspaceEpisodeEnv):
+    """Debugging tasks in isolated workspaces (see the module docstring)."""
+
+    name = "debug"
+
+    def __init__(self, settings: DebugSettings | None = None, grader: SWEGrader | None = None) -> None:
+        self.settings = s = settings or DebugSettings()
+        self.tools = s.tool_names
+        self.stop_strings = stop_strings(self.tools)
+        self.repos = RepoCache(s.cache_root() / "prepared")
+        grader = grader or SWEGrader(s.workspace, self.repos, s.grade_timeout_s, s.partial_credit)
+        super().__init__(grader, s.parallel, s.grade_on_truncation)
+        self._swe: dict[str, SWETask] = {}
+        self._initial: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ tasks
+    def task_of(self, problem: Problem) -> SWETask:
+        task = debug_task(problem)
+        if task.task_id not in self._swe:
+            self._swe[task.task_id] = task.to_swe_task(self.settings.cache_root(), grader=self.grader)
+        return self._swe[task.task_id]
+
+    def validate_problems(self, problems: Sequence[Problem]) -> list[Problem]:
+        """The problems whose task is worth training on (``validate_debug_tasks``: the reference
+        fix resolves it and the base does not; a task without a fix is kept when its base fails,
+        with a warning), the others dropped with a warning saying why. Cached per machine."""
+        kept = validate_debug_tasks(
+            [debug_task(p) for p in problems], self.grader, self.settings.cache_root(), self.settings.parallel
+        )
+        ids = {t.task_id for t in kept}
+        return [p for p in problems if debug_task(p).task_id in ids]
+
+    def _test_command(self, task: DebugTask) -> str:
+        return "python -m pytest -q --tb=short -p no:cacheprovider " + " ".join(task.test_modules)
+
+    def _pdb_argv(self, task: DebugTask) -> list[str]:
+        return ["python", "-m", "pdb", "-m", "pytest", "-sq", "-p", "no:cacheprovider", *task.test_modules]
+
+    # ------------------------------------------------------------------ episodes
+    def _start(self, problem: Problem) -> DebugState:
+        task = debug_task(problem)
+        s = self.settings
+        state = DebugState(self.task_of(problem), debug_task=task)
+        state.pdb = PdbSession(self._pdb_argv(task), s.pdb_timeout_s, s.max_output_chars)
+        try:
+            config = dataclasses.replace(s.workspace, command_timeout_s=s.command_timeout_s)
+            state.workspace = self._track(open_workspace(config, self.repos.get(state.task)))
+        except Exception as e:  # noqa: BLE001 - the episode is masked, the run goes on
+            logger.warning("workspace for %s failed to start: %s", task.task_id, e)
+            state.error = f"{type(e).__name__}: {e}"
+        return state
+
+    def first_observation(self, state: DebugState) -> str:
+        task = state.debug_task
+        assert task is not None
+        initial = ""
+        if self.settings.show_initial_eval:
+            if task.task_id not in self._initial and state.workspace is not None:
+                out = self._run(state, self._test_command(task), self.settings.eval_timeout_s, count=False)
+                self._initial[task.task_id] = out
+            if task.task_id in self._initial:
+                initial = f"The tests now give:\n{self._initial[task.task_id]}\n"
+        return TASK_TEMPLATE.format(
+            repo=Workspace.REPO,
+            description=task.description.strip(),
+            files=", ".join(sorted(task.files)),
+            initial=initial,
+            usage=usage(self.tools),
+        )
+
+    def reset_batch(self, problems: Sequence[Problem]) -> list[EpisodeStart]:
+        states = self._parallel(self._start, problems)
+        # one initial eval per task (sequentially per task, so a group shares its observation)
+        seen: dict[str, str] = {}
+        starts = []
+        for problem, state in zip(problems, states, strict=True):
+            key = debug_task(problem).task_id
+            if key not in seen:
+                seen[key] = self.first_observation(state)
+            starts.append(EpisodeStart(seen[key], state, {"task_id": key}))
+        return starts
+
+    def _run(self, state: DebugState, cmd: str, timeout: float, count: bool = True) -> str:
+        """A process in the workspace (``eval``, ``bash``): it ends the debugger's session."""
+        assert state.workspace is not None
+        budget = self.settings.trajectory_timeout_s - state.tool_s
+        result = state.workspace.run(
+            cmd, timeout=max(0.1, min(timeout, budget)), max_output=self.settings.max_output_chars
+        )
+        if state.pdb is not None:
+            state.pdb.stale()
+        if count:
+            state.tool_s += result.wall_s
+        status = "timed out and was killed" if result.timed_out else f"exit code {result.exit_code}"
+        return f"{tests_output(result.output).rstrip() or '(no output)'}\n[{status}]"
+
+    def _step(self, state: DebugState, action: Action) -> StepResult:
+        state.turn += 1
+        if state.error is not None or state.workspace is None:
+            return self._masked(state, "sandbox_error", state.error or "no workspace")
+        call = parse_tool_call(action.text, self.tools, action.cut_off)
+        info: dict[str, Any] = {"turn": state.turn, "action": call.tool}
+        if call.tool == "submit":
+            return self._grade(state, terminated=True)
+        note = "\n(Only your first tool call ran; one call per turn.)" if call.ignored_text else ""
+        if not call.ok:
+            info["dump"] = {"tool": "error", "kind": call.args.get("kind"), "output": call.message}
+            return StepResult(call.message + note, 0.0, False, False, info)
+        state.tool_calls += 1
+        state.tools_used[call.tool] = state.tools_used.get(call.tool, 0) + 1
+        try:
+            output, dump = self._call(state, call)
+        except Exception as e:  # noqa: BLE001 - a dead workspace masks the episode
+            return self._masked(state, "sandbox_error", f"{type(e).__name__}: {e}")
+        info["dump"] = {"tool": call.tool, **{k: v for k, v in call.args.items()}, "output": output, **dump}
+        info["wall_time_s"] = dump.get("wall_s", 0.0)
+        if state.tool_s >= self.settings.trajectory_timeout_s:
+            return self._masked(state, "env_time_limit", f"{state.tool_s:.0f} s of tool time")
+        return StepResult(cut_middle(output, self.settings.max_output_chars) + note, 0.0, False, False, info)
+
+    def _call(self, state: DebugState, call: ToolCall) -> tuple[str, dict[str, Any]]:
+        """Run one tool; returns what the agent sees and extra dump fields."""
+        ws, s, task = state.workspace, self.settings, state.debug_task
+        assert ws is not None and task is not None and state.pdb is not None
+        args = call.args
+        if call.tool == "pdb":
+            result = state.pdb.send(ws, args["command"])
+            state.tool_s += result.wall_s
+            text = result.output or "(no output)"
+            if result.restarted:
+                text = f"[debugger (re)started: {' '.join(state.pdb.argv)}]\n{text}"
+            if result.timed_out:
+                text += (
+                    f"\n[the command did not return within {s.pdb_timeout_s:g} s; the debugger was stopped]"
+                )
+            elif result.ended:
+                text += "\n[the debugger exited; it restarts at your next pdb command]"
+            return text, {"wall_s": round(result.wall_s, 3), "breakpoints": list(state.pdb.locations)}
+        if call.tool == "eval":
+            return self._run(state, self._test_command(task), s.eval_timeout_s), {}
+        if call.tool == "bash":
+            return self._run(state, args["command"], s.command_timeout_s), {}
+        if call.tool == "listdir":
+            entries = ws.listdir(args["path"], depth=2, max_entries=200)
+            return "\n".join(entries) or "(empty)", {}
+        if call.tool == "view":
+            data = self._read(ws, args["path"])
+            if data is None:
+                return f"{args['path']}: no such file", {}
+            first, last = line_range(args["lines"]) if "lines" in args else (1, None)
+            return f"{args['path']}:\n{numbered(data, first, last, s.max_view_lines)}", {}
+        # edit / rewrite
+        if call.tool == "rewrite":
+            new, error = args["content"], None
+        else:
+            old = self._read(ws, args["path"])
+            if old is None:
+                return f"{args['path']}: no such file (use rewrite to create one)", {}
+            new, error = apply_edit(old, args["lines"], args["content"])
+        if error:
+            return error, {}
+        ws.write_file(args["path"], new)
+        state.edits += 1
+        state.pdb.stale()  # the code changed: the debugger restarts, breakpoints kept
+        diff = ws.diff()  # (ends the debugger's processes too: it was restarting anyway)
+        state.last_diff = diff
+        shown = numbered(new, max_lines=s.max_view_lines)
+        return f"{args['path']} now reads:\n{shown}", {"diff": diff}
+
+    @staticmethod
+    def _read(ws: Workspace, path: str) -> str | None:
+        try:
+            return ws.read_file(path).decode("utf-8", errors="replace")
+        except WorkspaceDead:
+            raise
+        except WorkspaceError:  # a missing file (or a directory): the agent's to know about
+            return None
+
+    def episode_stats(self, state: DebugState) -> dict[str, Any]:
+        return {
+            "num_commands": state.tool_calls,
+            "command_s": round(state.tool_s, 3),
+            "num_edits": state.edits,
+            "tools_used": dict(state.tools_used),
+            "debugger_restarts": state.pdb.restarts if state.pdb is not None else 0,
+        }

@@ -1,0 +1,122 @@
+"""A real ``python -m pdb`` session inside an episode's workspace, driven through a pseudo-terminal.
+
+The debugger runs the task's tests (``python -m pdb -m pytest -sq <test files>``) in the sandbox
+(``Workspace.pty_start``/``pty_send``: the pty and every process it starts live inside the
+workspace session, with its limits and no network). What the agent types after ``!`` runs there
+too, and can touch nothing that grading reads: grading happens in a fresh workspace with the test
+files restored.
+
+State kept across restarts: the breakpoints (``file:line``, as the agent set them; debug-gym keeps
+them the same way). The debugger restarts, with its breakpoints set again, after every edit of a
+file (the code it runs changed) and whenever another tool ran a process in the workspace (a
+workspace ``run`` ends every process of the session, the debugger's included): the agent is told
+when that happened. Restarts are lazy: the next ``pdb`` call starts the session.
+
+Commands that would wait for input pdb does not prompt for (``interact``, a REPL) are refused;
+``clear`` without arguments is confirmed automatically. A command that does not return to the
+prompt within ``timeout_s`` (an infinite loop under ``c``) has its whole process tree killed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from lit_codeRL.sandbox.workspace import Workspace, WorkspaceError
+
+PROMPT = r"(\(Pdb\) |Clear all breaks\? )$"
+"""Where pdb waits for the agent: its prompt, or ``clear``'s confirmation (answered ``y``)."""
+_SET = re.compile(r"Breakpoint (\d+) at (\S+?):(\d+)")
+_DELETED = re.compile(r"Deleted breakpoint (\d+)")
+REFUSED = {"interact": "`interact` opens a Python shell this tool cannot drive; use p EXPR or !STATEMENT."}
+
+
+@dataclass
+class PdbResult:
+    output: str
+    timed_out: bool = False
+    restarted: bool = False
+    """The session was (re)started for this command."""
+    ended: bool = False
+    """The debugger exited (``q``, or it died): it restarts at the next command."""
+    wall_s: float = 0.0
+
+
+@dataclass
+class PdbSession:
+    """The debugger of one episode (see the module docstring)."""
+
+    argv: list[str]
+    timeout_s: float = 10.0
+    max_output: int = 3000
+    breakpoints: dict[int, str] = field(default_factory=dict)
+    """pdb's breakpoint number -> ``file:line``, of the live session."""
+    locations: list[str] = field(default_factory=list)
+    """Every breakpoint the agent has set and not cleared, in order: set again at each restart."""
+    live: bool = False
+    restarts: int = 0
+
+    def stale(self) -> None:
+        """The session is gone or must restart (a file changed, another tool ran a process)."""
+        self.live = False
+
+    def _start(self, ws: Workspace) -> tuple[str, float]:
+        first = ws.pty_start(self.argv, PROMPT, timeout=self.timeout_s, max_output=self.max_output)
+        wall = first.wall_s
+        if not first.alive:
+            raise WorkspaceError(f"the debugger did not start: {first.output[-500:]}")
+        self.live, self.breakpoints = True, {}
+        self.restarts += 1
+        notes = []
+        for location in list(self.locations):
+            out = ws.pty_send(f"b {location}", PROMPT, timeout=self.timeout_s, max_output=self.max_output)
+            wall += out.wall_s
+            match = _SET.search(out.output)
+            if match:
+                self.breakpoints[int(match.group(1))] = location
+            else:  # the line moved away under an edit: tell the agent, forget it
+                self.locations.remove(location)
+                notes.append(f"breakpoint {location} could not be set again: {out.output.strip()[:200]}")
+        return "\n".join(notes), wall
+
+    def send(self, ws: Workspace, command: str) -> PdbResult:
+        """Run one pdb ``command`` (its first line) and return what pdb printed."""
+        command = command.strip().splitlines()[0].strip() if command.strip() else ""
+        word = command.split(maxsplit=1)[0] if command else ""
+        if word in REFUSED:
+            return PdbResult(REFUSED[word])
+        restarted, note, wall = False, "", 0.0
+        if not self.live:
+            note, wall = self._start(ws)
+            restarted = True
+        try:
+            out = ws.pty_send(command, PROMPT, timeout=self.timeout_s, max_output=self.max_output)
+        except WorkspaceError:  # the session ended under us (a run elsewhere): once more, fresh
+            note, wall = self._start(ws)
+            restarted = True
+            out = ws.pty_send(command, PROMPT, timeout=self.timeout_s, max_output=self.max_output)
+        wall += out.wall_s
+        text = out.output
+        if out.alive and text.rstrip().endswith("Clear all breaks?"):
+            confirm = ws.pty_send("y", PROMPT, timeout=self.timeout_s, max_output=self.max_output)
+            text, wall = text + " y\n" + confirm.output, wall + confirm.wall_s
+            self.breakpoints, self.locations = {}, []
+        self._track(word, text)
+        if not out.alive:
+            self.live = False
+        text = re.sub(r"\(Pdb\) $", "", text).rstrip()
+        if note:
+            text = f"[{note}]\n{text}"
+        return PdbResult(text, out.timed_out, restarted, not out.alive, wall)
+
+    def _track(self, word: str, output: str) -> None:
+        if word in ("b", "break", "tbreak"):
+            for num, path, line in _SET.findall(output):
+                location = f"{path.removeprefix(Workspace.REPO + '/')}:{line}"
+                self.breakpoints[int(num)] = location
+                if word != "tbreak" and location not in self.locations:
+                    self.locations.append(location)
+        for num in _DELETED.findall(output):
+            location = self.breakpoints.pop(int(num), None)
+            if location in self.locations:
+                self.locations.remove(location)

@@ -1,0 +1,217 @@
+"""The debugging gym's tool calls: their text format, the presets, and how a turn is read.
+
+A turn holds one tool call, written as a tag (the format is in the prompt the agent sees):
+
+* ``<pdb>COMMAND</pdb>``: one pdb command (``b solution.py:12``, ``c``, ``n``, ``s``, ``p x``, ``l``,
+  ``w``, ``!expr``) in a debugger running the tests;
+* ``<view>FILE</view>`` or ``<view>FILE START-END</view>``: the file with line numbers;
+* ``<edit path="FILE" lines="START-END">NEW LINES</edit>``: replace lines START..END (1-based,
+  inclusive; ``START = END + 1`` inserts before line START; ``lines="N"`` is one line);
+* ``<rewrite path="FILE">WHOLE FILE</rewrite>``: replace (or create) the whole file;
+* ``<eval/>``: run the tests and see their output;
+* ``<listdir>DIR</listdir>`` or ``<listdir/>``: the files under DIR (default the repository);
+* ``<bash>COMMAND</bash>``: a shell command (only when enabled);
+* ``<submit/>``: end the episode and be graded.
+
+Rules: the *first* complete tag in the turn is the call, later ones are not run (the agent is told);
+a turn cut off at the token limit inside an open tag is not run; a turn without a tag, with an
+unknown or disabled tool, or with malformed arguments runs nothing and gets a message saying what
+was wrong and what would work. A code block fence (```) around an edit's or a rewrite's content
+is removed, as models write one out of habit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+TOOLS = ("pdb", "view", "edit", "rewrite", "eval", "listdir", "bash", "submit")
+PRESETS: dict[str, tuple[str, ...]] = {
+    "debug": ("pdb", "view", "edit", "rewrite", "eval", "listdir", "submit"),
+    "rewrite": ("view", "rewrite", "eval", "listdir", "submit"),
+    "full": ("pdb", "view", "edit", "rewrite", "eval", "listdir", "bash", "submit"),
+}
+"""``debug``: debug-gym's debug agent (pdb plus editing); ``rewrite``: its rewrite-only agent,
+for the ablation (no debugger, whole-file rewrites); ``full``: ``debug`` plus ``bash``."""
+
+_BODY = ("pdb", "view", "edit", "rewrite", "listdir", "bash")
+_SELF_CLOSING = ("eval", "submit", "listdir")
+_OPEN = re.compile(r"<(pdb|view|edit|rewrite|eval|listdir|bash|submit)\b([^<>]*?)(/?)>")
+_ATTR = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+_FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL)
+
+
+def stop_strings(tools: tuple[str, ...]) -> list[str]:
+    """Where generation stops: the end of each enabled tool's call."""
+    out = []
+    for tool in tools:
+        if tool in _BODY:
+            out.append(f"</{tool}>")
+        if tool in _SELF_CLOSING:
+            out.append(f"<{tool}/>")
+        if tool in ("eval", "submit"):
+            out.append(f"<{tool}>")  # <eval></eval> and <submit> mean the same: stop at the opening
+    return out
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """What a turn asks for."""
+
+    tool: str
+    """A tool name, or ``error`` (nothing runs; ``message`` says why)."""
+    args: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+    """For ``error``: the feedback the agent gets."""
+    ignored_text: bool = False
+    """More tags followed the call (they were not run)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.tool != "error"
+
+
+ErrorKind = Literal["no_call", "cut_off", "disabled", "bad_args"]
+
+
+def usage(tools: tuple[str, ...]) -> str:
+    """One line per enabled tool: how to call it (the prompt's tool list, and error feedback)."""
+    lines = {
+        "pdb": "<pdb>COMMAND</pdb>  one pdb command (b FILE:LINE, c, n, s, p EXPR, l, w, !STATEMENT) "
+        "in a debugger running the tests; it restarts after every edit and keeps your breakpoints",
+        "view": "<view>FILE</view> or <view>FILE START-END</view>  show a file with line numbers",
+        "edit": '<edit path="FILE" lines="START-END">NEW LINES</edit>  replace lines START to END '
+        "(1-based, inclusive)",
+        "rewrite": '<rewrite path="FILE">NEW CONTENT</rewrite>  replace the whole file',
+        "eval": "<eval/>  run the tests",
+        "listdir": "<listdir>DIR</listdir>  list the files under DIR",
+        "bash": "<bash>COMMAND</bash>  run a shell command",
+        "submit": "<submit/>  you are done: your changes are graded",
+    }
+    return "\n".join(lines[t] for t in tools if t in lines)
+
+
+def _error(kind: ErrorKind, tools: tuple[str, ...], detail: str = "") -> ToolCall:
+    text = {
+        "no_call": "No tool call found. Write exactly one tool call per turn, one of:",
+        "cut_off": "Your tool call was cut off at the length limit and was not run. Write a shorter one.",
+        "disabled": f"{detail} Use one of:",
+        "bad_args": detail,
+    }[kind]
+    if kind in ("no_call", "disabled"):
+        text = f"{text}\n{usage(tools)}"
+    return ToolCall("error", {"kind": kind}, text)
+
+
+def parse_tool_call(text: str, tools: tuple[str, ...], cut_off: bool = False) -> ToolCall:
+    """The call in a turn's ``text`` (see the module docstring); ``tools``: the enabled ones."""
+    for match in _OPEN.finditer(text):
+        tool, attrs, closed = match.group(1), match.group(2), match.group(3) == "/"
+        if closed and tool not in _SELF_CLOSING:
+            continue  # <view/> means nothing: keep looking
+        body, end = "", match.end()
+        if not closed and tool in _BODY:
+            close = text.find(f"</{tool}>", match.end())
+            if close < 0:
+                if cut_off:
+                    return _error("cut_off", tools)
+                return _error("bad_args", tools, f"<{tool}> was not closed with </{tool}>: nothing ran.")
+            else:
+                body, end = text[match.end() : close], close + len(tool) + 3
+        elif not closed and tool in ("eval", "submit"):
+            close = text.find(f"</{tool}>", match.end())  # <eval></eval> means <eval/>
+            end = close + len(tool) + 3 if close >= 0 else end
+        ignored = _OPEN.search(text, end) is not None
+        if tool not in tools:
+            return _error("disabled", tools, f"The tool {tool!r} is not available here.")
+        call = _arguments(tool, dict(_ATTR.findall(attrs)), body, tools)
+        return ToolCall(call.tool, call.args, call.message, ignored)
+    if cut_off and re.search(r"<(pdb|view|edit|rewrite|listdir|bash)\b", text):
+        return _error("cut_off", tools)
+    return _error("no_call", tools)
+
+
+def _arguments(tool: str, attrs: dict[str, str], body: str, tools: tuple[str, ...]) -> ToolCall:
+    if tool in ("eval", "submit"):
+        return ToolCall(tool)
+    if tool in ("pdb", "bash"):
+        command = body.strip()
+        if not command:
+            return _error("bad_args", tools, f"<{tool}></{tool}> was empty: write a command inside it.")
+        return ToolCall(tool, {"command": command})
+    if tool == "listdir":
+        return ToolCall(tool, {"path": body.strip() or "."})
+    if tool == "view":
+        parts = body.strip().split()
+        if not parts:
+            return _error("bad_args", tools, "<view></view> needs a file name: <view>FILE</view>.")
+        args = {"path": parts[0]}
+        if len(parts) > 1:
+            if not re.fullmatch(r"\d+(-\d+)?", parts[1]):
+                return _error(
+                    "bad_args", tools, "The line range of <view> is START-END, e.g. <view>a.py 10-30</view>."
+                )
+            args["lines"] = parts[1]
+        return ToolCall(tool, args)
+    path = attrs.get("path", "").strip()
+    if not path:
+        return _error("bad_args", tools, f'<{tool}> needs a path attribute: <{tool} path="FILE" ...>.')
+    content = _strip_fence(body)
+    if tool == "rewrite":
+        return ToolCall(tool, {"path": path, "content": content})
+    lines = attrs.get("lines", "").strip()
+    if not re.fullmatch(r"\d+(-\d+)?", lines):
+        return _error(
+            "bad_args", tools, '<edit> needs lines="START-END" (1-based, inclusive), e.g. lines="3-5".'
+        )
+    return ToolCall(tool, {"path": path, "lines": lines, "content": content})
+
+
+def _strip_fence(body: str) -> str:
+    """The content between a tag's ``>`` and ``<``: one leading newline and a code fence removed."""
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1) + "\n"
+    elif body.startswith("\n"):
+        body = body[1:]
+    return body
+
+
+def line_range(spec: str) -> tuple[int, int]:
+    """``"3-5"`` -> (3, 5); ``"4"`` -> (4, 4)."""
+    start, _, end = spec.partition("-")
+    return int(start), int(end or start)
+
+
+def apply_edit(text: str, spec: str, content: str) -> tuple[str, str | None]:
+    """``text`` with lines ``spec`` replaced by ``content``, or an error message (nothing changed).
+
+    ``START = END + 1`` inserts ``content`` before line START (at the end when START is one past
+    the last line)."""
+    lines = text.splitlines(keepends=True)
+    start, end = line_range(spec)
+    if start < 1 or end < start - 1 or end > len(lines):
+        return text, (
+            f"lines={spec!r} is outside the file ({len(lines)} lines): use 1 <= START <= END <= {len(lines)} "
+            "(or START = END + 1 to insert)."
+        )
+    new = content if content.endswith("\n") or not content else content + "\n"
+    if start == len(lines) + 1 and lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"  # appending after a last line without its newline
+    return "".join(lines[: start - 1]) + new + "".join(lines[end:]), None
+
+
+def numbered(text: str, first: int = 1, last: int | None = None, max_lines: int = 200) -> str:
+    """Lines ``first..last`` of ``text`` as ``  12| code``, at most ``max_lines`` of them."""
+    lines = text.splitlines()
+    last = len(lines) if last is None else min(last, len(lines))
+    first = max(1, first)
+    shown = lines[first - 1 : last]
+    cut = len(shown) > max_lines
+    shown = shown[:max_lines]
+    width = len(str(first + len(shown)))
+    out = "\n".join(f"{n:>{width}}| {line}" for n, line in enumerate(shown, first))
+    if cut:
+        out += f"\n[... view lines {first + max_lines}-{last} to see the rest ...]"
+    return out or "(empty)"

@@ -1,0 +1,203 @@
+"""What every agent env on workspace sessions shares: one isolated session per episode, steps run
+in parallel, and the reward from the episode's diff graded in a *fresh* workspace.
+
+The SWE agent (``envs/swe/env.py``: ``<execute>`` shell commands) and the debugging gym
+(``envs/debug/env.py``: pdb and editing tools) differ in what a turn does; the rest is here once:
+
+* a thread pool that runs resets, steps and gradings of a batch at the same time (workspace calls
+  wait on subprocesses, not on the GIL);
+* the set of open workspaces, closed at episode end, at :meth:`close` and on errors;
+* the end of an episode: ``submit`` grades it (``terminated``); a runner-truncated one is graded
+  as it stands (``grade_on_truncation``, SWE-agent's auto-submit) or gets 0; a workspace failure or
+  the env's own time budget *masks* it (``info["masked"]``: left out of the loss, not rewarded 0,
+  since the environment stopped it, not a wrong answer);
+* grading: the diff against the base commit, taken by the trusted server after the agent's
+  processes are gone, then :class:`~lit_codeRL.envs.swe.grading.SWEGrader` in a fresh workspace
+  (tests restored, machine-readable results cross-checked; never the agent's stdout);
+* ``validate_problems``: a task is trained on only if its reference fix resolves it and its base
+  does not (cached per machine).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from lit_codeRL.envs.protocol import Action, PendingSteps, StepResult
+from lit_codeRL.envs.swe.grading import SWEGrade, SWEGrader
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.swe import SWETask
+from lit_codeRL.sandbox.workspace import Workspace
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkspaceState:
+    """One episode: its task (as graded), its workspace, and how it ended."""
+
+    task: SWETask
+    workspace: Workspace | None = None
+    error: str | None = None
+    """Why the workspace failed (the episode is masked)."""
+    turn: int = 0
+    done: bool = False
+    grade: SWEGrade | None = None
+    last_diff: str = ""
+
+
+class WorkspaceEpisodeEnv:
+    """Base of the agent envs on workspace sessions (see the module docstring).
+
+    A subclass implements :meth:`_start` (open the episode's workspace, return its state),
+    :meth:`_step` (one turn) and :meth:`task_of` (the graded task of a problem), and may add to
+    the grade's info with :meth:`episode_stats`.
+    """
+
+    name = "workspace"
+    """Used in log messages (``SWE``, ``debug``)."""
+
+    def __init__(self, grader: SWEGrader, parallel: int, grade_on_truncation: bool) -> None:
+        self.grader = grader
+        self.grade_on_truncation = grade_on_truncation
+        self._pool = ThreadPoolExecutor(parallel, thread_name_prefix=f"{self.name}-env")
+        self._open: set[Workspace] = set()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ for subclasses
+    def task_of(self, problem: Problem) -> SWETask:
+        raise NotImplementedError
+
+    def _start(self, problem: Problem) -> WorkspaceState:
+        raise NotImplementedError
+
+    def _step(self, state: Any, action: Action) -> StepResult:
+        raise NotImplementedError
+
+    def episode_stats(self, state: Any) -> dict[str, Any]:
+        """Numbers about the episode merged into the final step's info and its ``episode`` dump."""
+        return {}
+
+    def _track(self, ws: Workspace) -> Workspace:
+        with self._lock:
+            self._open.add(ws)
+        return ws
+
+    def _close(self, ws: Workspace | None) -> None:
+        if ws is None:
+            return
+        with self._lock:
+            self._open.discard(ws)
+        try:
+            ws.close()
+        except Exception:  # noqa: BLE001 - teardown must not lose a run
+            logger.exception("closing a workspace failed")
+
+    def _end(self, state: WorkspaceState) -> None:
+        state.done = True
+        self._close(state.workspace)
+        state.workspace = None
+
+    def _masked(self, state: WorkspaceState, why: str, detail: str) -> StepResult:
+        """End the episode without a reward: it leaves the loss (``masked``; ``sandbox_error``
+        when the infrastructure failed)."""
+        self._end(state)
+        info = {"verdict": why, "reason": detail[:500], "masked": True, "turn": state.turn}
+        if why == "sandbox_error":
+            info["sandbox_error"] = True
+        return StepResult("", 0.0, False, True, info)
+
+    def _grade(self, state: WorkspaceState, terminated: bool) -> StepResult:
+        """Take the diff, close the agent's workspace, grade the diff in a fresh one."""
+        try:
+            diff = state.workspace.diff() if state.workspace is not None else state.last_diff
+        except Exception as e:  # noqa: BLE001
+            return self._masked(state, "sandbox_error", f"diff failed: {type(e).__name__}: {e}")
+        self._end(state)  # the agent's processes are gone before grading starts
+        grade = self.grader.grade(state.task, diff)
+        state.grade, state.last_diff = grade, diff
+        stats = self.episode_stats(state)
+        info: dict[str, Any] = {
+            "turn": state.turn,
+            "verdict": "passed" if grade.resolved else grade.verdict,
+            "resolved": grade.resolved,
+            "pass_fraction": f2p_fraction(grade),
+            "wall_time_s": grade.wall_s,
+            **stats,
+            "episode": {
+                "diff": diff,
+                "grade": grade.to_dict(),
+                "instance_id": state.task.instance_id,
+                **stats,
+            },
+        }
+        if grade.infra_error:
+            info.update(sandbox_error=True, masked=True)
+        return StepResult("", grade.reward, terminated, not terminated, info)
+
+    # ------------------------------------------------------------------ TextEnv
+    def validate_problems(self, problems: Sequence[Problem]) -> list[Problem]:
+        """The problems whose task validates (its reference fix resolves it, the base does not;
+        cached per machine), the others dropped with a warning naming them and why."""
+        reasons = list(self._pool.map(lambda p: self.grader.validate(self.task_of(p)), problems))
+        dropped = [(p.task_id, why) for p, why in zip(problems, reasons, strict=True) if why]
+        for task_id, why in dropped:
+            logger.warning("%s task %s dropped: %s", self.name, task_id, why)
+        if dropped:
+            logger.warning("%d of %d %s tasks dropped by validation", len(dropped), len(problems), self.name)
+        return [p for p, why in zip(problems, reasons, strict=True) if not why]
+
+    def _parallel(self, fn: Callable[..., Any], *args: Sequence[Any]) -> list[Any]:
+        return list(self._pool.map(fn, *args))
+
+    def step_batch(self, states: Sequence[Any], actions: Sequence[Action]) -> PendingSteps:
+        futures: list[Future[StepResult]] = [
+            self._pool.submit(self._step, s, a) for s, a in zip(states, actions, strict=True)
+        ]
+        return PendingSteps(lambda: [f.result() for f in futures], lambda: all(f.done() for f in futures))
+
+    def finish_batch(self, states: Sequence[Any], truncated: Sequence[bool]) -> list[StepResult | None]:
+        """Called by the runner when episodes end: grade the truncated ones (if
+        ``grade_on_truncation``), close every workspace still open."""
+        futures = [self._pool.submit(self._finish, s, t) for s, t in zip(states, truncated, strict=True)]
+        return [f.result() for f in futures]
+
+    def _finish(self, state: WorkspaceState, truncated: bool) -> StepResult | None:
+        if state.done or state.workspace is None:
+            self._close(state.workspace)
+            state.workspace = None
+            return None
+        if not (truncated and self.grade_on_truncation):
+            self._end(state)
+            return StepResult("", 0.0, False, True, {"verdict": "not_graded"})
+        return self._grade(state, terminated=False)
+
+    def close(self) -> None:
+        """Close every workspace still open (idempotent)."""
+        with self._lock:
+            open_now = list(self._open)
+        for ws in open_now:
+            self._close(ws)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a finalizer, not the contract: close() is
+        try:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def f2p_fraction(grade: SWEGrade) -> float:
+    """Share of the FAIL_TO_PASS tests the graded diff made pass."""
+    if not grade.fail_to_pass:
+        return 0.0
+    return sum(s == "passed" for s in grade.fail_to_pass.values()) / len(grade.fail_to_pass)

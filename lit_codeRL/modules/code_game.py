@@ -1,0 +1,245 @@
+"""The adversarial code game as a LightningModule: GRPO with group advantages per role.
+
+One training step, as data (``rollout/code_game.py``)::
+
+    P writer prompts (a topic each) -> G programs each -> the gate admits the valid ones (parse,
+    no imports beyond an allow-list, time and traced-step budgets, two runs with different hash
+    seeds agreeing, printed output without addresses) -> K predictions of each admitted program
+    -> graded against the sandbox's output -> writer reward from its program's success rate,
+    predictor reward per prediction -> advantages relative to the writer's G-group and to the
+    program's K-group -> clipped surrogate -> optimizer step
+
+The policy plays both roles in self-play (both trained), or one role against a fixed opponent: a
+frozen copy of the initial policy, or another model. Logged under ``train/game/*`` (validity,
+why programs were refused, accuracy, lengths, rewards) and under the original design's names
+``reward/avg_batch_reward`` and ``reward/successful_predictions_count``; every turn goes to
+``code_game.jsonl`` and a table of programs, true outputs and predictions to ``samples/``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from lit_codeRL.algorithms.grpo import broadcast_advantages
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
+from lit_codeRL.policy.loading import ModelSettings, load_model
+from lit_codeRL.rollout.code_game import (
+    PREDICTOR,
+    WRITER,
+    CodeGameDataset,
+    CodeGameRunner,
+    CodeGameSettings,
+)
+from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.sandbox import SandboxConfig, make_sandbox
+from lit_codeRL.training.optim import OptimizerSettings
+from lit_codeRL.training.policy_module import PolicyModule, as_settings
+
+
+@dataclass
+class CodeGameOpponent:
+    """Who plays the role the policy does not."""
+
+    kind: Literal["self_play", "frozen", "model"] = "self_play"
+    """``self_play``: the policy writes and predicts, both roles trained. ``frozen``: the other role
+    is a frozen copy of the policy as training starts; ``model``: the other role is
+    ``name_or_path`` (a model of the policy's tokenizer family)."""
+    role: Literal["writer", "predictor"] = "writer"
+    """With a fixed opponent: the role the policy plays and trains."""
+    name_or_path: str | None = None
+    """``model``: the opponent's source (any ``model.name_or_path``)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("self_play", "frozen", "model"):
+            raise ValueError(f"opponent.kind must be self_play, frozen or model, got {self.kind!r}")
+        if self.role not in ("writer", "predictor"):
+            raise ValueError(f"opponent.role must be writer or predictor, got {self.role!r}")
+        if self.kind == "model" and not self.name_or_path:
+            raise ValueError("opponent.kind model needs opponent.name_or_path")
+
+
+class CodeGameModule(PolicyModule):
+    """GRPO on the code-output game (see the module docstring).
+
+    Args:
+        model: Policy model source, dtype, LoRA and gradient checkpointing.
+        game: Rounds, rewards, the validity gate and the prompts.
+        opponent: Self-play, or the policy in one role against a fixed opponent.
+        sandbox: Where programs run (the gate).
+        sampling: Sampling of both roles (predictions: ``game.prediction_max_new_tokens``).
+        engine: Which generation engine samples turns.
+        optimizer: AdamW, learning-rate schedule and gradient clipping of the policy.
+        epsilon: Clip range of the importance ratio.
+        loss_type: Token aggregation (``grpo``, ``dapo``, ``dr_grpo``).
+        beta: KL coefficient to the reference policy (0: no reference pass).
+        tis_cap: Truncated importance weight to the sampler (one update per batch).
+        micro_batch_size: Rows per forward/backward chunk; ``None`` = a free-memory hint.
+        save_hf_model: Write ``<run>/hf_model`` at the end.
+        seed: Seed of topics and sampling.
+    """
+
+    def __init__(
+        self,
+        model: ModelSettings = ModelSettings(),  # noqa: B008 - dataclass defaults show up in --print_config
+        game: CodeGameSettings = CodeGameSettings(),  # noqa: B008
+        opponent: CodeGameOpponent = CodeGameOpponent(),  # noqa: B008
+        sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
+        sampling: SamplingParams = SamplingParams(max_new_tokens=256, temperature=1.0),  # noqa: B008
+        engine: EngineSettings = EngineSettings(),  # noqa: B008
+        optimizer: OptimizerSettings = OptimizerSettings(learning_rate=1e-6),  # noqa: B008
+        epsilon: float = 0.2,
+        loss_type: Literal["grpo", "dapo", "dr_grpo"] = "dapo",
+        beta: float = 0.0,
+        tis_cap: float = 2.0,
+        micro_batch_size: int | None = None,
+        save_hf_model: bool = True,
+        seed: int = 0,
+    ) -> None:
+        game = as_settings(CodeGameSettings, game)
+        opponent = as_settings(CodeGameOpponent, opponent)
+        model = as_settings(ModelSettings, model)
+        super().__init__(
+            model=model,
+            engine=as_settings(EngineSettings, engine),
+            optimizer=optimizer,
+            micro_batch_size=micro_batch_size,
+            save_hf_model=save_hf_model,
+            needs_reference=beta > 0,
+        )
+        self.game_settings, self.opponent_settings = game, opponent
+        self.sandbox_config = as_settings(SandboxConfig, sandbox)
+        self.sampling = as_settings(SamplingParams, sampling)
+        self.engine_settings = as_settings(EngineSettings, engine)
+        self.opponent_model: torch.nn.Module | None = None
+        if opponent.kind != "self_play":
+            if opponent.kind == "frozen":
+                self.opponent_model = copy.deepcopy(self.policy)
+            else:
+                settings = copy.deepcopy(model)
+                settings.name_or_path, settings.lora = opponent.name_or_path, None
+                self.opponent_model, _ = load_model(settings)
+            # not a submodule: never trained, never in the optimizer or the checkpoint's weights
+            self.opponent_model.eval().requires_grad_(False)
+            if self.opponent_model.config.vocab_size != self.policy.config.vocab_size:
+                raise ConfigError(
+                    "the opponent model must share the policy's tokenizer (vocabulary sizes differ)"
+                )
+        self.roles = (
+            (WRITER, PREDICTOR)
+            if opponent.kind == "self_play"
+            else ((WRITER,) if opponent.role == "writer" else (PREDICTOR,))
+        )
+        self.save_hyperparameters()
+        self.plain_hparams()
+        self.dataset: CodeGameDataset | None = None
+        self.sandbox = None
+
+    # ------------------------------------------------------------------ data
+    def setup(self, stage: str) -> None:
+        if stage != "fit" or self.dataset is not None:
+            return
+        self.sandbox = make_sandbox(self.sandbox_config)
+        policy_engine = self.engine
+        other = policy_engine
+        if self.opponent_model is not None:
+            other = make_engine(self.engine_settings, self.tokenizer, self.opponent_model)
+            other.sync_weights(self.opponent_model)
+        writer, predictor = (policy_engine, other) if WRITER in self.roles else (other, policy_engine)
+        if self.opponent_settings.kind == "self_play":
+            writer = predictor = policy_engine
+        runner = CodeGameRunner(
+            writer, predictor, self.tokenizer, self.sampling, self.sandbox, self.game_settings
+        )
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        self.dataset = CodeGameDataset(runner, self.roles, seed=self.hparams.seed + 7919 * rank)
+        self.register_state("code_game", self.dataset)
+        self.setup_run_dir("code_game")
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if self.opponent_model is not None:
+            self.opponent_model.to(self.device)
+
+    def teardown(self, stage: str) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    # ------------------------------------------------------------------ step
+    def training_step(self, dataloader_iter) -> None:
+        hp = self.hparams
+        item = next(dataloader_iter)
+        batch: TrajectoryBatch = (item[0] if isinstance(item, tuple) else item).to(self.device)
+        batch.stats["sandbox_errors"] = float(batch.drop_invalid_from_loss())
+        batch.advantages = broadcast_advantages(batch.advantages, batch.trainable_mask)
+        start = batch.first_trainable_position()
+        temperature = self.sampling.temperature or 1.0
+        if hp.beta > 0:
+            batch.ref_logprobs = self.reference_logprobs(batch, start, temperature)
+        counts = self.loss_normalisers(batch, hp.loss_type)
+
+        def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            logps, _ = self.token_logprobs(mb, start, temperature=temperature)
+            loss, stats, _ = self.clipped_policy_loss(
+                logps, mb, start, counts, epsilon=hp.epsilon, loss_type=hp.loss_type, beta=hp.beta,
+                tis_cap=hp.tis_cap, max_completion_length=self.sampling.max_new_tokens,
+            )  # fmt: skip
+            return loss, stats
+
+        stats, times = self.update(batch, loss_fn)
+        self.log_round(batch, stats, times)
+
+    # ------------------------------------------------------------------ logging
+    def log_round(
+        self, batch: TrajectoryBatch, stats: dict[str, list[float]], times: dict[str, float]
+    ) -> None:
+        gen_s = batch.stats.get("generate_s", 0.0)
+        roles = batch.role_ids.tolist() if batch.role_ids is not None else []
+        adv = batch.advantages.sum(-1) / batch.trainable_mask.sum(-1).clamp(min=1)
+        metrics = {
+            **{f"train/{k}": v for k, v in batch.stats.items() if k.startswith("game/")},
+            **{k: v for k, v in batch.stats.items() if k.startswith("reward/")},
+            "train/rows": float(batch.batch_size),
+            "train/writer_rows": float(sum(r == WRITER for r in roles)),
+            "train/predictor_rows": float(sum(r == PREDICTOR for r in roles)),
+            "train/advantage_abs": float(adv.abs().mean()),
+            "train/completion_length": float(batch.trainable_mask.sum(-1).float().mean()),
+            "train/tokens_per_s": batch.stats.get("completion_tokens", 0.0) / max(gen_s, 1e-9),
+            "train/lr": self.optimizers().param_groups[0]["lr"],
+            "sandbox/errors": batch.stats.get("sandbox_errors", 0.0),
+            "time/generate_s": gen_s,
+            "time/gate_s": batch.stats.get("gate_s", 0.0),
+            **times,
+        }
+        for key, values in stats.items():
+            metrics[f"train/{key}"] = sum(values) / len(values)
+        self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)
+        self.log(
+            "valid", batch.stats.get("game/validity_rate", 0.0), prog_bar=True, logger=False, on_step=True,
+            batch_size=batch.batch_size,
+        )  # fmt: skip
+        self.last_records = batch.records
+        if self.writer is not None:
+            self.writer.write(batch.records, step=self.global_step, rank=self.global_rank)
+
+    @staticmethod
+    def completion_table(records: list[dict[str, Any]], max_chars: int) -> tuple[list[str], list[list[str]]]:
+        """The examples table (``CompletionTableCallback``): program, true output and prediction."""
+        columns = ["role", "program", "gate", "true output", "prediction", "reward"]
+        rows = [
+            [
+                r["role"],
+                str(r.get("program") or "")[:max_chars],
+                r.get("gate", ""),
+                str(r.get("true_output") or "")[:max_chars],
+                str(r.get("prediction") if r.get("prediction") is not None else "")[:max_chars],
+                f"{r.get('reward', 0.0):.2f}",
+            ]
+            for r in records
+        ]
+        return columns, rows

@@ -1,0 +1,449 @@
+"""The code-output game's pure parts: the validity gate (through the real bwrap sandbox), the grading
+of predictions and the reward table."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lit_codeRL.envs.code_game import (
+    INVALID_PROGRAM_REWARD,
+    REASONS,
+    GateSettings,
+    extract_program,
+    gate_programs,
+    normalise_output,
+    parse_prediction,
+    prediction_correct,
+    predictor_reward,
+    program_rewards,
+    writer_reward,
+    writer_rewards,
+)
+from lit_codeRL.envs.code_game.gate import GateReason, _gate, _judge_runs, static_violation
+from lit_codeRL.sandbox import ExecutionResult, Verdict, make_sandbox
+from tests.sandbox.conftest import require_bwrap
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    require_bwrap()
+    # two workers, so the two runs of a program land on different workers (the hash seed differs
+    # anyway: the harness sets it per run)
+    sb = make_sandbox(backend="bwrap", workers=2, timeout_s=5.0, memory_mb=512)
+    yield sb
+    sb.close()
+
+
+def gate_one(sandbox, source: str, settings: GateSettings | None = None, **hooks):
+    return _gate(sandbox, [source], settings or GateSettings(), **hooks)[0]
+
+
+def local_hash(seed: int, text: str) -> str:
+    """``hash(text)`` in a fresh interpreter with ``PYTHONHASHSEED=seed``, outside any sandbox."""
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    return subprocess.run(
+        [sys.executable, "-S", "-c", f"print(hash({text!r}))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def test_reasons_are_a_closed_documented_set() -> None:
+    assert set(REASONS) == set(GateReason.__args__)
+
+
+# ------------------------------------------------------------------------------------ valid programs
+
+VALID = [
+    ("print(2 + 3 * 4)", "14\n"),
+    ("name = 'ada'\nprint(f'{name.upper():>6}|{3.14159:.2f}')", "   ADA|3.14\n"),
+    ("total = 0\nfor i in range(10):\n    if i % 3 == 0:\n        total += i\nprint(total)", "18\n"),
+    (
+        "d = {}\nfor w in 'the cat saw the dog'.split():\n    d[w] = d.get(w, 0) + 1\nprint(d)",
+        "{'the': 2, 'cat': 1, 'saw': 1, 'dog': 1}\n",
+    ),
+    (
+        "class P:\n    def __init__(self, x):\n        self.x = x\n    def __repr__(self):\n        return f'P({self.x})'\n"
+        "for _ in range(2):\n    print([P(1), sorted({'b', 'a'})])",
+        "[P(1), ['a', 'b']]\n[P(1), ['a', 'b']]\n",
+    ),
+    (
+        "def f(s):\n    match s:\n        case [a, *rest]:\n            return a, len(rest)\nprint(f([5, 6, 7]))",
+        "(5, 2)\n",
+    ),
+]
+
+
+def test_valid_programs_are_ok_with_their_exact_output(sandbox) -> None:
+    results = gate_programs(sandbox, [src for src, _ in VALID])
+    for (src, want), res in zip(VALID, results, strict=True):
+        assert (res.reason, res.valid, res.output) == ("ok", True, want), (src, res.detail)
+        assert res.detail["runs"][0]["steps"] > 0
+
+
+# ----------------------------------------------------------------------------------- nondeterminism
+
+
+def test_hash_seeds_differ_between_the_two_runs_for_real(sandbox) -> None:
+    res = gate_one(sandbox, 'print(hash("abc"))')
+    assert res.reason == "nondeterministic"
+    a, b = res.detail["outputs"]
+    assert a != b
+    s1, s2 = res.detail["seeds"]
+    assert s1 != s2
+    # each run printed exactly what a fresh interpreter with its seed prints: the seed is what decides
+    assert (a, b) == (local_hash(s1, "abc"), local_hash(s2, "abc"))
+    fixed = gate_one(sandbox, 'print(hash("abc"))', seeds=(7, 7))
+    assert (fixed.reason, fixed.output) == ("ok", local_hash(7, "abc"))
+
+
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        (
+            "print({'apple', 'banana', 'cherry', 'date', 'elder', 'fig', 'grape', 'kiwi', 'lemon', 'mango'})",
+            "nondeterministic",
+        ),
+        ("print(''.join({c for c in 'abcdefghijklmnopqrstuvwxyz'}))", "nondeterministic"),
+        ("print(id(1))", "banned_name"),
+        ("print(object())", "address_in_output"),
+        ("print(lambda: 0)", "address_in_output"),
+        ("class A:\n    pass\nprint([A()])", "address_in_output"),
+    ],
+)
+def test_unpredictable_outputs_are_refused(sandbox, source: str, reason: str) -> None:
+    res = gate_one(sandbox, source)
+    assert (res.reason, res.valid) == (reason, False), res.detail
+
+
+# ---------------------------------------------------------------------------------- banned imports
+
+STATIC_REFUSALS = [
+    ("import os\nprint(1)", "banned_import"),
+    ("import os.path\nprint(1)", "banned_import"),
+    ("from os import path\nprint(1)", "banned_import"),
+    ("from . import x\nprint(1)", "banned_import"),
+    ("from .. import x\nprint(1)", "banned_import"),
+    ("__import__('os')", "banned_name"),
+    ("import importlib\nimportlib.import_module('os')", "banned_import"),
+    ("import builtins\nprint(builtins)", "banned_import"),
+    ("getattr(__builtins__, '__import__')('os')", "banned_name"),
+    ("print(getattr(1, 'real'))", "banned_name"),
+    ("eval(\"__import__('os')\")", "banned_name"),
+    ("exec('print(1)')", "banned_name"),
+    ("f = eval\nprint(f('1'))", "banned_name"),
+    ("print(().__class__.__base__.__subclasses__())", "banned_name"),
+    ("print([c for c in ().__class__.__mro__])", "banned_name"),
+    ("print((lambda f=__import__: f('os'))())", "banned_name"),
+    ("print((lambda e=compile: e('1', 'x', 'eval'))())", "banned_name"),
+    ("print(globals()['__builtins__'])", "banned_name"),
+    ("print(vars())", "banned_name"),
+    ("print(open('/etc/passwd').read())", "banned_name"),
+    ("class A:\n    _x = 1\nprint(A._x)", "banned_name"),
+    ("def g():\n    yield 1\nprint(g().gi_frame.f_back)", "banned_name"),
+    ("match 1:\n    case object(__class__=c):\n        print(c)", "banned_name"),
+    ("print(memoryview(b'ab')[0])", "banned_name"),
+    ("import sys\nsys.settrace(None)\nprint(1)", "banned_import"),
+    ("from sys import settrace\nsettrace(None)", "banned_import"),
+]
+
+
+@pytest.mark.parametrize("source, reason", STATIC_REFUSALS)
+def test_static_check_refuses_every_route(sandbox, source: str, reason: str) -> None:
+    res = gate_one(sandbox, source)
+    assert (res.reason, res.valid, res.detail["stage"]) == (reason, False, "static"), res.detail
+
+
+def test_allowed_imports(sandbox) -> None:
+    math_only = GateSettings(allowed_imports=["math"])
+    ok, os_still, sqrt_from = gate_programs(
+        sandbox,
+        ["import math; print(math.sqrt(16))", "import os\nprint(1)", "from math import sqrt\nprint(sqrt(9))"],
+        math_only,
+    )
+    assert (ok.reason, ok.output) == ("ok", "4.0\n")
+    assert os_still.reason == "banned_import"
+    assert (sqrt_from.reason, sqrt_from.output) == ("ok", "3.0\n")
+    # a vetted module's own lazy imports work (Counter.most_common imports heapq inside the call)
+    lazy = gate_one(
+        sandbox,
+        "from collections import Counter\nprint(Counter('abracadabra').most_common(2))",
+        GateSettings(allowed_imports=["collections"]),
+    )
+    assert (lazy.reason, lazy.output) == ("ok", "[('a', 5), ('b', 2)]\n")
+
+
+def test_relative_imports_are_refused_even_of_an_allowed_name(sandbox) -> None:
+    math_only = GateSettings(allowed_imports=["math"])
+    src = "from .math import sqrt\nprint(sqrt(4))"
+    assert gate_one(sandbox, src, math_only).reason == "banned_import"
+    assert gate_one(sandbox, src, math_only, static_check=False).reason == "import_blocked"
+
+
+def test_allowed_imports_must_be_vetted() -> None:
+    for bad in ("os", "sys", "typing", "importlib", "time", "collections.abc.x"):
+        with pytest.raises(ValueError, match="vetted"):
+            GateSettings(allowed_imports=[bad])
+    with pytest.raises(ValueError):
+        GateSettings(timeout_s=0)
+    with pytest.raises(ValueError):
+        GateSettings(min_output_chars=5, max_output_chars=4)
+
+
+# ------------------------------------------------------------------ runtime guards, static check off
+
+RUNTIME_REFUSALS = [
+    ("__import__('os')", "import_blocked"),
+    ("import os\nprint(os.getcwd())", "import_blocked"),
+    ("import sys\nsys.settrace(None)\nprint(1)", "import_blocked"),
+    ("import builtins\nprint(1)", "import_blocked"),
+    ("from . import x", "import_blocked"),
+    ("try:\n    import os\nexcept ImportError:\n    pass\nprint('caught')", "import_blocked"),
+    ("print(__builtins__['__import__']('os'))", "import_blocked"),
+    ("print(().__class__.__base__.__subclasses__())", "banned_name"),
+    ("print([c for c in ().__class__.__mro__])", "banned_name"),
+    ("print(getattr(1, 'real'))", "banned_name"),
+    ("print(eval('1'))", "banned_name"),
+    ("try:\n    open('/etc/passwd')\nexcept BaseException:\n    pass\nprint('caught')", "banned_name"),
+    ("def g():\n    yield 1\nprint(g().gi_frame.f_back)", "banned_name"),
+    ("match 1:\n    case object(__class__=c):\n        print(c)", "banned_name"),
+    ("try:\n    while True:\n        pass\nexcept BaseException:\n    pass\nprint('escaped')", "step_budget"),
+    (
+        "def f():\n    f()\ntry:\n    f()\nexcept RecursionError:\n    pass\nprint('untraced now')",
+        "step_budget",
+    ),
+    ("print(1 +)", "syntax_error"),
+]
+
+
+@pytest.mark.parametrize("source, reason", RUNTIME_REFUSALS)
+def test_runtime_guards_hold_without_the_static_check(sandbox, source: str, reason: str) -> None:
+    res = gate_one(sandbox, source, static_check=False)
+    assert (res.reason, res.valid, res.detail["stage"]) == (reason, False, "runtime"), res.detail
+
+
+def test_runtime_guards_on_allowed_modules(sandbox) -> None:
+    settings = GateSettings(allowed_imports=["re", "string"])
+    # the program gets a copy of the module without its module-valued attributes (re.enum.sys)
+    # and without hidden members (string.Formatter reads attributes by name)
+    enum, formatter, fine = _gate(
+        sandbox,
+        [
+            "import re\nprint(re.enum.sys)",
+            "import string\nprint(string.Formatter)",
+            "import re, string\nprint(re.sub('[aeiou]', '', string.ascii_lowercase))",
+        ],
+        settings,
+        static_check=False,
+    )
+    assert enum.reason == formatter.reason == "runtime_error"
+    assert enum.detail["runs"][0]["exception_message"] == "'AttributeError'"
+    assert (fine.reason, fine.output) == ("ok", "bcdfghjklmnpqrstvwxyz\n")
+
+
+# ------------------------------------------------------------------------------ limits and failures
+
+LIMITS = [
+    ("while True:\n    pass", "step_budget"),
+    ("while True: pass", "step_budget"),  # a loop jumping to itself emits no line events: opcodes count
+    ("for i in range(10**6):\n    pass\nprint(i)", "step_budget"),
+    ("x = 1", "no_output"),
+    ("print('   ')", "no_output"),
+    ("print('x' * 1001)", "output_limit"),
+    ("for i in range(200):\n    print('0123456789')", "output_limit"),
+    ("raise ValueError('no')", "runtime_error"),
+    ("print(1)\nraise SystemExit(0)", "runtime_error"),
+    ("def f(n):\n    return f(n + 1)\nprint(f(0))", "runtime_error"),
+    ("x = [0] * 10**10\nprint(len(x))", "memory_limit"),
+    ("print(1 +)", "syntax_error"),
+    ("print(1)\n" + "# pad\n" * 400, "too_long"),
+    ("   \n\n", "empty"),
+]
+
+
+@pytest.mark.parametrize("source, reason", LIMITS)
+def test_limits(sandbox, source: str, reason: str) -> None:
+    res = gate_one(sandbox, source)
+    assert (res.reason, res.valid) == (reason, False), res.detail
+
+
+def test_the_harness_stops_output_at_the_cap(sandbox) -> None:
+    res = gate_one(sandbox, "print('x' * 5)\nprint('y' * 10)", GateSettings(max_output_chars=8))
+    assert res.reason == "output_limit"
+    assert {r["exception_type"] for r in res.detail["runs"]} == {"CodeGameOutputLimit"}
+
+
+def test_a_loop_in_c_runs_into_the_wall_clock(sandbox) -> None:
+    # one traced step, then C code that never returns: only the timeout stops it
+    res = gate_one(sandbox, "print(sum(iter(int, 1)))", GateSettings(timeout_s=0.5))
+    assert res.reason == "timeout", res.detail
+    assert all(r["wall_time_s"] < 5 for r in res.detail["runs"])
+
+
+def test_step_budget_is_a_setting(sandbox) -> None:
+    src = "t = 0\nfor i in range(2000):\n    t += i\nprint(t)"
+    small, large = gate_one(sandbox, src, GateSettings(max_steps=1000)), gate_one(sandbox, src)
+    assert small.reason == "step_budget"
+    assert (large.reason, large.output) == ("ok", "1999000\n")
+
+
+def run_result(verdict: Verdict, stdout: str = "", exception_type: str | None = None) -> ExecutionResult:
+    return ExecutionResult(verdict=verdict, stdout=stdout, exception_type=exception_type)
+
+
+def test_judge_runs_combines_the_two_runs() -> None:
+    ok, settings = run_result(Verdict.PASSED, "1\n"), GateSettings(max_output_chars=4)
+    infra = run_result(Verdict.SANDBOX_ERROR)
+    timeout = run_result(Verdict.RUNTIME_ERROR, exception_type="CodeGameTimeout")
+    assert _judge_runs([ok, ok], (1, 2), settings).reason == "ok"
+    # infrastructure masks only when the program is not at fault in the other run
+    assert _judge_runs([ok, infra], (1, 2), settings).reason == "sandbox_error"
+    assert _judge_runs([infra, timeout], (1, 2), settings).reason == "timeout"
+    # an exception the harness does not raise for a program (its own failure) is no verdict on it
+    odd = run_result(Verdict.RUNTIME_ERROR, exception_type="CodeGameHarnessFailure")
+    assert _judge_runs([odd, ok], (1, 2), settings).reason == "sandbox_error"
+    spoof = run_result(Verdict.RUNTIME_ERROR, exception_type="ValueError")
+    assert _judge_runs([spoof, ok], (1, 2), settings).reason == "sandbox_error"
+    # the gate's own output cap, behind the harness's
+    big = run_result(Verdict.PASSED, "12345\n")
+    assert _judge_runs([big, big], (1, 2), settings).reason == "output_limit"
+    assert _judge_runs([run_result(Verdict.MEMORY_LIMIT), ok], (1, 2), settings).reason == "memory_limit"
+
+
+def test_static_violation_allows_own_private_names_and_dunder_methods() -> None:
+    src = "_cache = {}\nfor _ in range(2):\n    pass\nclass A:\n    def __init__(self):\n        self.v = 1\nprint(A().v)"
+    assert static_violation(ast.parse(src)) is None
+    assert static_violation(ast.parse("x = 1\ny = x.__dict__")) == ("banned_name", "__dict__", 2)
+
+
+# ------------------------------------------------------------------------------- program extraction
+
+
+@pytest.mark.parametrize(
+    "text, program",
+    [
+        ("Here:\n```python\nprint(1)\n```\nIt prints 1.", "print(1)\n"),
+        ("```\nx = 2\nprint(x)\n```", "x = 2\nprint(x)\n"),
+        ("```py\nprint(3)\n```\n```python\nprint(4)\n```", "print(3)\n"),
+        ("```bash\nls\n```", None),
+        ("```python\nprint(1)\n", None),  # cut off: no closing fence
+        ("print('bare')", "print('bare')\n"),
+        ("The program prints a number.", None),
+        ("", None),
+    ],
+)
+def test_extract_program(text: str, program: str | None) -> None:
+    assert extract_program(text) == program
+
+
+# ---------------------------------------------------------------------------------------- grading
+
+
+def test_parse_prediction() -> None:
+    assert parse_prediction("I think [OUTPUT] 42 [/OUTPUT].") == "42"
+    assert parse_prediction("[OUTPUT]\n  a\nb\n[/OUTPUT] [OUTPUT]x[/OUTPUT]") == "\n  a\nb\n"
+    assert parse_prediction("<think>[OUTPUT]1[/OUTPUT]</think>[OUTPUT]2[/OUTPUT]") == "2"
+    assert parse_prediction("[OUTPUT] 1 [OUTPUT] 2 [/OUTPUT]") == "2"
+    assert parse_prediction("[OUTPUT] 42") is None
+    assert parse_prediction("no block at all") is None
+
+
+def test_normalise_output() -> None:
+    assert normalise_output("\r\n\n  a  \r\nb\t\n\n c\n\n\n") == "  a\nb\n\n c"
+    assert normalise_output("") == ""
+
+
+@pytest.mark.parametrize(
+    "predicted, actual, correct",
+    [
+        ("3\n", "3\n", True),
+        ("\n\n3   \n\n", "3\n", True),
+        ("a\r\nb", "a\nb\n", True),
+        (" 3", "3", True),  # one line, a literal either way
+        ("A", "a", False),
+        ("[1,2]", "[1, 2]", True),
+        ('"a"', "'a'", True),
+        ("(1)", "1", True),
+        ("{'b': 2, 'a': 1}", "{'a': 1, 'b': 2}", True),
+        ("True", "1", False),
+        ("1.0", "1", False),
+        ("(1,)", "[1]", False),
+        ("[True]", "[1]", False),
+        ("{1, 2}", "{2, 1}", True),
+        ("f(1)", "2", False),  # a call is text, never run
+        ("__import__('os').getcwd()", "/", False),
+        ("1 + 1", "2", False),
+        ("[1, 2]\n[3]", "[1,2]\n[3]", False),  # literal equality is for one-line outputs only
+        (None, "1", False),
+        ("", "", True),
+    ],
+)
+def test_prediction_correct(predicted: str | None, actual: str, correct: bool) -> None:
+    assert prediction_correct(predicted, actual) is correct
+
+
+def test_prediction_of_a_call_is_never_evaluated(monkeypatch) -> None:
+    called = []
+    monkeypatch.setattr("builtins.eval", lambda *a, **k: called.append(a))
+    assert prediction_correct(parse_prediction("[OUTPUT]f(1)[/OUTPUT]"), "f(1)") is True  # as text
+    assert prediction_correct(parse_prediction("[OUTPUT]print(2)[/OUTPUT]"), "2") is False
+    assert called == []
+
+
+# ------------------------------------------------------------------------------------ reward table
+
+
+def test_predictor_reward() -> None:
+    assert (predictor_reward(True), predictor_reward(False)) == (1.0, 0.0)
+    assert (predictor_reward(True, "zero_sum"), predictor_reward(False, "zero_sum")) == (1.0, -1.0)
+    with pytest.raises(ValueError):
+        predictor_reward(True, "nope")
+
+
+def test_writer_rewards_by_hand() -> None:
+    counts = [0, 1, 2, 3, 4]  # of k = 4
+    assert writer_rewards(counts, 4, "zero_sum") == [1.0, 0.5, 0.0, -0.5, -1.0]
+    assert writer_rewards(counts, 4, "learnability") == [0.0, 0.75, 1.0, 0.75, 0.0]
+    assert writer_rewards(counts, 4, "azr") == [0.0, 0.75, 0.5, 0.25, 0.0]
+    assert writer_rewards(torch.tensor(counts), 4) == writer_rewards(counts, 4, "learnability")
+    assert writer_reward(0.5) == 1.0
+    with pytest.raises(ValueError):
+        writer_rewards([5], 4)
+    with pytest.raises(ValueError):
+        writer_rewards([1], 0)
+
+
+def test_program_rewards_penalise_invalid_and_mask_sandbox_errors() -> None:
+    reasons = ["ok", "nondeterministic", "sandbox_error", "ok"]
+    assert program_rewards(reasons, [2, 0, 0, 4], 4) == [1.0, INVALID_PROGRAM_REWARD, None, 0.0]
+    assert INVALID_PROGRAM_REWARD < min(
+        writer_reward(p / 8, m) for p in range(9) for m in ("learnability", "azr")
+    )
+
+
+def test_a_predictor_of_known_strength_gives_nonconstant_group_rewards() -> None:
+    # four programs of known difficulty: the predictor gets program i right with probability q_i
+    q = torch.tensor([0.05, 0.3, 0.6, 0.95])
+    k = 8
+    gen = torch.Generator().manual_seed(0)
+    counts = (torch.rand(len(q), k, generator=gen) < q[:, None]).sum(dim=1)
+    # the draw this seed gives, pinned so that the cases below stay what they are
+    assert counts.tolist() == [0, 3, 3, 7]
+    learn = writer_rewards(counts, k, "learnability")
+    azr = writer_rewards(counts, k, "azr")
+    assert len(set(learn)) > 1 and len(set(azr)) > 1
+    assert learn == [0.0, 0.9375, 0.9375, 0.4375]  # 4 p (1 - p) at p = 0, 3/8, 3/8, 7/8
+    assert azr == [0.0, 0.625, 0.625, 0.125]  # 1 - p, 0 at p = 0
+    # the degenerate case the default avoids: a predictor that is always wrong makes every program
+    # worth the same under zero_sum (zero advantage, no signal) while learnability pays nothing for it
+    always_wrong = torch.zeros(len(q), dtype=torch.long)
+    assert writer_rewards(always_wrong, k, "zero_sum") == [1.0] * 4
+    assert writer_rewards(always_wrong, k, "learnability") == [0.0] * 4

@@ -1,0 +1,251 @@
+"""PPOModule on a tiny model: both critics learn and the policy moves; value pre-training freezes
+the policy exactly and then hands over; micro-batching leaves the gradient unchanged; in a
+multi-turn row only action tokens get gradient and the terminal reward reaches the last one;
+GRPO advantages need no critic; a resumed run continues exactly, critic and phase included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from lightning import Callback, Trainer, seed_everything
+
+from lit_codeRL.modules.ppo import PPOModule
+from lit_codeRL.policy.loading import ModelSettings
+from lit_codeRL.policy.sampling import SamplingParams
+from lit_codeRL.rollout.prompts import ProblemSettings
+from lit_codeRL.rollout.trajectory import Segment, TrajectoryBatch
+from lit_codeRL.sandbox import SandboxConfig
+from tests.modules.test_grpo_module import undocumented_metrics as undocumented
+
+REWARDS = [1.0, 0.0, 0.25, 0.75]
+
+
+@pytest.fixture
+def fixed_rewards(monkeypatch):
+    """A random model earns nothing: give the rollouts rewards with signal."""
+    next_batch = PPOModule.next_batch
+
+    def patched(self, it):
+        batch = next_batch(self, it)
+        batch.rewards = torch.tensor(REWARDS[: batch.batch_size], dtype=torch.float32)
+        return batch
+
+    monkeypatch.setattr(PPOModule, "next_batch", patched)
+
+
+def make(cls: type[PPOModule] = PPOModule, **kw) -> PPOModule:
+    args = dict(
+        model=ModelSettings(name_or_path="tiny-random"),
+        problems=ProblemSettings(source="embedded", split="train", limit=2),
+        sampling=SamplingParams(max_new_tokens=6),
+        sandbox=SandboxConfig(workers=1),
+        num_generations=2,
+        prompts_per_step=2,
+        optimizer={"learning_rate": 1e-3, "max_grad_norm": 0.0},
+        critic={"kind": "model", "optimizer": {"learning_rate": 1e-3, "max_grad_norm": 0.0}},
+        save_hf_model=False,
+        seed=0,
+    )
+    args.update(kw)
+    return cls(**args)
+
+
+class Record(Callback):
+    def __init__(self) -> None:
+        self.metrics: list[dict[str, float]] = []
+        self.policy: list[dict[str, torch.Tensor]] = []
+        self.critic: list[dict[str, torch.Tensor]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, *_):
+        self.metrics.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+        self.policy.append({n: p.detach().clone() for n, p in pl_module.policy.named_parameters()})
+        net = pl_module.critic if pl_module.critic is not None else pl_module.value_head
+        self.critic.append({n: p.detach().clone() for n, p in net.named_parameters()} if net else {})
+
+
+def fit(module: PPOModule, root: Path, steps: int, **kw) -> tuple[Trainer, Record]:
+    rec = Record()
+    ckpt_path = kw.pop("ckpt_path", None)
+    trainer = Trainer(
+        **{
+            "accelerator": "cpu",
+            "max_steps": steps,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": root,
+            **kw,
+            "callbacks": [rec, *kw.get("callbacks", [])],
+        }
+    )
+    trainer.fit(module, ckpt_path=ckpt_path)
+    return trainer, rec
+
+
+def changed(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
+    return [n for n in a if not torch.equal(a[n], b[n])]
+
+
+@pytest.mark.parametrize("kind", ["model", "head"])
+def test_gae_step_moves_policy_and_critic(tmp_path, fixed_rewards, kind):
+    seed_everything(0)
+    module = make(critic={"kind": kind, "optimizer": {"learning_rate": 1e-3, "max_grad_norm": 0.0}})
+    before = {n: p.detach().clone() for n, p in module.policy.named_parameters()}
+    trainer, rec = fit(module, tmp_path, 2)
+    assert trainer.global_step == 2
+    assert changed(before, rec.policy[0])
+    assert changed(rec.critic[0], rec.critic[1])  # the critic learned between the two steps
+    for key in ("value_loss", "explained_variance", "approx_kl", "policy_loss", "returns_mean", "clip_ratio"):
+        assert f"train/{key}" in rec.metrics[-1], key
+    assert rec.metrics[0]["train/value_pretraining"] == 0.0
+    assert not undocumented(list(rec.metrics[-1]))  # every name is in docs/metrics.md
+    # the head starts at 0: the first step's values are all 0, so the returns are the rewards
+    assert rec.metrics[0]["train/values_mean"] == 0.0
+
+
+def test_value_pretraining_freezes_the_policy_then_hands_over(tmp_path, fixed_rewards):
+    seed_everything(0)
+    module = make(critic={"kind": "model", "pretrain_steps": 2, "optimizer": {"learning_rate": 1e-3}})
+    start = {n: p.detach().clone() for n, p in module.policy.named_parameters()}
+    critic_start = {n: p.detach().clone() for n, p in module.critic.named_parameters()}
+    _, rec = fit(module, tmp_path, 3)
+    assert [m["train/value_pretraining"] for m in rec.metrics] == [1.0, 1.0, 0.0]
+    assert not changed(start, rec.policy[0]) and not changed(start, rec.policy[1])  # exactly frozen
+    assert changed(critic_start, rec.critic[0])
+    assert changed(start, rec.policy[2])
+    assert module.ppo_state.pretrain_done == 2 and not module.ppo_state.pretraining
+
+
+def test_pretraining_ends_early_at_the_explained_variance_threshold(tmp_path, fixed_rewards):
+    seed_everything(0)
+    # any critic explains at least -inf of the variance: the first step ends the phase
+    module = make(critic={"kind": "head", "pretrain_steps": 5, "pretrain_min_ev": -1e9})
+    _, rec = fit(module, tmp_path, 2)
+    assert [m["train/value_pretraining"] for m in rec.metrics] == [1.0, 0.0]
+
+
+def test_head_critic_value_loss_reaches_the_shared_backbone(tmp_path, fixed_rewards):
+    grads = {}
+
+    class Probe(PPOModule):
+        def on_before_optimizer_step(self, optimizer):
+            grads[self.critic_settings.vf_coef] = {
+                n: p.grad.clone() for n, p in self.policy.named_parameters() if p.grad is not None
+            }
+
+    for vf in (0.0, 5.0):
+        seed_everything(0)
+        fit(make(Probe, critic={"kind": "head", "vf_coef": vf}), tmp_path / str(vf), 2)
+    # step 2 (the head is no longer 0): the value loss moves the backbone's gradient
+    assert any(not torch.equal(grads[0.0][n], grads[5.0][n]) for n in grads[0.0])
+
+
+def test_micro_batches_give_the_whole_batch_gradient(tmp_path, fixed_rewards):
+    grads: list[dict[str, torch.Tensor]] = []
+
+    class Probe(PPOModule):
+        def on_before_optimizer_step(self, optimizer):
+            params = [*self.policy.named_parameters(), *self.critic.named_parameters()]
+            grads.append({n: p.grad.clone() for n, p in params if p.grad is not None})
+
+    for micro in (None, 1):
+        seed_everything(0)
+        fit(
+            make(Probe, micro_batch_size=micro, critic={"kind": "model", "clip_range": None}),
+            tmp_path / str(micro),
+            1,
+        )
+    whole, split = grads
+    assert whole.keys() == split.keys()
+    for name in whole:
+        torch.testing.assert_close(split[name], whole[name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_grpo_advantages_need_no_critic_and_count_every_minibatch_step(tmp_path, fixed_rewards):
+    seed_everything(0)
+    module = make(advantage="grpo", ppo_epochs=2, num_minibatches=2)
+    assert module.critic is None and module.value_head is None
+    trainer, rec = fit(module, tmp_path, 4)
+    assert trainer.global_step == 4 and len(rec.metrics) == 1  # 2 epochs x 2 minibatches per rollout
+    assert "train/value_loss" not in rec.metrics[0] and "train/approx_kl" in rec.metrics[0]
+
+
+def test_multi_turn_row_gradient_only_on_actions_and_terminal_reward_reaches_the_last(tmp_path, monkeypatch):
+    """prompt | action | observation | action | observation: logits that predict prompt or
+    observation tokens get no gradient; those predicting every action token do, the last included."""
+    seed_everything(0)
+    module = make(critic={"kind": "head"}, whiten_advantages=False, lam=1.0, tis_cap=0.0, num_generations=1)
+    seg = [
+        Segment([5, 6, 7]),
+        Segment([11, 12], True, [0.0, 0.0], 0),
+        Segment([21, 22, 23], False, None, 0),
+        Segment([13, 14, 15], True, [0.0, 0.0, 0.0], 1),
+        Segment([24, 25], False, None, 1),
+    ]
+    rows = [seg, seg]
+    records = [
+        {"problem_id": "t", "verdict": "", "completion_tokens": 5, "finished": True, "sandbox_s": 0.0}
+    ] * 2
+    layout = TrajectoryBatch.from_segments(
+        rows, 0, torch.tensor([1.0, -1.0]), torch.tensor([0, 1]), records=records
+    )
+    monkeypatch.setattr(PPOModule, "next_batch", lambda self, it: layout.to(self.device))
+    captured = []
+
+    def hook(_mod, _inp, out):
+        if out.requires_grad:  # the training forward (not the old values' no-grad pass)
+            out.register_hook(lambda g: captured.append(g.detach().clone()))
+
+    module.policy.lm_head.register_forward_hook(hook)
+    fit(module, tmp_path, 1)
+    grad = captured[-1]  # the training forward's logits [B, keep, V] (keep = L - start + 1)
+    start = layout.first_trainable_position()
+    per_pos = grad.abs().sum(-1)[0]  # row 0
+    trainable = layout.trainable_mask[0, start:].bool()
+    predicts_action = torch.cat([trainable, torch.tensor([False])])  # logits at j predict token start + j
+    assert (per_pos[predicts_action] > 0).all()  # every action token, the last one included
+    assert per_pos[~predicts_action].sum() == 0  # no observation (or trailing) position
+
+
+def test_resume_continues_exactly_with_the_critic_and_its_phase(tmp_path, fixed_rewards):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    kw = dict(critic={"kind": "model", "pretrain_steps": 1}, num_minibatches=2)
+    seed_everything(0)
+    _, straight = fit(make(**kw), tmp_path / "a", 3 * 2)
+    seed_everything(0)
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ck", save_last=True, every_n_train_steps=1)
+    fit(make(**kw), tmp_path / "b", 2 * 2, callbacks=[ckpt], enable_checkpointing=True)
+    seed_everything(123)  # the checkpoint, not the global seed, decides what follows
+    resumed_module = make(**kw)
+    _, resumed = fit(resumed_module, tmp_path / "c", 3 * 2, ckpt_path=str(tmp_path / "ck" / "last.ckpt"))
+    assert len(resumed.policy) == 1
+    assert not changed(straight.policy[-1], resumed.policy[-1])
+    assert not changed(straight.critic[-1], resumed.critic[-1])
+    assert resumed_module.ppo_state.pretrain_done == 1 and not resumed_module.ppo_state.pretraining
+
+
+@pytest.mark.parametrize("kl_mode", ["loss", "reward"])
+def test_kl_modes_and_the_entropy_bonus(tmp_path, fixed_rewards, kl_mode):
+    """beta > 0 builds the reference; the KL goes into the loss (k3, logged as train/kl) or into
+    the token rewards before GAE (k1, train/kl_reward); the entropy bonus changes the gradient."""
+    grads = {}
+
+    class Probe(PPOModule):
+        def on_before_optimizer_step(self, optimizer):
+            grads[self.hparams.entropy_coef] = self.policy.lm_head.weight.grad.clone()
+            super().on_before_optimizer_step(optimizer)
+
+    for coef in (0.0, 0.5):
+        seed_everything(0)
+        module = make(Probe, beta=0.1, kl_mode=kl_mode, entropy_coef=coef)
+        assert module._reference  # a frozen copy for the KL
+        _, rec = fit(module, tmp_path / f"{kl_mode}{coef}", 1)
+        metrics = rec.metrics[0]
+        assert ("train/kl_reward" in metrics) == (kl_mode == "reward")
+        assert ("train/entropy" in metrics) == (coef > 0)
+        assert not undocumented(list(metrics))
+    assert not torch.equal(grads[0.0], grads[0.5])
