@@ -31,7 +31,11 @@ def test_ppo_learning_curve_tiny(mbpp_dir: Path, tmp_path: Path) -> None:
     )
     assert scan.returncode == 1 and "nothing to train on" in scan.stderr  # a random model passes no test
     run = subprocess.run(
-        [*common, "--task-ids", '["mbpp/601", "mbpp/602"]'], capture_output=True, text=True, timeout=900, cwd=tmp_path
+        [*common, "--task-ids", '["mbpp/601", "mbpp/602"]'],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
