@@ -6,7 +6,8 @@ Every ``lit-coderl fit`` run writes ``<log_dir>/learning_curve.png`` at the end
 ``metrics.csv`` (CSVLogger), so a user looks at a run instead of reading CSV.
 
 Each panel plots the first of its metrics that the run logged (GRPO/REINFORCE log
-``train/reward``, DQN ``train/episode_return``, BC ``train/loss``; evaluation comes from
+``train/reward``, DQN ``train/episode_return``, the code game its writer and predictor rewards,
+validity rate and prediction accuracy, BC ``train/loss``; evaluation comes from
 ``MBPPEvalCallback`` or ``GameEvalCallback``); panels with nothing to show say so.
 """
 
@@ -29,8 +30,25 @@ History = dict[str, list[tuple[int, float]]]
 """Metric name -> ``(step, value)`` points in step order."""
 
 PANELS: list[tuple[str, tuple[str, ...]]] = [
-    ("Training reward", ("train/reward", "train/episode_return", "train/loss")),
-    ("Training pass rate", ("train/pass_rate", "train/success_rate", "greedy/train_solved", "train/nll")),
+    (
+        "Training reward",
+        (
+            "train/reward",
+            "train/episode_return",
+            "train/game/writer_reward|train/game/predictor_reward",  # the code game
+            "train/loss",
+        ),
+    ),
+    (
+        "Training pass rate",
+        (
+            "train/pass_rate",
+            "train/success_rate",
+            "train/game/validity_rate|train/game/prediction_accuracy",  # the code game
+            "greedy/train_solved",
+            "train/nll",
+        ),
+    ),
     ("Evaluation", ("mbpp_eval/pass@1", "mbpp_eval/pass_rate", "game_eval/*/vs_*/win")),
     ("Step time (s)", ("time/step_s", "time/generate_s|time/train_s", "time/train_s")),
 ]

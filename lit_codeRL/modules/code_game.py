@@ -115,17 +115,18 @@ class CodeGameModule(PolicyModule):
         self.sandbox_config = as_settings(SandboxConfig, sandbox)
         self.sampling = as_settings(SamplingParams, sampling)
         self.engine_settings = as_settings(EngineSettings, engine)
-        self.opponent_model: torch.nn.Module | None = None
+        # In a list, not an attribute: not a submodule, so never trained, never in the optimizer
+        # or the checkpoint's weights (a frozen copy is rebuilt from the same source on resume).
+        self._opponent: list[torch.nn.Module] = []
         if opponent.kind != "self_play":
             if opponent.kind == "frozen":
-                self.opponent_model = copy.deepcopy(self.policy)
+                other = copy.deepcopy(self.policy)
             else:
                 settings = copy.deepcopy(model)
                 settings.name_or_path, settings.lora = opponent.name_or_path, None
-                self.opponent_model, _ = load_model(settings)
-            # not a submodule: never trained, never in the optimizer or the checkpoint's weights
-            self.opponent_model.eval().requires_grad_(False)
-            if self.opponent_model.config.vocab_size != self.policy.config.vocab_size:
+                other, _ = load_model(settings)
+            self._opponent.append(other.eval().requires_grad_(False))
+            if other.config.vocab_size != self.policy.config.vocab_size:
                 raise ConfigError(
                     "the opponent model must share the policy's tokenizer (vocabulary sizes differ)"
                 )
@@ -138,6 +139,11 @@ class CodeGameModule(PolicyModule):
         self.plain_hparams()
         self.dataset: CodeGameDataset | None = None
         self.sandbox = None
+
+    @property
+    def opponent_model(self) -> torch.nn.Module | None:
+        """The fixed opponent's model (``None`` in self-play)."""
+        return self._opponent[0] if self._opponent else None
 
     # ------------------------------------------------------------------ data
     def setup(self, stage: str) -> None:

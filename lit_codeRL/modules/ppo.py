@@ -263,6 +263,12 @@ class PPOModule(RolloutModule):
         net = self.critic if self.critic is not None else self.value_head
         return [p for p in net.parameters() if p.requires_grad] if net is not None else []
 
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        for net in (self.critic, self.value_head):  # from_pretrained returns eval mode, as for the policy
+            if net is not None:
+                net.train()
+
     def configure_model(self) -> None:
         sharded_before = self.sharded
         super().configure_model()

@@ -66,8 +66,23 @@ class GenerationEngine(Protocol):
 class EngineSettings:
     """Which engine samples rollouts and evaluation completions."""
 
-    name: Literal["hf"] = "hf"
-    """``hf``: batched KV-cached sampling from the training module itself (CPU and GPU)."""
+    name: Literal["hf", "openai"] = "hf"
+    """``hf``: batched KV-cached sampling from the training module itself (CPU and GPU).
+    ``openai``: an OpenAI-compatible server at ``base_url`` (vLLM's, llama.cpp's, a hosted one):
+    prompts sent as token ids, token ids and log-probs kept where the server returns them
+    (``policy/openai_engine.py``); evaluation, or training against the server's fixed weights."""
+    base_url: str | None = None
+    """``openai``: the server's root URL, e.g. ``http://127.0.0.1:8000/v1``."""
+    served_model: str | None = None
+    """``openai``: the model name to request; ``None``: the first one the server lists."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """``openai``: the environment variable holding the API key (unset: no key sent)."""
+    max_concurrency: int = 8
+    """``openai``: requests in flight at once."""
+    timeout_s: float = 300.0
+    """``openai``: time limit of one request; past it, a one-line error (no silent retry)."""
+    retries: int = 0
+    """``openai``: retries of a request after a connection error or a 5xx reply (0: none)."""
     cpu_decode_threads: int | None = None
     """Torch threads for the token-by-token decode loop on CPU (prefill and training keep all
     threads); ``None`` keeps torch's setting. On a quiet 2-core box all threads decode fastest;
@@ -86,7 +101,23 @@ class EngineSettings:
 
 
 def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module) -> GenerationEngine:
-    """The engine ``settings`` names, ready to sample from ``model``."""
+    """The engine ``settings`` names, ready to sample from ``model`` (``openai``: from the server,
+    whose weights are its own)."""
+    if settings.name == "openai":
+        from lit_codeRL.errors import ConfigError
+        from lit_codeRL.policy.openai_engine import OpenAIEngine
+
+        if not settings.base_url:
+            raise ConfigError("engine.name openai needs engine.base_url (e.g. http://127.0.0.1:8000/v1)")
+        return OpenAIEngine(
+            tokenizer,
+            settings.base_url,
+            model=settings.served_model,
+            api_key_env=settings.api_key_env,
+            max_concurrency=settings.max_concurrency,
+            timeout_s=settings.timeout_s,
+            retries=settings.retries,
+        )
     if settings.name == "hf":
         return HFGenerationEngine(
             tokenizer,
@@ -97,4 +128,4 @@ def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module
         )
     from lit_codeRL.errors import ConfigError
 
-    raise ConfigError(f"unknown generation engine {settings.name!r}; available: hf")
+    raise ConfigError(f"unknown generation engine {settings.name!r}; available: hf, openai")

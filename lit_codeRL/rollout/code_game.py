@@ -111,6 +111,9 @@ class CodeGameSettings:
     predictor_instruction: str = PREDICTOR_INSTRUCTION
     prediction_max_new_tokens: int | None = None
     """Token limit of a prediction (``None``: the sampling's ``max_new_tokens``)."""
+    max_rounds: int = 10
+    """Rounds played at most for one batch when a round has no turn of a trained role (the policy
+    predicts, and the opponent's programs were all refused); then it is an error."""
     system_prompt: str | None = None
 
     def __post_init__(self) -> None:
@@ -335,6 +338,10 @@ def round_stats(rnd: Round, mode: str) -> dict[str, float]:
     return out
 
 
+class NoTrainedTurns(RuntimeError):
+    """A round without a single turn of the roles the policy trains."""
+
+
 def round_batch(
     rnd: Round, settings: CodeGameSettings, roles: Sequence[int], pad_token_id: int
 ) -> TrajectoryBatch:
@@ -349,7 +356,7 @@ def round_batch(
         rows += rnd.predictions
         advantages.append(role_advantages(rnd.predictions, settings.predictions_per_program))
     if not rows:
-        raise RuntimeError("the round produced no turn of a trained role")
+        raise NoTrainedTurns("the round produced no turn of a trained role")
     groups = [t.group + (0 if t.role == WRITER else len(rnd.writers)) for t in rows]
     batch = TrajectoryBatch.from_segments(
         [[Segment(t.prompt_ids), Segment(t.action_ids, True, t.logprobs, 0)] for t in rows],
@@ -410,11 +417,20 @@ class CodeGameDataset(IterableDataset):
 
     def collect(self) -> TrajectoryBatch:
         s = self.runner.settings
-        picks = torch.randint(0, len(s.themes), (s.prompts_per_step,), generator=self.generator).tolist()
-        rnd = self.runner.play([s.themes[i] for i in picks], self.generator)
-        self.rounds += 1
-        self.last_round = rnd
-        batch = round_batch(rnd, s, self.roles, self.runner.writer_engine.pad_token_id)
+        for attempt in range(s.max_rounds):
+            picks = torch.randint(0, len(s.themes), (s.prompts_per_step,), generator=self.generator).tolist()
+            rnd = self.runner.play([s.themes[i] for i in picks], self.generator)
+            self.rounds += 1
+            self.last_round = rnd
+            try:
+                batch = round_batch(rnd, s, self.roles, self.runner.writer_engine.pad_token_id)
+                break
+            except NoTrainedTurns:
+                if attempt == s.max_rounds - 1:
+                    raise RuntimeError(
+                        f"{s.max_rounds} rounds without a turn to train: the opponent's programs were all "
+                        "refused (raise game.max_rounds, or train the writer)"
+                    ) from None
         batch.stats.update(rnd.stats)
         batch.stats.update(round_stats(rnd, s.reward_mode))
         return batch

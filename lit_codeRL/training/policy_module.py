@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from lightning.pytorch import LightningModule
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -75,6 +75,15 @@ def as_settings(cls: type, value: Any) -> Any:
 
 def _identity(batch: Any) -> Any:
     return batch
+
+
+class _TeardownOnException(Callback):
+    """Lightning calls a module's ``teardown`` only when a stage ends normally: a step that raises
+    would leave the sandbox workers and workspaces running in the caller's process (a notebook, a
+    script that catches the error, a test). Release them on the way out."""
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        pl_module.teardown(trainer.state.stage.value if trainer.state.stage else "fit")
 
 
 class PolicyModule(LightningModule):
@@ -185,7 +194,15 @@ class PolicyModule(LightningModule):
         self.run_dir = Path(log_dir) if log_dir else None
         self.writer = RolloutWriter(self.run_dir / f"{dump_name}{suffix}.jsonl" if self.run_dir else None)
 
+    def configure_callbacks(self) -> list[Callback]:
+        return [_TeardownOnException()]
+
     def on_fit_start(self) -> None:
+        # An endpoint engine that returns no token ids / log-probs can only evaluate: say so now,
+        # before a step trains on re-tokenised text.
+        check = getattr(self.engine, "check_for_training", None)
+        if check is not None:
+            check()
         # from_pretrained returns eval mode and Lightning keeps submodule modes: without this,
         # dropout and gradient checkpointing (both gated on .training in transformers) stay off.
         self.policy.train()

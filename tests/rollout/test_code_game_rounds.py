@@ -196,3 +196,28 @@ def test_the_module_trains_from_its_shipped_config(tmp_path):
     assert not undocumented_metrics(names)
     version = next(run.glob("version_*"))
     assert (version / "code_game.jsonl").is_file() and (version / "hf_model").is_dir()
+
+
+def test_a_frozen_opponent_plays_the_other_role_and_only_the_policys_role_trains(tmp_path):
+    from lightning import Trainer
+
+    from lit_codeRL.modules.code_game import CodeGameModule
+
+    module = CodeGameModule(
+        model={"name_or_path": "tiny-random"},
+        game={"prompts_per_step": 2, "programs_per_prompt": 2, "predictions_per_program": 2, "max_rounds": 2},
+        opponent={"kind": "frozen", "role": "predictor"},
+        sandbox={"workers": 1},
+        sampling={"max_new_tokens": 8},
+        save_hf_model=False,
+    )
+    assert module.roles == (PREDICTOR,) and module.opponent_model is not None
+    assert not any(p.requires_grad for p in module.opponent_model.parameters())
+    assert module.opponent_model not in list(module.modules())  # not trained, not checkpointed
+    frozen = {k: v.clone() for k, v in module.opponent_model.state_dict().items()}
+    with pytest.raises(RuntimeError, match="2 rounds without a turn to train"):
+        # a random writer writes no valid program: the policy (predictor) has nothing to answer
+        Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                enable_progress_bar=False, default_root_dir=tmp_path).fit(module)  # fmt: skip
+    assert all(torch.equal(frozen[k], v) for k, v in module.opponent_model.state_dict().items())
+    assert module.sandbox is None  # the failed run released its sandbox workers

