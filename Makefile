@@ -7,6 +7,8 @@ PIP ?= $(PYTHON) -m pip
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 export LIT_CODERL_SHARED ?= $(abspath ../shared)
+# llama.cpp's server, for the endpoint-engine test against a real OpenAI-compatible server
+export LIT_CODERL_LLAMA_SERVER ?= $(HOME)/.cache/lit_coderl/bin/llama-server
 
 .PHONY: install system-deps test-deps run test lint bench
 
@@ -38,6 +40,15 @@ test-deps:
 	    mkdir -p /etc/munge && { [ -e /etc/munge/munge.key ] || head -c 1024 /dev/urandom > /etc/munge/munge.key; } && chmod 400 /etc/munge/munge.key && \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge; \
 	  else echo "slurm-wlm/munge missing: tests/test_slurm.py will skip (sudo apt-get install slurm-wlm munge)"; fi; \
+	fi
+	@# llama-server: no binary wheel on PyPI for this platform, so it is built once from source
+	@# (scripts/build_llama_server.sh, ~10 min on 2 cores) into $$LIT_CODERL_LLAMA_SERVER.
+	@if [ ! -x "$(LIT_CODERL_LLAMA_SERVER)" ] && ! command -v llama-server >/dev/null; then \
+	  if ! command -v cmake >/dev/null || ! command -v c++ >/dev/null; then \
+	    if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++; fi; \
+	  fi; \
+	  PYTHON=$(PYTHON) bash scripts/build_llama_server.sh "$(LIT_CODERL_LLAMA_SERVER)" \
+	    || echo "llama-server build failed: tests/policy/test_openai_engine.py's real-server test will skip"; \
 	fi
 
 run: install system-deps

@@ -98,6 +98,8 @@ def train(variant: str, task_ids: list[str], args) -> dict:
             str(args.lr),
             "--model.init_args.num_minibatches",
             "1",
+            "--model.init_args.critic.optimizer.learning_rate",
+            str(args.critic_lr),
             "--model.init_args.critic.pretrain_steps",
             str(args.pretrain_steps),
             "--trainer.max_steps",
@@ -163,6 +165,7 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--critic-lr", type=float, default=1e-4, help="gae: the critic's learning rate")
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--run-root", default="runs/ppo_learning_curve")
     ap.add_argument("--out", default="bench_results/ppo_learning_curve.json")

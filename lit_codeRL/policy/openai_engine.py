@@ -199,11 +199,16 @@ class OpenAIEngine:
             "seed": seed,
             "return_token_ids": True,  # vLLM
             "return_tokens": True,  # llama.cpp
+            # llama.cpp: log-probs of the distribution the token was drawn from (temperature
+            # applied), not of the raw logits, as the engine contract wants
+            "post_sampling_probs": True,
         }
-        if sampling.temperature > 0 and sampling.top_p < 1.0:
+        if sampling.temperature > 0:
+            # Always sent: servers filter by default where we do not (llama.cpp: top_k 40,
+            # top_p 0.95, min_p 0.05), and the trainer assumes the distribution we asked for.
             body["top_p"] = sampling.top_p
-        if sampling.temperature > 0 and sampling.top_k > 0:
-            body["top_k"] = sampling.top_k
+            body["top_k"] = sampling.top_k if sampling.top_k > 0 else -1  # -1: off (vLLM, llama.cpp)
+            body["min_p"] = 0.0
         if sampling.stop:
             body["stop"] = list(sampling.stop)
         return body
@@ -286,22 +291,45 @@ class OpenAIEngine:
 
 
 def _token_ids(choice: dict[str, Any], reply: dict[str, Any]) -> list[int] | None:
-    for value in (choice.get("token_ids"), choice.get("tokens"), reply.get("tokens")):
-        if isinstance(value, list) and all(isinstance(t, int) for t in value):
+    """vLLM's ``token_ids``, llama.cpp's ``tokens``, or the ``id`` of each ``logprobs.content``
+    item (llama.cpp's current layout)."""
+    content = (
+        (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    )
+    from_content = (
+        [item.get("id") for item in content if isinstance(item, dict)] if isinstance(content, list) else None
+    )
+    for value in (choice.get("token_ids"), choice.get("tokens"), reply.get("tokens"), from_content):
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+        ):
             return list(value)
     return None
 
 
 def _token_logprobs(logprobs: Any) -> list[float] | None:
     """Per-token log-probs from the OpenAI layout (``token_logprobs``) or llama.cpp's
-    (``content: [{logprob}]``)."""
+    (``content: [{logprob}]``, or ``[{prob}]`` with ``post_sampling_probs``)."""
     if not isinstance(logprobs, dict):
         return None
     values = logprobs.get("token_logprobs")
     if values is None and isinstance(logprobs.get("content"), list):
-        values = [item.get("logprob") if isinstance(item, dict) else None for item in logprobs["content"]]
+        values = [_content_logprob(item) for item in logprobs["content"]]
     if not isinstance(values, list) or not all(
         isinstance(v, (int, float)) and math.isfinite(v) for v in values
     ):
         return None
     return [float(v) for v in values]
+
+
+def _content_logprob(item: Any) -> float | None:
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("logprob"), (int, float)):
+        return float(item["logprob"])
+    prob = item.get("prob")
+    if isinstance(prob, (int, float)) and 0.0 < prob <= 1.0:
+        return math.log(prob)
+    return None

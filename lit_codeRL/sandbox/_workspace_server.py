@@ -55,6 +55,9 @@ eval "$2"
 """
 """Each command: ``bash -c WRAPPER lcrl <state file> <cmd>``. ``eval`` runs the command in this
 shell, so ``cd`` and ``export`` change what the EXIT trap writes (also after ``exit N``)."""
+_NOT_SOURCE = (":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc")
+"""Pathspecs a diff leaves out: compiled bytecode, wherever the agent's tools wrote it."""
+
 _DROP = {"SHLVL", "_", "PWD"}
 """Variables bash sets itself: carrying them over would count SHLVL up forever."""
 _PROMPT_WINDOW = 4096
@@ -368,7 +371,8 @@ class Session:
 
     def diff(self, req: dict) -> dict:
         """``git add -A`` into a throwaway index, then ``git diff --cached --binary <base>``: new
-        files included, the agent's own index untouched, no hooks/fsmonitor/external diff or
+        files included (bytecode excepted: what pdb, pytest and python leave in ``__pycache__`` is
+        not part of a change, and must not reach grading), the agent's own index untouched, no hooks/fsmonitor/external diff or
         textconv, and the trainer's environment rather than the agent's."""
         self._pty_end()  # nothing may rewrite files while git reads them
         index = os.path.join(self.cfg["state_dir"], f"index{self.seq}-{os.urandom(4).hex()}")
@@ -377,7 +381,7 @@ class Session:
         try:
             for args in (
                 ["read-tree", self.base],
-                ["add", "-A", "--", "."],
+                ["add", "-A", "--", ".", *_NOT_SOURCE],
                 [
                     "diff",
                     "--cached",

