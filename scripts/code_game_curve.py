@@ -78,7 +78,8 @@ def read(log_dir: Path) -> tuple[list[int], dict[str, list[float | None]], dict[
                 rows[int(row["step"])] = row
     steps = sorted(rows)
     series = {
-        name: [float(rows[s][col]) if rows[s].get(col) else None for s in steps] for name, col in COLUMNS.items()
+        name: [float(rows[s][col]) if rows[s].get(col) else None for s in steps]
+        for name, col in COLUMNS.items()
     }
     rejected: dict[str, float] = {}
     for s in steps:
@@ -119,8 +120,11 @@ def main() -> None:
         name: {"first_window": window(name, True), "last_window": window(name, False)} for name in COLUMNS
     }
     result = {
-        "command": "python scripts/code_game_curve.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("extra", "log_dir", "out")
+        "command": "python scripts/code_game_curve.py "
+        + " ".join(
+            f"--{k.replace('_', '-')} {v}"
+            for k, v in vars(args).items()
+            if k not in ("extra", "log_dir", "out")
         ),
         "extra": args.extra,
         "log_dir": str(log_dir),
@@ -139,10 +143,18 @@ def main() -> None:
     for i, s in enumerate(steps):
         cells = [f"{series[n][i]:.3g}" if series[n][i] is not None else "" for n in COLUMNS]
         print(f"| {s} | " + " | ".join(cells) + " |")
-    print(f"\nfirst/last {w}-step means: " + ", ".join(
-        f"{n} {v['first_window']:.3g} -> {v['last_window']:.3g}" for n, v in summary.items() if v["first_window"] is not None
-    ))
-    print("rejections (mean share of programs): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(rejected.items())))
+    print(
+        f"\nfirst/last {w}-step means: "
+        + ", ".join(
+            f"{n} {v['first_window']:.3g} -> {v['last_window']:.3g}"
+            for n, v in summary.items()
+            if v["first_window"] is not None
+        )
+    )
+    print(
+        "rejections (mean share of programs): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(rejected.items()))
+    )
     print(f"wrote {args.out} ({wall:.0f} s)")
 
 

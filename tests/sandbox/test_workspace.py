@@ -169,7 +169,9 @@ def test_diff_new_deleted_binary_and_index_untouched(repo: Path) -> None:
         assert "diff --git a/new.bin b/new.bin" in d and "GIT binary patch" in d
         assert ws.run("git status --porcelain").output == status_before  # index untouched
         # bytecode that running the code leaves behind is not part of the change
-        ws.run("python -c 'import calc' && mkdir -p d/__pycache__ && echo x > d/__pycache__/m.pyc && echo y > z.pyc")
+        ws.run(
+            "python -c 'import calc' && mkdir -p d/__pycache__ && echo x > d/__pycache__/m.pyc && echo y > z.pyc"
+        )
         assert ws.run("ls __pycache__").output.startswith("calc.")
         assert ws.diff() == d and ".pyc" not in d
         # the diff applies to the pristine repository and reproduces the agent's tree

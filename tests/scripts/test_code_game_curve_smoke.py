@@ -39,4 +39,7 @@ def test_code_game_curve_tiny(tmp_path: Path) -> None:
          "--out", str(tmp_path / "again.json")],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
-    assert again.returncode == 0 and json.loads((tmp_path / "again.json").read_text())["series"] == result["series"]
+    assert (
+        again.returncode == 0
+        and json.loads((tmp_path / "again.json").read_text())["series"] == result["series"]
+    )
