@@ -212,6 +212,8 @@ NOT_RUN: dict[str, str] = {
     "python scripts/bench_generation.py": "a benchmark (decode throughput, minutes)",
     "python scripts/ppo_learning_curve.py": "a measurement: task selection and two PPO runs (~1 h); "
     "tests/scripts/test_ppo_learning_curve_smoke.py",
+    "python scripts/bench_rollout.py": "a benchmark (tokens/s of each engine, minutes); "
+    "tests/scripts/test_bench_rollout_smoke.py",
     "python scripts/code_game_curve.py": "a measurement: a 30-step code-game run on the real model; "
     "tests/scripts/test_code_game_curve_smoke.py",
     "python scripts/bench_ppo_step.py": "a benchmark (PPO vs GRPO step phases, minutes); "
