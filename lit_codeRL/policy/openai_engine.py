@@ -21,6 +21,15 @@ validate``, the evaluation callbacks and the rollout modules use it like the loc
   malformed reply is never silently retried), and one-line errors (:class:`EndpointError`) for an
   unreachable server, a timeout, an HTTP error or a reply without the fields it must have.
 
+**Which log-probs.** The trainer's importance weight wants the log-prob of each token under the
+distribution it was drawn from (temperature applied). llama.cpp gives it with
+``post_sampling_probs`` (sent with every request; its default, the raw logits' softmax, ignores
+the temperature). vLLM decides per server: start it with ``--logprobs-mode processed_logprobs``
+(its default, ``raw_logprobs``, is before the temperature: TRL's issue 4159 measured ratios of 2.0
+at T=0.6). ``top_p``/``top_k`` are sent as asked and ``min_p`` as 0 (servers filter by default:
+llama.cpp's top_k 40, top_p 0.95, min_p 0.05); with filtering on, the server's log-probs are of the
+filtered distribution, as the local engine's are not (see ``docs/architecture.md``).
+
 Stdlib HTTP only (``urllib``): no client library to pin.
 """
 
