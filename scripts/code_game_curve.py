@@ -30,6 +30,8 @@ COLUMNS = {
     "accuracy": "train/game/prediction_accuracy",
     "format": "train/game/prediction_format_rate",
     "writer_reward": "train/game/writer_reward",
+    "writer_groups_with_signal": "train/game/writer_groups_with_signal",
+    "no_program": "train/game/rejected/no_program",
     "avg_batch_reward": "train/reward/avg_batch_reward",
     "successful_predictions": "train/reward/successful_predictions_count",
     "predictions": "train/game/predictions",

@@ -2,8 +2,10 @@
 
 Nothing above ``policy/`` names a concrete engine: modules build one with :func:`make_engine`
 from :class:`EngineSettings` (a config knob), rollouts and callbacks call the protocol only. The
-HF engine (``policy/hf_engine.py``) samples from the live training module; a later vLLM engine
-keeps its own copy of the weights and refreshes it in ``sync_weights`` after each optimizer step.
+HF engine (``policy/hf_engine.py``) samples from the live training module; the vLLM engine
+(``policy/vllm_engine.py``) keeps its own copy of the weights and has them pushed in
+``sync_weights`` after each optimizer step; the endpoint engine (``policy/openai_engine.py``)
+samples from a server's weights.
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ class GenerationEngine(Protocol):
 class EngineSettings:
     """Which engine samples rollouts and evaluation completions."""
 
-    name: Literal["hf", "openai"] = "hf"
+    name: Literal["hf", "openai", "vllm"] = "hf"
     """``hf``: batched KV-cached sampling from the training module itself (CPU and GPU).
     ``openai``: an OpenAI-compatible server at ``base_url`` (vLLM's, llama.cpp's, a hosted one):
     prompts sent as token ids, token ids and log-probs kept where the server returns them
-    (``policy/openai_engine.py``); evaluation, or training against the server's fixed weights."""
+    (``policy/openai_engine.py``); evaluation, or training against the server's fixed weights.
+    ``vllm``: vLLM colocated with training on each rank's GPU, weights pushed after every
+    optimizer step (``policy/vllm_engine.py``; ``pip install -e .[vllm]``, CUDA only)."""
     base_url: str | None = None
     """``openai``: the server's root URL, e.g. ``http://127.0.0.1:8000/v1``."""
     served_model: str | None = None
@@ -83,6 +87,18 @@ class EngineSettings:
     """``openai``: time limit of one request; past it, a one-line error (no silent retry)."""
     retries: int = 0
     """``openai``: retries of a request after a connection error or a 5xx reply (0: none)."""
+    gpu_memory_utilization: float = 0.85
+    """``vllm``: share of the GPU's memory vLLM may take while it generates (weights, activations,
+    KV cache). The training step shares the GPU: keep ``sleep_level`` 2, or lower this."""
+    max_model_len: int = 2048
+    """``vllm``: longest prompt + completion in tokens."""
+    sleep_level: Literal[0, 1, 2] = 2
+    """``vllm``: after each rollout the engine sleeps so that training has the GPU: 2 discards its
+    weights and KV cache (the policy's weights are pushed after every optimizer step anyway),
+    1 offloads the weights to host memory, 0 never sleeps. Waking always pushes the current
+    weights before anything is sampled."""
+    enforce_eager: bool = False
+    """``vllm``: no CUDA graphs (faster start, less memory, slower decode)."""
     cpu_decode_threads: int | None = None
     """Torch threads for the token-by-token decode loop on CPU (prefill and training keep all
     threads); ``None`` keeps torch's setting. On a quiet 2-core box all threads decode fastest;
@@ -118,6 +134,17 @@ def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module
             timeout_s=settings.timeout_s,
             retries=settings.retries,
         )
+    if settings.name == "vllm":
+        from lit_codeRL.policy.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            tokenizer,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_model_len=settings.max_model_len,
+            sleep_level=settings.sleep_level,
+            dtype=settings.dtype,
+            enforce_eager=settings.enforce_eager,
+        )
     if settings.name == "hf":
         return HFGenerationEngine(
             tokenizer,
@@ -128,4 +155,4 @@ def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module
         )
     from lit_codeRL.errors import ConfigError
 
-    raise ConfigError(f"unknown generation engine {settings.name!r}; available: hf, openai")
+    raise ConfigError(f"unknown generation engine {settings.name!r}; available: hf, openai, vllm")

@@ -51,7 +51,7 @@ import torch
 from torch import Tensor
 
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.policy.output import GenerationOutput, left_pad
+from lit_codeRL.policy.output import GenerationOutput, completions_output, left_pad
 from lit_codeRL.policy.sampling import SamplingParams
 
 log = logging.getLogger("lit_codeRL")
@@ -273,29 +273,18 @@ class OpenAIEngine:
                     "engine openai: %s returns no token ids/log-probs: evaluation only", self.base_url
                 )
             self.exact = exact
-        width = max((len(s.token_ids) for s in samples), default=0)
-        rows = len(samples)
-        completion = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros(rows, width, dtype=torch.long)
-        logps = torch.zeros(rows, width)
-        for r, s in enumerate(samples):
-            n = len(s.token_ids)
-            if n:
-                completion[r, :n] = torch.tensor(s.token_ids)
-                mask[r, :n] = 1
-                logps[r, :n] = torch.tensor(s.logprobs)
         reasons = [s.finish_reason for s in samples]
         if on_finished is not None:
-            on_finished(list(range(rows)), [s.token_ids for s in samples], reasons)
-        return GenerationOutput(
-            prompt_ids.repeat_interleave(num_generations, 0),
-            prompt_mask.repeat_interleave(num_generations, 0),
-            completion,
-            mask,
-            logps,
+            on_finished(list(range(len(samples))), [s.token_ids for s in samples], reasons)
+        return completions_output(
+            prompt_ids,
+            prompt_mask,
+            num_generations,
+            [s.token_ids for s in samples],
+            [s.logprobs for s in samples],
             [s.text for s in samples],
-            torch.tensor([r != "length" for r in reasons]),
             reasons,
+            self.pad_token_id,
         )
 
 

@@ -80,3 +80,37 @@ def concat_generation_outputs(outputs: list[GenerationOutput], pad_token_id: int
         finished=torch.cat([o.finished for o in outputs]),
         finish_reasons=[r for o in outputs for r in o.finish_reasons],
     )
+
+
+def completions_output(
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    num_generations: int,
+    token_ids: list[list[int]],
+    logprobs: list[list[float]],
+    texts: list[str],
+    finish_reasons: list[str],
+    pad_token_id: int,
+) -> GenerationOutput:
+    """A :class:`GenerationOutput` from per-sample lists (``num_generations`` samples per prompt
+    row, group-contiguous), as engines that get whole completions back (a server, vLLM) have them."""
+    rows = len(token_ids)
+    width = max((len(t) for t in token_ids), default=0)
+    completion = torch.full((rows, width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros(rows, width, dtype=torch.long)
+    logps = torch.zeros(rows, width)
+    for r, (ids, lps) in enumerate(zip(token_ids, logprobs, strict=True)):
+        if ids:
+            completion[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[r, : len(ids)] = 1
+            logps[r, : len(ids)] = torch.tensor(lps, dtype=torch.float32)
+    return GenerationOutput(
+        prompt_ids.repeat_interleave(num_generations, 0),
+        prompt_mask.repeat_interleave(num_generations, 0),
+        completion,
+        mask,
+        logps,
+        list(texts),
+        torch.tensor([r != "length" for r in finish_reasons], dtype=torch.bool),
+        list(finish_reasons),
+    )

@@ -11,11 +11,12 @@ its action), as SPIRAL's rows are; the advantages are group-relative *per role*
 (prime-rl's hierarchical GRPO): a writer row against the other ``G - 1`` programs written for the
 same prompt, a predictor row against the other ``K - 1`` predictions of the same program.
 
-Rewards (``envs/code_game/rewards.py``): a predictor gets 1 for a correct prediction (``zero_sum``:
-+1 / -1); a writer gets ``writer_reward(p)`` of its program's success rate ``p`` over the K
-predictions (default ``learnability``: ``4 p (1 - p)``), ``INVALID_PROGRAM_REWARD`` when the gate
-refused the program (no prediction turn then), nothing when the sandbox itself failed (the row is
-masked out of the loss).
+Rewards (``envs/code_game/rewards.py``): a predictor gets 1 for a correct prediction, 0 for a
+wrong one and -0.5 for no ``[OUTPUT]`` block (``zero_sum``: +1 / -1 / -1); a writer gets
+``writer_reward(p)`` of its program's success rate ``p`` over the K predictions (default
+``learnability``: ``4 p (1 - p)``), -0.5 when the gate refused a program that parses and -1 when the
+answer held no program (``refusal_reward``; no prediction turn then), nothing when the sandbox
+itself failed (the row is masked out of the loss).
 
 Who plays: in self-play the policy writes and predicts and both roles train; against a fixed
 opponent (a frozen copy of the initial policy, or another model) the policy plays one role and
@@ -35,7 +36,7 @@ from torch.utils.data import IterableDataset
 
 from lit_codeRL.algorithms.grpo import group_advantages
 from lit_codeRL.envs.code_game import (
-    INVALID_PROGRAM_REWARD,
+    NO_PROGRAM_REWARD,
     GateResult,
     GateSettings,
     extract_program,
@@ -43,6 +44,7 @@ from lit_codeRL.envs.code_game import (
     parse_prediction,
     prediction_correct,
     predictor_reward,
+    refusal_reward,
     writer_reward,
 )
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
@@ -101,8 +103,17 @@ class CodeGameSettings:
     ``zero_sum`` (the original game: +1 for a wrong prediction, -1 for a right one, averaged over
     the K predictions; predictors +1 / -1 too). See ``envs/code_game/rewards.py`` for why
     ``learnability`` is the default."""
-    invalid_program_reward: float = INVALID_PROGRAM_REWARD
-    """The writer's reward for a program the gate refused (no prediction turn follows)."""
+    invalid_program_reward: float | None = None
+    """The writer's reward for a program that parses but that the gate refused (no prediction turn
+    follows). ``None``: -0.5 (``INVALID_PROGRAM_REWARD``), -1 in ``zero_sum`` (where -0.5 would pay
+    more than a program the predictor always gets right)."""
+    no_program_reward: float = NO_PROGRAM_REWARD
+    """The writer's reward for an answer with no program in it: no closed code block, blank, does
+    not parse, too long. Below ``invalid_program_reward`` so a writer group of prose and broken
+    programs still has signal (``envs/code_game/rewards.py``)."""
+    unparsed_prediction_reward: float | None = None
+    """The predictor's reward for an answer without a ``[OUTPUT]...[/OUTPUT]`` block. ``None``:
+    -0.5 (a wrong answer earns 0), -1 in ``zero_sum`` (as a wrong one)."""
     gate: GateSettings = field(default_factory=GateSettings)
     """What makes a program valid: allowed imports, time and traced-step budgets, output size."""
     themes: list[str] = field(default_factory=lambda: list(THEMES))
@@ -255,7 +266,7 @@ class CodeGameRunner:
         t0 = time.perf_counter()
         extracted = [i for i, p in enumerate(programs) if p is not None]
         gated = gate_programs(self.sandbox, [programs[i] for i in extracted], s.gate)
-        gates = [GateResult(False, "no_program", "", {}) for _ in writers]
+        gates = [GateResult(False, "no_program", "", {"stage": "extract"}) for _ in writers]
         for i, result in zip(extracted, gated, strict=True):
             gates[i] = result
         stats["gate_s"] += time.perf_counter() - t0
@@ -281,7 +292,9 @@ class CodeGameRunner:
             for t in mine:
                 guess = parse_prediction(t.text)
                 correct = prediction_correct(guess, gates[i].output)
-                t.reward = predictor_reward(correct, s.reward_mode)
+                t.reward = predictor_reward(
+                    correct, s.reward_mode, parsed=guess is not None, unparsed=s.unparsed_prediction_reward
+                )
                 t.info = {"prediction": guess, "correct": correct, "parsed": guess is not None}
             success[i] = sum(t.info["correct"] for t in mine) / len(mine)
         for i, (w, g) in enumerate(zip(writers, gates, strict=True)):
@@ -289,7 +302,9 @@ class CodeGameRunner:
             if g.reason == "sandbox_error":
                 w.valid = False  # the infrastructure's failure, not the writer's: no reward
             elif not g.valid:
-                w.reward = s.invalid_program_reward
+                w.reward = refusal_reward(
+                    g.reason, s.reward_mode, invalid=s.invalid_program_reward, no_program=s.no_program_reward
+                )
             else:
                 w.reward = writer_reward(success[i], s.reward_mode)
                 w.info["success_rate"] = success[i]
@@ -330,12 +345,23 @@ def round_stats(rnd: Round, mode: str) -> dict[str, float]:
     out["game/success_rate_std"] = float(torch.tensor(rates).std()) if len(rates) > 1 else 0.0
     for reason, count in Counter(g.reason for g in rnd.gates if not g.valid).items():
         out[f"game/rejected/{reason}"] = count / max(len(writers), 1)
+    out["game/writer_groups_with_signal"] = _share_with_signal(graded)
+    out["game/predictor_groups_with_signal"] = _share_with_signal(preds)
     # the original design's names: the writer's +-1 reward of the zero-sum game, and the count of
     # correct predictions in the batch
     zero_sum = [writer_reward(p, "zero_sum") for p in rates]
     out["reward/avg_batch_reward"] = sum(zero_sum) / max(len(zero_sum), 1)
     out["reward/successful_predictions_count"] = float(sum(t.info.get("correct", False) for t in preds))
     return out
+
+
+def _share_with_signal(turns: Sequence[Turn]) -> float:
+    """The share of the turns' groups whose rewards are not all equal (a group whose rewards are
+    all equal has zero advantage: it teaches nothing)."""
+    groups: dict[int, set[float]] = {}
+    for t in turns:
+        groups.setdefault(t.group, set()).add(t.reward)
+    return sum(len(r) > 1 for r in groups.values()) / max(len(groups), 1)
 
 
 class NoTrainedTurns(RuntimeError):

@@ -11,9 +11,13 @@ import sys
 import pytest
 import torch
 
+from lit_codeRL.algorithms.grpo import group_advantages
 from lit_codeRL.envs.code_game import (
+    FORMAT_REASONS,
     INVALID_PROGRAM_REWARD,
+    NO_PROGRAM_REWARD,
     REASONS,
+    UNPARSED_PREDICTION_REWARD,
     GateSettings,
     extract_program,
     gate_programs,
@@ -22,6 +26,7 @@ from lit_codeRL.envs.code_game import (
     prediction_correct,
     predictor_reward,
     program_rewards,
+    refusal_reward,
     writer_reward,
     writer_rewards,
 )
@@ -404,6 +409,10 @@ def test_prediction_of_a_call_is_never_evaluated(monkeypatch) -> None:
 def test_predictor_reward() -> None:
     assert (predictor_reward(True), predictor_reward(False)) == (1.0, 0.0)
     assert (predictor_reward(True, "zero_sum"), predictor_reward(False, "zero_sum")) == (1.0, -1.0)
+    # no [OUTPUT] block: below a wrong answer, except in zero_sum where a wrong one is already -1
+    assert predictor_reward(False, parsed=False) == UNPARSED_PREDICTION_REWARD == -0.5
+    assert predictor_reward(False, "zero_sum", parsed=False) == -1.0
+    assert predictor_reward(False, parsed=False, unparsed=-2.0) == -2.0
     with pytest.raises(ValueError):
         predictor_reward(True, "nope")
 
@@ -422,11 +431,38 @@ def test_writer_rewards_by_hand() -> None:
 
 
 def test_program_rewards_penalise_invalid_and_mask_sandbox_errors() -> None:
-    reasons = ["ok", "nondeterministic", "sandbox_error", "ok"]
-    assert program_rewards(reasons, [2, 0, 0, 4], 4) == [1.0, INVALID_PROGRAM_REWARD, None, 0.0]
-    assert INVALID_PROGRAM_REWARD < min(
-        writer_reward(p / 8, m) for p in range(9) for m in ("learnability", "azr")
-    )
+    reasons = ["ok", "nondeterministic", "sandbox_error", "ok", "no_program", "syntax_error"]
+    assert program_rewards(reasons, [2, 0, 0, 4, 0, 0], 4) == [1.0, -0.5, None, 0.0, -1.0, -1.0]
+    assert (INVALID_PROGRAM_REWARD, NO_PROGRAM_REWARD) == (-0.5, -1.0)
+    # every valid program beats every refused one, in every mode
+    for mode in ("learnability", "azr", "zero_sum"):
+        worst_valid = min(writer_reward(p / 8, mode) for p in range(9))
+        refused = [refusal_reward(r, mode) for r in REASONS if r not in ("ok", "sandbox_error")]
+        assert max(refused) <= worst_valid, mode
+    # the ladder: no program < a program that parses but was refused (learnability, azr) ...
+    for reason in FORMAT_REASONS:
+        assert refusal_reward(reason) == -1.0
+    for reason in ("banned_name", "runtime_error", "no_output", "nondeterministic", "timeout"):
+        assert refusal_reward(reason) == -0.5
+        assert refusal_reward(reason, "azr") == -0.5
+        # ... but not in zero_sum, where -0.5 would beat a program the predictor always gets right
+        assert refusal_reward(reason, "zero_sum") == -1.0
+    assert refusal_reward("runtime_error", invalid=-0.25, no_program=-2.0) == -0.25
+    assert refusal_reward("no_program", invalid=-0.25, no_program=-2.0) == -2.0
+    for bad in ("ok", "sandbox_error"):
+        with pytest.raises(ValueError):
+            refusal_reward(bad)
+
+
+def test_the_ladder_gives_a_group_of_refused_programs_signal() -> None:
+    # SmolLM2-135M's first rounds: a group of prose and broken programs, nothing valid. One
+    # penalty for all of them would make the group flat (no advantage); the ladder does not.
+    reasons = ["no_program", "runtime_error", "no_program", "banned_name"]
+    rewards = torch.tensor(program_rewards(reasons, [0] * 4, 4))
+    adv = group_advantages(rewards, 4, "group")
+    assert adv[1] > 0 and adv[3] > 0 and adv[0] < 0 and adv[2] < 0
+    flat = torch.tensor(program_rewards(reasons, [0] * 4, 4, invalid=-1.0))
+    assert torch.all(group_advantages(flat, 4, "group") == 0)
 
 
 def test_a_predictor_of_known_strength_gives_nonconstant_group_rewards() -> None:

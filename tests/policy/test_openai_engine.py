@@ -183,8 +183,10 @@ def test_unreachable_timeout_retries_and_malformed_replies(tiny_model):
 
 # ------------------------------------------------------------------------------ a real server
 def llama_server() -> str | None:
-    built = os.environ.get("LIT_CODERL_LLAMA_SERVER")  # where `make test` builds it
-    if built and os.access(built, os.X_OK):
+    # where `make test` builds it (the Makefile's default when the variable is unset)
+    default = os.path.expanduser("~/.cache/lit_coderl/bin/llama-server")
+    built = os.environ.get("LIT_CODERL_LLAMA_SERVER") or default
+    if os.access(built, os.X_OK):
         return built
     return shutil.which("llama-server")
 

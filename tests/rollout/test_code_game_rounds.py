@@ -113,9 +113,10 @@ def test_a_round_gates_grades_rewards_and_splits_advantages_by_role(sandbox, tin
     assert [g.output.strip() for g in rnd.gates[:2]] == ["10", "91"]
     assert rnd.success[:2] == [1.0, 0.5] and rnd.success[4] == 0.0 and rnd.success[2] is None
     # learnability 4p(1-p): 0 for the always-predicted and the never-predicted program, 1 at p=1/2
-    assert [w.reward for w in rnd.writers] == [0.0, 1.0, -1.0, -1.0, 0.0, -1.0, -1.0, -1.0]
+    # refused: -0.5 when the program parses (the ladder), -1 for "no program here"
+    assert [w.reward for w in rnd.writers] == [0.0, 1.0, -0.5, -0.5, 0.0, -0.5, -1.0, -0.5]
     preds = [t.reward for t in rnd.predictions if t.program == 1]
-    assert preds == [1.0, 1.0, 0.0, 0.0]  # " 91 " normalises; 90 is wrong; a missing block is wrong
+    assert preds == [1.0, 1.0, 0.0, -0.5]  # " 91 " normalises; 90 is wrong; no block is below wrong
     batch = round_batch(rnd, settings, (WRITER, PREDICTOR), engine.pad_token_id)
     assert batch.batch_size == 8 + 3 * 4 and batch.roles[:8] == ["writer"] * 8
     assert set(batch.role_ids[8:].tolist()) == {PREDICTOR}
@@ -130,6 +131,10 @@ def test_a_round_gates_grades_rewards_and_splits_advantages_by_role(sandbox, tin
     stats = round_stats(rnd, settings.reward_mode)
     assert stats["game/validity_rate"] == pytest.approx(3 / 8)
     assert stats["game/rejected/banned_import"] == pytest.approx(1 / 8)
+    # writers: both topics' groups hold different rewards; predictions: program 0's four are all
+    # right (no signal), program 1's and program 4's ... differ / are all wrong
+    assert stats["game/writer_groups_with_signal"] == 1.0
+    assert stats["game/predictor_groups_with_signal"] == pytest.approx(1 / 3)
     assert stats["reward/successful_predictions_count"] == 4 + 2
     # the original game's writer reward: +1 for a wrong prediction, -1 for a right one
     assert stats["reward/avg_batch_reward"] == pytest.approx((-1.0 + 0.0 + 1.0) / 3)

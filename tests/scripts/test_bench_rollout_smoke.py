@@ -26,5 +26,5 @@ def test_bench_rollout_tiny(tmp_path: Path) -> None:
     hf = report["engines"]["hf-fp32"]
     assert hf["tokens_per_s"] > 0 and 0 < hf["tokens"] <= 2 * 2 * 8
     assert "GGUF" in report["engines"]["openai"]["not_run"]  # tiny-random has no GGUF file for a server
-    assert "GPU" in report["engines"]["vllm"]["not_run"]
+    assert "CUDA" in report["engines"]["vllm"]["not_run"]
     assert "native_bf16" in report["cpu_path"] and "| hf-fp32 |" in report["table"]

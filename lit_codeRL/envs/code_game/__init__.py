@@ -19,10 +19,14 @@ from lit_codeRL.envs.code_game.gate import (
 from lit_codeRL.envs.code_game.grading import normalise_output, parse_prediction, prediction_correct
 from lit_codeRL.envs.code_game.rewards import (
     DEFAULT_MODE,
+    FORMAT_REASONS,
     INVALID_PROGRAM_REWARD,
+    NO_PROGRAM_REWARD,
+    UNPARSED_PREDICTION_REWARD,
     GameMode,
     predictor_reward,
     program_rewards,
+    refusal_reward,
     writer_reward,
     writer_rewards,
 )
@@ -31,8 +35,11 @@ __all__ = [
     "BANNED_ATTRIBUTES",
     "BANNED_NAMES",
     "DEFAULT_MODE",
+    "FORMAT_REASONS",
     "INVALID_PROGRAM_REWARD",
+    "NO_PROGRAM_REWARD",
     "REASONS",
+    "UNPARSED_PREDICTION_REWARD",
     "VETTED_IMPORTS",
     "GameMode",
     "GateResult",
@@ -44,6 +51,7 @@ __all__ = [
     "prediction_correct",
     "predictor_reward",
     "program_rewards",
+    "refusal_reward",
     "writer_reward",
     "writer_rewards",
 ]

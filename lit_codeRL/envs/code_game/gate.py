@@ -42,6 +42,7 @@ from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 
 GateReason = Literal[
     "ok",
+    "no_program",
     "empty",
     "too_long",
     "syntax_error",
@@ -61,6 +62,8 @@ GateReason = Literal[
 
 REASONS: dict[str, str] = {
     "ok": "valid: the program counts, and ``GateResult.output`` is what the predictor must predict",
+    "no_program": "no program in the answer: no closed ```python block, and the answer is not a "
+    "program by itself (extract_program found none; set by the runner, not by the gate)",
     "empty": "no program (blank text; the runner passes '' when extract_program found none)",
     "too_long": "longer than max_program_chars",
     "syntax_error": "does not parse",

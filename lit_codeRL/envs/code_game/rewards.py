@@ -20,9 +20,20 @@ predictor solves half the time, and nothing for ones it never solves, so the wri
 towards the predictor's frontier; ``azr`` does too but still pays most for the hardest program the
 predictor solves at all.
 
-A program the gate refused earns :data:`INVALID_PROGRAM_REWARD`; one whose gate verdict is
-``sandbox_error`` earns nothing and is masked out of the loss (:func:`program_rewards` returns
-``None``): the infrastructure failed, not the writer.
+A program the gate refused earns a penalty on a two-rung ladder (AZR's format/wrong split):
+:data:`NO_PROGRAM_REWARD` (-1) when there is no program to speak of (no closed code block, blank,
+does not parse, too long: the ``FORMAT_REASONS``), and :data:`INVALID_PROGRAM_REWARD` (-0.5) when it
+parses but breaks a rule or fails when run. Why two rungs: a small policy starts with almost no
+valid programs, and with one penalty every writer group is flat at -1 (no advantage anywhere,
+nothing to learn from: SmolLM2-135M's first run, ``docs/code_game.md``); with two, a group that
+holds a closed, parsing program beside prose has signal towards the format first. Any valid
+program (>= 0) still beats every refused one, so no rung pays for breaking the rules. In
+``zero_sum`` both rungs are -1 by default: there a program the predictor always gets right earns
+-1, and a -0.5 for a rule-breaking program would pay the writer to break rules rather than lose.
+A prediction without a parsable ``[OUTPUT]`` block earns :data:`UNPARSED_PREDICTION_REWARD` (-0.5)
+below a wrong one (0) for the same reason (``zero_sum``: -1, as a wrong one). One whose gate
+verdict is ``sandbox_error`` earns nothing and is masked out of the loss (:func:`program_rewards`
+returns ``None``): the infrastructure failed, not the writer.
 """
 
 from __future__ import annotations
@@ -34,18 +45,57 @@ GameMode = Literal["zero_sum", "learnability", "azr"]
 GAME_MODES: tuple[str, ...] = ("zero_sum", "learnability", "azr")
 DEFAULT_MODE: GameMode = "learnability"
 
-INVALID_PROGRAM_REWARD = -1.0
-"""The writer's reward for a program the gate refused. A full unit below the lowest reward a valid
-program can earn in the default modes (0), so any valid program, even a trivial one, beats an
-invalid one and the writer is never paid for breaking the rules; it is also AZR's penalty for an
-invalid program. In ``zero_sum`` mode it ties with a program the predictor always gets right
-(``1 - 2p = -1``): the original game offers nothing lower."""
+NO_PROGRAM_REWARD = -1.0
+"""The writer's reward for an answer with no program in it (a reason in :data:`FORMAT_REASONS`):
+AZR's format-error penalty, the lowest reward of the game."""
+
+INVALID_PROGRAM_REWARD = -0.5
+"""The writer's reward for a program that parses but that the gate refused (a banned name, a
+runtime error, no output, non-determinism, ...) in ``learnability`` and ``azr``: half a unit below
+the lowest reward of a valid program (0), so any valid program, even a trivial one, beats it, and
+half a unit above :data:`NO_PROGRAM_REWARD` (AZR's wrong-answer rung)."""
+
+UNPARSED_PREDICTION_REWARD = -0.5
+"""The predictor's reward for an answer without a parsable ``[OUTPUT]`` block in ``learnability``
+and ``azr`` (a wrong answer earns 0)."""
+
+FORMAT_REASONS: frozenset[str] = frozenset({"no_program", "empty", "syntax_error", "too_long"})
+"""Gate reasons that mean the writer gave no program to run: :data:`NO_PROGRAM_REWARD`."""
 
 
-def predictor_reward(correct: bool, mode: GameMode = DEFAULT_MODE) -> float:
-    """The predictor's reward for one prediction: ``1.0`` right / ``0.0`` wrong (``learnability``,
-    ``azr``), or ``+1.0`` / ``-1.0`` in the original ``zero_sum`` game."""
+def refusal_reward(
+    reason: str,
+    mode: GameMode = DEFAULT_MODE,
+    *,
+    invalid: float | None = None,
+    no_program: float | None = None,
+) -> float:
+    """The writer's reward for a program the gate refused with ``reason`` (not ``ok``, not
+    ``sandbox_error``): ``no_program`` (default :data:`NO_PROGRAM_REWARD`) for a reason in
+    :data:`FORMAT_REASONS`, else ``invalid`` (default :data:`INVALID_PROGRAM_REWARD`, -1 in
+    ``zero_sum``). ``None`` takes the default."""
     _check_mode(mode)
+    if reason in ("ok", "sandbox_error"):
+        raise ValueError(f"{reason!r} is not a refusal")
+    if reason in FORMAT_REASONS:
+        return NO_PROGRAM_REWARD if no_program is None else float(no_program)
+    if invalid is not None:
+        return float(invalid)
+    return -1.0 if mode == "zero_sum" else INVALID_PROGRAM_REWARD
+
+
+def predictor_reward(
+    correct: bool, mode: GameMode = DEFAULT_MODE, *, parsed: bool = True, unparsed: float | None = None
+) -> float:
+    """The predictor's reward for one prediction: ``1.0`` right / ``0.0`` wrong (``learnability``,
+    ``azr``), or ``+1.0`` / ``-1.0`` in the original ``zero_sum`` game. An answer with no parsable
+    block (``parsed=False``) earns ``unparsed`` (default :data:`UNPARSED_PREDICTION_REWARD`, -1 in
+    ``zero_sum``)."""
+    _check_mode(mode)
+    if not parsed:
+        if unparsed is not None:
+            return float(unparsed)
+        return -1.0 if mode == "zero_sum" else UNPARSED_PREDICTION_REWARD
     if mode == "zero_sum":
         return 1.0 if correct else -1.0
     return 1.0 if correct else 0.0
@@ -82,12 +132,18 @@ def writer_rewards(correct_counts: Sequence[int], k: int, mode: GameMode = DEFAU
 
 
 def program_rewards(
-    reasons: Sequence[str], correct_counts: Sequence[int], k: int, mode: GameMode = DEFAULT_MODE
+    reasons: Sequence[str],
+    correct_counts: Sequence[int],
+    k: int,
+    mode: GameMode = DEFAULT_MODE,
+    *,
+    invalid: float | None = None,
+    no_program: float | None = None,
 ) -> list[float | None]:
     """The writer's reward per program from its gate reason (``GateResult.reason``) and, for valid
     programs, its correct-prediction count: ``ok`` -> :func:`writer_reward`, ``sandbox_error`` ->
-    ``None`` (masked: no reward, out of the loss), any other reason ->
-    :data:`INVALID_PROGRAM_REWARD`. ``correct_counts[i]`` is read only for valid programs."""
+    ``None`` (masked: no reward, out of the loss), any other reason -> :func:`refusal_reward`.
+    ``correct_counts[i]`` is read only for valid programs."""
     if len(reasons) != len(correct_counts):
         raise ValueError(f"{len(reasons)} reasons but {len(correct_counts)} correct counts")
     counts = correct_counts.tolist() if hasattr(correct_counts, "tolist") else list(correct_counts)
@@ -98,7 +154,7 @@ def program_rewards(
         elif reason == "sandbox_error":
             out.append(None)
         else:
-            out.append(INVALID_PROGRAM_REWARD)
+            out.append(refusal_reward(reason, mode, invalid=invalid, no_program=no_program))
     return out
 
 
@@ -109,11 +165,15 @@ def _check_mode(mode: str) -> None:
 
 __all__ = [
     "DEFAULT_MODE",
+    "FORMAT_REASONS",
     "GAME_MODES",
     "INVALID_PROGRAM_REWARD",
+    "NO_PROGRAM_REWARD",
+    "UNPARSED_PREDICTION_REWARD",
     "GameMode",
     "predictor_reward",
     "program_rewards",
+    "refusal_reward",
     "writer_reward",
     "writer_rewards",
 ]
