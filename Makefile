@@ -32,7 +32,9 @@ system-deps:
 	@$(PYTHON) -c "from lit_codeRL.sandbox.backends import bwrap_problem as p, SandboxConfig as C; import sys; e = p(C()); e and sys.exit('bubblewrap sandbox does not work here: ' + e)"
 
 # tests/test_slurm.py starts a localhost SLURM from these (without them, as non-root, it skips).
+# bitsandbytes serves the quantized-policy tests (model.quantization).
 test-deps:
+	$(PIP) install -q -e ".[quant]"
 	@# The munge key is made first: munge's postinst otherwise makes it via `su munge`, which
 	@# fails where / is closed to other users.
 	@if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \

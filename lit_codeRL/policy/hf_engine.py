@@ -18,6 +18,7 @@ from torch import Tensor
 from lit_codeRL.policy import fast_decode
 from lit_codeRL.policy.dtensor import is_sharded
 from lit_codeRL.policy.kv_cache import cache_keyword, decode_cache
+from lit_codeRL.policy.loading import is_quantized
 from lit_codeRL.policy.output import GenerationOutput, left_pad
 from lit_codeRL.policy.precision import generation_dtype
 from lit_codeRL.policy.replica import copy_weights, device_of, make_replica
@@ -141,7 +142,9 @@ class HFGenerationEngine:
     def _needs_replica(self, model: torch.nn.Module) -> bool:
         if self._always_replica:
             return True
-        if self.dtype is None:
+        if self.dtype is None or is_quantized(model):
+            # a quantized policy samples from itself: its layers already compute in their
+            # compute dtype, and a copy of packed weights would only double them
             return False
         return any(p.is_floating_point() and p.dtype != self.dtype for p in model.parameters())
 

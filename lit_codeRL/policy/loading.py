@@ -28,7 +28,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -84,6 +84,24 @@ class ModelSettings:
     """Hub revision (branch, tag or commit)."""
     tiny_config: dict[str, Any] = field(default_factory=dict)
     """Overrides of the ``tiny-random`` architecture (``hidden_size``, ``num_hidden_layers``...)."""
+    quantization: Literal["none", "8bit", "4bit"] = "none"
+    """Load the frozen base weights quantized with bitsandbytes (``pip install -e .[quant]``; runs
+    on CPU and CUDA) and train LoRA adapters on top (QLoRA): ``4bit`` is NF4 with double
+    quantization, ``8bit`` LLM.int8. Needs ``lora``; the reference policy is the quantized base
+    with the adapters off; the exported ``hf_model`` merges the adapters into a full-precision
+    copy of the base. Not with ``fsdp2`` or ``engine.name vllm``."""
+    quant_compute_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Dtype the quantized layers compute in. ``auto``: bf16 where the device computes it natively
+    (a CUDA Ampere+ GPU, a CPU with AVX-512-BF16/AMX), else fp16 on CUDA and fp32 on CPU."""
+
+    def __post_init__(self) -> None:
+        if self.quantization not in ("none", "8bit", "4bit"):
+            raise ModelLoadError(f"model.quantization must be none, 8bit or 4bit, got {self.quantization!r}")
+        if self.quantization != "none" and self.lora is None:
+            raise ModelLoadError(
+                f"model.quantization {self.quantization} needs model.lora: quantized weights cannot be "
+                "trained (no gradient reaches them), only LoRA adapters on top of them"
+            )
 
 
 class ModelLoadError(ConfigError):
@@ -233,6 +251,91 @@ def _tiny_random(settings: ModelSettings):
     return model, tokenizer
 
 
+def _tiny_random_dir(settings: ModelSettings) -> Path:
+    """The ``tiny-random`` model saved once as a ``save_pretrained`` directory (cached by its
+    architecture), for loaders that only read directories (quantized loading)."""
+    key = hashlib.sha1(repr(sorted(settings.tiny_config.items())).encode()).hexdigest()[:12]
+    target = cache_root() / "tiny-random" / key
+    if (target / "config.json").is_file():
+        return target
+    model, tokenizer = _tiny_random(settings)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process won the race; its copy is identical
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def quant_compute_dtype(setting: str = "auto", device_type: str | None = None) -> torch.dtype:
+    """The compute dtype of quantized layers (see ``ModelSettings.quant_compute_dtype``)."""
+    if setting != "auto":
+        return _dtype(setting)
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+    from lit_codeRL.policy.precision import cpu_has_native_bf16
+
+    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+
+def quantized_loading(settings: ModelSettings) -> dict[str, Any]:
+    """``from_pretrained`` arguments that load the base quantized with bitsandbytes, on this
+    rank's device (a quantized model is not moved after loading)."""
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
+    except ImportError as err:
+        raise ModelLoadError(
+            f"model.quantization {settings.quantization} needs bitsandbytes: pip install -e '.[quant]' ({err})"
+        ) from None
+    compute = quant_compute_dtype(settings.quant_compute_dtype)
+    if settings.quantization == "4bit":
+        config = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute,
+        )
+    else:
+        config = BitsAndBytesConfig(load_in_8bit=True)
+    if torch.cuda.is_available():
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    else:
+        device = "cpu"
+    log.info("loading the base %s-quantized (compute %s) on %s", settings.quantization, compute, device)
+    return {"quantization_config": config, "device_map": {"": device}}
+
+
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (or the model under its PEFT wrapper) has quantized base weights."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_quantized", False) or getattr(base, "hf_quantizer", None))
+
+
+def full_precision_merged(policy: torch.nn.Module, settings: ModelSettings) -> torch.nn.Module:
+    """A plain full-precision model with ``policy``'s LoRA adapters merged into it: the base is
+    loaded again from its source unquantized (``settings.dtype``), the adapters' weights copied
+    over, then merged. What an export of a quantized policy writes (merging into 4-bit weights
+    would round the adapters' update away)."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    plain = ModelSettings(**{**settings.__dict__, "quantization": "none"})
+    model, _ = load_model(plain)
+    adapters = {k: v.detach().to("cpu") for k, v in get_peft_model_state_dict(policy).items()}
+    result = set_peft_model_state_dict(model, adapters)
+    unexpected = getattr(result, "unexpected_keys", [])
+    if unexpected:
+        raise ModelLoadError(f"the adapters do not fit the unquantized base: {unexpected[:3]}")
+    return model.merge_and_unload()
+
+
 def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_code: bool = False):
     """Tokenizer for a model source, with a pad token and a chat template guaranteed."""
     from transformers import AutoTokenizer
@@ -275,19 +378,23 @@ def load_model(settings: ModelSettings | None = None, **overrides: Any):
         settings = ModelSettings(**{**settings.__dict__, **overrides})
     dtype = _dtype(settings.dtype)
     kind, where = resolve_source(settings.name_or_path)
-    if kind == "tiny":
+    if kind == "tiny" and settings.quantization == "none":
         model, tokenizer = _tiny_random(settings)
     else:
-        if kind == "gguf":
+        if kind == "tiny":
+            where = _tiny_random_dir(settings)  # quantization loads through from_pretrained
+        elif kind == "gguf":
             where = convert_gguf(Path(where))
         elif kind == "hub":
             _check_hub(str(where))
+        quantized = quantized_loading(settings) if settings.quantization != "none" else {}
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 where,
                 dtype=torch.float32,
                 revision=settings.revision,
                 trust_remote_code=settings.trust_remote_code,
+                **quantized,
             )
         except OSError as err:
             raise ModelLoadError(
@@ -295,12 +402,20 @@ def load_model(settings: ModelSettings | None = None, **overrides: Any):
             ) from err
         tokenizer = load_tokenizer(settings.name_or_path, settings.revision, settings.trust_remote_code)
     tokenizer = _finish_tokenizer(tokenizer)
-    model.to(dtype)
+    if settings.quantization == "none":
+        model.to(dtype)  # a quantized model keeps its layout; its compute dtype is set above
     if model.generation_config is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+    if settings.quantization != "none":
+        from peft import prepare_model_for_kbit_training
+
+        # norms and embeddings in fp32, input grads on for checkpointing: PEFT's QLoRA recipe
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=settings.gradient_checkpointing
+        )
     if settings.lora is not None:
         model = _apply_lora(model, settings.lora)
     log.info(

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.policy.loading import is_quantized
 from lit_codeRL.policy.output import GenerationOutput, completions_output, left_pad
 from lit_codeRL.policy.sampling import SamplingParams
 from lit_codeRL.policy.weights import export_weights
@@ -167,6 +168,11 @@ class VLLMEngine:
     def _build(self, model: torch.nn.Module) -> None:
         """The LLM, from the policy's config and tokenizer only (``load_format="dummy"``): its
         weights come from :meth:`_push`, never from disk."""
+        if is_quantized(model):
+            raise ConfigError(
+                "engine.name vllm with model.quantization is not supported (the pushed weights "
+                "would be bitsandbytes' packed ones): use engine.name hf"
+            )
         if self.device_setting is None:
             if not torch.cuda.is_available():
                 raise ConfigError("engine.name vllm needs a CUDA GPU; on CPU use engine.name hf")

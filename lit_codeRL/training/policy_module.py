@@ -43,7 +43,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lit_codeRL.algorithms.grpo import LossType, normaliser_rows, policy_loss
 from lit_codeRL.algorithms.importance import sampler_correction
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, make_engine
-from lit_codeRL.policy.loading import LoraSettings, ModelSettings, load_model
+from lit_codeRL.policy.loading import LoraSettings, ModelSettings, full_precision_merged, load_model
 from lit_codeRL.policy.logprobs import grouped_prompt_token_logprobs, shares_prompts
 from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutWriter
@@ -114,6 +114,12 @@ class PolicyModule(LightningModule):
         # lives outside the module tree (not in checkpoints, not in the optimizer).
         self._reference: list[torch.nn.Module] = []
         self.is_lora = model.lora is not None
+        self.model_settings = model
+        self.is_quantized = model.quantization != "none"
+        if self.is_quantized:
+            # the checkpoint keeps the quantized base with its quantization state; bitsandbytes
+            # restores that state from the first entries and reports the rest as unexpected
+            self.strict_loading = False
         if needs_reference and not self.is_lora:
             self._reference.append(copy.deepcopy(self.policy).eval().requires_grad_(False))
         self._state: dict[str, Stateful] = {}
@@ -122,7 +128,7 @@ class PolicyModule(LightningModule):
         # generator of its own); restored at the first step after a resume, see training/rng.py.
         self.global_rng = GlobalRNG()
         self.register_state("global_rng", self.global_rng)
-        self._auto_micro_batch: int | None = None
+        self._auto_micro_batch_tokens: int | None = None
         self.run_dir: Path | None = None
         self.writer: RolloutWriter | None = None
         self.last_records: list[dict[str, Any]] = []
@@ -145,6 +151,13 @@ class PolicyModule(LightningModule):
         mesh = self.device_mesh
         if mesh is None or self.sharded:
             return
+        if self.is_quantized:
+            from lit_codeRL.errors import ConfigError
+
+            raise ConfigError(
+                "model.quantization with fsdp2 is not supported (bitsandbytes' packed weights are "
+                "not DTensor-shardable): use --trainer.strategy ddp, or model.quantization none"
+            )
         if mesh.mesh_dim_names and "tensor_parallel" in mesh.mesh_dim_names:
             if mesh["tensor_parallel"].size() > 1:
                 from lit_codeRL.errors import ConfigError
@@ -327,13 +340,24 @@ class PolicyModule(LightningModule):
         every rank), rounded down to whole groups so a group's prompt still runs once."""
         size = self.micro_batch_size
         if not size:
-            if self._auto_micro_batch is None:
+            length = batch.input_ids.size(1)
+            if self._auto_micro_batch_tokens is None:
+                # a token budget: later batches may be longer than the first (the code game's
+                # predictor prompts hold a program), and rows must shrink with them
                 num_params = sum(p.numel() for p in self.policy.parameters())
-                hint = default_micro_batch_size(num_params, seq_len=batch.input_ids.size(1))
+                config = getattr(self.policy, "config", None)
+                hint = default_micro_batch_size(
+                    num_params,
+                    seq_len=length,
+                    vocab_size=getattr(config, "vocab_size", None),
+                    hidden_size=getattr(config, "hidden_size", None),
+                    num_layers=getattr(config, "num_hidden_layers", None),
+                )
                 if self._trainer is not None and self.trainer.world_size > 1:
                     hint = self.trainer.strategy.broadcast(hint, src=0)
-                self._auto_micro_batch = hint
-            size = self._auto_micro_batch
+                self._auto_micro_batch_tokens = hint * length
+            rows = max(1, self._auto_micro_batch_tokens // max(length, 1))
+            size = 1 << (rows.bit_length() - 1)
         if group_size > 1 and size > group_size:
             size -= size % group_size
         return size
@@ -537,7 +561,9 @@ class PolicyModule(LightningModule):
             self.tokenizer.save_pretrained(out)
             rank_zero_info(f"saved the trained policy to {out}")
             return out
-        if self.is_lora:
+        if self.is_quantized:
+            model = full_precision_merged(model, self.model_settings)
+        elif self.is_lora:
             model = copy.deepcopy(model).merge_and_unload()
         model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
