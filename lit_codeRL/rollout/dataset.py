@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from lit_codeRL.algorithms.grpo import zero_std_groups
+from lit_codeRL.rollout.difficulty import DifficultyFilter
 from lit_codeRL.rollout.episodes import Episode, EpisodeRunner
 from lit_codeRL.rollout.prompts import ProblemStream
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
@@ -73,6 +74,7 @@ class RolloutDataset(IterableDataset):
             and refill from new problems.
         max_refill_rounds: Extra rounds allowed per batch when filtering.
         seed: Seed of the sampling generator (checkpointed).
+        difficulty: Online difficulty filter: tasks it calls dead are skipped when drawn (checkpointed).
     """
 
     def __init__(
@@ -84,9 +86,11 @@ class RolloutDataset(IterableDataset):
         filter_zero_std_groups: bool = False,
         max_refill_rounds: int = 3,
         seed: int = 0,
+        difficulty: DifficultyFilter | None = None,
     ):
         super().__init__()
         self.stream, self.runner = stream, runner
+        self.difficulty = difficulty
         self.num_generations, self.prompts_per_step = num_generations, prompts_per_step
         self.filter_zero_std_groups, self.max_refill_rounds = filter_zero_std_groups, max_refill_rounds
         self.generator = torch.Generator().manual_seed(seed)
@@ -103,9 +107,15 @@ class RolloutDataset(IterableDataset):
         kept, rounds = 0, 0
         while True:
             rounds += 1
-            problems = self.stream.take(self.prompts_per_step - kept)
+            accept = (lambda p: self.difficulty.wants(p.task_id)) if self.difficulty else None
+            problems = self.stream.take(self.prompts_per_step - kept, accept)
             ran = self.runner.run(problems, n, self.generator, stats)
             groups = [ran[g * n : (g + 1) * n] for g in range(len(problems))]
+            if self.difficulty is not None:
+                for problem, grp in zip(problems, groups, strict=True):
+                    self.difficulty.record(
+                        problem.task_id, [e.episode_return for e in grp], [e.valid for e in grp]
+                    )
             if self.filter_zero_std_groups and rounds <= self.max_refill_rounds and groups:
                 flat = [e for grp in groups for e in grp]
                 returns = torch.tensor([e.episode_return for e in flat], dtype=torch.float64)
@@ -121,11 +131,18 @@ class RolloutDataset(IterableDataset):
             if kept >= self.prompts_per_step or rounds > self.max_refill_rounds:
                 break
         stats["rollout_rounds"] = rounds
+        if self.difficulty is not None:
+            stats.update({f"difficulty_{k}": v for k, v in self.difficulty.counts().items()})
         return episode_batch(episodes, self.runner.engine.pad_token_id, stats)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"stream": self.stream.state_dict(), "generator": self.generator.get_state()}
+        state = {"stream": self.stream.state_dict(), "generator": self.generator.get_state()}
+        if self.difficulty is not None:
+            state["difficulty"] = self.difficulty.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.stream.load_state_dict(state["stream"])
         self.generator.set_state(state["generator"])
+        if self.difficulty is not None and "difficulty" in state:
+            self.difficulty.load_state_dict(state["difficulty"])

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from lit_codeRL.problems import Problem
+from lit_codeRL.rollout.difficulty import DifficultySettings
 
 
 @dataclass
@@ -27,6 +29,13 @@ class ProblemSettings:
     """System message of the chat prompt; ``None`` uses the model's default."""
     num_shown_tests: int = 1
     """How many of a problem's tests appear in its prompt (MBPP convention: the first)."""
+    difficulty: DifficultySettings = field(default_factory=DifficultySettings)
+    """Online difficulty filtering: skip tasks the policy always or never solves, judged from their
+    recent groups (``rollout/difficulty.py``)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.difficulty, dict):
+            self.difficulty = DifficultySettings(**self.difficulty)
 
 
 def load_problem_set(settings: ProblemSettings) -> list[Problem]:
@@ -75,8 +84,20 @@ class ProblemStream:
         self.position += 1
         return problem
 
-    def take(self, n: int) -> list[Problem]:
-        return [self.next() for _ in range(n)]
+    def take(self, n: int, accept: Callable[[Problem], bool] | None = None) -> list[Problem]:
+        """The next ``n`` problems; with ``accept``, those it refuses are passed over, up to one
+        pass over the set per problem taken (after that the next ones are taken anyway: a stream
+        whose every task is refused still yields)."""
+        if accept is None:
+            return [self.next() for _ in range(n)]
+        out = []
+        for _ in range(n):
+            for _ in range(len(self.problems)):
+                problem = self.next()
+                if accept(problem):
+                    break
+            out.append(problem)
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "epoch": self.epoch, "position": self.position}

@@ -17,6 +17,7 @@ from lit_codeRL.algorithms.grpo import zero_std_groups
 from lit_codeRL.envs.settings import EnvSettings, make_env
 from lit_codeRL.policy.engine import SamplingParams
 from lit_codeRL.rollout.dataset import RolloutDataset
+from lit_codeRL.rollout.difficulty import DifficultyFilter
 from lit_codeRL.rollout.episodes import EpisodeRunner
 from lit_codeRL.rollout.prompts import ProblemSettings, ProblemStream, load_problem_set
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
@@ -98,6 +99,9 @@ class RolloutModule(PolicyModule):
             filter_zero_std_groups=self.filter_zero_std_groups,
             max_refill_rounds=self.max_refill_rounds,
             seed=self.rollout_seed + 7919 * rank,
+            difficulty=DifficultyFilter(self.problem_settings.difficulty, seed=self.rollout_seed + 31 * rank)
+            if self.problem_settings.difficulty.enabled
+            else None,
         )
         self.register_state("rollout", self.dataset)
         self.setup_run_dir("rollouts")
@@ -149,7 +153,9 @@ class RolloutModule(PolicyModule):
             metric.reset()
         lengths = torch.tensor([r["completion_tokens"] for r in records], dtype=torch.float32)
         gen_s = batch.stats.get("generate_s", 0.0)
+        difficulty = {f"train/{k}": v for k, v in batch.stats.items() if k.startswith("difficulty_")}
         metrics = {
+            **difficulty,
             "train/reward_std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
             "train/frac_zero_std_groups": float(
                 zero_std_groups(rewards, self.num_generations, valid).float().mean()
