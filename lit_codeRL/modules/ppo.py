@@ -245,6 +245,9 @@ class PPOModule(RolloutModule):
                 source = model if critic.name_or_path is None else _with_source(model, critic.name_or_path)
                 causal_lm, _ = load_model(_without_lora(source))
                 self.critic = ValueModel.from_causal_lm(causal_lm)
+        # context parallelism splits the policy's forward only; a critic would see whole rows on
+        # every rank of a group, and the group-size gradient scale would multiply its loss too
+        self.supports_sequence_parallel = advantage == "grpo"
         self.ppo_state = PPOState(seed)
         self.ppo_state.pretraining = advantage == "gae" and critic.pretrain_steps > 0
         self.register_state("ppo", self.ppo_state)
@@ -464,6 +467,8 @@ def _with_source(model: ModelSettings, name_or_path: str) -> ModelSettings:
 
 
 def _without_lora(model: ModelSettings) -> ModelSettings:
+    """The critic's model settings: full weights (no adapters, not quantized: a value model
+    trains all its weights)."""
     from dataclasses import replace
 
-    return replace(model, lora=None) if model.lora is not None else model
+    return replace(model, lora=None, quantization="none") if model.lora is not None else model

@@ -76,6 +76,11 @@ class ModelSettings:
     """Parameter dtype: ``float32``, ``bfloat16`` or ``float16``. Mixed precision is the trainer's job."""
     gradient_checkpointing: bool = False
     """Trade compute for activation memory during the training forward."""
+    sequence_parallel_size: int = 1
+    """Ranks that split each row's sequence in the training forward (context parallelism:
+    ``training/context_parallel.py``), for episodes too long for one rank's memory. The world
+    size must be a multiple; each group of that many consecutive ranks trains on the same rows
+    (its first rank's rollouts). GRPO, REINFORCE and PPO with GRPO advantages; under ddp or fsdp2."""
     lora: LoraSettings | None = None
     """Set to train LoRA adapters instead of all weights."""
     trust_remote_code: bool = False
@@ -95,6 +100,10 @@ class ModelSettings:
     (a CUDA Ampere+ GPU, a CPU with AVX-512-BF16/AMX), else fp16 on CUDA and fp32 on CPU."""
 
     def __post_init__(self) -> None:
+        if self.sequence_parallel_size < 1:
+            raise ModelLoadError(
+                f"model.sequence_parallel_size must be >= 1, got {self.sequence_parallel_size}"
+            )
         if self.quantization not in ("none", "8bit", "4bit"):
             raise ModelLoadError(f"model.quantization must be none, 8bit or 4bit, got {self.quantization!r}")
         if self.quantization != "none" and self.lora is None:

@@ -49,6 +49,7 @@ from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutWriter
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training import distributed
+from lit_codeRL.training.context_parallel import context_parallel_logprobs
 from lit_codeRL.training.optim import OptimizerSettings, build_optimizer
 from lit_codeRL.training.rng import GlobalRNG, own_rank_state, save_rank_states
 from lit_codeRL.training.strategies import check_strategy
@@ -116,6 +117,9 @@ class PolicyModule(LightningModule):
         self.is_lora = model.lora is not None
         self.model_settings = model
         self.is_quantized = model.quantization != "none"
+        self.sequence_parallel_size = model.sequence_parallel_size
+        self.sp_group: Any = None
+        """This rank's context-parallel group (``setup_sequence_parallel``)."""
         if self.is_quantized:
             # the checkpoint keeps the quantized base with its quantization state; bitsandbytes
             # restores that state from the first entries and reports the rest as unexpected
@@ -210,7 +214,35 @@ class PolicyModule(LightningModule):
     def configure_callbacks(self) -> list[Callback]:
         return [_TeardownOnException()]
 
+    supports_sequence_parallel = False
+    """Whether the module trains every rank of a context-parallel group on the same rows
+    (``RolloutModule`` broadcasts them); the others refuse ``sequence_parallel_size`` > 1."""
+
+    def setup_sequence_parallel(self) -> None:
+        """Make this rank's context-parallel group (every rank makes every group, in order)."""
+        size = self.sequence_parallel_size
+        if size == 1 or self.sp_group is not None:
+            return
+        from lit_codeRL.errors import ConfigError
+
+        if not self.supports_sequence_parallel:
+            raise ConfigError(
+                f"model.sequence_parallel_size {size}: {type(self).__name__} does not support it "
+                "(GRPO, REINFORCE and PPO with GRPO advantages do)"
+            )
+        world = distributed.world_size()
+        if world % size:
+            raise ConfigError(f"model.sequence_parallel_size {size} does not divide the world size {world}")
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        for first in range(0, world, size):
+            group = dist.new_group(list(range(first, first + size)))
+            if first <= rank < first + size:
+                self.sp_group, self.sp_leader = group, first
+
     def on_fit_start(self) -> None:
+        self.setup_sequence_parallel()
         # An endpoint engine that returns no token ids / log-probs can only evaluate: say so now,
         # before a step trains on re-tokenised text.
         check = getattr(self.engine, "check_for_training", None)
@@ -241,6 +273,23 @@ class PolicyModule(LightningModule):
         ``None``; with ``with_hidden`` also the final hidden states before each token
         ``[B, L - start, H]`` (``policy/logprobs.py``)."""
         input_ids, attention_mask = batch.input_ids, batch.attention_mask
+        if self.sp_group is not None:
+            if with_hidden:
+                from lit_codeRL.errors import ConfigError
+
+                raise ConfigError(
+                    "model.sequence_parallel_size > 1 cannot return hidden states (a value head)"
+                )
+            return context_parallel_logprobs(
+                model if model is not None else self.policy,
+                input_ids,
+                attention_mask,
+                start,
+                temperature,
+                group=self.sp_group,
+                pad_token_id=self.tokenizer.pad_token_id or 0,
+                with_entropy=with_entropy,
+            )
         if self.sharded and group_size > 1:
             # The shared-prompt path runs two forwards, the plain one one: a sharded forward is a
             # collective, so every rank must take the same path.
@@ -391,7 +440,9 @@ class PolicyModule(LightningModule):
                 step_stats = {}
             distributed.set_gradient_sync(self.policy, last)
             with opt.toggle_model(sync_grad=last):
-                self.manual_backward(loss)
+                # context parallelism: each rank's gradient is its chunk's share of its group's
+                # rows, and DDP/FSDP2 average over every rank: times the group size is the sum
+                self.manual_backward(loss * self.sequence_parallel_size if self.sp_group else loss)
             total += float(loss.detach())
             for key, value in step_stats.items():
                 stats.setdefault(key, []).append(float(value))

@@ -33,6 +33,8 @@ class RolloutModule(PolicyModule):
     and the loss, and end with :meth:`log_rollout`.
     """
 
+    supports_sequence_parallel = True
+
     def __init__(
         self,
         *,
@@ -120,8 +122,19 @@ class RolloutModule(PolicyModule):
         Pulling the batch here (instead of receiving it in ``training_step``) disables
         Lightning's one-batch prefetch, so every rollout comes from the policy after the
         previous update."""
-        item = next(dataloader_iter)
-        batch = (item[0] if isinstance(item, tuple) else item).to(self.device)
+        batch = None
+        if self.sp_group is None or self.global_rank == self.sp_leader:
+            item = next(dataloader_iter)
+            batch = item[0] if isinstance(item, tuple) else item
+        if self.sp_group is not None:
+            # context parallelism: the group splits its first rank's rows along the sequence;
+            # the other ranks generate nothing
+            import torch.distributed as dist
+
+            box = [batch.to("cpu") if batch is not None else None]
+            dist.broadcast_object_list(box, src=self.sp_leader, group=self.sp_group)
+            batch = box[0]
+        batch = batch.to(self.device)
         batch.stats["sandbox_errors"] = float(batch.drop_invalid_from_loss())
         return batch
 

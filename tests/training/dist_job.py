@@ -6,6 +6,9 @@ or once without them for the single-process reference. Each job is ``strategy:lo
 scale_rewards`` or ``fsdp2:uneven``; rank 0 writes ``OUT/<job>.pt`` with the full parameters
 after training and the full gradient of the first optimizer step.
 
+``ddp:sp`` / ``fsdp2:sp``: the ``dapo`` job with ``sequence_parallel_size`` 2: both ranks train
+on all rows (rank 0's, broadcast), each on half of every row's positions.
+
 Parity jobs train on a fixed sequence of global batches (fixed token ids, completion lengths,
 rewards and one sample without a reward); rank ``r`` of ``N`` takes rows ``[r*B, (r+1)*B)``, so
 N ranks and one process see the same rows. The ``uneven`` job samples its batch with the engine,
@@ -121,6 +124,8 @@ class JobModule(GRPOModule):
 
     def setup(self, stage: str) -> None:
         rank, world = self.trainer.global_rank, self.trainer.world_size
+        if self.sequence_parallel_size > 1:  # the group's first rank pulls every row
+            rank, world = 0, 1
         self.dataset = SampledBatches(self, rank) if self.uneven else FixedBatches(rank, world)
 
     def on_before_optimizer_step(self, optimizer) -> None:
@@ -158,12 +163,15 @@ class PPOJobModule(PPOModule):
 def run(job: str, out: Path, world: int) -> None:
     strategy, loss_type, scale = (job.split(":") + ["group"])[:3]
     uneven = loss_type == "uneven"
+    # "sp": the dapo job with each row's sequence split over the 2 ranks (context parallelism)
+    sp = 2 if loss_type == "sp" else 1
+    loss_type = "dapo" if sp > 1 else loss_type
     torch.manual_seed(0)
     if loss_type == "ppo":
         return run_ppo(job, strategy, out, world)
     module = JobModule(
         uneven=uneven,
-        model={"name_or_path": "tiny-random"},
+        model={"name_or_path": "tiny-random", "sequence_parallel_size": sp},
         engine={"dtype": "model"},
         sampling={"max_new_tokens": MAX_NEW, "temperature": 1.0},
         num_generations=GROUP,
@@ -198,6 +206,7 @@ def run(job: str, out: Path, world: int) -> None:
                 "params": {k: v.detach().cpu() for k, v in params.items()},
                 "grad": module.first_grad,
                 "sharded": sharded,
+                "context_parallel": module.sp_group is not None,
             },
             out / f"{job.replace(':', '_')}.pt",
         )
