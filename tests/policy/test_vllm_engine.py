@@ -56,15 +56,17 @@ def _hf_greedy(model, tok, n_tokens: int = 8):
 @torch.no_grad()
 def _trainer_logprobs(model, out, temperature: float) -> torch.Tensor:
     """What the trainer computes for the sampled tokens: log_softmax(logits / T)."""
+    device = next(model.parameters()).device
     rows = []
     for r in range(out.completion_ids.size(0)):
         prompt = out.prompt_ids[r][out.prompt_mask[r].bool()]
         n = int(out.completion_mask[r].sum())
         comp = out.completion_ids[r, :n]
-        logits = model(input_ids=torch.cat([prompt, comp])[None]).logits[0].float()
+        ids = torch.cat([prompt, comp])[None].to(device)
+        logits = model(input_ids=ids).logits[0].float()
         logps = torch.log_softmax(logits[len(prompt) - 1 : -1] / temperature, -1)
         row = torch.zeros(out.completion_ids.size(1))
-        row[:n] = logps.gather(1, comp[:, None])[:, 0]
+        row[:n] = logps.gather(1, comp[:, None].to(device))[:, 0].cpu()
         rows.append(row)
     return torch.stack(rows)
 
@@ -260,7 +262,8 @@ def test_real_vllm_greedy_parity_logprobs_and_weight_sync(smol_on_gpu):
     _sgd_step(model)
     engine.sync_weights(model)
     after = _greedy(engine, tok, 32)
-    assert torch.equal(after.completion_ids, _hf_greedy(model, tok, 32).completion_ids) or (
-        (after.completion_ids == _hf_greedy(model, tok, 32).completion_ids).float().mean() > 0.9
-    )
+    assert (after.completion_ids == _hf_greedy(model, tok, 32).completion_ids).float().mean() > 0.9
     assert not torch.equal(after.completion_ids, out.completion_ids)
+    # a level-2 sleep/wake cycle with no optimizer step in between: still the policy's weights
+    again = _greedy(engine, tok, 32)
+    assert torch.equal(again.completion_ids, after.completion_ids)
