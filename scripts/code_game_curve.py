@@ -32,8 +32,8 @@ COLUMNS = {
     "writer_reward": "train/game/writer_reward",
     "writer_groups_with_signal": "train/game/writer_groups_with_signal",
     "no_program": "train/game/rejected/no_program",
-    "avg_batch_reward": "train/reward/avg_batch_reward",
-    "successful_predictions": "train/reward/successful_predictions_count",
+    "avg_batch_reward": "reward/avg_batch_reward",
+    "successful_predictions": "reward/successful_predictions_count",
     "predictions": "train/game/predictions",
     "program_chars": "train/game/program_chars",
 }
@@ -130,7 +130,7 @@ def main() -> None:
         ),
         "extra": args.extra,
         "log_dir": str(log_dir),
-        "wall_s": wall,
+        "wall_s": None if args.log_dir else wall,  # a re-report did not time the run
         "steps": steps,
         "series": series,
         "rolling_mean": {name: smooth([v or 0.0 for v in vals], w) for name, vals in series.items()},
