@@ -194,6 +194,11 @@ def convert_gguf(gguf: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     model = _plain_copy(quantized)
+    return _save_once(model, tokenizer, target)
+
+
+def _save_once(model: torch.nn.Module, tokenizer: Any, target: Path) -> Path:
+    """``save_pretrained`` ``model`` and ``tokenizer`` into the cache directory ``target``."""
     target.parent.mkdir(parents=True, exist_ok=True)
     # Write to a private temp dir and rename, so concurrent ranks never see a half-written model.
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
@@ -268,18 +273,7 @@ def _tiny_random_dir(settings: ModelSettings) -> Path:
     if (target / "config.json").is_file():
         return target
     model, tokenizer = _tiny_random(settings)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return _save_once(model, tokenizer, target)
 
 
 def quant_compute_dtype(setting: str = "auto", device_type: str | None = None) -> torch.dtype:
