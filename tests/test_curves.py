@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from lit_codeRL.callbacks.curves import pick_series, read_metrics_csv
+from lit_codeRL.callbacks.curves import PANELS, pick_series, read_metrics_csv
 from tests.modules.test_grpo_module import REPO, cli
 from tests.modules.test_reinforce_bc import TINY_RL, csv_logger
 
@@ -31,6 +31,9 @@ def test_metrics_csv_with_sparse_rows_becomes_series(tmp_path):
         "time/train_s",
     ]
     assert pick_series(h, ("game_eval/*/win",)) == []
+    # a run from before train/groups_with_signal still fills the panel, with its complement
+    signal = dict(PANELS)["Groups with learning signal"]
+    assert pick_series({"train/frac_zero_std_groups": [(0, 0.5)]}, signal) == ["train/frac_zero_std_groups"]
 
 
 def test_every_run_draws_its_learning_curve_and_the_cli_redraws_it(tmp_path):
@@ -45,6 +48,8 @@ def test_every_run_draws_its_learning_curve_and_the_cli_redraws_it(tmp_path):
     panels = json.loads(png.with_suffix(".json").read_text())["panels"]
     assert [s for s, _ in panels["Training reward"]["train/reward"]] == [0, 1]
     assert len(panels["Evaluation"]["mbpp_eval/pass_rate"]) == 2  # at start and at the end
+    signal = panels["Groups with learning signal"]["train/groups_with_signal"]
+    assert [s for s, _ in signal] == [0, 1] and all(0.0 <= v <= 1.0 for _, v in signal)
     assert set(panels["Step time (s)"]) == {"time/generate_s", "time/train_s"}
 
     redrawn = tmp_path / "redrawn.png"

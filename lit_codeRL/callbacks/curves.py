@@ -49,6 +49,14 @@ PANELS: list[tuple[str, tuple[str, ...]]] = [
             "train/nll",
         ),
     ),
+    (
+        "Groups with learning signal",
+        (
+            "train/groups_with_signal",
+            "train/game/writer_groups_with_signal|train/game/predictor_groups_with_signal",
+            "train/frac_zero_std_groups",  # runs from before groups_with_signal: its complement
+        ),
+    ),
     ("Evaluation", ("mbpp_eval/pass@1", "mbpp_eval/pass_rate", "game_eval/*/vs_*/win")),
     ("Step time (s)", ("time/step_s", "time/generate_s|time/train_s", "time/train_s")),
 ]
@@ -100,7 +108,7 @@ def pick_series(history: History, candidates: tuple[str, ...]) -> list[str]:
 
 
 def plot_curves(history: History, out: str | Path, title: str = "") -> Path:
-    """Draw the four panels of ``history`` into ``out`` (PNG) and write the plotted points beside
+    """Draw the panels of ``history`` into ``out`` (PNG) and write the plotted points beside
     it (``out`` with suffix ``.json``: ``{"panels": {title: {metric: [[step, value], ...]}}}``);
     returns the PNG's path."""
     import matplotlib
@@ -108,9 +116,11 @@ def plot_curves(history: History, out: str | Path, title: str = "") -> Path:
     matplotlib.use("Agg")  # no display on a cluster node; set before pyplot is imported
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    fig, axes = plt.subplots(2, 3, figsize=(16, 7), constrained_layout=True)
+    for ax in axes.flat[len(PANELS) :]:
+        ax.axis("off")
     plotted: dict[str, dict[str, list[tuple[int, float]]]] = {}
-    for ax, (panel, candidates) in zip(axes.flat, PANELS, strict=True):
+    for ax, (panel, candidates) in zip(axes.flat[: len(PANELS)], PANELS, strict=True):
         keys = pick_series(history, candidates)
         plotted[panel] = {key: history[key] for key in keys}
         for key in keys:
@@ -144,7 +154,7 @@ def plot_curves(history: History, out: str | Path, title: str = "") -> Path:
 def summarize(history: History) -> dict[str, tuple[float, float]]:
     """First and last value of every panel's metrics: what the end-of-run message prints."""
     out = {}
-    for _, candidates in PANELS[:3]:
+    for _, candidates in PANELS[:4]:
         for key in pick_series(history, candidates):
             out[key] = (history[key][0][1], history[key][-1][1])
     return out

@@ -48,6 +48,7 @@ class CodeRepairEnv(UnitTestEnv):
         feedback_tests: ``shown`` quotes only the tests shown in the prompt (RLEF); ``all`` quotes
             the first failing test, hidden or not.
         all_pass_bonus: Added to the score when every test passes.
+        partial_credit: Score = fraction of tests passed (True) or 1 only when all pass (False).
         num_shown_tests: Tests shown in the prompt (and public for feedback).
         timeout_s: Wall-clock limit per program.
     """
@@ -59,11 +60,13 @@ class CodeRepairEnv(UnitTestEnv):
         all_pass_bonus: float = 0.0,
         num_shown_tests: int = 1,
         timeout_s: float | None = None,
+        partial_credit: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(
             sandbox,
             all_pass_bonus=all_pass_bonus,
+            partial_credit=partial_credit,
             timeout_s=timeout_s,
             num_shown_tests=num_shown_tests,
             **kwargs,

@@ -33,6 +33,10 @@ class EnvSettings:
     """Truncate an episode whose next turn would not fit in this many tokens; ``None``: no cap."""
     all_pass_bonus: float = 0.0
     """Extra reward when every test passes (``unit_test``, ``code_repair``)."""
+    partial_credit: bool = True
+    """``unit_test``, ``code_repair``: reward the fraction of tests passed; ``false``: 1 only when
+    every test passes, 0 otherwise (pass@1's criterion; partial credit with a shown test rewards
+    hard-coding that test's answer)."""
     feedback_tests: Literal["shown", "all"] = "shown"
     """``code_repair``: quote only tests shown in the prompt (RLEF) or any failing test."""
     swe: SWESettings = field(default_factory=SWESettings)
@@ -67,7 +71,12 @@ def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: i
         return DebugEnv(settings.debug)
     assert sandbox is not None, f"env {settings.name!r} needs a sandbox"
     if settings.name == "unit_test":
-        return UnitTestEnv(sandbox, all_pass_bonus=settings.all_pass_bonus, num_shown_tests=num_shown_tests)
+        return UnitTestEnv(
+            sandbox,
+            all_pass_bonus=settings.all_pass_bonus,
+            partial_credit=settings.partial_credit,
+            num_shown_tests=num_shown_tests,
+        )
     if settings.name == "code_execution":
         return CodeExecutionEnv(sandbox, num_shown_tests=num_shown_tests)
     if settings.name == "code_repair":
@@ -75,6 +84,7 @@ def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: i
             sandbox,
             feedback_tests=settings.feedback_tests,
             all_pass_bonus=settings.all_pass_bonus,
+            partial_credit=settings.partial_credit,
             num_shown_tests=num_shown_tests,
         )
     from lit_codeRL.errors import ConfigError

@@ -3,6 +3,11 @@
 Each test statement (``problem.test_statements()``: its asserts plus one per io pair) is graded
 on its own by the sandbox, so partial solutions get partial credit; ``all_pass_bonus`` adds a
 step at full correctness (set it > 0 to make "all tests" worth more than "most tests").
+``partial_credit=False`` makes the reward 1 only when every test passes (the pass@1 criterion).
+Partial credit is hackable where a prompt shows one of the tests: on MBPP (one of three shown) a
+135M policy learned to answer with ``if n == <shown input>: return <shown output>`` chains, worth
+1/3 each, and its held-out greedy pass rate fell from 10 to 2 of 90 in 40 GRPO steps
+(docs/mbpp_recipe.md).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ class UnitTestEnv(SingleTurnCodeEnv):
     Args:
         sandbox: Where programs run (``submit(program) -> Future[ExecutionResult]``).
         all_pass_bonus: Added to the reward when every test passes.
+        partial_credit: Reward the fraction of tests passed (True) or 1 only when all pass (False).
         syntax_error_reward: Reward of code that does not compile (its tests cannot run).
         kwargs: ``empty_reward`` (no code; defaults to ``syntax_error_reward``), ``error_reward``,
             ``timeout_s`` (program plus all tests) and the rest of :class:`SingleTurnCodeEnv`.
@@ -31,10 +37,12 @@ class UnitTestEnv(SingleTurnCodeEnv):
         sandbox: Executor,
         all_pass_bonus: float = 0.0,
         syntax_error_reward: float = 0.0,
+        partial_credit: bool = True,
         **kwargs,
     ) -> None:
         super().__init__(sandbox, syntax_error_reward=syntax_error_reward, **kwargs)
         self.all_pass_bonus = all_pass_bonus
+        self.partial_credit = partial_credit
 
     def build_program(self, problem: Problem, code: str) -> Program:
         tests = tuple(problem.test_statements())
@@ -49,5 +57,8 @@ class UnitTestEnv(SingleTurnCodeEnv):
         if verdict == Verdict.SYNTAX_ERROR:
             return RewardResult(self.syntax_error_reward, verdict.value, 0.0, code, info)
         fraction = result.pass_fraction
-        reward = fraction + (self.all_pass_bonus if verdict == Verdict.PASSED else 0.0)
+        passed = verdict == Verdict.PASSED
+        reward = (fraction if self.partial_credit else float(passed)) + (
+            self.all_pass_bonus if passed else 0.0
+        )
         return RewardResult(reward, verdict.value, fraction, code, info)

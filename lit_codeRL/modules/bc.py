@@ -84,7 +84,7 @@ class BCModule(PolicyModule):
             logps, _ = self.token_logprobs(mb, start)
             return nll_loss(logps, mb.trainable_mask[:, start:], num_tokens)
 
-        stats, times = self.update(batch, loss_fn)
+        stats, times = self.update(batch, loss_fn, start=start)
         metrics = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
         metrics.update(times)
         metrics["train/tokens"] = float(batch.num_trainable_tokens)

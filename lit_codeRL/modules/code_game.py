@@ -197,7 +197,7 @@ class CodeGameModule(PolicyModule):
             )  # fmt: skip
             return loss, stats
 
-        stats, times = self.update(batch, loss_fn)
+        stats, times = self.update(batch, loss_fn, start=start)
         self.log_round(batch, stats, times)
 
     # ------------------------------------------------------------------ logging

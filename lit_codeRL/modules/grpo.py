@@ -178,6 +178,6 @@ class GRPOModule(RolloutModule):
                 if not bool(keep.any()):  # other ranks train: one group keeps the collectives paired
                     keep[: hp.num_generations] = True
                 trained = batch.select(keep.nonzero().squeeze(-1).tolist())
-        stats, times = self.update(trained, loss_fn, group, hp.num_iterations)
+        stats, times = self.update(trained, loss_fn, group, hp.num_iterations, start=start)
         stats["trained_rows_frac"] = [(trained.batch_size if trained is not None else 0) / batch.batch_size]
         self.log_rollout(batch, stats, times)

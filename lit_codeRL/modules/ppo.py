@@ -56,7 +56,7 @@ from lit_codeRL.policy.engine import EngineSettings, SamplingParams
 from lit_codeRL.policy.loading import ModelSettings, load_model
 from lit_codeRL.policy.value import ValueHead, ValueModel
 from lit_codeRL.rollout.prompts import ProblemSettings
-from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.rollout.trajectory import TrajectoryBatch, pad_columns
 from lit_codeRL.sandbox import SandboxConfig
 from lit_codeRL.training import distributed
 from lit_codeRL.training.optim import OptimizerSettings
@@ -296,7 +296,7 @@ class PPOModule(RolloutModule):
     @torch.no_grad()
     def old_values(self, batch: TrajectoryBatch, start: int, group: int) -> Tensor:
         """The critic's values before this step's updates, in the training forward's micro-batches."""
-        micro = batch.micro_batches(self.micro_batch_rows(batch, group))
+        micro = batch.micro_batches(self.micro_batch_rows(batch, group), trim_from=start)
         count = distributed.global_max(len(micro), self.device) if self.sharded else len(micro)
         parts = []
         for k in range(count):  # under FSDP2 every rank runs as many forwards
@@ -309,7 +309,8 @@ class PPOModule(RolloutModule):
             values = self._values(mb, start, hidden).float()
             if k < len(micro):
                 parts.append(values)
-        return torch.cat(parts) * batch.trainable_mask[:, start:]
+        width = batch.input_ids.size(1) - start
+        return torch.cat([pad_columns(p, width) for p in parts]) * batch.trainable_mask[:, start:]
 
     def _temperature(self) -> float:
         return self.sampling.temperature if self.sampling.temperature > 0 else 1.0
@@ -428,7 +429,11 @@ class PPOModule(RolloutModule):
             for minibatch in self.minibatches(batch, group):
                 counts = self.loss_normalisers(minibatch, hp.loss_type)
                 step_stats, step_times = self.update(
-                    minibatch, lambda mb, c=counts: loss_fn(mb, c), group, freeze_policy=pretraining
+                    minibatch,
+                    lambda mb, c=counts: loss_fn(mb, c),
+                    group,
+                    freeze_policy=pretraining,
+                    start=start,
                 )
                 for key, values in step_stats.items():
                     stats.setdefault(key if epoch == 0 else f"{key}_epoch{epoch + 1}", []).extend(values)

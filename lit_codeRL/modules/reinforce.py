@@ -134,6 +134,6 @@ class REINFORCEModule(RolloutModule):
             )
             return loss, {**stats, **tis}
 
-        stats, times = self.update(batch, loss_fn, group)
+        stats, times = self.update(batch, loss_fn, group, start=start)
         stats["advantage_abs"] = [float(seq_adv.abs().mean())]
         self.log_rollout(batch, stats, times)

@@ -248,7 +248,7 @@ class SpiralModule(PolicyModule):
         stats: dict[str, list[float]] = {}
         times: dict[str, float] = {}
         for epoch in range(hp.ppo_epochs):
-            step_stats, step_times = self.update(batch, loss_fn)
+            step_stats, step_times = self.update(batch, loss_fn, start=start)
             for key, values in step_stats.items():
                 stats.setdefault(key if epoch == 0 else f"{key}_epoch{epoch + 1}", []).extend(values)
             for key, value in step_times.items():

@@ -47,7 +47,7 @@ from lit_codeRL.policy.loading import LoraSettings, ModelSettings, full_precisio
 from lit_codeRL.policy.logprobs import grouped_prompt_token_logprobs, shares_prompts
 from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutWriter
-from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.rollout.trajectory import TrajectoryBatch, pad_columns
 from lit_codeRL.training import distributed
 from lit_codeRL.training.context_parallel import context_parallel_logprobs
 from lit_codeRL.training.optim import OptimizerSettings, build_optimizer
@@ -316,7 +316,7 @@ class PolicyModule(LightningModule):
         if not self.is_lora and not self._reference:
             raise RuntimeError("no reference policy was built (needs_reference=False)")
         model = None if self.is_lora else self._reference[0]
-        micro = batch.micro_batches(self.micro_batch_rows(batch, group_size))
+        micro = batch.micro_batches(self.micro_batch_rows(batch, group_size), trim_from=start)
         count = len(micro)
         if self.sharded:  # a sharded forward is a collective: every rank runs as many
             count = distributed.global_max(count, self.device)
@@ -329,7 +329,7 @@ class PolicyModule(LightningModule):
                 )
                 if k < len(micro):
                     parts.append(logps)
-        return torch.cat(parts)
+        return torch.cat([pad_columns(p, batch.input_ids.size(1) - start) for p in parts])
 
     def sampler_correction(
         self, logprobs: torch.Tensor, mb: TrajectoryBatch, start: int, cap: float, num_updates: int = 1
@@ -412,7 +412,7 @@ class PolicyModule(LightningModule):
         return size
 
     def backward_micro_batches(
-        self, batch: TrajectoryBatch, loss_fn: LossFn, group_size: int = 1
+        self, batch: TrajectoryBatch, loss_fn: LossFn, group_size: int = 1, start: int | None = None
     ) -> dict[str, list[float]]:
         """Run ``loss_fn`` and backward over micro-batches; gradients accumulate, DDP syncs once.
 
@@ -426,7 +426,7 @@ class PolicyModule(LightningModule):
         repeats its last micro-batch with the loss times zero. Under FSDP2 every forward and
         backward is a collective, and a rank that stopped early would leave the others waiting."""
         opt = self.optimizers()
-        micro = batch.micro_batches(self.micro_batch_rows(batch, group_size))
+        micro = batch.micro_batches(self.micro_batch_rows(batch, group_size), trim_from=start)
         count = distributed.global_max(len(micro), self.device) if self.trainer.world_size > 1 else len(micro)
         if count > len(micro) and not micro:
             raise RuntimeError("a rank has an empty batch but others train: no micro-batch to pad with")
@@ -456,9 +456,11 @@ class PolicyModule(LightningModule):
         group_size: int = 1,
         num_iterations: int = 1,
         freeze_policy: bool = False,
+        start: int | None = None,
     ) -> tuple[dict[str, list[float]], dict[str, float]]:
         """``num_iterations`` optimizer steps on ``batch``; returns the loss stats and the timings
-        (``time/forward_backward_s``, ``time/optimizer_s``, ``time/train_s``).
+        (``time/forward_backward_s``, ``time/optimizer_s``, ``time/train_s``). ``start``: the
+        loss's first column, for trimming micro-batches (:meth:`backward_micro_batches`).
 
         ``freeze_policy``: the step leaves the policy exactly as it is (its gradients are dropped
         before AdamW, which then skips its parameters, moments included) and only another
@@ -479,7 +481,7 @@ class PolicyModule(LightningModule):
                 self.zero_gradients()
                 stats.setdefault("loss", []).append(0.0)
             else:
-                for key, values in self.backward_micro_batches(batch, loss_fn, group_size).items():
+                for key, values in self.backward_micro_batches(batch, loss_fn, group_size, start).items():
                     stats.setdefault(key, []).extend(values)
             fwd_bwd_s += time.perf_counter() - t_fb
             if freeze_policy:

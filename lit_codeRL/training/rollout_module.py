@@ -167,14 +167,16 @@ class RolloutModule(PolicyModule):
         lengths = torch.tensor([r["completion_tokens"] for r in records], dtype=torch.float32)
         gen_s = batch.stats.get("generate_s", 0.0)
         difficulty = {f"train/{k}": v for k, v in batch.stats.items() if k.startswith("difficulty_")}
+        zero_std = (
+            float(zero_std_groups(rewards, self.num_generations, valid).float().mean())
+            if batch.batch_size % self.num_generations == 0
+            else 0.0
+        )
         metrics = {
             **difficulty,
             "train/reward_std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
-            "train/frac_zero_std_groups": float(
-                zero_std_groups(rewards, self.num_generations, valid).float().mean()
-            )
-            if batch.batch_size % self.num_generations == 0
-            else 0.0,
+            "train/frac_zero_std_groups": zero_std,
+            "train/groups_with_signal": 1.0 - zero_std,
             "train/completion_length": float(lengths.mean()),
             "train/truncated_frac": float(1 - sum(r["finished"] for r in records) / len(records)),
             "train/tokens_per_s": batch.stats.get("completion_tokens", 0.0) / max(gen_s, 1e-9),

@@ -118,6 +118,36 @@ def test_unit_test_all_pass_bonus_io_pairs_and_setup(sandbox):
     assert [r.verdict for r in results] == ["passed", "failed"]
 
 
+def test_unit_test_without_partial_credit_pays_only_a_full_pass(sandbox):
+    """``partial_credit=False``: a program hard-coding the shown test earns 0, not 1/3, and the
+    pass fraction is still reported; a full pass earns 1 (+ the bonus)."""
+    problem = Problem(
+        task_id="t/sq",
+        prompt="sq(x)",
+        entry_point="sq",
+        tests=("assert sq(3) == 9", "assert sq(4) == 16", "assert sq(5) == 25"),
+    )
+    hardcoded = fenced("def sq(x):\n    if x == 3:\n        return 9\n    return 0")
+    good = fenced("def sq(x):\n    return x * x")
+    for partial, bonus, expected in (
+        (True, 0.0, [1 / 3, 1.0]),
+        (False, 0.0, [0.0, 1.0]),
+        (False, 0.5, [0.0, 1.5]),
+    ):
+        env = UnitTestEnv(sandbox, partial_credit=partial, all_pass_bonus=bonus)
+        results = env.score_batch([problem, problem], [hardcoded, good])
+        assert [r.reward for r in results] == pytest.approx(expected), (partial, bonus)
+        assert [r.pass_fraction for r in results] == pytest.approx([1 / 3, 1.0])
+
+
+def test_env_settings_carry_partial_credit_to_unit_test_and_repair(sandbox):
+    from lit_codeRL.envs.settings import EnvSettings, make_env
+
+    for name in ("unit_test", "code_repair"):
+        assert make_env(EnvSettings(name=name), sandbox).partial_credit is True
+        assert make_env(EnvSettings(name=name, partial_credit=False), sandbox).partial_credit is False
+
+
 @pytest.mark.parametrize(
     "completion",
     [
