@@ -77,7 +77,18 @@ def logger_args(run_dir: Path) -> list[str]:
 def train_stage(name: str, config: str, run_dir: Path, extra: list[str]) -> dict[str, Any]:
     """Train one stage through the CLI; returns its command, wall time and log directory."""
     shown, wall = cli(["fit", "--config", f"configs/{config}", *logger_args(run_dir), *extra])
-    return {"stage": name, "command": shown, "wall_s": wall, "log_dir": str(run_dir / "run")}
+    stage = {"stage": name, "command": shown, "wall_s": wall, "log_dir": str(run_dir / "run")}
+    (run_dir / "run" / "stage.json").write_text(json.dumps(stage, indent=1))  # for --bc-run/--rl-run
+    return stage
+
+
+def reused_stage(name: str, log_dir: Path) -> dict[str, Any]:
+    """A finished stage's record (command, wall time) as its run wrote it, for ``--bc-run``/``--rl-run``."""
+    if not (log_dir / "hf_model").is_dir():
+        sys.exit(f"--{name}-run {log_dir}: no hf_model there (not a finished stage)")
+    saved = log_dir / "stage.json"
+    stage = json.loads(saved.read_text()) if saved.exists() else {"command": "(unknown)", "wall_s": None}
+    return {**stage, "stage": name, "log_dir": str(log_dir)}
 
 
 def native_dtype() -> str:
@@ -230,9 +241,9 @@ def main() -> None:
     parser.add_argument("--rl-args", default="", help="extra CLI overrides for stage 2 (one quoted string)")
     parser.add_argument(
         "--noise-band",
-        choices=("all", "trained", "none"),
+        choices=("all", "trained", "final", "none"),
         default="trained",
-        help="score these policies again in the other engine dtype: every one, the BC and RL ones, none",
+        help="score these policies again in the other engine dtype: every one, BC and RL, the last one, none",
     )
     parser.add_argument(
         "--band-sets",
@@ -259,7 +270,7 @@ def main() -> None:
     stages: list[dict[str, Any]] = []
     if args.bc_run:
         bc_dir = Path(args.bc_run).resolve()
-        stages.append({"stage": "bc", "command": "(reused)", "wall_s": None, "log_dir": str(bc_dir)})
+        stages.append(reused_stage("bc", bc_dir))
     else:
         bc = train_stage(
             "bc",
@@ -285,7 +296,7 @@ def main() -> None:
         policies = policies[1:]
     if args.rl_run:
         rl_dir: Path | None = Path(args.rl_run).resolve()
-        stages.append({"stage": "rl", "command": "(reused)", "wall_s": None, "log_dir": str(rl_dir)})
+        stages.append(reused_stage("rl", rl_dir))
     elif args.rl_minutes > 0:
         minutes = int(round(args.rl_minutes))
         rl = train_stage(
@@ -321,7 +332,8 @@ def main() -> None:
         for heldout in HELDOUT:
             row[heldout] = evaluate(row["policy"], heldout, native, data, evals, eval_extra)
     for row in rows:
-        if args.noise_band == "none" or (args.noise_band == "trained" and row["after"] == "base"):
+        wanted = {"all": True, "trained": row["after"] != "base", "final": row is rows[-1], "none": False}
+        if not wanted[args.noise_band]:
             continue
         evals = out_dir / "eval" / row["after"].replace(" + ", "_").lower()
         for heldout in band_sets:

@@ -95,7 +95,6 @@ def test_recipe_runs_both_stages_and_reports_both_heldout_sets_with_a_noise_band
     again = run_recipe(tmp_path, "--bc-run", bc["log_dir"], "--rl-run", rl["log_dir"], "--skip-base")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "lit-coderl fit" not in again.stdout and "lit-coderl validate" not in again.stdout
-    assert [r["after"] for r in json.loads((tmp_path / "recipe.json").read_text())["rows"]] == [
-        "BC",
-        "BC + RL",
-    ]
+    again_report = json.loads((tmp_path / "recipe.json").read_text())
+    assert [r["after"] for r in again_report["rows"]] == ["BC", "BC + RL"]
+    assert again_report["stages"] == report["stages"]  # each stage's command and wall time, as it ran
