@@ -39,6 +39,7 @@ import os
 import queue
 import re
 import select
+import shlex
 import shutil
 import struct
 import subprocess
@@ -887,10 +888,11 @@ def _start_apptainer(
             f"apptainer instance start failed: {Path(log).read_text(errors='replace')[-500:]}"
         )
     # the trainer may be SIGKILLed: a process of its own session waits for our end of a pipe
-    # to close and then stops the instance (the bwrap backend has --die-with-parent instead)
-    stop = " ".join(f"'{a}'" for a in res.stop_argv)
+    # to close, then stops the instance and removes the host scratch dir (the bwrap backend has
+    # --die-with-parent and tmpfs instead)
+    stop = shlex.join(res.stop_argv)
     res.watchdog = _popen(
-        ["/bin/sh", "-c", f"read _ ; exec {stop} >/dev/null 2>&1"],
+        ["/bin/sh", "-c", f"read _ ; {stop} >/dev/null 2>&1 ; exec rm -rf {shlex.quote(scratch)}"],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env=_apptainer_env(),
     )  # fmt: skip

@@ -107,3 +107,21 @@ def test_precision_auto_on_cpu(monkeypatch):
 def test_precision_auto_on_gpu():
     expected = "bf16-mixed" if torch.cuda.is_bf16_supported(including_emulation=False) else "16-mixed"
     assert resolve_precision("auto") == expected
+
+
+def test_converted_gguf_cache_is_keyed_by_content_not_path(tmp_path, monkeypatch):
+    """Every virtual environment installs its own copy of the embedded GGUF: one conversion must
+    serve them all (a path key made a 0.5 GB cache entry per CI venv and filled the disk), while a
+    changed file gets its own."""
+    from lit_codeRL.policy.loading import _converted_dir
+
+    monkeypatch.setenv("LIT_CODERL_CACHE", str(tmp_path / "cache"))
+    copies = [tmp_path / venv / "model.gguf" for venv in ("venv-a", "venv-b")]
+    for i, copy in enumerate(copies):
+        copy.parent.mkdir()
+        copy.write_bytes(b"GGUF" + bytes(range(256)) * 64)
+        time.sleep(0.01 * i)  # different mtimes too
+    assert _converted_dir(copies[0]) == _converted_dir(copies[1])
+    assert _converted_dir(copies[0]).parent == tmp_path / "cache" / "converted"
+    copies[1].write_bytes(b"GGUF" + bytes(range(255, -1, -1)) * 64)
+    assert _converted_dir(copies[0]) != _converted_dir(copies[1])

@@ -653,6 +653,7 @@ def test_apptainer_stop_on_start_failure(repo: Path, fake_apptainer: Path, clean
 
 
 def test_apptainer_stopped_when_trainer_is_killed(repo: Path, fake_apptainer: Path) -> None:
+    tmp_before = set(os.listdir("/tmp"))
     script = textwrap.dedent(
         f"""
         import sys, time
@@ -672,6 +673,13 @@ def test_apptainer_stopped_when_trainer_is_killed(repo: Path, fake_apptainer: Pa
         time.sleep(0.05)
     assert list((fake_apptainer / "instances").iterdir()) == []  # the watchdog stopped it
     assert _calls(fake_apptainer)[-1][:2] == ["instance", "stop"]
+    while time.monotonic() < deadline and _new_lcrl_entries(tmp_before):
+        time.sleep(0.05)
+    assert _new_lcrl_entries(tmp_before) == set()  # ...and removed the host scratch dir
+
+
+def _new_lcrl_entries(before: set[str]) -> set[str]:
+    return {n for n in set(os.listdir("/tmp")) - before if n.startswith("lcrl")}
 
 
 def test_apptainer_real(repo: Path, clean_host) -> None:
