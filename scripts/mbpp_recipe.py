@@ -19,7 +19,9 @@ HumanEval pass@1, in the engine's default dtype (bf16 where the CPU computes it 
 **noise band** is the same policy scored again in the other engine dtype (fp32 <-> bf16): greedy
 decoding is deterministic, so the only noise in a single evaluation is how a near-tie between two
 tokens falls, and the change of dtype is what moves those ties. A gain smaller than the band is
-not a gain. An evaluation whose result exists under ``<out-dir>/eval`` is reused (delete the
+not a gain. The band is the net change of the score; the table also counts the verdicts the
+dtype moved (the churn under the net), and RL vs BC is compared task by task: tasks only RL
+solves, tasks only BC solves, and the exact McNemar p of that split. An evaluation whose result exists under ``<out-dir>/eval`` is reused (delete the
 directory to redo it), so an interrupted recipe resumes where it stopped.
 
 At the end the script loads the final ``hf_model`` with ``transformers`` (the check that it is a
@@ -106,7 +108,10 @@ def evaluate(
     run_dir = out_dir / f"{heldout}_{dtype}"
     done = run_dir / "result.json"
     if done.exists():
-        return json.loads(done.read_text())
+        result = json.loads(done.read_text())
+        if "solved" not in result and (reports := list((run_dir / "run" / "mbpp_eval").glob("*.json"))):
+            result["solved"] = solved_tasks(reports[0])  # cached before results kept their tasks
+        return result
     source = data if heldout == "mbpp" else "humaneval"
     shown, wall = cli(
         [
@@ -139,9 +144,26 @@ def evaluate(
         "num_problems": int(metrics["mbpp_eval/num_problems"]),
         "eval_s": wall,
         "command": shown,
+        "solved": solved_tasks(report),
     }
     done.write_text(json.dumps(result, indent=1))
     return result
+
+
+def solved_tasks(report: Path) -> list[str]:
+    """The task ids a per-problem evaluation report counts as solved (greedy: its one sample passed)."""
+    return sorted(p["task_id"] for p in json.loads(report.read_text())["problems"] if p["num_correct"] > 0)
+
+
+def paired(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any] | None:
+    """Tasks only ``new`` solves, only ``old`` solves, and the exact McNemar p of the difference."""
+    from lit_codeRL.algorithms.passk import mcnemar_exact_p
+
+    if "solved" not in new or "solved" not in old:
+        return None
+    a, b = set(new["solved"]), set(old["solved"])
+    gained, lost = len(a - b), len(b - a)
+    return {"gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact_p(gained, lost)}
 
 
 def check_hf_model(path: Path) -> str:
@@ -340,6 +362,8 @@ def main() -> None:
             other = evaluate(row["policy"], heldout, OTHER_DTYPE[native], data, evals, eval_extra)
             row[f"{heldout}_other_dtype"] = other
             row[f"{heldout}_band"] = abs(other["pass@1"] - row[heldout]["pass@1"])
+            if (churn := paired(other, row[heldout])) is not None:  # verdicts the dtype moved
+                row[f"{heldout}_flips"] = churn["gained"] + churn["lost"]
     total = time.time() - start
     final = Path(policies[-1][1])
     sample = check_hf_model(final) if final.is_dir() else None
@@ -356,16 +380,34 @@ def main() -> None:
             e = r[key]
             band = r.get(f"{key}_band")
             cells.append(f"{100 * e['pass@1']:.1f}% ({e['problems_passed']}/{e['num_problems']})")
-            cells.append(f"±{100 * band:.1f} pts" if band is not None else "-")
+            flips = f" ({r[f'{key}_flips']} verdicts moved)" if f"{key}_flips" in r else ""
+            cells.append(f"±{100 * band:.1f} pts{flips}" if band is not None else "-")
         print(f"| {r['after']} | " + " | ".join(cells) + " |")
+    rl_over_bc: dict[str, Any] = {}
     if len(rows) >= 2 and rows[-1]["after"] == "BC + RL":
         bc_row = next(r for r in rows if r["after"] == "BC")
         for key, title in HELDOUT.items():
             gain = rows[-1][key]["problems_passed"] - bc_row[key]["problems_passed"]
-            band = max(rows[-1].get(f"{key}_band", 0.0), bc_row.get(f"{key}_band", 0.0))
+            bands = [r[f"{key}_band"] for r in (rows[-1], bc_row) if f"{key}_band" in r]
+            band = max(bands) if bands else None
+            pair = paired(rows[-1][key], bc_row[key])
+            rl_over_bc[key] = {"gain": gain, "band": band, **(pair or {})}
+            flips = [r.get(f"{key}_flips") for r in (bc_row, rows[-1])]
             print(
                 f"[mbpp_recipe] RL over BC on {title}: {gain:+d} problems "
-                f"({100 * gain / rows[-1][key]['num_problems']:+.1f} pts; noise band ±{100 * band:.1f} pts)"
+                f"({100 * gain / rows[-1][key]['num_problems']:+.1f} pts; "
+                + (f"noise band ±{100 * band:.1f} pts" if band is not None else "noise band not measured")
+                + (
+                    f", dtype moved {flips[0]} / {flips[1]} verdicts of BC / BC + RL"
+                    if None not in flips
+                    else ""
+                )
+                + (
+                    f"; RL alone solves {pair['gained']}, BC alone {pair['lost']}, "
+                    f"exact McNemar p = {pair['mcnemar_p']:.3f})"
+                    if pair
+                    else ")"
+                )
             )
     print("\n| stage | wall (training + its interval evaluations) | command |\n|---|---|---|")
     for s in stages:
@@ -388,6 +430,7 @@ def main() -> None:
                 "total_wall_s": total,
                 "engine_dtype": native,
                 "rows": rows,
+                "rl_over_bc": rl_over_bc,
                 "stages": stages,
                 "final_policy": str(final),
                 "transformers_sample": sample,

