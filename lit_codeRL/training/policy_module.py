@@ -290,21 +290,33 @@ class PolicyModule(LightningModule):
                 pad_token_id=self.tokenizer.pad_token_id or 0,
                 with_entropy=with_entropy,
             )
+        width = input_ids.size(1)
         if self.sharded and group_size > 1:
             # The shared-prompt path runs two forwards, the plain one one: a sharded forward is a
             # collective, so every rank must take the same path.
             share = shares_prompts(input_ids, attention_mask, start, group_size)
             group_size = group_size if distributed.all_ranks(share, self.device) else 1
-        return grouped_prompt_token_logprobs(
+            if group_size > 1 and width - start == 1:
+                # ...and it runs its second forward only over two or more completion columns: a
+                # rank whose rows all stopped after one token (a trimmed micro-batch) gets a pad
+                # column, so it runs that forward with the others; its outputs are cut back.
+                input_ids, attention_mask = (
+                    pad_columns(input_ids, start + 2),
+                    pad_columns(attention_mask, start + 2),
+                )
+        out = grouped_prompt_token_logprobs(
             model if model is not None else self.policy,
-            batch.input_ids,
-            batch.attention_mask,
+            input_ids,
+            attention_mask,
             start,
             group_size,
             temperature,
             with_entropy=with_entropy,
             with_hidden=with_hidden,
         )
+        if input_ids.size(1) == width:
+            return out
+        return tuple(t[:, : width - start] if t is not None else None for t in out)
 
     @torch.no_grad()
     def reference_logprobs(

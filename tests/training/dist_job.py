@@ -263,3 +263,8 @@ if __name__ == "__main__":
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+    # ...which was not enough: 1 run in 6 still aborted in the interpreter's teardown, after its
+    # results were written. The results are on disk; skip the teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
