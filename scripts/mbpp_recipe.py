@@ -21,8 +21,9 @@ decoding is deterministic, so the only noise in a single evaluation is how a nea
 tokens falls, and the change of dtype is what moves those ties. A gain smaller than the band is
 not a gain. The band is the net change of the score; the table also counts the verdicts the
 dtype moved (the churn under the net), and RL vs BC is compared task by task: tasks only RL
-solves, tasks only BC solves, and the exact McNemar p of that split. An evaluation whose result exists under ``<out-dir>/eval`` is reused (delete the
-directory to redo it), so an interrupted recipe resumes where it stopped.
+solves, tasks only BC solves, and the exact McNemar p of that split. An evaluation whose result
+exists under ``<out-dir>/eval`` is reused (delete the directory to redo it), so an interrupted
+recipe resumes where it stopped.
 
 At the end the script loads the final ``hf_model`` with ``transformers`` (the check that it is a
 plain HF checkpoint), prints the before/after table (pass@1 and problems on both sets, the band,
