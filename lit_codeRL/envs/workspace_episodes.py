@@ -8,11 +8,15 @@ The SWE agent (``envs/swe/env.py``: ``<execute>`` shell commands) and the debugg
   wait on subprocesses, not on the GIL);
 * the set of open workspaces, closed at episode end, at :meth:`close` and on errors;
 * the end of an episode: ``submit`` grades it (``terminated``); a runner-truncated one is graded
-  as it stands (``grade_on_truncation``, SWE-agent's auto-submit) or gets 0; a workspace failure or
-  the env's own time budget *masks* it (``info["masked"]``: left out of the loss, not rewarded 0,
-  since the environment stopped it, not a wrong answer);
+  as it stands (``grade_on_truncation``, SWE-agent's auto-submit) or gets 0;
+* masking only for what the agent did not cause: a workspace that does not start, a grading
+  sandbox that does not start, the trainer's own clock (a session that stops answering, the
+  env's time budget) *mask* the episode (``info["masked"]``: left out of the loss). What the agent
+  did to its own workspace (its disk quota filled, files planted where the server works, its
+  server killed: the diff cannot be taken) is a graded outcome, verdict ``workspace_broken`` with
+  the failure reward and ``agent_fault`` set, so breaking the workspace never pays;
 * grading: the diff against the base commit, taken by the trusted server after the agent's
-  processes are gone, then :class:`~lit_codeRL.envs.swe.grading.SWEGrader` in a fresh workspace
+  processes are gone, then :class:`~lit_codeRL.grading.SWEGrader` in a fresh workspace
   (tests restored, machine-readable results cross-checked; never the agent's stdout);
 * ``validate_problems``: a task is trained on only if its reference fix resolves it and its base
   does not (cached per machine).
@@ -28,10 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lit_codeRL.envs.protocol import Action, PendingSteps, StepResult
-from lit_codeRL.envs.swe.grading import SWEGrade, SWEGrader
+from lit_codeRL.grading import SWEGrade, SWEGrader
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import SWETask
-from lit_codeRL.sandbox.workspace import Workspace
+from lit_codeRL.sandbox.workspace import Workspace, WorkspaceDead, WorkspaceError
 
 logger = logging.getLogger(__name__)
 
@@ -111,12 +115,41 @@ class WorkspaceEpisodeEnv:
             info["sandbox_error"] = True
         return StepResult("", 0.0, False, True, info)
 
+    def _failed(self, state: WorkspaceState, verdict: str, detail: str) -> StepResult:
+        """End the episode with the failure reward for something the agent did to its own
+        workspace (a graded outcome, not masked: see the module docstring)."""
+        self._end(state)
+        grade = {"verdict": verdict, "reward": 0.0, "resolved": False, "reason": detail[:500]}
+        info = {
+            "turn": state.turn,
+            "verdict": verdict,
+            "reason": detail[:500],
+            "agent_fault": True,
+            "episode": {
+                "diff": state.last_diff,
+                "grade": grade,
+                "instance_id": state.task.instance_id,
+                "agent_fault": True,
+                **self.episode_stats(state),
+            },
+        }
+        return StepResult("", 0.0, True, False, info)
+
+    def _lost(self, state: WorkspaceState, error: WorkspaceError) -> StepResult:
+        """The workspace failed under a request: masked when the trainer's clock stopped it (the
+        session did not answer in time), else the agent's doing (``workspace_broken``)."""
+        ws = state.workspace
+        reason = (ws.dead_reason if ws is not None else None) or str(error)
+        if isinstance(error, WorkspaceDead) and reason.startswith("TimeoutError"):
+            return self._masked(state, "sandbox_error", f"the workspace stopped answering: {reason}")
+        return self._failed(state, "workspace_broken", f"{type(error).__name__}: {error}")
+
     def _grade(self, state: WorkspaceState, terminated: bool) -> StepResult:
         """Take the diff, close the agent's workspace, grade the diff in a fresh one."""
         try:
             diff = state.workspace.diff() if state.workspace is not None else state.last_diff
-        except Exception as e:  # noqa: BLE001
-            return self._masked(state, "sandbox_error", f"diff failed: {type(e).__name__}: {e}")
+        except WorkspaceError as e:  # the agent filled its disk, planted files, broke git...
+            return self._lost(state, e)
         self._end(state)  # the agent's processes are gone before grading starts
         grade = self.grader.grade(state.task, diff)
         state.grade, state.last_diff = grade, diff

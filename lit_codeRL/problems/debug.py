@@ -5,7 +5,7 @@ a description of what the program should do, and usually a reference fix. The de
 an agent run the tests under pdb and edit the program; the reward is *not* computed where the
 agent worked. Instead :meth:`DebugTask.to_swe_task` turns the task into an
 :class:`~lit_codeRL.problems.swe.SWETask` whose base commit holds the starting files, so the SWE
-grader (``envs/swe/grading.py``) grades the episode's ``git diff`` in a fresh workspace: the diff
+grader (``grading/repo.py``) grades the episode's ``git diff`` in a fresh workspace: the diff
 is applied, every test file it touched is restored from the base (the grader's own
 ``is_test_path`` rule decides which files are tests here too), and a trusted runner reports the
 outcomes through junit XML and an HMAC-signed record, never through stdout. Agents that edit the
@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import shlex
 import shutil
 import tempfile
@@ -49,21 +48,15 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.problems.files import read_table_rows
+from lit_codeRL.grading import SWEGrader, judge, patch_bytes
+from lit_codeRL.grading._scan import is_test_path as _grader_is_test_path
+from lit_codeRL.problems.files import embedded_data_dir, read_table_rows
 from lit_codeRL.problems.record import Problem
-from lit_codeRL.problems.registry import embedded_data_dir
 from lit_codeRL.problems.swe import SPLIT_ALIASES, RepoCache, SWETask, git_environment, run_git
-from lit_codeRL.sandbox.workspace import WorkspaceConfig, open_workspace
-
-if TYPE_CHECKING:
-    from lit_codeRL.envs.swe.grading import SWEGrader
-
-# What comes from envs/swe (the grader and its test-path rule) is imported where it is used, not
-# here: problems/ sits below envs/, and the debugging env imports this module while the envs
-# package is still initialising, so a module-level import of lit_codeRL.envs would be circular.
+from lit_codeRL.sandbox.workspace import WorkspaceConfig, WorkspaceError
 
 log = logging.getLogger(__name__)
 
@@ -296,8 +289,6 @@ def cache_root(root: str | Path | None = None) -> Path:
 
 def default_grader(root: str | Path | None = None) -> SWEGrader:
     """A grader with default workspace settings whose prepared copies live under ``root/prepared``."""
-    from lit_codeRL.envs.swe.grading import SWEGrader
-
     return SWEGrader(WorkspaceConfig(), RepoCache(cache_root(root) / "prepared"))
 
 
@@ -407,39 +398,15 @@ def _run_tests(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[st
     Raises:
         RuntimeError: the sandbox failed (ours, not the task's).
     """
-    from lit_codeRL.envs.swe.grading import RESULTS_MOUNT, RUNNER, RUNNER_MOUNT, judge, read_report
-
-    key = secrets.token_bytes(32)
-    results = Path(tempfile.mkdtemp(prefix="lcrl-debug-"))
     try:
-        (results / "key").write_bytes(key)
-        (results / "agent.patch").write_text(diff)
-        (results / "test.patch").write_text("")
-        (results / "spec.json").write_text(json.dumps({"test_files": list(modules)}))
-        try:
-            with open_workspace(
-                grader.workspace,
-                grader.repos.get(task),
-                binds={str(RUNNER): f"{RUNNER_MOUNT}/{RUNNER.name}"},
-                writable_binds={str(results): RESULTS_MOUNT},
-            ) as ws:
-                out = ws.run(
-                    f"python -I -S {RUNNER_MOUNT}/{RUNNER.name} {RESULTS_MOUNT}",
-                    timeout=grader.timeout_s,
-                    max_output=2000,
-                )
-        except Exception as e:  # noqa: BLE001 - the sandbox failing is ours, not the task's
-            raise RuntimeError(
-                f"{task.instance_id}: running the tests failed: {type(e).__name__}: {e}"
-            ) from e
-        report = read_report(results, key)
-        junit_file = results / "junit.xml"
-        junit = junit_file.read_bytes() if junit_file.is_file() and not junit_file.is_symlink() else None
-    finally:
-        shutil.rmtree(results, ignore_errors=True)
+        run = grader.run(task, patch_bytes(diff) if diff else b"", list(modules))
+    except WorkspaceError as e:  # the sandbox failing is ours, not the task's
+        raise RuntimeError(f"{task.instance_id}: running the tests failed: {e}") from e
+    report, exit_code = run.report, run.exit_code
     every = tuple((report or {}).get("outcomes", {}))
-    exit_code = None if out.timed_out else out.exit_code
-    grade = judge(dataclasses.replace(task, fail_to_pass=every, pass_to_pass=()), exit_code, report, junit)
+    grade = judge(
+        dataclasses.replace(task, fail_to_pass=every, pass_to_pass=()), exit_code, report, run.junit
+    )
     errors = [str(e) for e in (report or {}).get("collect_errors", [])]
     return _Run(grade.verdict, grade.reason, grade.fail_to_pass, errors)
 
@@ -803,11 +770,9 @@ def _canonical_split(split: str) -> str | None:
 
 
 def _is_test_path(path: str) -> bool:
-    """The grader's own rule for which files are tests (``envs/swe/_grade_runner.py``), so that
-    what a task calls its tests is exactly what grading restores from the base."""
-    from lit_codeRL.envs.swe._grade_runner import is_test_path
-
-    return is_test_path(path)
+    """The grader's own rule for which files are tests (``grading/_scan.py``), so that what a
+    task calls its tests is exactly what grading restores from the base."""
+    return _grader_is_test_path(path)
 
 
 def _is_test_module(path: str) -> bool:

@@ -1,15 +1,36 @@
-"""Rows of a task file: ``.jsonl``, ``.json`` (a list, or a mapping holding one) or ``.parquet``.
+"""Where task files are and how their rows are read: the repository's ``data/`` folder
+(:func:`embedded_data_dir`) and rows of ``.jsonl``, ``.json`` (a list, or a mapping holding one)
+or ``.parquet`` files.
 
-Shared by the MBPP and SWE loaders: one reader, one set of errors naming the file and line.
+Shared by every loader (MBPP, SWE, debugging tasks, the registry): one reader, one set of errors
+naming the file and line.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 from pathlib import Path
 from typing import Any
 
 from lit_codeRL.errors import ConfigError
+
+EMBEDDED_FILE = Path("coderl_basic") / "problems.jsonl"
+"""The project's own MBPP-style set, relative to the data directory."""
+
+
+def embedded_data_dir() -> Path:
+    """The repository's ``data/`` folder.
+
+    ``data/`` sits at the repository root, beside the package, so this expects a source checkout
+    or an editable install (``pip install -e .``). A wheel that ships the files as package data
+    under ``lit_codeRL/_data`` is found as well.
+    """
+    checkout = Path(__file__).resolve().parents[2] / "data"
+    if (checkout / EMBEDDED_FILE).is_file():
+        return checkout
+    packaged = Path(str(importlib.resources.files("lit_codeRL") / "_data"))
+    return packaged if (packaged / EMBEDDED_FILE).is_file() else checkout
 
 
 def read_table_rows(path: Path, what: str, list_keys: tuple[str, ...]) -> list[Any]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 from pathlib import Path
 
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.problems.files import EMBEDDED_FILE, embedded_data_dir
 from lit_codeRL.problems.humaneval import load_humaneval
 from lit_codeRL.problems.mbpp import HUB_ID, load_mbpp, looks_like_path
 from lit_codeRL.problems.record import Problem
@@ -15,21 +15,6 @@ from lit_codeRL.problems.seed_json import is_seed_json, load_seed_json
 EMBEDDED_SPLITS = {"train": {"train"}, "eval": {"eval"}, "test": {"eval"}, "all": {"train", "eval"}}
 """Split names of the embedded set; ``test`` is an alias of ``eval``."""
 EMBEDDED_NAMES = ("embedded", "coderl_basic")
-EMBEDDED_FILE = Path("coderl_basic") / "problems.jsonl"
-
-
-def embedded_data_dir() -> Path:
-    """The repository's ``data/`` folder.
-
-    ``data/`` sits at the repository root, beside the package, so this expects a source checkout
-    or an editable install (``pip install -e .``). A wheel that ships the files as package data
-    under ``lit_codeRL/_data`` is found as well.
-    """
-    checkout = Path(__file__).resolve().parents[2] / "data"
-    if (checkout / EMBEDDED_FILE).is_file():
-        return checkout
-    packaged = Path(str(importlib.resources.files("lit_codeRL") / "_data"))
-    return packaged if (packaged / EMBEDDED_FILE).is_file() else checkout
 
 
 def load_embedded(split: str = "train", path: str | Path | None = None) -> list[Problem]:
@@ -98,13 +83,11 @@ def load_problems(
     if source in EMBEDDED_NAMES:
         return load_embedded(split)
     if source == "swe" or source.startswith("swe:"):
-        # Imported here: swe.py imports this module (embedded_data_dir).
         from lit_codeRL.problems.swe import load_swe_tasks, to_problem
 
         tasks = load_swe_tasks(source.partition(":")[2] or "embedded", split)
         return [to_problem(task) for task in tasks]
     if source == "debug" or source.startswith("debug:"):
-        # Imported here, like swe: debug.py imports this module (embedded_data_dir).
         from lit_codeRL.problems.debug import debug_problem, load_debug_tasks
 
         tasks = load_debug_tasks(source.partition(":")[2] or "embedded", split)

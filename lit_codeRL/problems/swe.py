@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.problems.files import read_table_rows
+from lit_codeRL.problems.files import embedded_data_dir, read_table_rows
 from lit_codeRL.problems.record import Problem
-from lit_codeRL.problems.registry import embedded_data_dir
 
 EMBEDDED_FILE = Path("swe") / "tasks.jsonl"
 """The shipped tasks, relative to the data directory (``data/`` in a checkout)."""

@@ -9,6 +9,7 @@ would tokenize.
 
 from __future__ import annotations
 
+from lit_codeRL.envs.text import clean_text
 from lit_codeRL.problems.prompts import chat_messages_from_text
 
 _SENTINEL_ASSISTANT = "\x00ASSISTANT\x00"
@@ -60,7 +61,8 @@ class ChatFormat:
         return head + observation + self._tail
 
     def observation_ids(self, observation: str, action_ids: list[int]) -> list[int]:
-        text = self.observation_text(observation, action_ids)
+        # an env's bytes may carry lone surrogates (undecodable bytes): never into the tokenizer
+        text = self.observation_text(clean_text(observation), action_ids)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

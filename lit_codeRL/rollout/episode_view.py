@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from lit_codeRL.envs.text import clean_text
 from lit_codeRL.errors import ConfigError
 
 _SKIP = {"text", "reward", "verdict", "finish_reason", "observation", "output", "diff", "tool", "action"}
@@ -83,10 +84,16 @@ def render_episode(record: dict[str, Any]) -> str:
                 f"Grade: `{grade.get('verdict')}`, reward {grade.get('reward')}"
                 + (f" ({grade['reason']})" if grade.get("reason") else "")
             )
+            if grade.get("verdict") == "tamper":
+                out += ["", "**Tampering found** (the policy reached for the grader, not the bug):"]
+                out += [f"- {reason}" for reason in grade.get("tamper") or ["(no reason recorded)"]]
+            if record.get("agent_fault"):
+                out.append("The agent broke its own workspace: graded as a failure, not masked.")
             for group in ("fail_to_pass", "pass_to_pass"):
                 for test, status in (grade.get(group) or {}).items():
                     out.append(f"- {test}: {status}")
-    return "\n".join(out) + "\n"
+    # files and names from the workspace may hold undecodable bytes: printable replacement
+    return clean_text("\n".join(out) + "\n")
 
 
 def _user_part(prompt: str) -> str:

@@ -31,15 +31,18 @@ so ending it is ``_kill_all``: exact, detached and ``setsid`` children included.
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import heapq
 import json
 import os
+import posixpath
 import re
 import resource
 import select
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -164,6 +167,109 @@ def _limits(cfg: dict) -> None:
             pass
 
 
+# -- file requests: paths ----------------------------------------------------------------------
+
+
+class PathRefused(Exception):
+    """A file request refused or failed: its message (``<path>: <reason>``, one line) is the
+    agent's to read and goes into the reply verbatim, without an exception class."""
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+"""O_NOFOLLOW: a link is never opened through; O_NONBLOCK: a FIFO never blocks the server (a
+write with no reader fails with ENXIO, a read opens and is then refused: not a regular file)."""
+_SYMLINK = "is a symbolic link (open its target instead)"
+_NO_SPACE = "no space left on the workspace disk"
+_REASONS = {
+    errno.ENOENT: "no such file or directory",
+    errno.ENOTDIR: "not a directory",
+    errno.EISDIR: "is a directory",
+    errno.ELOOP: _SYMLINK,
+    errno.ENXIO: "not a regular file",  # a FIFO without a reader, a socket
+    errno.ENOSPC: _NO_SPACE,
+    errno.EDQUOT: _NO_SPACE,
+    errno.EFBIG: "file too large for the workspace disk",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "read-only file system",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.EEXIST: "already exists",
+}
+
+
+def _show(path: str) -> str:
+    """The path as the caller gave it, fit for a one-line message (quoted when empty or when it
+    holds a newline or another unprintable character)."""
+    shown = path if path and path.isprintable() else ascii(path)
+    return shown if len(shown) <= 200 else shown[:200] + "..."
+
+
+def _reason(e: OSError) -> str:
+    return _REASONS.get(e.errno) or (e.strerror or "cannot open").lower()
+
+
+def _explain(parent: int, name: str, e: OSError) -> str:
+    """Why opening ``name`` in directory ``parent`` failed: a link is named as such whatever the
+    kernel answered (ELOOP, or ENOTDIR under O_DIRECTORY). The lstat only words the message;
+    what was refused was decided by the open."""
+    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+        try:
+            if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                return _SYMLINK
+        except OSError:
+            pass
+    return _reason(e)
+
+
+def _subdir(parent: int, name: str, create: bool) -> int:
+    """An fd of the directory ``name`` in ``parent``, never through a link; ``create``: made
+    first when missing (mkdirat makes a directory or fails, it never follows a link either)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        if not create:
+            raise
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent)
+    except FileExistsError:
+        pass  # made meanwhile; if a link is there now, the open below refuses it
+    return os.open(name, _DIR_FLAGS, dir_fd=parent)
+
+
+def _walk(fd: int, parts: list[str], shown: str, create: bool = False) -> int:
+    """The directory ``parts`` below ``fd``, one component at a time (no link followed); the
+    caller closes what it gets, ``fd`` included (closed here only on failure)."""
+    for i, name in enumerate(parts):
+        try:
+            nxt = _subdir(fd, name, create)
+        except OSError as e:
+            why = _explain(fd, name, e)
+            os.close(fd)
+            where = "/".join(parts[: i + 1])  # the component at fault, named where it helps
+            if why == _SYMLINK:
+                why = f"{where} {why}"
+            elif e.errno == errno.ENOTDIR:
+                why = f"{where} is not a directory"
+            raise PathRefused(f"{shown}: {why}") from None
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _read_upto(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from ``fd`` (fewer only at its end)."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 class Session:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
@@ -256,6 +362,7 @@ class Session:
         self.seq += 1
         self._home()
         state = os.path.join(self.cfg["state_dir"], f"s{self.seq}")
+        _remove(state)  # a FIFO an earlier command planted at this path would hang the EXIT trap
         r, w = os.pipe()
         t0 = time.monotonic()
         cwd = self.cwd if os.path.isdir(self.cwd) else (self.repo if os.path.isdir(self.repo) else "/")
@@ -332,12 +439,22 @@ class Session:
         }
 
     def _load_state(self, path: str) -> None:
-        """Read what the command's EXIT trap wrote: its cwd, then its exported environment."""
+        """Read what the command's EXIT trap wrote: its cwd, then its exported environment.
+
+        The path is predictable and the agent's to write: a FIFO or a link planted there is
+        ignored (non-blocking open, no link followed, regular files only), the read bounded."""
         try:
-            with open(path, "rb") as f:
-                data = f.read(_STATE_MAX + 1)
+            fd = os.open(path, _READ_FLAGS)
         except OSError:
             return  # no trap ran (killed, exec'd, state dir removed): keep the previous state
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return
+            data = _read_upto(fd, _STATE_MAX + 1)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
         if len(data) > _STATE_MAX or not data.endswith(b"\0"):
             return
         parts = data[:-1].split(b"\0")
@@ -352,19 +469,90 @@ class Session:
         self.env = {k: v for k, v in env.items() if k not in _DROP and k and "\0" not in v}
 
     def read(self, req: dict) -> dict:
-        path = self._path(req["path"])
-        with open(path, "rb") as f:
-            data = f.read(int(req["max_bytes"]))
+        """At most ``max_bytes`` of a regular file (``path``, ``confine``: see :meth:`_locate`)."""
+        fd, shown = self._open_file(req, _READ_FLAGS)
+        try:
+            data = _read_upto(fd, max(0, int(req["max_bytes"])))
+        except OSError as e:
+            raise PathRefused(f"{shown}: {_reason(e)}") from None
+        finally:
+            os.close(fd)
         return {"data": base64.b64encode(data).decode()}
 
     def write(self, req: dict) -> dict:
-        path = self._path(req["path"])
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(req["data"]))
+        """Create or replace a regular file, its missing directories made (see :meth:`_locate`)."""
+        data = memoryview(base64.b64decode(req["data"]))
+        fd, shown = self._open_file(req, _WRITE_FLAGS, create=True)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+        except OSError as e:
+            try:
+                os.ftruncate(fd, 0)  # the disk is full: a partial file must not keep it full
+            except OSError:
+                pass
+            raise PathRefused(f"{shown}: {_reason(e)}") from None
+        finally:
+            os.close(fd)
         return {"ok": True}
+
+    def _open_file(self, req: dict, flags: int, create: bool = False) -> tuple[int, str]:
+        """An fd of the request's file, checked after opening to be a regular file (what was
+        checked is what is read or written), and the path as messages show it."""
+        parent, name, shown = self._locate(str(req["path"]), bool(req.get("confine", True)), create)
+        try:
+            if not name:
+                raise PathRefused(f"{shown}: is a directory")
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=parent)
+            except OSError as e:
+                raise PathRefused(f"{shown}: {_explain(parent, name, e)}") from None
+        finally:
+            os.close(parent)
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError as e:
+            os.close(fd)
+            raise PathRefused(f"{shown}: {_reason(e)}") from None
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise PathRefused(f"{shown}: {'is a directory' if stat.S_ISDIR(mode) else 'not a regular file'}")
+        return fd, shown
+
+    def _locate(self, path: str, confine: bool, create: bool = False) -> tuple[int, str, str]:
+        """Where ``path`` is: an fd of its directory (the caller closes it), its last component
+        ("" when the path is that directory itself: the repository, or /), and the path as
+        messages show it.
+
+        Confined (every agent-chosen path): relative to the repository or absolute, it must lie
+        inside the repository once normalised as text (``..`` is never resolved through a link);
+        its directories are then opened one at a time from ``/`` without following a link, so a
+        component swapped for a link meanwhile fails instead of escaping. Unconfined (only the
+        trainer's own paths, such as grading I/O): absolute as given, or relative to the
+        repository; links in its directories are followed, never its last component.
+        ``create``: missing directories are made."""
+        shown = _show(path)
+        if "\0" in path:
+            raise PathRefused(f"{shown}: not a valid path")
+        if not confine:
+            full = self._path(path).rstrip("/") or "/"
+            head, name = posixpath.split(full)
+            try:
+                if create and name:
+                    os.makedirs(head, exist_ok=True)
+                return os.open(head, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), name, shown
+            except OSError as e:
+                raise PathRefused(f"{shown}: {_reason(e)}") from None
+        repo = posixpath.normpath(self.repo)
+        full = posixpath.normpath(posixpath.join(repo, path))
+        if full != repo and not full.startswith(repo + "/"):
+            raise PathRefused(f"{shown}: outside the repository")
+        parts = full[len(repo) + 1 :].split("/") if full != repo else []
+        try:
+            root = _walk(os.open("/", _DIR_FLAGS), repo.strip("/").split("/"), shown)
+        except PathRefused:
+            raise PathRefused(f"{shown}: the repository directory {repo} cannot be opened") from None
+        return _walk(root, parts[:-1], shown, create), (parts[-1] if parts else ""), shown
 
     def _path(self, path: str) -> str:
         return path if path.startswith("/") else os.path.join(self.repo, path)
@@ -545,34 +733,50 @@ class Session:
         """A tree listing made here, starting no process (so a pty session survives it): paths
         relative to ``path``, directories with a trailing ``/``, ``.git`` skipped, at most
         ``depth`` levels, sorted as a tree, at most ``max_entries`` lines then a count of the rest.
-        Symlinked directories are listed, never entered (loops)."""
-        root = self._path(str(req.get("path") or "."))
+        Symlinked directories are listed, never entered (loops). ``path`` is found as
+        :meth:`_locate` says (``confine``); a link there is refused, not listed through."""
+        parent, name, shown = self._locate(str(req.get("path") or "."), bool(req.get("confine", True)))
         depth = max(1, int(req.get("depth", 2)))
         cap = max(0, int(req.get("max_entries", 200)))
-        if not os.path.isdir(root):
-            raise NotADirectoryError(f"not a directory: {root}")
+        if name:
+            try:
+                root = os.open(name, _DIR_FLAGS, dir_fd=parent)
+            except OSError as e:
+                raise PathRefused(f"{shown}: {_explain(parent, name, e)}") from None
+            finally:
+                os.close(parent)
+        else:
+            root = parent
         total = 0
+
+        def is_dir(e: os.DirEntry) -> bool:
+            try:
+                return e.is_dir(follow_symlinks=False)
+            except OSError:
+                return False
 
         def walk():
             nonlocal total
             stack = [("", 1)]
             while stack:  # explicit stack: a deep tree must not hit the recursion limit
                 rel_dir, level = stack.pop()
-                try:
-                    with os.scandir(os.path.join(root, rel_dir)) as it:
-                        entries = list(it)
-                except OSError:
+                try:  # from the root's fd, no link followed (one swapped in meanwhile included)
+                    fd = _walk(os.dup(root), rel_dir.split("/")[:-1], shown)
+                except (OSError, PathRefused):
                     continue  # unreadable: listed, not entered
-                for e in entries:
-                    if e.name == ".git":
+                try:
+                    with os.scandir(fd) as it:
+                        entries = [(e.name, is_dir(e)) for e in it]
+                except OSError:
+                    continue
+                finally:
+                    os.close(fd)
+                for e_name, e_dir in entries:
+                    if e_name == ".git":
                         continue
-                    rel = rel_dir + e.name
-                    try:
-                        is_dir = e.is_dir(follow_symlinks=False)
-                    except OSError:
-                        is_dir = False
+                    rel = rel_dir + e_name
                     total += 1
-                    if is_dir:
+                    if e_dir:
                         yield rel + "/"
                         if level < depth:
                             stack.append((rel + "/", level + 1))
@@ -581,9 +785,12 @@ class Session:
 
         # the first ``cap`` in tree order (a directory's entries right after it); never all in memory
         items = walk()
-        first = heapq.nsmallest(cap, items, key=lambda p: p.rstrip("/").split("/"))
-        for _ in items:  # nsmallest(0, ...) reads nothing: the count needs every entry
-            pass
+        try:
+            first = heapq.nsmallest(cap, items, key=lambda p: p.rstrip("/").split("/"))
+            for _ in items:  # nsmallest(0, ...) reads nothing: the count needs every entry
+                pass
+        finally:
+            os.close(root)
         if total > len(first):
             first.append(f"[... {total - len(first)} more ...]")
         return {"entries": first}
@@ -763,6 +970,8 @@ def main() -> None:
             return
         try:
             reply = handlers[req["op"]](req)
+        except PathRefused as e:  # already worded for the agent
+            reply = {"error": str(e)}
         except Exception as e:  # noqa: BLE001 - a bad request is the caller's error, not a crash
             reply = {"error": f"{type(e).__name__}: {e}"}
         _send(reply)

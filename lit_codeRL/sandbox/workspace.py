@@ -315,11 +315,13 @@ def bwrap_workspace_argv(
     toolchain: str,
     binds: Mapping[str, str] = {},
     writable_binds: Mapping[str, str] = {},
+    scratch: Mapping[str, int] = {},
     env: Mapping[str, str] = {},
     bwrap: str = "bwrap",
 ) -> list[str]:
     """bubblewrap command line of one session: the program sandbox's isolation flags and system
-    binds, the server as PID 1, the workspace and /tmp on size-capped tmpfs."""
+    binds, the server as PID 1, the workspace, /tmp and every ``scratch`` path (sandbox path ->
+    bytes) on size-capped tmpfs."""
     interp = backends.interpreter(config.python)
     cmd_env = base_env(f"{TOOLS_IN}/bin", {"PYTHONPATH": f"{TOOLS_IN}/site", **env})
     argv = [bwrap, *backends.BWRAP_ISOLATION, "--as-pid-1", *backends.bwrap_system_binds(interp)]
@@ -331,6 +333,7 @@ def bwrap_workspace_argv(
         (int(config.tmp_mb) << 20, "/tmp"),
         (STATE_BYTES, STATE_DIR),
         (int(config.disk_mb) << 20, "/workspace"),
+        *((int(n), p) for p, n in scratch.items()),
     ):
         argv += ["--size", str(size), "--tmpfs", path]
     for host, inside in binds.items():
@@ -649,14 +652,28 @@ class Workspace:
             wall_s=float(reply["wall_s"]),
         )
 
-    def read_file(self, path: str, max_bytes: int = 1 << 20) -> bytes:
-        """At most ``max_bytes`` of a file (relative to :attr:`REPO` or absolute inside)."""
-        reply = self._call({"op": "read", "path": path, "max_bytes": int(max_bytes)}, IO_TIMEOUT_S)
+    def read_file(self, path: str, max_bytes: int = 1 << 20, *, confine: bool = True) -> bytes:
+        """At most ``max_bytes`` of a regular file, read by the trusted server.
+
+        ``confine`` (the default, and the only mode for agent-chosen paths): ``path`` is relative
+        to :attr:`REPO` or absolute, and must lie inside the repository (``..`` is applied to the
+        text); no symbolic link anywhere in it is followed, and only a regular file is read (a
+        FIFO, a device or a directory is refused). ``confine=False`` is for the trainer's own
+        paths (grading I/O under ``/opt/...``), never for a path the agent chose: any absolute
+        path, links followed except in its last component, still regular files only.
+        A refused or failed request raises :class:`WorkspaceError` with a one-line message
+        (``"<path>: <reason>"``) fit to show the agent; the session stays usable."""
+        req = {"op": "read", "path": path, "max_bytes": int(max_bytes), "confine": bool(confine)}
+        reply = self._call(req, IO_TIMEOUT_S)
         return base64.b64decode(reply["data"])
 
-    def write_file(self, path: str, data: str | bytes) -> None:
+    def write_file(self, path: str, data: str | bytes, *, confine: bool = True) -> None:
+        """Create or replace a regular file (mode 0644), making its missing directories;
+        ``confine`` and errors as in :meth:`read_file` (a link, even to a file inside the
+        repository, is refused rather than written through)."""
         raw = data.encode() if isinstance(data, str) else bytes(data)
-        self._call({"op": "write", "path": path, "data": base64.b64encode(raw).decode()}, IO_TIMEOUT_S)
+        req = {"op": "write", "path": path, "data": base64.b64encode(raw).decode(), "confine": bool(confine)}
+        self._call(req, IO_TIMEOUT_S)
 
     def diff(self) -> str:
         """Unified ``git diff --binary`` of the working tree against :attr:`base`, new files
@@ -737,13 +754,23 @@ class Workspace:
             wall_s=float(reply["wall_s"]),
         )
 
-    def listdir(self, path: str = ".", depth: int = 2, max_entries: int = 200) -> list[str]:
+    def listdir(
+        self, path: str = ".", depth: int = 2, max_entries: int = 200, *, confine: bool = True
+    ) -> list[str]:
         """The tree under ``path`` (relative to :attr:`REPO` or absolute), listed by the server
         without starting a process (an interactive session keeps running): paths relative to
         ``path``, directories ending in ``/``, ``.git`` left out, ``depth`` levels, in tree order,
         at most ``max_entries`` then a ``[... N more ...]`` line. Symlinked directories are listed,
-        not entered."""
-        req = {"op": "listdir", "path": path, "depth": int(depth), "max_entries": int(max_entries)}
+        not entered. ``confine`` as in :meth:`read_file`: by default ``path`` must be a directory
+        inside the repository reached without a symbolic link; ``confine=False`` (trainer's own
+        paths only, never the agent's) lists any directory but a link itself."""
+        req = {
+            "op": "listdir",
+            "path": path,
+            "depth": int(depth),
+            "max_entries": int(max_entries),
+            "confine": bool(confine),
+        }
         return list(self._call(req, IO_TIMEOUT_S)["entries"])
 
     def _call(self, req: dict, timeout: float) -> dict:
@@ -801,12 +828,17 @@ def open_workspace(
     *,
     binds: Mapping[str, str] = {},
     writable_binds: Mapping[str, str] = {},
+    scratch: Mapping[str, int] = {},
     env: Mapping[str, str] = {},
 ) -> Workspace:
     """Start a session whose :attr:`Workspace.REPO` is a copy of the host directory ``repo``
     (a git working copy at the base commit; never modified). ``binds``: host path -> sandbox
-    path, read-only (tools); ``writable_binds``: host dir -> sandbox path; ``env``: extra
-    variables of every command."""
+    path, read-only (tools); ``writable_binds``: host dir -> sandbox path (uncapped host disk:
+    prefer ``scratch``); ``scratch``: sandbox path -> size in bytes of a private tmpfs there
+    (bwrap; under apptainer the directory is made in the instance's writable layer, bounded per
+    file by RLIMIT_FSIZE only), read and written through :meth:`Workspace.read_file` /
+    :meth:`Workspace.write_file` with ``confine=False``; ``env``: extra variables of every
+    command."""
     repo = str(Path(repo).resolve())
     if not Path(repo).is_dir():
         raise FileNotFoundError(f"workspace repository {repo} is not a directory")
@@ -815,7 +847,7 @@ def open_workspace(
     res = _Resources()
     # +8: the server, bwrap's processes, slack for a child being reaped
     pids = backends.PidsCgroup(config.max_processes + 8)
-    mem_mb = config.memory_mb + config.disk_mb + config.tmp_mb + OVERHEAD_MB
+    mem_mb = config.memory_mb + config.disk_mb + config.tmp_mb + OVERHEAD_MB + (sum(scratch.values()) >> 20)
     mem = backends.MemoryCgroup(mem_mb << 20)
     res.cgroups = [cg for cg in (pids, mem) if cg.path is not None]
     for cg in (pids, mem):
@@ -830,6 +862,7 @@ def open_workspace(
                 toolchain=str(toolchain_dir(config.python, config.toolchain)),
                 binds=binds,
                 writable_binds=writable_binds,
+                scratch=scratch,
                 env=env,
             )
         else:

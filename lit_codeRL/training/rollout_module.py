@@ -15,6 +15,7 @@ from torchmetrics import MeanMetric
 
 from lit_codeRL.algorithms.grpo import zero_std_groups
 from lit_codeRL.envs.settings import EnvSettings, make_env
+from lit_codeRL.grading.repo import TAMPER_KINDS, tamper_kind
 from lit_codeRL.policy.engine import SamplingParams
 from lit_codeRL.rollout.dataset import RolloutDataset
 from lit_codeRL.rollout.difficulty import DifficultyFilter
@@ -189,6 +190,7 @@ class RolloutModule(PolicyModule):
         }
         if self.env_settings.max_turns > 1:
             metrics.update(turn_metrics(records, self.env_settings.max_turns))
+        metrics.update(grade_metrics(records))
         commands = [r["num_commands"] for r in records if "num_commands" in r]
         if commands:  # agent envs: shell commands per episode and their time
             metrics["train/num_commands"] = sum(commands) / len(commands)
@@ -201,6 +203,34 @@ class RolloutModule(PolicyModule):
         self.last_records = records
         if self.writer is not None:
             self.writer.write(records, step=self.global_step, rank=self.global_rank)
+
+
+GRADE_VERDICTS = (
+    "resolved", "unresolved", "tamper", "rejected", "patch_failed", "test_patch_failed",
+    "no_results", "timeout", "infra_error", "workspace_broken",
+)  # fmt: skip
+"""Verdicts of a graded agent episode (``grading/repo.py``, ``envs/workspace_episodes.py``)."""
+
+
+def grade_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Agent envs (episodes graded from their diff): the share of each verdict among the graded
+    episodes, every step (``train/grade/<verdict>``; ``train/grade/tamper_rate`` and one
+    ``train/grade/tamper_<kind>`` per reason kind, so a policy that starts to hack shows at
+    once), and how episodes left the loss or failed by the agent's own doing: masked for the
+    infrastructure (``train/episodes/masked``) or graded ``workspace_broken``
+    (``train/episodes/agent_fault``). Empty for envs that grade no diffs."""
+    graded = [r["grade"] for r in records if isinstance(r.get("grade"), dict)]
+    if not graded and not any("instance_id" in r for r in records):
+        return {}
+    n = max(len(graded), 1)
+    out = {f"train/grade/{v}": sum(g.get("verdict") == v for g in graded) / n for v in GRADE_VERDICTS}
+    out["train/grade/tamper_rate"] = out["train/grade/tamper"]
+    for kind in (*(k.replace(" ", "_") for k in TAMPER_KINDS), "other"):
+        hits = sum(kind in {tamper_kind(t) for t in g.get("tamper") or ()} for g in graded)
+        out[f"train/grade/tamper_{kind}"] = hits / n
+    out["train/episodes/masked"] = sum(not r.get("valid", True) for r in records) / len(records)
+    out["train/episodes/agent_fault"] = sum(bool(r.get("agent_fault")) for r in records) / len(records)
+    return out
 
 
 def turn_metrics(records: list[dict[str, Any]], max_turns: int) -> dict[str, float]:

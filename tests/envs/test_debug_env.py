@@ -12,7 +12,6 @@ from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
 from lit_codeRL.envs.debug.env import tests_output as strip_durations
 from lit_codeRL.envs.debug.tools import PRESETS, parse_tool_call
 from lit_codeRL.envs.protocol import Action
-from lit_codeRL.problems.debug import debug_problem, load_debug_tasks
 from tests.sandbox.conftest import require_bwrap
 
 FIX_LINE = "    return (ordered[middle - 1] + ordered[middle]) / 2\n"
@@ -25,12 +24,6 @@ def env(tmp_path_factory):
     env = DebugEnv(DebugSettings(repo_cache=str(cache), workspace={"backend": "bwrap"}))
     yield env
     env.close()
-
-
-@pytest.fixture(scope="module")
-def median():
-    (task,) = [t for t in load_debug_tasks("embedded", "all") if t.task_id == "debug/median"]
-    return debug_problem(task)
 
 
 def step(env: DebugEnv, state, text: str, reason: str = "stop"):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from lit_codeRL.envs.swe.actions import parse_action
-from lit_codeRL.envs.swe.grading import judge, junit_key, parse_junit
+from lit_codeRL.grading import judge, junit_key, parse_junit
 from lit_codeRL.problems.swe import SWETask
 
 
@@ -72,78 +74,135 @@ def _task(f2p=("tests/test_m.py::test_a",), p2p=("tests/test_m.py::test_p",)) ->
     )
 
 
-def _junit(statuses: dict[str, str]) -> bytes:
+CANARY = "tests/test_5eed.py::test_5eed"
+
+
+def _junit(statuses: dict[str, str], canary: str | None = "failed") -> bytes:
     tags = {"passed": "", "failed": "<failure/>", "error": "<error/>", "skipped": "<skipped/>"}
+    everything = {**statuses, **({CANARY: canary} if canary else {})}
     cases = "".join(
         f'<testcase classname="{junit_key(n)[0]}" name="{junit_key(n)[1]}">{tags[s]}</testcase>'
-        for n, s in statuses.items()
+        for n, s in everything.items()
     )
     return f"<testsuites><testsuite>{cases}</testsuite></testsuites>".encode()
 
 
-def _report(outcomes: dict[str, str], code: int) -> dict:
+def _report(outcomes: dict[str, str], code: int, junit: bytes | None = None, canary: str = "failed") -> dict:
     return {
         "stage": "tests_finished",
         "returned": code,
         "exitstatus": code,
-        "collected": len(outcomes),
+        "collected": len(outcomes) + 1,
         "outcomes": outcomes,
         "collect_errors": [],
+        "canary": {"nodeid": CANARY, "status": canary},
+        "junit_sha256": hashlib.sha256(junit).hexdigest() if junit is not None else None,
+        "tamper": [],
     }
+
+
+def _judge(outcomes: dict[str, str], code: int = 1, task=None, **kw):
+    """A run whose records agree: the runner's report and junit from the same outcomes (the
+    canary failing, so pytest's exit code is 1 unless said otherwise)."""
+    junit = _junit(outcomes)
+    return judge(task or _task(), code, _report(outcomes, code, junit), junit, **kw)
 
 
 A, P = "tests/test_m.py::test_a", "tests/test_m.py::test_p"
 
 
 def test_resolved_needs_every_f2p_and_p2p_passed_in_both_records():
-    both = {A: "passed", P: "passed"}
-    grade = judge(_task(), 0, _report(both, 0), _junit(both))
+    grade = _judge({A: "passed", P: "passed"})
     assert (grade.verdict, grade.reward, grade.resolved) == ("resolved", 1.0, True)
-    p2p_broken = {A: "passed", P: "failed"}
-    grade = judge(_task(), 1, _report(p2p_broken, 1), _junit(p2p_broken))
+    grade = _judge({A: "passed", P: "failed"})
     assert (grade.verdict, grade.reward) == ("unresolved", 0.0)
 
 
 @pytest.mark.parametrize("status", ["skipped", "xfailed", "error", "failed"])
 def test_a_skipped_xfailed_or_errored_f2p_test_is_a_failure(status):
     outcomes = {A: status, P: "passed"}
-    code = 1 if status in ("error", "failed") else 0
-    junit_status = {"xfailed": "skipped"}.get(status, status)
-    grade = judge(_task(), code, _report(outcomes, code), _junit({A: junit_status, P: "passed"}))
+    junit = _junit({A: {"xfailed": "skipped"}.get(status, status), P: "passed"})
+    grade = judge(_task(), 1, _report(outcomes, 1, junit), junit)
     assert grade.reward == 0.0 and grade.fail_to_pass[A] == status
 
 
 def test_an_absent_f2p_test_is_a_failure():
-    outcomes = {P: "passed"}
-    grade = judge(_task(), 0, _report(outcomes, 0), _junit(outcomes))
+    grade = _judge({P: "passed"})
     assert grade.reward == 0.0 and grade.fail_to_pass[A] == "absent"
 
 
 def test_partial_credit_only_when_p2p_all_pass():
     task = _task(f2p=(A, "tests/test_m.py::test_b"))
     outcomes = {A: "passed", "tests/test_m.py::test_b": "failed", P: "passed"}
-    grade = judge(task, 1, _report(outcomes, 1), _junit(outcomes), partial_credit=True)
-    assert grade.reward == 0.5 and not grade.resolved
+    assert _judge(outcomes, task=task, partial_credit=True).reward == 0.5
     outcomes[P] = "failed"
-    grade = judge(task, 1, _report(outcomes, 1), _junit(outcomes), partial_credit=True)
-    assert grade.reward == 0.0
+    assert _judge(outcomes, task=task, partial_credit=True).reward == 0.0
 
 
 def test_records_that_disagree_are_rejected():
     passed = {A: "passed", P: "passed"}
-    # junit claims a pass the runner saw fail (a rewritten XML)
-    grade = judge(_task(), 1, _report({A: "failed", P: "passed"}, 1), _junit(passed))
+    # junit claims a pass the runner saw fail (a rewritten XML, hashed by the runner)
+    junit = _junit(passed)
+    grade = judge(_task(), 1, _report({A: "failed", P: "passed"}, 1, junit), junit)
     assert grade.verdict == "rejected" and grade.reward == 0.0
-    # success claimed while the exit code the sandbox observed says otherwise
-    grade = judge(_task(), 1, _report(passed, 0), _junit(passed))
-    assert grade.verdict == "rejected"
-    # exit code 0 with a failure recorded
-    grade = judge(_task(), 0, _report({A: "passed", P: "failed"}, 0), _junit({A: "passed", P: "failed"}))
+    # the exit code the sandbox observed is not the run's
+    grade = judge(_task(), 0, _report(passed, 1, junit), junit)
     assert grade.verdict == "rejected"
     # no junit at all
-    assert judge(_task(), 0, _report(passed, 0), None).verdict == "rejected"
-    # unparsable junit
-    assert judge(_task(), 0, _report(passed, 0), b"<testsuites>").verdict == "rejected"
+    assert judge(_task(), 1, _report(passed, 1), None).verdict == "rejected"
+    # junit changed after the runner hashed it
+    assert judge(_task(), 1, _report(passed, 1, junit), _junit({A: "passed", P: "passed"}, None)).verdict == (
+        "rejected"
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"<testsuites>",  # truncated
+        b'<?xml version="1.0" encoding="x-lcrl-nope"?><testsuites/>',  # unknown encoding: LookupError
+        b'<?xml version="1.0" encoding="utf-16"?><testsuites/>',  # declared and real encoding differ
+        b"\xff\xfe\x00<\x00t",  # garbage bytes
+        b"<a>" * 100000,  # deep nesting
+    ],
+)
+def test_junit_that_does_not_parse_is_rejected_never_raised(data):
+    passed = {A: "passed", P: "passed"}
+    grade = judge(_task(), 1, _report(passed, 1, data), data)
+    assert grade.verdict == "rejected" and grade.reward == 0.0 and "junit" in grade.reason
+
+
+def test_the_canary_and_the_exit_code_catch_a_patched_reporter():
+    passed = {A: "passed", P: "passed"}
+    # every outcome forced to "passed": the canary passes too
+    junit = _junit(passed, canary="passed")
+    grade = judge(_task(), 0, _report(passed, 0, junit, canary="passed"), junit, tamper_reward=-1.0)
+    assert (grade.verdict, grade.reward) == ("tamper", -1.0) and "canary" in grade.tamper[0]
+    # the canary failed, but the exit code says everything passed
+    junit = _junit(passed)
+    grade = judge(_task(), 0, _report(passed, 0, junit), junit)
+    assert grade.verdict == "tamper" and "exit code 0" in grade.reason
+    # the canary did not run while the targets passed
+    junit = _junit(passed, canary=None)
+    grade = judge(_task(), 0, _report(passed, 0, junit, canary="absent"), junit)
+    assert grade.verdict == "rejected"
+
+
+def test_tamper_reasons_decide_before_the_tests():
+    passed = {A: "passed", P: "passed"}
+    junit = _junit(passed)
+    report = {**_report(passed, 1, junit), "tamper": ["shadows pytest: pytest.py"]}
+    grade = judge(_task(), 1, report, junit, tamper_reward=-0.5)
+    assert (grade.verdict, grade.reward, grade.resolved) == ("tamper", -0.5, False)
+    assert grade.tamper == ["shadows pytest: pytest.py"]
+    # found by the scan even when the run then stopped early
+    grade = judge(_task(), 0, {"stage": "tests_started", "tamper": ["metadata: x.pth"]}, None)
+    assert grade.verdict == "tamper"
+
+
+def test_a_report_of_an_unexpected_shape_is_rejected():
+    for report in ({"stage": "tests_finished", "outcomes": "nope"}, {"stage": "tests_finished", "canary": 3}):
+        assert judge(_task(), 1, report, b"<testsuites/>").verdict == "rejected"
 
 
 def test_missing_record_timeout_and_patch_failures_score_zero():
@@ -151,8 +210,9 @@ def test_missing_record_timeout_and_patch_failures_score_zero():
     assert judge(_task(), None, None, None).verdict == "timeout"
     assert judge(_task(), 0, {"stage": "agent_patch_failed"}, None).verdict == "patch_failed"
     assert judge(_task(), 0, {"stage": "tests_started"}, None).verdict == "no_results"
-    collection_error = {**_report({}, 2), "collect_errors": ["tests/test_m.py"]}
-    assert judge(_task(), 2, collection_error, _junit({})).reward == 0.0
+    junit = _junit({})
+    collection_error = {**_report({}, 2, junit), "collect_errors": ["tests/test_m.py"]}
+    assert judge(_task(), 2, collection_error, junit).reward == 0.0
 
 
 def test_tool_bundles_load_and_describe_themselves(tmp_path):

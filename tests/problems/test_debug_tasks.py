@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from lit_codeRL.envs.swe._grade_runner import is_test_path
-from lit_codeRL.envs.swe.grading import SWEGrader
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.grading._scan import is_test_path
 from lit_codeRL.problems.debug import (
     KODCODE_SOLUTION,
     KODCODE_TEST,

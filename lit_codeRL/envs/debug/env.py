@@ -40,9 +40,10 @@ from lit_codeRL.envs.debug.tools import (
     usage,
 )
 from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
-from lit_codeRL.envs.swe.grading import SWEGrader
 from lit_codeRL.envs.swe.prompt import cut_middle
+from lit_codeRL.envs.text import clean_text
 from lit_codeRL.envs.workspace_episodes import WorkspaceEpisodeEnv, WorkspaceState
+from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.debug import DebugTask, cache_root, debug_task, validate_debug_tasks
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import RepoCache, SWETask
@@ -55,6 +56,9 @@ from lit_codeRL.sandbox.workspace import (
 )
 
 logger = logging.getLogger(__name__)
+
+READ_LIMIT = 1 << 20
+"""Bytes ``view`` and ``edit`` read of a file at most."""
 
 
 @dataclass
@@ -85,6 +89,9 @@ class DebugSettings:
     """Reward the fraction of initially failing tests that pass (when no passing test broke)."""
     grade_timeout_s: float = 120.0
     """Time limit of one grading run."""
+    tamper_reward: float = 0.0
+    """Reward of an episode graded ``tamper`` (``docs/swe.md``: the same grader as the SWE env);
+    default the failure reward, negative for a penalty."""
     workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     """The isolation backend and per-session limits (the agent's and the grading workspaces)."""
     repo_cache: str | None = None
@@ -153,7 +160,9 @@ class DebugEnv(WorkspaceEpisodeEnv):
         self.tools = s.tool_names
         self.stop_strings = stop_strings(self.tools)
         self.repos = RepoCache(s.cache_root() / "prepared")
-        grader = grader or SWEGrader(s.workspace, self.repos, s.grade_timeout_s, s.partial_credit)
+        grader = grader or SWEGrader(
+            s.workspace, self.repos, s.grade_timeout_s, s.partial_credit, s.tamper_reward
+        )
         super().__init__(grader, s.parallel, s.grade_on_truncation)
         self._swe: dict[str, SWETask] = {}
         self._initial: dict[str, str] = {}
@@ -255,8 +264,11 @@ class DebugEnv(WorkspaceEpisodeEnv):
         state.tools_used[call.tool] = state.tools_used.get(call.tool, 0) + 1
         try:
             output, dump = self._call(state, call)
-        except Exception as e:  # noqa: BLE001 - a dead workspace masks the episode
+        except WorkspaceDead as e:  # the agent broke its workspace, or the clock stopped it
+            return self._lost(state, e)
+        except Exception as e:  # noqa: BLE001 - anything else is ours: the episode is masked
             return self._masked(state, "sandbox_error", f"{type(e).__name__}: {e}")
+        output = clean_text(output)
         info["dump"] = {"tool": call.tool, **{k: v for k, v in call.args.items()}, "output": output, **dump}
         info["wall_time_s"] = dump.get("wall_s", 0.0)
         if state.tool_s >= self.settings.trajectory_timeout_s:
@@ -264,7 +276,18 @@ class DebugEnv(WorkspaceEpisodeEnv):
         return StepResult(cut_middle(output, self.settings.max_output_chars) + note, 0.0, False, False, info)
 
     def _call(self, state: DebugState, call: ToolCall) -> tuple[str, dict[str, Any]]:
-        """Run one tool; returns what the agent sees and extra dump fields."""
+        """Run one tool; returns what the agent sees and extra dump fields. An ordinary failure
+        (a missing file, a path outside the repository, a full disk, a debugger that will not
+        start) is feedback; only a dead workspace raises (:class:`WorkspaceDead`)."""
+        try:
+            return self._tool(state, call)
+        except WorkspaceDead:
+            raise
+        except WorkspaceError as e:
+            hint = " (rewrite creates a file)" if call.tool == "edit" and "no such file" in str(e) else ""
+            return f"<{call.tool}> failed: {e}{hint}", {}
+
+    def _tool(self, state: DebugState, call: ToolCall) -> tuple[str, dict[str, Any]]:
         ws, s, task = state.workspace, self.settings, state.debug_task
         assert ws is not None and task is not None and state.pdb is not None
         args = call.args
@@ -287,11 +310,9 @@ class DebugEnv(WorkspaceEpisodeEnv):
             return self._run(state, args["command"], s.command_timeout_s), {}
         if call.tool == "listdir":
             entries = ws.listdir(args["path"], depth=2, max_entries=200)
-            return "\n".join(entries) or "(empty)", {}
+            return clean_text("\n".join(entries)) or "(empty)", {}
         if call.tool == "view":
             data = self._read(ws, args["path"])
-            if data is None:
-                return f"{args['path']}: no such file", {}
             first, last = line_range(args["lines"]) if "lines" in args else (1, None)
             return f"{args['path']}:\n{numbered(data, first, last, s.max_view_lines)}", {}
         # edit / rewrite
@@ -299,8 +320,6 @@ class DebugEnv(WorkspaceEpisodeEnv):
             new, error = args["content"], None
         else:
             old = self._read(ws, args["path"])
-            if old is None:
-                return f"{args['path']}: no such file (use rewrite to create one)", {}
             new, error = apply_edit(old, args["lines"], args["content"])
         if error:
             return error, {}
@@ -313,13 +332,10 @@ class DebugEnv(WorkspaceEpisodeEnv):
         return f"{args['path']} now reads:\n{shown}", {"diff": diff}
 
     @staticmethod
-    def _read(ws: Workspace, path: str) -> str | None:
-        try:
-            return ws.read_file(path).decode("utf-8", errors="replace")
-        except WorkspaceDead:
-            raise
-        except WorkspaceError:  # a missing file (or a directory): the agent's to know about
-            return None
+    def _read(ws: Workspace, path: str) -> str:
+        """The file (inside the repository, no symlink followed, regular files only: the server
+        refuses anything else with a message the agent sees) as text, bad bytes replaced."""
+        return ws.read_file(path, max_bytes=READ_LIMIT).decode("utf-8", errors="replace")
 
     def episode_stats(self, state: DebugState) -> dict[str, Any]:
         return {

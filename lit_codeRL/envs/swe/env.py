@@ -33,14 +33,14 @@ from typing import Any
 
 from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
-from lit_codeRL.envs.swe.grading import SWEGrader
 from lit_codeRL.envs.swe.prompt import FEEDBACK, IGNORED_NOTE, command_observation, task_prompt
 from lit_codeRL.envs.swe.tools import ToolBundle, load_tools
 from lit_codeRL.envs.workspace_episodes import WorkspaceEpisodeEnv, WorkspaceState
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import RepoCache, SWETask, load_swe_tasks
-from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, open_workspace
+from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, WorkspaceError, open_workspace
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,10 @@ class SWESettings:
     """Reward the fraction of FAIL_TO_PASS tests passed when every PASS_TO_PASS test passes."""
     grade_timeout_s: float = 300.0
     """Time limit of one grading run (apply the diff, restore tests, run them)."""
+    tamper_reward: float = 0.0
+    """Reward of an episode graded ``tamper`` (its diff shadows the toolchain, adds packaging
+    metadata or reaches for reporter internals, or the run forged a pass: ``docs/swe.md``). The
+    default is the failure reward; a negative value makes tampering a penalty."""
     workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     """The isolation backend and per-session limits (shared by the agent's and grading workspaces)."""
     sif_folder: str | None = None
@@ -144,7 +148,9 @@ class ContainerEnv(WorkspaceEpisodeEnv):
         self.settings = s = dataclasses.replace(s, **overrides) if overrides else s
         self.tools: list[ToolBundle] = load_tools(s.tools, s.tools_path)
         self.repos = RepoCache(s.repo_cache)
-        grader = grader or SWEGrader(s.workspace, self.repos, s.grade_timeout_s, s.partial_credit)
+        grader = grader or SWEGrader(
+            s.workspace, self.repos, s.grade_timeout_s, s.partial_credit, s.tamper_reward
+        )
         super().__init__(grader, s.parallel, s.grade_on_truncation)
         self.data_name_or_path, self.split = data_name_or_path, split
         self._tasks: list[SWETask] | None = None
@@ -229,7 +235,9 @@ class ContainerEnv(WorkspaceEpisodeEnv):
         try:
             result = state.workspace.run(parsed.command, timeout=min(s.command_timeout_s, remaining))
             diff = state.workspace.diff()
-        except Exception as e:  # noqa: BLE001 - a dead workspace masks the episode
+        except WorkspaceError as e:  # the agent broke its workspace, or the clock stopped it
+            return self._lost(state, e)
+        except Exception as e:  # noqa: BLE001 - anything else is ours: the episode is masked
             return self._masked(state, "sandbox_error", f"{type(e).__name__}: {e}")
         state.command_s += result.wall_s
         state.commands += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lit_codeRL.envs.swe.tools import ToolBundle
+from lit_codeRL.envs.text import clean_text
 from lit_codeRL.sandbox.workspace import CommandResult, Workspace
 
 TASK_TEMPLATE = """You are a software engineer working in the git repository at {repo}. Resolve the issue below.
@@ -44,7 +45,7 @@ def command_observation(result: CommandResult, diff: str, max_output: int, max_d
         status = f"Exit code: {result.exit_code}"
     output = cut_middle(result.output, max_output).rstrip("\n") or "(no output)"
     diff_text = cut_middle(diff, max_diff).rstrip("\n") if diff.strip() else "(no changes yet)"
-    return f"{status}\nOutput:\n{output}\nCurrent git diff:\n{diff_text}"
+    return clean_text(f"{status}\nOutput:\n{output}\nCurrent git diff:\n{diff_text}")
 
 
 FEEDBACK = {

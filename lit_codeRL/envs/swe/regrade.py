@@ -15,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from lit_codeRL.envs.swe.grading import SWEGrader
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.problems.swe import SWETask, load_swe_tasks
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.problems.swe import RepoCache, SWETask, load_swe_tasks
+from lit_codeRL.sandbox.workspace import WorkspaceConfig
 
 
 def episodes(path: Path) -> Iterator[dict[str, Any]]:
@@ -47,7 +48,7 @@ def regrade(
     unknown = sorted({r["instance_id"] for r in records} - tasks.keys())
     if unknown:
         raise ConfigError(f"tasks not found in source {source!r}: {', '.join(unknown[:5])}")
-    grader = SWEGrader(partial_credit=partial_credit)
+    grader = SWEGrader(WorkspaceConfig(), RepoCache(), partial_credit=partial_credit)
     with ThreadPoolExecutor(parallel) as pool:
         grades = list(pool.map(lambda r: grader.grade(tasks[r["instance_id"]], r["diff"]), records))
     out = out or rollouts.with_suffix(".regraded.jsonl")

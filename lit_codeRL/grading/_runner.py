@@ -1,0 +1,491 @@
+"""Runs inside the *grading* workspace: the trusted half of grading (stdlib only).
+
+Started as ``python -I -S _runner.py RESULTS_DIR`` from the repository root of a fresh workspace
+at the base commit; ``RESULTS_DIR`` is a size-capped tmpfs of this sandbox only, which the trusted
+workspace server fills (``spec.json``, ``agent.patch``, ``test.patch``, ``key``) and reads back
+once every process of the sandbox is gone. Two processes:
+
+**The parent** (this process) never imports a line of the repository. It
+
+1. reads and deletes the key, and makes itself undumpable (no same-uid process can read its
+   memory through ``/proc`` or ptrace);
+2. applies the agent's diff (``git apply``; failure -> stage ``agent_patch_failed``);
+3. scans what the diff changed (``_scan.py``): added packaging metadata, native code, bytecode
+   or modules shadowing the toolchain or the standard library, and reporter and interpreter
+   internals new in changed source files -> the report's ``tamper`` reasons;
+4. restores every test file from the base commit: files the diff changed or created whose path
+   is a test path (under a ``tests``/``test``/``testing`` directory, ``test_*.py``, ``*_test.py``,
+   any ``conftest.py``, ``pytest.ini``, ``tox.ini``) are checked out from ``HEAD`` or deleted;
+5. applies the task's hidden test patch (failure -> ``test_patch_failed``);
+6. writes a *canary*: a test with random names, beside the first test file, that always fails;
+7. runs pytest in a **child** process (this file with ``--child``) that holds no key, reads the
+   child's per-test reports from a pipe, and writes ``report.json`` (the outcomes, the canary's,
+   the junit file's hash, every tamper reason) signed with an HMAC under the key; it leaves with
+   the child's exit code.
+
+**The child** puts the standard library and the toolchain first on ``sys.path`` and the
+repository last; installs a meta-path finder that loads every standard-library and toolchain
+top-level module from trusted directories only (a repository module of the same name is never
+imported in its place); turns pytest's plugin autoload off and uses ``--import-mode=append``;
+imports pytest, all of ``_pytest`` and ``pluggy`` before any repository code; and installs an
+audit hook (PEP 578, cannot be removed) that reports the garbage collector's object walks, frame
+access, tracing, ``ctypes``, new code objects and patches of code objects or toolchain classes
+when they are called from a source file the diff changed. Its reports go to the parent as they
+happen, so nothing done later in the process can take one back.
+
+What the host checks (``repo.py: judge``): the signature; the exit code it observed against the
+run's; the canary failed in both records (a reporter patched to say "passed" passes it too); the
+junit file is the one the parent hashed; junit and the parent's record agree test by test.
+Nothing here reads what the tests print.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import select
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out the script's dir
+import _scan  # noqa: E402 - the scanner lives beside this file, bound read-only with it
+
+CHILD_DRAIN_S = 2.0
+"""After the child exits: how long its reports may still arrive (a daemon holding the pipe)."""
+is_test_path = _scan.is_test_path
+
+
+GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off"]
+
+
+def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([*GIT, *args], capture_output=True, check=check, timeout=120)
+
+
+def _names(data: bytes) -> list[str]:
+    return [p for p in data.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def changed_paths() -> tuple[list[str], list[str]]:
+    """``(changed, added)``: every path that differs from ``HEAD`` (untracked included), and
+    those of them that ``HEAD`` does not have."""
+    tracked = _names(git("diff", "--name-only", "-z", "--no-renames", "HEAD").stdout)
+    added = _names(git("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", "HEAD").stdout)
+    untracked = _names(git("ls-files", "-z", "--others").stdout)
+    return sorted(set(tracked + untracked)), sorted(set(added + untracked))
+
+
+def restore_test_files(changed: list[str]) -> list[str]:
+    restored = []
+    paths = [p for p in changed if is_test_path(p)]
+    for path in paths:  # removals first: a file may have replaced a directory or the reverse
+        if os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
+            os.remove(path)
+    for path in paths:
+        if git("cat-file", "-e", f"HEAD:{path}", check=False).returncode == 0:
+            git("checkout", "HEAD", "--", path)
+        restored.append(path)
+    return restored
+
+
+def apply(patch_file: str) -> str | None:
+    if os.path.getsize(patch_file) == 0:
+        return None
+    out = git("apply", "--binary", "--whitespace=nowarn", patch_file, check=False)
+    return None if out.returncode == 0 else out.stderr.decode("utf-8", "replace")[-2000:]
+
+
+def toolchain_dirs() -> list[str]:
+    """Where pytest lives: the sandbox's ``PYTHONPATH`` (``-I`` ignores it; read by hand)."""
+    return [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+
+
+def toolchain_names() -> set[str]:
+    names = set(_scan.TOOLCHAIN_NAMES)
+    for d in toolchain_dirs():
+        try:
+            entries = os.listdir(d)
+        except OSError:
+            continue
+        for e in entries:
+            if not e.endswith((".dist-info", ".egg-info", ".pth")) and not e.startswith(("_distutils", "__")):
+                names.add(e.split(".", 1)[0])
+    return names
+
+
+def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[str]]:
+    """Every static tamper reason of the applied diff (``_scan.py``), test files left out (they
+    are restored before anything runs), and the files the run-time monitor watches: changed
+    source files whose base version used none of the suspect internals."""
+    protected = _scan.protected_names(frozenset(toolchain_names()))
+    candidates = [p for p in added if not is_test_path(p)]
+    found = _scan.structure_findings(
+        candidates, lambda d: os.path.isfile(os.path.join(d, "__init__.py")), protected
+    )
+    watched = []
+    for path in changed:
+        if (
+            is_test_path(path)
+            or not _scan.is_source(path)
+            or not os.path.isfile(path)
+            or os.path.islink(path)
+        ):
+            continue
+        with open(path, "rb") as f:
+            new = f.read(4 << 20).decode("utf-8", "replace")
+        old = git("show", f"HEAD:{path}", check=False)
+        base = old.stdout.decode("utf-8", "replace") if old.returncode == 0 else None
+        found += _scan.internals_findings(path, new, base)
+        if base is None or not _scan.features(base):
+            watched.append(path)
+    return found, watched
+
+
+def write_canary(test_files: list[str]) -> tuple[str, str]:
+    """A test that always fails, with random names, beside the first test file: ``(file,
+    node id)``. A reporter patched to pass everything passes it too."""
+    directory = os.path.dirname(test_files[0]) if test_files else ""
+    name = f"test_{secrets.token_hex(5)}"
+    path = os.path.join(directory, f"{name}.py") if directory else f"{name}.py"
+    with open(path, "w") as f:
+        f.write(f'def {name}():\n    raise AssertionError("always fails")\n')
+    return path, f"{path}::{name}"
+
+
+class Outcomes:
+    """One final status per test node id, from the child's raw reports (trusted code)."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, str] = {}
+        self.collect_errors: list[str] = []
+        self.audit: list[str] = []
+        self.exitstatus: int | None = None
+        self.collected = 0
+        self.garbled = 0
+
+    def feed(self, msg: dict) -> None:
+        kind = msg.get("t")
+        if kind == "log":
+            self._log(str(msg["nodeid"]), str(msg["when"]), str(msg["outcome"]), bool(msg.get("xfail")))
+        elif kind == "collect_error":
+            self.collect_errors.append(str(msg["nodeid"]))
+        elif kind == "finish":
+            self.exitstatus, self.collected = int(msg["exitstatus"]), int(msg["collected"])
+        elif kind == "audit":
+            self.audit.append(f"run time: {msg.get('event')} from {msg.get('where')}"[:300])
+        else:
+            self.garbled += 1
+
+    def _log(self, nodeid: str, when: str, outcome: str, xfail: bool) -> None:
+        previous = self.outcomes.get(nodeid)
+        if when == "call":
+            status = ("xfailed" if outcome == "skipped" else "failed") if xfail else outcome
+        elif outcome == "failed":
+            status = "error"  # setup or teardown failed
+        elif outcome == "skipped":
+            status = "skipped"
+        else:
+            status = previous or "setup_passed"
+        if previous in ("error", "failed") and status not in ("error", "failed"):
+            status = previous  # a failure is final
+        self.outcomes[nodeid] = status
+
+
+def run_child(results: str, args: list[str], out: Outcomes) -> int:
+    """Run pytest in the child, feed its reports to ``out``, return its exit code."""
+    r, w = os.pipe()
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env.pop("PYTEST_PLUGINS", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "--child", str(w), results, *args]
+    child = subprocess.Popen(argv, pass_fds=(w,), env=env, start_new_session=True)
+    os.close(w)
+    buf = bytearray()
+    deadline = None
+    while True:
+        if deadline is None and child.poll() is not None:
+            deadline = time.monotonic() + CHILD_DRAIN_S
+        wait = 0.2 if deadline is None else max(0.0, deadline - time.monotonic())
+        if deadline is not None and wait == 0.0:
+            break
+        if select.select([r], [], [], wait)[0]:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+            if len(buf) > 1 << 20:  # a flood without line ends: not ours
+                out.garbled += 1
+                buf.clear()
+            *lines, rest = bytes(buf).split(b"\n")
+            buf = bytearray(rest)
+            for line in lines:
+                try:
+                    out.feed(json.loads(line))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    out.garbled += 1
+    os.close(r)
+    code = child.wait()
+    try:  # what the tests left running in the child's session must not touch the results
+        os.killpg(child.pid, 9)
+    except OSError:
+        pass
+    return code
+
+
+RESULT_FILES = {"spec.json", "agent.patch", "test.patch", "watched.json", "junit.xml"}
+"""What the results directory holds when the child is done; anything else the tests wrote."""
+
+
+def clear_results(results: str) -> list[str]:
+    """Remove what the code under test wrote into the results directory (it would also fill the
+    room the report needs) and name it: the grader's directory is nothing the code has any business with."""
+    found = []
+    for name in sorted(os.listdir(results)):
+        if name in RESULT_FILES:
+            continue
+        path = os.path.join(results, name)
+        found.append(f"run time: the tests wrote {name!r} into the grader's results directory")
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                import shutil  # noqa: PLC0415
+
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+    return found[:20]
+
+
+def main() -> None:
+    results = sys.argv[1]
+    _undumpable()
+    key_file = os.path.join(results, "key")
+    with open(key_file, "rb") as f:
+        key = f.read()
+    os.unlink(key_file)
+    with open(os.path.join(results, "spec.json")) as f:
+        spec = json.load(f)
+    report: dict = {"stage": "started", "tamper": []}
+
+    def finish(code: int) -> None:
+        payload = json.dumps(report, sort_keys=True)
+        sig = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
+        with open(os.path.join(results, "report.json"), "w") as f:
+            json.dump({"payload": payload, "sig": sig}, f)
+        os._exit(code)
+
+    error = apply(os.path.join(results, "agent.patch"))
+    if error is not None:
+        report.update(stage="agent_patch_failed", detail=error)
+        finish(0)
+    changed, added = changed_paths()
+    report["tamper"], watched = tamper_scan(changed, added)
+    with open(os.path.join(results, "watched.json"), "w") as f:
+        json.dump(watched, f)
+    report["restored"] = restore_test_files(changed)
+    error = apply(os.path.join(results, "test.patch"))
+    if error is not None:
+        report.update(stage="test_patch_failed", detail=error)
+        finish(0)
+    test_files = list(spec["test_files"])
+    canary_file, canary = write_canary(test_files)
+    junit = os.path.join(results, "junit.xml")
+    args = [
+        "-p", "no:cacheprovider",
+        "-o", "addopts=",
+        "-q",
+        "--rootdir", os.getcwd(),
+        "--import-mode=append",
+        "--junitxml", junit,
+        "-o", "junit_family=xunit2",
+        *test_files,
+        canary_file,
+    ]  # fmt: skip
+    out = Outcomes()
+    report["stage"] = "tests_started"
+    code = run_child(results, args, out)
+    report["tamper"] += clear_results(results)
+    try:
+        with open(junit, "rb") as f:
+            report["junit_sha256"] = hashlib.sha256(f.read(16 << 20)).hexdigest()
+    except OSError:
+        report["junit_sha256"] = None
+    report["canary"] = {"nodeid": canary, "status": out.outcomes.pop(canary, "absent")}
+    report["tamper"] += out.audit
+    if out.garbled:
+        report["tamper"].append(f"run time: {out.garbled} garbled report(s) on the reporting pipe")
+    report.update(
+        stage="tests_finished",
+        returned=code,
+        exitstatus=out.exitstatus,
+        collected=out.collected,
+        outcomes=out.outcomes,
+        collect_errors=out.collect_errors,
+    )
+    finish(code)
+
+
+def _undumpable() -> None:
+    """PR_SET_DUMPABLE 0: the child (same uid) cannot ptrace us or read ``/proc/<pid>/mem``."""
+    try:
+        import ctypes  # noqa: PLC0415
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort; the key is also gone from the disk
+        pass
+
+
+# -- the child -----------------------------------------------------------------------------------
+
+
+class _Channel:
+    """Newline-delimited JSON to the parent, one locked write per message."""
+
+    def __init__(self, fd: int) -> None:
+        import threading  # noqa: PLC0415
+
+        self.fd, self.lock = fd, threading.Lock()
+
+    def send(self, msg: dict) -> None:
+        data = memoryview((json.dumps(msg) + "\n").encode("utf-8", "replace"))
+        with self.lock:
+            while data:
+                try:
+                    data = data[os.write(self.fd, data) :]
+                except OSError:
+                    return
+
+
+class _Reporter:
+    """The child's pytest plugin: every raw report straight to the parent."""
+
+    def __init__(self, channel: _Channel) -> None:
+        self.channel = channel
+
+    def pytest_collectreport(self, report) -> None:  # noqa: ANN001
+        if report.failed:
+            self.channel.send({"t": "collect_error", "nodeid": report.nodeid})
+
+    def pytest_runtest_logreport(self, report) -> None:  # noqa: ANN001
+        self.channel.send(
+            {
+                "t": "log",
+                "nodeid": report.nodeid,
+                "when": report.when,
+                "outcome": report.outcome,
+                "xfail": hasattr(report, "wasxfail"),
+            }
+        )
+
+    def pytest_sessionfinish(self, session, exitstatus) -> None:  # noqa: ANN001
+        self.channel.send(
+            {"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)}
+        )
+
+
+class _TrustedFinder:
+    """Loads standard-library and toolchain top-level modules from trusted directories only: a
+    repository module with such a name is never imported in their place."""
+
+    def __init__(self, paths: list[str], names: frozenset[str]) -> None:
+        self.paths, self.names = list(paths), names
+
+    def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201
+        if path is not None or name.split(".")[0] not in self.names:
+            return None
+        from importlib.machinery import PathFinder  # noqa: PLC0415
+
+        spec = PathFinder.find_spec(name, self.paths)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return spec
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+_WATCHED = {
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
+    "sys._current_frames", "sys.settrace", "sys.setprofile", "object.__getattr__",
+    "object.__setattr__", "object.__delattr__", "code.__new__", "sys.addaudithook",
+}  # fmt: skip
+_FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
+
+
+def _install_monitor(channel: _Channel, repo: str, watched: set[str], toolchain: frozenset[str]) -> None:
+    """The audit hook (see the module docstring). Only calls made directly from ``watched``
+    files count: the non-test source files the diff changed whose base version used none of
+    these internals (so a repository that walks frames in its own untouched code grades as
+    usual). It reports; it does not refuse (the report is what decides, and it is out of this
+    process before the call returns)."""
+    prefix = repo.rstrip("/") + "/"
+    busy = []
+
+    def suspicious(event: str, args: tuple) -> bool:
+        if event == "object.__getattr__":
+            return args[1] in _FRAME_ATTRS
+        if event in ("object.__setattr__", "object.__delattr__"):
+            obj, attr = args[0], args[1]
+            module = getattr(obj, "__module__", "") if isinstance(obj, type) else ""
+            return attr == "__code__" or (isinstance(module, str) and module.split(".")[0] in toolchain)
+        return True
+
+    def hook(event: str, args: tuple) -> None:
+        if busy or not (event in _WATCHED or event.startswith("ctypes.")):
+            return
+        busy.append(1)
+        try:
+            frame = sys._getframe(1)
+            where = frame.f_code.co_filename
+            if where.startswith(prefix) and where[len(prefix) :] in watched and suspicious(event, args):
+                channel.send(
+                    {"t": "audit", "event": event, "where": f"{where[len(prefix) :]}:{frame.f_lineno}"}
+                )
+        except Exception:  # noqa: BLE001, S110 - the hook must never break the code it watches
+            pass
+        finally:
+            busy.clear()
+
+    sys.addaudithook(hook)
+
+
+def child_main() -> None:
+    fd, results, args = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+    with open(os.path.join(results, "watched.json")) as f:
+        watched = set(json.load(f))
+    repo = os.getcwd()
+    here = os.path.dirname(os.path.abspath(__file__))
+    trusted = [p for p in sys.path if p and p != here] + toolchain_dirs()
+    sys.path[:] = [*trusted, repo]
+    names = _scan.protected_names(frozenset(toolchain_names()))
+    finder = _TrustedFinder(trusted, names)
+    from importlib.machinery import PathFinder  # noqa: PLC0415
+
+    at = next((i for i, f in enumerate(sys.meta_path) if f is PathFinder), len(sys.meta_path))
+    sys.meta_path.insert(at, finder)
+    channel = _Channel(fd)
+    import pkgutil  # noqa: PLC0415
+
+    import _pytest  # noqa: PLC0415
+    import pluggy  # noqa: PLC0415
+    import pytest  # noqa: PLC0415
+
+    for package in (_pytest, pluggy):  # all of the toolchain is loaded before any repository code
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            try:
+                __import__(info.name)
+            except Exception:  # noqa: BLE001, S110 - optional parts (e.g. needing extra packages)
+                pass
+    _install_monitor(channel, repo, watched, frozenset(toolchain_names()))
+    code = int(pytest.main(args, plugins=[_Reporter(channel)]))
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        child_main()
+    else:
+        main()

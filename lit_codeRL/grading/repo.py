@@ -1,0 +1,457 @@
+"""Grading a repository episode (SWE task, debugging task) so that no edit can fake a pass.
+
+The reward of an episode is computed from its **diff alone** (bytes: a file name or content that
+is not UTF-8 is graded like any other), in a *second, fresh* workspace (``sandbox/workspace.py``)
+made from the pristine repository at the base commit, never in the workspace the agent used
+(whose processes are gone by then):
+
+1. a trusted runner (``_runner.py``) applies the diff, scans it for tampering (``_scan.py``),
+   restores every test file it changed or added from the base commit (or removes it), applies
+   the task's hidden test patch, and adds a canary test that always fails;
+2. pytest runs the files of the FAIL_TO_PASS and PASS_TO_PASS tests and the canary in a child
+   process of the runner that holds no key, with the toolchain and the standard library loaded
+   from trusted directories only, plugin autoload off and the repository's ``addopts`` ignored,
+   watched by an audit hook; its reports go to the runner as they happen;
+3. the outcomes come back through two channels, both on a size-capped tmpfs of the grading
+   sandbox that the trusted workspace server reads once every process there is gone: pytest's
+   junit XML, and the runner's record (the child's reports, the canary, the junit file's hash,
+   every tamper reason), HMAC-signed under a key only the runner held. The host cross-checks both
+   channels and the exit code it observed itself.
+
+Verdicts: ``tamper`` when the scan or the run found tampering (a module shadowing the toolchain
+or the stdlib, packaging metadata, native code, reporter or interpreter internals, the canary
+reading "passed", a forged reporting pipe), with its own reward (``tamper_reward``, default the
+failure reward); ``rejected`` when the records disagree or do not parse; otherwise ``resolved``
+or ``unresolved`` from the tests. Nothing is ever read from the tests' stdout. A FAIL_TO_PASS test
+that is absent, skipped, xfailed or errored counts as failed; so does every test of a file that
+does not collect. ``resolved`` needs every FAIL_TO_PASS and every PASS_TO_PASS test passed.
+Partial credit (when asked for) is the fraction of FAIL_TO_PASS passed, and only when every
+PASS_TO_PASS passes. What can still forge a pass, with its case: ``docs/swe.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, WorkspaceError, open_workspace
+
+RUNNER = Path(__file__).with_name("_runner.py")
+SCANNER = Path(__file__).with_name("_scan.py")
+RUNNER_MOUNT = "/opt/lcrl-grade"
+RESULTS_MOUNT = "/opt/lcrl-results"
+MAX_RESULT_BYTES = 8 << 20
+"""Largest junit file or report read back; a larger one counts as missing."""
+MAX_PATCH_BYTES = 16 << 20
+"""Largest diff graded; a larger one is ``patch_failed`` without a run."""
+RESULTS_TMPFS_BYTES = 2 * MAX_PATCH_BYTES + 2 * MAX_RESULT_BYTES
+"""Size cap of the results tmpfs: the graded code can write no more than this there."""
+
+
+class GradedTask(Protocol):
+    """What grading reads of a task (``problems/swe.py: SWETask`` has it)."""
+
+    instance_id: str
+    base_commit: str
+    patch: str
+    test_patch: str
+    fail_to_pass: Sequence[str]
+    pass_to_pass: Sequence[str]
+
+
+class RepoSource(Protocol):
+    """Where the pristine repository of a task is (``problems/swe.py: RepoCache``)."""
+
+    def get(self, task: Any) -> Path: ...
+
+    def path_for(self, task: Any) -> Path: ...
+
+
+@dataclass
+class SWEGrade:
+    """The grade of one diff on one task (JSON-ready through :meth:`to_dict`)."""
+
+    verdict: str
+    """``resolved``, ``unresolved``, ``tamper`` (the diff or the run tampered with grading:
+    ``tamper`` lists why), ``patch_failed`` (the diff does not apply, or is too large),
+    ``test_patch_failed``, ``rejected`` (the records disagree or do not parse), ``no_results``
+    (the run left no valid record: the code under test ended the process), ``timeout``, or
+    ``infra_error`` (the grading sandbox did not start: not the agent's doing; the episode is
+    left out of the loss)."""
+    reward: float
+    resolved: bool = False
+    fail_to_pass: dict[str, str] = field(default_factory=dict)
+    """Status of each FAIL_TO_PASS test (``passed``, ``failed``, ``error``, ``skipped``, ``absent``...)."""
+    pass_to_pass: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+    restored: list[str] = field(default_factory=list)
+    """Test files of the diff that grading restored from the base commit."""
+    tamper: list[str] = field(default_factory=list)
+    """Why the verdict is ``tamper`` (``shadows pytest: pytest.py``, ``internals: m.py: name
+    get_objects``, ``canary: ...``)."""
+    wall_s: float = 0.0
+
+    @property
+    def infra_error(self) -> bool:
+        return self.verdict == "infra_error"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GradeRun:
+    """What one grading run left: the exit code the sandbox observed (``None``: killed at the
+    time limit), the runner's verified report (``None``: missing or not signed by the runner)
+    and the junit XML bytes (``None``: missing or too large)."""
+
+    exit_code: int | None
+    report: dict[str, Any] | None
+    junit: bytes | None
+    output: str = ""
+    """The runner's own output (its errors; the tests' output goes to junit, never read)."""
+
+
+TAMPER_KINDS = ("shadows", "metadata", "native code", "bytecode", "internals", "run time", "canary")
+"""The first words of tamper reasons, for per-kind counts (``tamper_kind``)."""
+
+
+def tamper_kind(reason: str) -> str:
+    """``shadows``, ``metadata``, ``internals``... of one tamper reason (``other`` if none)."""
+    head = reason.split(":", 1)[0]
+    for kind in TAMPER_KINDS:
+        if head.startswith(kind):
+            return kind.replace(" ", "_")
+    return "other"
+
+
+def patch_bytes(diff: str | bytes) -> bytes:
+    """A diff as the bytes ``git apply`` reads: ``str`` diffs carry non-UTF-8 bytes as surrogate
+    escapes (``Workspace.diff``); other lone surrogates (from JSON) become ``?``."""
+    if isinstance(diff, bytes):
+        data = diff
+    else:
+        try:
+            data = diff.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = diff.encode("utf-8", "replace")
+    return data if not data or data.endswith(b"\n") else data + b"\n"
+
+
+def test_files(task: GradedTask) -> list[str]:
+    """The files pytest runs: those holding the task's FAIL_TO_PASS and PASS_TO_PASS tests."""
+    return sorted({node.split("::", 1)[0] for node in (*task.fail_to_pass, *task.pass_to_pass)})
+
+
+def junit_key(nodeid: str) -> tuple[str, str]:
+    """``(classname, name)`` of a pytest node id in junit XML: ``tests/a/test_b.py::C::t[x]`` ->
+    ``("tests.a.test_b.C", "t[x]")``."""
+    path, *rest = nodeid.split("::")
+    module = path[:-3] if path.endswith(".py") else path
+    parts = [module.replace("/", "."), *rest[:-1]]
+    return ".".join(parts), rest[-1] if rest else ""
+
+
+def parse_junit(data: bytes) -> dict[tuple[str, str], str]:
+    """Status per ``(classname, name)`` from junit XML: ``passed``, ``failed``, ``error`` or
+    ``skipped``. A test case listed twice with different statuses keeps the worse one. Raises
+    ``ValueError`` for anything that is not junit XML we can read (bad XML, an unknown encoding,
+    entity bombs...): the file was written where the code under test could reach it."""
+    try:
+        root = ET.fromstring(data)
+        cases = list(root.iter("testcase"))
+    except Exception as e:  # noqa: BLE001 - ParseError, LookupError, RecursionError...: all "does not parse"
+        raise ValueError(f"{type(e).__name__}: {e}"[:300]) from None
+    statuses: dict[tuple[str, str], str] = {}
+    rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+    for case in cases:
+        key = (str(case.get("classname", "")), str(case.get("name", "")))
+        tags = {child.tag for child in case}
+        status = (
+            "error"
+            if "error" in tags
+            else "failed"
+            if "failure" in tags
+            else "skipped"
+            if "skipped" in tags
+            else "passed"
+        )
+        if key not in statuses or rank[status] > rank[statuses[key]]:
+            statuses[key] = status
+    return statuses
+
+
+def judge(
+    task: GradedTask,
+    exit_code: int | None,
+    report: dict[str, Any] | None,
+    junit: bytes | None,
+    partial_credit: bool = False,
+    tamper_reward: float = 0.0,
+) -> SWEGrade:
+    """The grade from what the grading run left (pure: ``tests/envs/test_swe_actions_judge.py``).
+
+    ``report``: the runner's verified record (``None`` when missing or its signature is wrong);
+    ``junit``: the junit XML bytes (``None`` when missing); ``exit_code``: the runner's exit code
+    as the sandbox observed it (``None``: killed at the time limit)."""
+    if exit_code is None:
+        return SWEGrade("timeout", 0.0, reason="the tests did not finish in time")
+    if report is None:
+        return SWEGrade("no_results", 0.0, reason=f"no valid record of the run (exit code {exit_code})")
+    try:
+        return _judge(task, exit_code, report, junit, partial_credit, tamper_reward)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a report of an unexpected shape
+        return SWEGrade("rejected", 0.0, reason=f"the record does not read: {type(e).__name__}: {e}"[:500])
+
+
+def _judge(
+    task: GradedTask,
+    exit_code: int,
+    report: dict[str, Any],
+    junit: bytes | None,
+    partial_credit: bool,
+    tamper_reward: float,
+) -> SWEGrade:
+    restored = [str(p) for p in report.get("restored", [])]
+    stage = report.get("stage")
+    tamper = [str(t) for t in report.get("tamper", [])]
+
+    def tampered(more: list[str]) -> SWEGrade:
+        reasons = tamper + more
+        return SWEGrade(
+            "tamper", tamper_reward, reason="; ".join(reasons)[:500], restored=restored, tamper=reasons
+        )
+
+    if stage in ("agent_patch_failed", "test_patch_failed"):
+        verdict = "patch_failed" if stage == "agent_patch_failed" else "test_patch_failed"
+        return SWEGrade(verdict, 0.0, reason=str(report.get("detail", ""))[:500], restored=restored)
+    if tamper:
+        return tampered([])
+    if stage != "tests_finished":
+        return SWEGrade("no_results", 0.0, reason=f"the run stopped at stage {stage!r}", restored=restored)
+    returned, exitstatus = report.get("returned"), report.get("exitstatus")
+    outcomes: dict[str, str] = dict(report.get("outcomes", {}))
+    canary = report.get("canary") or {}
+    canary_status = canary.get("status", "absent")
+
+    def reject(why: str) -> SWEGrade:
+        return SWEGrade("rejected", 0.0, reason=why, restored=restored)
+
+    junit_status: dict[tuple[str, str], str] = {}
+    if junit is not None:
+        if hashlib.sha256(junit).hexdigest() != report.get("junit_sha256"):
+            return reject("the junit XML changed after the run")
+        try:
+            junit_status = parse_junit(junit)
+        except ValueError as e:
+            return reject(f"junit XML does not parse: {e}")
+    canary_junit = (
+        junit_status.get(junit_key(canary["nodeid"]), "absent") if canary.get("nodeid") else "absent"
+    )
+    if "passed" in (canary_status, canary_junit):
+        return tampered([f"canary: a test that always fails read passed ({canary_status}/{canary_junit})"])
+    if not (exit_code == returned == exitstatus):
+        return reject(f"exit code {exit_code} but the run recorded {returned}/{exitstatus}")
+    failing = [n for n, s in outcomes.items() if s in ("failed", "error")]
+    if canary_status in ("failed", "error"):
+        failing.append(canary["nodeid"])
+    if returned == 0 and (failing or report.get("collect_errors") or not outcomes):
+        reason = "the canary failed" if canary_status in ("failed", "error") else f"{len(failing)} failing"
+        return tampered([f"canary: exit code 0 although {reason}"])
+    if returned != 0 and not failing and not report.get("collect_errors") and outcomes:
+        return reject(f"exit code {returned} disagrees with the recorded outcomes (none failing)")
+    if junit is None:
+        return reject("no junit XML")
+    wanted = (*task.fail_to_pass, *task.pass_to_pass)
+    for node in wanted:
+        recorded = outcomes.get(node, "absent")
+        in_junit = junit_status.get(junit_key(node), "absent")
+        if (recorded == "passed") != (in_junit == "passed"):
+            return reject(f"{node}: the runner recorded {recorded}, junit says {in_junit}")
+    f2p = {n: outcomes.get(n, "absent") for n in task.fail_to_pass}
+    p2p = {n: outcomes.get(n, "absent") for n in task.pass_to_pass}
+    f2p_ok = sum(s == "passed" for s in f2p.values())
+    p2p_all = all(s == "passed" for s in p2p.values())
+    if f2p_ok and canary_status not in ("failed", "error"):
+        return reject(f"the canary test did not run ({canary_status}) but tests passed")
+    resolved = bool(f2p) and f2p_ok == len(f2p) and p2p_all
+    reward = 1.0 if resolved else (f2p_ok / len(f2p) if partial_credit and p2p_all and f2p else 0.0)
+    return SWEGrade(
+        "resolved" if resolved else "unresolved",
+        reward,
+        resolved,
+        f2p,
+        p2p,
+        reason="" if resolved else _why_unresolved(f2p, p2p),
+        restored=restored,
+    )
+
+
+def _why_unresolved(f2p: dict[str, str], p2p: dict[str, str]) -> str:
+    bad = [f"{n}: {s}" for n, s in {**f2p, **p2p}.items() if s != "passed"]
+    return "; ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
+
+
+def verify_report(data: bytes | None, key: bytes) -> dict[str, Any] | None:
+    """The runner's report if ``data`` is one signed under ``key``; else ``None``."""
+    if data is None:
+        return None
+    try:
+        wrapper = json.loads(data)
+        payload, sig = wrapper["payload"], wrapper["sig"]
+        expected = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
+        if not isinstance(sig, str) or not hmac.compare_digest(sig, expected):
+            return None
+        report = json.loads(payload)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeError, RecursionError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+class SWEGrader:
+    """Grades diffs of repository tasks in fresh workspaces (see the module docstring).
+
+    Args:
+        workspace: Workspace settings of the grading sandboxes (the same backend and limits as
+            the agent's workspaces; the per-command time limit is replaced by ``timeout_s``).
+        repos: Where the pristine repositories come from (``problems/swe.py: RepoCache``).
+        timeout_s: Time limit of one grading run (apply, restore, tests).
+        partial_credit: Reward the fraction of FAIL_TO_PASS tests passed when every PASS_TO_PASS
+            test passes (``resolved`` still needs all).
+        tamper_reward: Reward of the ``tamper`` verdict (default the failure reward, 0; a
+            negative value makes tampering a penalty).
+    """
+
+    def __init__(
+        self,
+        workspace: WorkspaceConfig | None,
+        repos: RepoSource,
+        timeout_s: float = 300.0,
+        partial_credit: bool = False,
+        tamper_reward: float = 0.0,
+    ) -> None:
+        self.workspace = workspace or WorkspaceConfig()
+        self.repos = repos
+        self.timeout_s, self.partial_credit, self.tamper_reward = timeout_s, partial_credit, tamper_reward
+
+    def grade(self, task: GradedTask, diff: str | bytes, run_empty: bool = False) -> SWEGrade:
+        """The grade of ``diff`` (a ``git diff`` against the task's base commit, ``str`` with
+        surrogate escapes or ``bytes``; may be empty).
+
+        An empty diff is ``unresolved`` without a run unless ``run_empty``: the base commit fails
+        the FAIL_TO_PASS tests, which :meth:`validate` checked for every task an env trains on."""
+        patch = patch_bytes(diff) if diff else b""
+        if not patch.strip() and not run_empty:
+            return SWEGrade("unresolved", 0.0, reason="no change to the repository")
+        if len(patch) > MAX_PATCH_BYTES:
+            return SWEGrade(
+                "patch_failed", 0.0, reason=f"the diff is {len(patch)} bytes (> {MAX_PATCH_BYTES})"
+            )
+        start = time.monotonic()
+        try:
+            run = self.run(task, patch, test_files(task))
+        except WorkspaceError as e:  # the grading sandbox did not start: ours, not the agent's
+            grade = SWEGrade("infra_error", 0.0, reason=f"{type(e).__name__}: {e}"[:500])
+        else:
+            grade = judge(task, run.exit_code, run.report, run.junit, self.partial_credit, self.tamper_reward)
+            if grade.verdict == "no_results" and run.output.strip():
+                grade.reason = f"{grade.reason}: {run.output.strip()[-300:]}"
+        grade.wall_s = time.monotonic() - start
+        return grade
+
+    def run(self, task: Any, patch: bytes, tests: Sequence[str]) -> GradeRun:
+        """One grading run of ``patch`` (bytes) on ``task`` running the test files ``tests``.
+
+        Raises:
+            WorkspaceError: the grading sandbox did not start (an infrastructure failure).
+        """
+        key = secrets.token_bytes(32)
+        try:
+            repo = self.repos.get(task)
+            ws = open_workspace(
+                self.workspace,
+                repo,
+                binds={
+                    str(RUNNER): f"{RUNNER_MOUNT}/{RUNNER.name}",
+                    str(SCANNER): f"{RUNNER_MOUNT}/{SCANNER.name}",
+                },
+                scratch={RESULTS_MOUNT: RESULTS_TMPFS_BYTES},
+            )
+        except Exception as e:  # noqa: BLE001 - any start failure is ours, not the agent's
+            raise WorkspaceError(f"the grading sandbox did not start: {type(e).__name__}: {e}") from e
+        with ws:
+            try:
+                for name, data in (
+                    ("agent.patch", patch),
+                    ("test.patch", patch_bytes(task.test_patch) if task.test_patch else b""),
+                    ("spec.json", json.dumps({"test_files": list(tests)}).encode()),
+                    ("key", key),
+                ):
+                    ws.write_file(f"{RESULTS_MOUNT}/{name}", data, confine=False)
+            except Exception as e:  # noqa: BLE001 - nothing of the agent's has run yet
+                raise WorkspaceError(
+                    f"the grading sandbox failed before the run: {type(e).__name__}: {e}"
+                ) from e
+            out = ws.run(
+                f"python -I -S {RUNNER_MOUNT}/{RUNNER.name} {RESULTS_MOUNT}",
+                timeout=self.timeout_s,
+                max_output=2000,
+            )
+            # every process of the run is gone now (the server kills them after each command):
+            # what is on the results tmpfs stays as it is while it is read
+            report = verify_report(_read_result(ws, "report.json"), key)
+            junit = _read_result(ws, "junit.xml")
+        return GradeRun(None if out.timed_out else out.exit_code, report, junit, out.output[-1000:])
+
+    def validate(self, task: GradedTask) -> str | None:
+        """Why ``task`` cannot be trained on (``None``: it can): its reference patch must resolve
+        it and the unchanged base must not. The answer is cached beside the prepared repository,
+        keyed by everything grading reads, so each task is validated once per machine."""
+        key = hashlib.sha256(
+            json.dumps(
+                [
+                    VALIDATION_VERSION,
+                    task.base_commit,
+                    task.patch,
+                    task.test_patch,
+                    list(task.fail_to_pass),
+                    list(task.pass_to_pass),
+                ]
+            ).encode()
+        ).hexdigest()[:16]
+        repo = self.repos.path_for(task)
+        marker = repo.with_name(f"{repo.name}.valid-{key}")
+        if marker.is_file():
+            return None
+        gold = self.grade(task, task.patch)
+        if gold.infra_error:
+            raise RuntimeError(f"{task.instance_id}: grading the reference patch failed: {gold.reason}")
+        if not gold.resolved:
+            return f"the reference patch does not resolve it ({gold.verdict}: {gold.reason})"
+        base = self.grade(task, "", run_empty=True)
+        if base.resolved or base.infra_error:
+            return f"the unchanged base commit is {base.verdict}"
+        marker.write_text(json.dumps({"gold_s": round(gold.wall_s, 3)}))
+        return None
+
+
+VALIDATION_VERSION = 2
+"""Part of the validation cache key: bump when grading changes what a run decides."""
+
+
+def _read_result(ws: Workspace, name: str) -> bytes | None:
+    """A file the run left on the results tmpfs, or ``None`` (missing, not a regular file, a
+    symlink, larger than :data:`MAX_RESULT_BYTES`, or the session died under the run)."""
+    try:
+        data = ws.read_file(f"{RESULTS_MOUNT}/{name}", max_bytes=MAX_RESULT_BYTES + 1, confine=False)
+    except WorkspaceError:
+        return None
+    return data if len(data) <= MAX_RESULT_BYTES else None

@@ -1,0 +1,149 @@
+"""The static tamper scan (``grading/_scan.py``), the grade metrics and the text cleaning, by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from lit_codeRL.envs.text import clean_text
+from lit_codeRL.grading._scan import (
+    features,
+    internals_findings,
+    is_test_path,
+    protected_names,
+    structure_findings,
+)
+from lit_codeRL.grading.repo import patch_bytes, tamper_kind
+from lit_codeRL.training.rollout_module import grade_metrics
+
+PROTECTED = protected_names()
+
+
+def packages(*dirs: str):
+    return lambda d: d in dirs
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("pytest.py", "shadows pytest"),
+        ("_pytest/__init__.py", "shadows _pytest"),
+        ("src/pluggy/__init__.py", "shadows pluggy"),
+        ("lib/difflib.py", "shadows difflib"),
+        ("json/__init__.py", "shadows json"),
+        ("sitecustomize.py", "shadows sitecustomize"),
+        ("x-1.0.dist-info/entry_points.txt", "metadata"),
+        ("deep/x.egg-info/PKG-INFO", "metadata"),
+        ("zz.pth", "metadata"),
+        ("calc/_speedups.cpython-311-x86_64-linux-gnu.so", "native code"),
+        ("calc/__pycache__/m.cpython-311.pyc", "bytecode"),
+    ],
+)
+def test_structure_findings_name_what_changes_loading(path, reason):
+    (found,) = structure_findings([path], packages("calc"), PROTECTED)
+    assert found.startswith(reason) and path in found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "calc/json.py",  # inside a package: calc.json shadows nothing
+        "calc/pytest.py",
+        "site/index.html",  # not a module
+        "docs/queue.md",
+        "helpers.py",
+        "test/__init__.py",  # a repository's own test package is allowed to be called test
+        "calc/new_module.py",
+    ],
+)
+def test_structure_findings_leave_ordinary_additions_alone(path):
+    assert structure_findings([path], packages("calc"), PROTECTED) == []
+
+
+def test_internals_are_reasons_only_when_new_in_the_file():
+    base = "import sys\n\ndef f(x):\n    return x\n"
+    forged = base + "import gc\nobjs = gc.get_objects()\nsys.modules['a'] = 1\n"
+    found = internals_findings("m.py", forged, base)
+    assert found == [
+        "internals: m.py: import gc",
+        "internals: m.py: name get_objects",
+        "internals: m.py: name sys.modules",
+    ]
+    # the same features already in the base version: not reasons
+    assert internals_findings("m.py", forged + "\n", forged) == []
+    # a new file: everything it has counts
+    assert internals_findings("new.py", "import _pytest.reports\n", None) == [
+        "internals: new.py: import _pytest"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "feature"),
+    [
+        ("x = getattr(gc, 'get_' + 'objects')", "name getattr(gc, ...)"),
+        ("m = vars(sys)['mod' + 'ules']", "name vars(sys, ...)"),
+        ("f = inspect.currentframe().f_back", "name f_back"),
+        ("g = __import__('g' + 'c')", "name __import__"),
+        ("exec(code)", "name exec"),
+        ("def pytest_runtest_makereport(item, call): pass", "hook pytest_runtest_makereport"),
+        ("k = 'pluginmanager'", "string 'pluginmanager'"),
+        ("p = '/tmp/x/junit.xml'", "string '/tmp/x/junit.xml'"),
+        ("f.__code__ = g.__code__", "name __code__"),
+        ("import ctypes", "import ctypes"),
+        ("def f(:\n  _getframe", "name _getframe"),  # does not parse: identifiers still count
+    ],
+)
+def test_features_of_suspect_sources(source, feature):
+    assert feature in features(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "model.eval()",
+        "re.compile('x')",
+        "import inspect\ninspect.signature(f)",
+        "d = {'modules': 1}",
+        "import os\nos.path.join('a')",
+    ],
+)
+def test_ordinary_code_has_no_suspect_features(source):
+    assert features(source) == set()
+
+
+def test_test_paths_are_the_files_grading_restores():
+    for path in ("tests/a.py", "test_x.py", "pkg/x_test.py", "conftest.py", "a/pytest.ini", "testing/h.py"):
+        assert is_test_path(path)
+    for path in ("pkg/x.py", "testdata.py", "latest_x.py"):
+        assert not is_test_path(path)
+
+
+def test_tamper_kinds_and_grade_metrics():
+    assert [
+        tamper_kind(r) for r in ("shadows pytest: p.py", "native code: a.so", "run time: x", "canary: y", "z")
+    ] == [
+        "shadows",
+        "native_code",
+        "run_time",
+        "canary",
+        "other",
+    ]
+    records = [
+        {"instance_id": "a", "grade": {"verdict": "tamper", "tamper": ["metadata: x.pth", "canary: c"]}},
+        {"instance_id": "a", "grade": {"verdict": "resolved"}},
+        {"instance_id": "a", "grade": {"verdict": "workspace_broken"}, "agent_fault": True},
+        {"valid": False, "verdict": "sandbox_error"},
+    ]
+    m = grade_metrics(records)
+    assert m["train/grade/tamper_rate"] == m["train/grade/tamper"] == pytest.approx(1 / 3)
+    assert m["train/grade/tamper_metadata"] == m["train/grade/tamper_canary"] == pytest.approx(1 / 3)
+    assert m["train/grade/resolved"] == pytest.approx(1 / 3) and m["train/grade/rejected"] == 0.0
+    assert m["train/episodes/masked"] == m["train/episodes/agent_fault"] == 0.25
+    assert grade_metrics([{"verdict": "passed", "reward": 1.0}]) == {}  # not an agent env
+
+
+def test_bytes_become_a_defined_replacement_and_exact_patches():
+    text = b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape")
+    assert clean_text(text) == "caf\ufffd \ufffd\ufffd" and clean_text("\ud800x") == "\ufffdx"
+    assert clean_text("plain ü") == "plain ü"
+    assert patch_bytes(text) == b"caf\xe9 \xff\xfe\n"  # the exact bytes back, newline-terminated
+    assert patch_bytes("a\n") == b"a\n" and patch_bytes(b"x") == b"x\n" and patch_bytes("\ud800") == b"?\n"
