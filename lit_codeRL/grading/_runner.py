@@ -115,6 +115,21 @@ def toolchain_names() -> set[str]:
     return names
 
 
+def toolchain_plugins(dirs: list[str]) -> list[str]:
+    """``-p MODULE`` for every pytest plugin *the toolchain* declares (``pytest11`` entry points
+    of the distributions in ``dirs``): autoload is off, so a plugin the user put in the grading
+    toolchain (``WorkspaceConfig.toolchain``) is loaded by name, while one declared by the
+    repository's own metadata never is."""
+    from importlib.metadata import distributions  # noqa: PLC0415
+
+    args = []
+    for dist in distributions(path=list(dirs)):
+        for ep in dist.entry_points:
+            if ep.group == "pytest11" and ep.module:
+                args += ["-p", ep.module]
+    return args
+
+
 def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[str]]:
     """Every static tamper reason of the applied diff (``_scan.py``), test files left out (they
     are restored before anything runs), and the files the run-time monitor watches: changed
@@ -301,6 +316,7 @@ def main() -> None:
         "--import-mode=append",
         "--junitxml", junit,
         "-o", "junit_family=xunit2",
+        *toolchain_plugins(toolchain_dirs()),
         *test_files,
         canary_file,
     ]  # fmt: skip

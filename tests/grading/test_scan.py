@@ -147,3 +147,21 @@ def test_bytes_become_a_defined_replacement_and_exact_patches():
     assert clean_text("plain ü") == "plain ü"
     assert patch_bytes(text) == b"caf\xe9 \xff\xfe\n"  # the exact bytes back, newline-terminated
     assert patch_bytes("a\n") == b"a\n" and patch_bytes(b"x") == b"x\n" and patch_bytes("\ud800") == b"?\n"
+
+
+def test_toolchain_plugins_are_loaded_by_name_repository_ones_never(tmp_path):
+    """Autoload is off in grading: the toolchain's own pytest plugins come back as ``-p`` (only
+    those of the directories given, i.e. the toolchain, never the repository)."""
+    from lit_codeRL.grading._runner import toolchain_plugins
+
+    toolchain, repo = tmp_path / "site", tmp_path / "repo"
+    for root, name, module in (
+        (toolchain, "pytest_good", "pytest_good.plugin"),
+        (repo, "evil", "evilplugin"),
+    ):
+        info = root / f"{name}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[pytest11]\n{name} = {module}\n")
+    assert toolchain_plugins([str(toolchain)]) == ["-p", "pytest_good.plugin"]
+    assert toolchain_plugins([]) == []
