@@ -165,3 +165,21 @@ def test_toolchain_plugins_are_loaded_by_name_repository_ones_never(tmp_path):
         (info / "entry_points.txt").write_text(f"[pytest11]\n{name} = {module}\n")
     assert toolchain_plugins([str(toolchain)]) == ["-p", "pytest_good.plugin"]
     assert toolchain_plugins([]) == []
+
+
+def test_an_episode_dump_shows_tampering_and_prints_any_bytes():
+    from lit_codeRL.rollout.episode_view import render_episode
+
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")
+    record = {
+        "problem_id": "t",
+        "reward": 0.0,
+        "verdict": "tamper",
+        "turns": [{"text": "<execute>ls</execute>", "action": "execute", "output": f"{bad}.txt"}],
+        "diff": f"diff --git a/{bad} b/{bad}\n",
+        "grade": {"verdict": "tamper", "reward": 0.0, "tamper": ["shadows pytest: pytest.py"]},
+    }
+    text = render_episode(record)
+    assert "Tampering found" in text and "- shadows pytest: pytest.py" in text
+    assert "caf\ufffd" in text
+    text.encode("utf-8")  # printable: no lone surrogate left
