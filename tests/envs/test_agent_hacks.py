@@ -520,6 +520,7 @@ def test_bwrap_results_tmpfs_is_capped(tmp_path):
         out = ws.run("head -c 64M /dev/zero > /opt/results/big; echo rc=$?; stat -c %s /opt/results/big")
         assert "rc=0" not in out.output
         assert int(out.output.split()[-1]) <= cap
+        ws.run("rm /opt/results/big")
         ws.write_file("/opt/results/ok.txt", b"fine", confine=False)
         assert ws.read_file("/opt/results/ok.txt", confine=False) == b"fine"
     assert RESULTS_TMPFS_BYTES <= 128 << 20

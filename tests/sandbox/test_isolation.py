@@ -208,21 +208,26 @@ def test_unstartable_interpreter_is_a_clear_error(monkeypatch, bwrap_ok):
         make_sandbox(backend="bwrap", python="/nonexistent/python", workers=1)
 
 
-_JUNIT_CASE = '<testcase classname="tests.sandbox" name="{name}">{body}</testcase>'
+_JUNIT_CASE = '<testcase classname="{classname}" name="{name}">{body}</testcase>'
 
 
 def _run_ci(
     tmp_path: Path, cases: list[tuple[str, bool]], make_status: int = 0
 ) -> tuple[subprocess.CompletedProcess, dict]:
     """Run ``.ci/run`` with a stub interpreter (its ``-m venv`` links the real one), a stub
-    ``make`` that records how it was called and writes a junit report with ``cases`` (name,
-    skipped), and a ``bwrap`` on PATH. Returns the run and what ``make`` saw."""
+    ``make`` that records how it was called and writes a junit report with ``cases`` (name, or
+    ``classname::name``; skipped), and a ``bwrap`` on PATH. Returns the run and what ``make`` saw."""
     stubs = tmp_path / "bin"
     stubs.mkdir(parents=True)
     junit = (
         "<testsuite>"
         + "".join(
-            _JUNIT_CASE.format(name=name, body="<skipped/>" if skipped else "") for name, skipped in cases
+            _JUNIT_CASE.format(
+                classname=name.split("::")[0] if "::" in name else "tests.sandbox",
+                name=name.split("::")[-1],
+                body="<skipped/>" if skipped else "",
+            )
+            for name, skipped in cases
         )
         + "</testsuite>"
     )
@@ -262,11 +267,14 @@ def test_ci_runs_make_test_in_a_fresh_venv_and_fails_on_skipped_bwrap_tests(tmp_
     """CI proves the new user's path: ``make test`` with a fresh venv's python first on PATH, and
     with bubblewrap installed it fails when a bwrap test was skipped or none ran (the silent-skip
     failure of issue #21); a failing ``make test`` fails it."""
+    hacks = "tests.envs.test_agent_hacks::test_bwrap_swe_hack_gets_no_reward[x]"
     out, made = _run_ci(
-        tmp_path / "ok", [("test_a[bwrap]", False), ("test_b[bwrap]", False), ("test_c", True)]
+        tmp_path / "ok",
+        [("test_a[bwrap]", False), ("test_b[bwrap]", False), ("test_c", True), (hacks, False)],
     )
     assert out.returncode == 0, out.stderr
-    assert "bwrap sandbox tests: 2 ran, 0 skipped" in out.stdout
+    assert "bwrap sandbox tests: 3 ran, 0 skipped" in out.stdout
+    assert "agent env hack suites: 1 ran, 0 skipped" in out.stdout
     venv = made["virtual_env"]
     assert made["target"] == "test" and made["args"]["PYTHON"] == f"{venv}/bin/python"
     assert made["python"] == f"{venv}/bin/python"  # the venv's bin/ comes first on PATH
@@ -275,5 +283,11 @@ def test_ci_runs_make_test_in_a_fresh_venv_and_fails_on_skipped_bwrap_tests(tmp_
     assert out.returncode != 0 and "skipped or missing" in out.stderr and "test_b[bwrap]" in out.stderr
     out, _ = _run_ci(tmp_path / "none", [("test_c", False)])
     assert out.returncode != 0 and "skipped or missing" in out.stderr
+    # the agent envs' hack suites (issue #47) skipped or absent: red as well
+    skipped_hack = "tests.envs.test_swe_env::test_reward_hack_scores_zero[edit_tests]"
+    out, _ = _run_ci(tmp_path / "hack-skipped", [("test_a[bwrap]", False), (skipped_hack, True)])
+    assert out.returncode != 0 and "agent env hack suites" in out.stderr and "edit_tests" in out.stderr
+    out, _ = _run_ci(tmp_path / "hack-missing", [("test_a[bwrap]", False)])
+    assert out.returncode != 0 and "agent env hack suites were skipped or missing" in out.stderr
     out, made = _run_ci(tmp_path / "red", [("test_a[bwrap]", False)], make_status=2)
     assert out.returncode == 2 and made["target"] == "test"
