@@ -17,7 +17,8 @@ once every process of the sandbox is gone. Two processes:
    is a test path (under a ``tests``/``test``/``testing`` directory, ``test_*.py``, ``*_test.py``,
    any ``conftest.py``, ``pytest.ini``, ``tox.ini``) are checked out from ``HEAD`` or deleted;
 5. applies the task's hidden test patch (failure -> ``test_patch_failed``);
-6. writes a *canary*: a test with random names, beside the first test file, that always fails;
+6. adds *canaries*: tests with random names that always fail, appended to every test file (one
+   of them a ``unittest.TestCase`` test);
 7. runs pytest in a **child** process (this file with ``--child``) that holds no key, reads the
    child's per-test reports from a pipe, and writes ``report.json`` (the outcomes, the canary's,
    the junit file's hash, every tamper reason) signed with an HMAC under the key; it leaves with
@@ -34,7 +35,7 @@ when they are called from a source file the diff changed. Its reports go to the 
 happen, so nothing done later in the process can take one back.
 
 What the host checks (``repo.py: judge``): the signature; the exit code it observed against the
-run's; the canary failed in both records (a reporter patched to say "passed" passes it too); the
+run's; every canary failed in both records (a reporter patched to say "passed" passes it too); the
 junit file is the one the parent hashed; junit and the parent's record agree test by test.
 Nothing here reads what the tests print.
 """
@@ -130,6 +131,24 @@ def toolchain_plugins(dirs: list[str]) -> list[str]:
     return args
 
 
+def pytest_config(path: str, data: bytes) -> object:
+    """The pytest section of ``pyproject.toml`` (``[tool.pytest.ini_options]``) or ``setup.cfg``
+    (``[tool:pytest]``), or ``None`` when there is none or it does not parse."""
+    text = data.decode("utf-8", "replace")
+    try:
+        if path.endswith("pyproject.toml"):
+            import tomllib  # noqa: PLC0415
+
+            return tomllib.loads(text).get("tool", {}).get("pytest")
+        import configparser  # noqa: PLC0415
+
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read_string(text)
+        return dict(parser["tool:pytest"]) if parser.has_section("tool:pytest") else None
+    except Exception:  # noqa: BLE001 - a file that does not parse configures nothing
+        return None
+
+
 def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[str]]:
     """Every static tamper reason of the applied diff (``_scan.py``), test files left out (they
     are restored before anything runs), and the files the run-time monitor watches: changed
@@ -140,6 +159,14 @@ def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[s
         candidates, lambda d: os.path.isfile(os.path.join(d, "__init__.py")), protected
     )
     watched = []
+    for path in changed:  # pytest.ini, tox.ini and conftest.py are restored; these two are not
+        if os.path.basename(path) in ("pyproject.toml", "setup.cfg") and os.path.isfile(path):
+            with open(path, "rb") as f:
+                new_config = pytest_config(path, f.read(1 << 20))
+            old = git("show", f"HEAD:{path}", check=False)
+            old_config = pytest_config(path, old.stdout) if old.returncode == 0 else None
+            if new_config != old_config:
+                found.append(f"metadata: {path}: its pytest configuration changed")
     for path in changed:
         if (
             is_test_path(path)
@@ -158,15 +185,36 @@ def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[s
     return found, watched
 
 
-def write_canary(test_files: list[str]) -> tuple[str, str]:
-    """A test that always fails, with random names, beside the first test file: ``(file,
-    node id)``. A reporter patched to pass everything passes it too."""
-    directory = os.path.dirname(test_files[0]) if test_files else ""
-    name = f"test_{secrets.token_hex(5)}"
-    path = os.path.join(directory, f"{name}.py") if directory else f"{name}.py"
-    with open(path, "w") as f:
-        f.write(f'def {name}():\n    raise AssertionError("always fails")\n')
-    return path, f"{path}::{name}"
+def write_canaries(test_files: list[str]) -> tuple[list[str], list[str]]:
+    """Tests that always fail, with random names: ``(extra files to run, node ids)``.
+
+    One plain test function appended to every test file that exists (so a forger that passes
+    every report of "its" files passes a canary too), one ``unittest.TestCase`` test in the first
+    (a forger that patches ``TestCase.run`` passes it), or, when no test file exists, one file of
+    its own. A reporter patched to pass everything passes them too."""
+    present = [p for p in test_files if os.path.isfile(p) and not os.path.islink(p)]
+    extra, nodes = [], []
+    if not present:
+        name = f"test_{secrets.token_hex(5)}"
+        path = os.path.join(os.path.dirname(test_files[0]) if test_files else "", f"{name}.py")
+        with open(path, "w") as f:
+            f.write(f'def {name}():\n    raise AssertionError("always fails")\n')
+        return [path], [f"{path}::{name}"]
+    for k, path in enumerate(present):
+        name = f"test_{secrets.token_hex(5)}"
+        code = f'\n\n\ndef {name}():\n    raise AssertionError("always fails")\n'
+        nodes.append(f"{path}::{name}")
+        if k == 0:
+            case, method = f"Test{secrets.token_hex(5)}", f"test_{secrets.token_hex(5)}"
+            code += (
+                f"\n\nimport unittest as _lcrl_unittest_{case}\n\n\n"
+                f"class {case}(_lcrl_unittest_{case}.TestCase):\n"
+                f'    def {method}(self):\n        raise AssertionError("always fails")\n'
+            )
+            nodes.append(f"{path}::{case}::{method}")
+        with open(path, "a") as f:
+            f.write(code)
+    return extra, nodes
 
 
 class Outcomes:
@@ -306,7 +354,7 @@ def main() -> None:
         report.update(stage="test_patch_failed", detail=error)
         finish(0)
     test_files = list(spec["test_files"])
-    canary_file, canary = write_canary(test_files)
+    canary_files, canaries = write_canaries(test_files)
     junit = os.path.join(results, "junit.xml")
     args = [
         "-p", "no:cacheprovider",
@@ -318,7 +366,7 @@ def main() -> None:
         "-o", "junit_family=xunit2",
         *toolchain_plugins(toolchain_dirs()),
         *test_files,
-        canary_file,
+        *canary_files,
     ]  # fmt: skip
     out = Outcomes()
     report["stage"] = "tests_started"
@@ -329,7 +377,7 @@ def main() -> None:
             report["junit_sha256"] = hashlib.sha256(f.read(16 << 20)).hexdigest()
     except OSError:
         report["junit_sha256"] = None
-    report["canary"] = {"nodeid": canary, "status": out.outcomes.pop(canary, "absent")}
+    report["canaries"] = [{"nodeid": c, "status": out.outcomes.pop(c, "absent")} for c in canaries]
     report["tamper"] += out.audit
     if out.garbled:
         report["tamper"].append(f"run time: {out.garbled} garbled report(s) on the reporting pipe")

@@ -239,8 +239,7 @@ def _judge(
         return SWEGrade("no_results", 0.0, reason=f"the run stopped at stage {stage!r}", restored=restored)
     returned, exitstatus = report.get("returned"), report.get("exitstatus")
     outcomes: dict[str, str] = dict(report.get("outcomes", {}))
-    canary = report.get("canary") or {}
-    canary_status = canary.get("status", "absent")
+    canaries = [c for c in report.get("canaries", [report.get("canary") or {}]) if c.get("nodeid")]
 
     def reject(why: str) -> SWEGrade:
         return SWEGrade("rejected", 0.0, reason=why, restored=restored)
@@ -253,18 +252,20 @@ def _judge(
             junit_status = parse_junit(junit)
         except ValueError as e:
             return reject(f"junit XML does not parse: {e}")
-    canary_junit = (
-        junit_status.get(junit_key(canary["nodeid"]), "absent") if canary.get("nodeid") else "absent"
-    )
-    if "passed" in (canary_status, canary_junit):
-        return tampered([f"canary: a test that always fails read passed ({canary_status}/{canary_junit})"])
+    for canary in canaries:
+        status, in_junit = (
+            canary.get("status", "absent"),
+            junit_status.get(junit_key(canary["nodeid"]), "absent"),
+        )
+        if "passed" in (status, in_junit):
+            return tampered([f"canary: a test that always fails read passed ({status}/{in_junit})"])
+    canaries_failed = bool(canaries) and all(c.get("status") in ("failed", "error") for c in canaries)
     if not (exit_code == returned == exitstatus):
         return reject(f"exit code {exit_code} but the run recorded {returned}/{exitstatus}")
     failing = [n for n, s in outcomes.items() if s in ("failed", "error")]
-    if canary_status in ("failed", "error"):
-        failing.append(canary["nodeid"])
+    failing += [c["nodeid"] for c in canaries if c.get("status") in ("failed", "error")]
     if returned == 0 and (failing or report.get("collect_errors") or not outcomes):
-        reason = "the canary failed" if canary_status in ("failed", "error") else f"{len(failing)} failing"
+        reason = "the canaries failed" if canaries_failed else f"{len(failing)} failing"
         return tampered([f"canary: exit code 0 although {reason}"])
     if returned != 0 and not failing and not report.get("collect_errors") and outcomes:
         return reject(f"exit code {returned} disagrees with the recorded outcomes (none failing)")
@@ -280,8 +281,9 @@ def _judge(
     p2p = {n: outcomes.get(n, "absent") for n in task.pass_to_pass}
     f2p_ok = sum(s == "passed" for s in f2p.values())
     p2p_all = all(s == "passed" for s in p2p.values())
-    if f2p_ok and canary_status not in ("failed", "error"):
-        return reject(f"the canary test did not run ({canary_status}) but tests passed")
+    # a canary that was not collected (a repository whose python_functions pattern excludes it)
+    # proves nothing either way: the checks above still hold, and a diff cannot change that
+    # pattern (the pytest configuration of pyproject.toml/setup.cfg is a tamper reason)
     resolved = bool(f2p) and f2p_ok == len(f2p) and p2p_all
     reward = 1.0 if resolved else (f2p_ok / len(f2p) if partial_credit and p2p_all and f2p else 0.0)
     return SWEGrade(

@@ -182,10 +182,16 @@ def test_the_canary_and_the_exit_code_catch_a_patched_reporter():
     junit = _junit(passed)
     grade = judge(_task(), 0, _report(passed, 0, junit), junit)
     assert grade.verdict == "tamper" and "exit code 0" in grade.reason
-    # the canary did not run while the targets passed
+    # a canary that was not collected proves nothing either way: the other checks decide
     junit = _junit(passed, canary=None)
-    grade = judge(_task(), 0, _report(passed, 0, junit, canary="absent"), junit)
-    assert grade.verdict == "rejected"
+    grade = judge(_task(), 1, _report(passed, 1, junit, canary="absent"), junit)
+    assert grade.verdict == "rejected"  # exit code 1 with nothing failing
+    # several canaries (one per test file, one a TestCase): any of them passing is tampering
+    junit = _junit(passed)
+    report = {**_report(passed, 1, junit), "canaries": [{"nodeid": CANARY, "status": "failed"}]}
+    report["canaries"].append({"nodeid": "tests/test_m.py::TestX::test_y", "status": "passed"})
+    grade = judge(_task(), 1, report, junit)
+    assert grade.verdict == "tamper" and "canary" in grade.reason
 
 
 def test_tamper_reasons_decide_before_the_tests():
