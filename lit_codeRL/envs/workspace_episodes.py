@@ -119,7 +119,7 @@ class WorkspaceEpisodeEnv:
         """End the episode with the failure reward for something the agent did to its own
         workspace (a graded outcome, not masked: see the module docstring)."""
         self._end(state)
-        grade = {"verdict": verdict, "reward": 0.0, "resolved": False, "reason": detail[:500]}
+        grade = SWEGrade(verdict, 0.0, reason=detail[:500]).to_dict()
         info = {
             "turn": state.turn,
             "verdict": verdict,

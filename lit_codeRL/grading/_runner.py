@@ -46,6 +46,7 @@ import json
 import os
 import secrets
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -312,8 +313,6 @@ def clear_results(results: str) -> list[str]:
         found.append(f"run time: the tests wrote {name!r} into the grader's results directory")
         try:
             if os.path.isdir(path) and not os.path.islink(path):
-                import shutil  # noqa: PLC0415
-
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
@@ -524,7 +523,8 @@ def child_main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     trusted = [p for p in sys.path if p and p != here] + toolchain_dirs()
     sys.path[:] = [*trusted, repo]
-    names = _scan.protected_names(frozenset(toolchain_names()))
+    toolchain = frozenset(toolchain_names())
+    names = _scan.protected_names(toolchain)
     finder = _TrustedFinder(trusted, names)
     from importlib.machinery import PathFinder  # noqa: PLC0415
 
@@ -543,7 +543,7 @@ def child_main() -> None:
                 __import__(info.name)
             except Exception:  # noqa: BLE001, S110 - optional parts (e.g. needing extra packages)
                 pass
-    _install_monitor(channel, repo, watched, frozenset(toolchain_names()))
+    _install_monitor(channel, repo, watched, toolchain)
     code = int(pytest.main(args, plugins=[_Reporter(channel)]))
     os._exit(code)
 

@@ -310,7 +310,7 @@ class DebugEnv(WorkspaceEpisodeEnv):
             return self._run(state, args["command"], s.command_timeout_s), {}
         if call.tool == "listdir":
             entries = ws.listdir(args["path"], depth=2, max_entries=200)
-            return clean_text("\n".join(entries)) or "(empty)", {}
+            return "\n".join(entries) or "(empty)", {}  # cleaned with every output in _step
         if call.tool == "view":
             data = self._read(ws, args["path"])
             first, last = line_range(args["lines"]) if "lines" in args else (1, None)
