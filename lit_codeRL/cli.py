@@ -26,7 +26,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lit_codeRL.console import setup_console
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy import platform
-from lit_codeRL.policy.precision import resolve_precision
+from lit_codeRL.policy.precision import resolve_precision, set_matmul_precision
 from lit_codeRL.training.optim import LEGACY_KEYS, move_legacy_keys
 from lit_codeRL.training.strategies import check_strategy  # also registers strategy="fsdp2"
 
@@ -42,9 +42,10 @@ class CodeRLTrainer(Trainer):
 
     ``auto`` picks bf16-mixed on bf16-capable GPUs, 16-mixed on older GPUs (V100, T4; 32-true
     under FSDP2, which refuses 16-mixed) and 32-true on CPU; the choice is logged once (see
-    :func:`~lit_codeRL.policy.precision.resolve_precision`). ``strategy="fsdp2"`` is FSDP2 data
-    parallelism and classic FSDP is refused (``training/strategies.py``). Every other argument is
-    Lightning's own.
+    :func:`~lit_codeRL.policy.precision.resolve_precision`). A reduced precision on an Ampere+ GPU
+    lets the remaining fp32 matmuls use TF32 (:func:`~lit_codeRL.policy.precision.set_matmul_precision`).
+    ``strategy="fsdp2"`` is FSDP2 data parallelism and classic FSDP is refused
+    (``training/strategies.py``). Every other argument is Lightning's own.
     """
 
     def __init__(self, *args: Any, precision: Any = "auto", **kwargs: Any) -> None:
@@ -55,6 +56,8 @@ class CodeRLTrainer(Trainer):
         )
         precision = resolve_precision(precision, str(accelerator), strategy=kwargs.get("strategy", "auto"))
         super().__init__(*args, precision=precision, **kwargs)
+        # Before fit: Lightning checks the matmul precision (and prints its tip) at device setup.
+        set_matmul_precision(self.precision, self.strategy.root_device)
 
 
 def _with_default_progress_bar(callbacks: Any, enabled: bool | None) -> Any:

@@ -87,7 +87,7 @@ def run(w: Workload) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="ours_bench_") as root:
         trainer = L.Trainer(
-            accelerator="cpu",
+            accelerator="gpu" if w.device == "cuda" else "cpu",
             devices=1,
             precision=w.precision,
             max_steps=w.total_steps,

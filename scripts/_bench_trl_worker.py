@@ -78,7 +78,7 @@ def run(w: Workload) -> dict[str, Any]:
             scale_rewards=w.scale_rewards,
             shuffle_dataset=False,
             max_steps=w.total_steps,
-            use_cpu=True,
+            use_cpu=w.device != "cuda",  # on cuda: the one visible GPU (accelerate's default device)
             bf16=w.precision == "bf16-mixed",  # True is TRL's own default
             fp16=False,
             logging_steps=1,

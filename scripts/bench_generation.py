@@ -1,15 +1,22 @@
 """Decode speed of the generation engine beside this machine's matmul bound and HF ``generate``.
 
-    python scripts/bench_generation.py [--batches 1,16,64] [--new-tokens 64] [--rounds 2]
-                                       [--out bench_results/generation.json]
+    python scripts/bench_generation.py [--device auto|cpu|cuda] [--batches 1,16,64] [--new-tokens 64]
+                                       [--rounds 2] [--out bench_results/generation.json]
 
 On the embedded SmolLM2-135M-Instruct, for fp32 and bf16 and each batch size, with the same chat
-prompts (MBPP-style requests):
+prompts (MBPP-style requests), on ``--device`` (default: CUDA when there is one):
 
 * **ours**: ``HFGenerationEngine`` (``engine.dtype`` ``model`` for fp32: the live module; ``bfloat16``:
-  the bf16 replica the trainer keeps in sync), sampling at T=1;
+  the bf16 replica the trainer keeps in sync), sampling at T=1; on a GPU through captured CUDA
+  graphs (``policy/graph_decode.py``);
+* **ours-eager** (GPU only): the same static decode steps run eagerly (``engine.cuda_graphs: false``);
 * **hf**: transformers' ``model.generate(do_sample=True)`` on the same prompts, with the model in
   that dtype.
+
+On a GPU the **captured-graph floor** is measured in the same run: the captured decode step of
+that batch replayed back to back with nothing else (no sampling, no host work), the time a step
+cannot go below without a faster forward; ``ours`` minus the floor is the engine's own per-token
+cost (sampling kernels, host bookkeeping).
 
 Every row generates exactly ``--new-tokens`` tokens (EOS ignored), so both produce the same work.
 Decode tokens/s = ``batch * (new_tokens - 1) / (total time - prefill time)``, the prefill measured
@@ -56,24 +63,63 @@ REQUESTS = [
 ]
 
 
+DEVICE = torch.device("cpu")
+"""Where the benchmark runs (``--device``)."""
+
+
+def sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def matmul_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a, b = (torch.randn(n, n, dtype=dtype, device=DEVICE) for _ in range(2))
     for _ in range(3):
         a @ b
+    sync()
     t = time.perf_counter()
     for _ in range(reps):
         a @ b
+    sync()
     return 2 * n**3 / ((time.perf_counter() - t) / reps) / 1e9
 
 
 def lm_head_ms(dtype: torch.dtype, rows: int, hidden: int, vocab: int, reps: int = 20) -> float:
-    x, w = torch.randn(rows, hidden, dtype=dtype), torch.randn(vocab, hidden, dtype=dtype)
+    x = torch.randn(rows, hidden, dtype=dtype, device=DEVICE)
+    w = torch.randn(vocab, hidden, dtype=dtype, device=DEVICE)
     for _ in range(3):
         torch.nn.functional.linear(x, w)
+    sync()
     t = time.perf_counter()
     for _ in range(reps):
         torch.nn.functional.linear(x, w)
+    sync()
     return (time.perf_counter() - t) / reps * 1e3
+
+
+def graph_floor_ms(engine: HFGenerationEngine, batch: int, width: int, new_tokens: int) -> float | None:
+    """Milliseconds per replay of the captured decode step for ``batch`` rows after a ``width``
+    prompt, back to back (the rows' positions stay inside the cache: one replay per new token)."""
+    lean = engine._lean
+    if DEVICE.type != "cuda" or lean is None or not engine.cuda_graphs:
+        return None
+    step = engine._graph_decoder(lean).step_for(batch, width + new_tokens)
+    if step.graph is None:
+        return None
+    reps = new_tokens - 1
+
+    def replays() -> float:
+        step.position.zero_()
+        step.slot.fill_(width)
+        sync()
+        t = time.perf_counter()
+        for _ in range(reps):
+            step()
+        sync()
+        return (time.perf_counter() - t) / reps * 1e3
+
+    replays()
+    return statistics.median(replays() for _ in range(3))
 
 
 def prompts_for(tokenizer, batch: int) -> list[str]:
@@ -89,6 +135,7 @@ def prompts_for(tokenizer, batch: int) -> list[str]:
 
 def time_ours(engine: HFGenerationEngine, ids, mask, new_tokens: int) -> float:
     """Seconds for one ``generate`` of ``new_tokens`` tokens per row."""
+    sync()
     t = time.perf_counter()
     engine.generate(
         ids,
@@ -96,12 +143,14 @@ def time_ours(engine: HFGenerationEngine, ids, mask, new_tokens: int) -> float:
         SamplingParams(max_new_tokens=new_tokens, temperature=1.0),
         generator=torch.Generator().manual_seed(0),
     )
+    sync()
     return time.perf_counter() - t
 
 
 def time_hf(model, tokenizer, ids, mask, new_tokens: int) -> float:
     """Seconds for HF ``generate`` of exactly ``new_tokens`` tokens per row."""
     torch.manual_seed(0)
+    sync()
     t = time.perf_counter()
     with torch.no_grad():
         model.generate(
@@ -115,6 +164,7 @@ def time_hf(model, tokenizer, ids, mask, new_tokens: int) -> float:
             min_new_tokens=new_tokens,
             pad_token_id=tokenizer.pad_token_id,
         )
+    sync()
     return time.perf_counter() - t
 
 
@@ -135,26 +185,37 @@ def decode_rate(run, batch: int, new_tokens: int, rounds: int) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument(
+        "--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: CUDA when available"
+    )
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument(
         "--dtypes",
         default="auto",
-        help="comma list of float32,bfloat16; auto: float32, plus bfloat16 where the CPU has it natively "
-        "(emulated bf16 rows, asked for explicitly, are labelled so)",
+        help="comma list of float32,bfloat16; auto: on a CPU float32, plus bfloat16 where the CPU has it "
+        "natively (emulated bf16 rows, asked for explicitly, are labelled so); on a GPU bfloat16 (what "
+        "engine.dtype auto samples in there)",
     )
-    ap.add_argument("--frameworks", default="ours,hf")
+    ap.add_argument(
+        "--frameworks", default="auto", help="comma list of ours,ours-eager,hf; auto: all that apply"
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench_results" / "generation.json")
     args = ap.parse_args(argv)
+    global DEVICE
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    DEVICE = torch.device("cuda" if cuda else "cpu")
     if args.dtypes == "auto":
-        args.dtypes = "float32,bfloat16" if cpu_has_native_bf16() else "float32"
+        args.dtypes = "bfloat16" if cuda else "float32,bfloat16" if cpu_has_native_bf16() else "float32"
+    if args.frameworks == "auto":
+        args.frameworks = "ours,ours-eager,hf" if cuda else "ours,hf"
     path = cpu_path()
     print(f"CPU path: {json.dumps(path)}", flush=True)
     batches = [int(b) for b in args.batches.split(",")]
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
     model, tokenizer = load_model(name_or_path=args.model)
-    model.eval()
+    model.eval().to(DEVICE)
     tokenizer.padding_side = "left"
     params = sum(p.numel() for p in model.parameters())
     cfg = model.config
@@ -169,14 +230,20 @@ def main(argv: list[str] | None = None) -> dict:
         }
 
     def native(name: str) -> bool:
-        return name == "float32" or path["native_bf16"]
+        return name == "float32" or cuda or path["native_bf16"]
 
     rows = []
     for name in args.dtypes.split(","):
         dtype = dtypes[name]
         # fp32: the live module; another dtype: the engine's own replica (what training samples with)
-        engine = HFGenerationEngine(tokenizer, model, dtype=None if dtype is torch.float32 else dtype)
-        engine.stop_token_ids = []  # every row runs to --new-tokens: equal work for both frameworks
+        engines = {
+            graphs: HFGenerationEngine(
+                tokenizer, model, dtype=None if dtype is torch.float32 else dtype, cuda_graphs=graphs
+            )
+            for graphs in (True, False)
+        }
+        for engine in engines.values():
+            engine.stop_token_ids = []  # every row runs to --new-tokens: equal work for all
         hf_model = model if dtype is torch.float32 else make_replica(model, dtype)
         if dtype is not torch.float32 and hasattr(hf_model, "set_attn_implementation"):
             hf_model.set_attn_implementation("sdpa")  # HF generate's own default attention
@@ -184,21 +251,24 @@ def main(argv: list[str] | None = None) -> dict:
             enc = tokenizer(
                 prompts_for(tokenizer, batch), return_tensors="pt", padding=True, add_special_tokens=False
             )
-            ids, mask = enc["input_ids"], enc["attention_mask"]
+            ids, mask = enc["input_ids"].to(DEVICE), enc["attention_mask"].to(DEVICE)
             for fw in args.frameworks.split(","):
-                if fw == "ours":
-                    run = functools.partial(time_ours, engine, ids, mask)
+                if fw in ("ours", "ours-eager"):
+                    run = functools.partial(time_ours, engines[fw == "ours"], ids, mask)
                 else:
                     run = functools.partial(time_hf, hf_model, tokenizer, ids, mask)
                 res = decode_rate(run, batch, args.new_tokens, args.rounds)
                 res |= {"framework": fw, "dtype": name, "batch": batch, "native": native(name)}
+                if fw == "ours":
+                    floor = graph_floor_ms(engines[True], batch, ids.size(1), args.new_tokens)
+                    res["graph_floor_ms"] = floor
                 rows.append(res)
                 print(f"{fw:5s} {name:9s} batch {batch:3d}: {res['tokens_per_s']:7.1f} tok/s", flush=True)
 
-    def rate(fw: str, name: str, batch: int) -> float | None:
+    def rate(fw: str, name: str, batch: int, key: str = "tokens_per_s") -> float | None:
         for r in rows:
             if (r["framework"], r["dtype"], r["batch"]) == (fw, name, batch):
-                return r["tokens_per_s"]
+                return r[key]
         return None
 
     fp32_bound = bound.get("float32", {}).get("bound_tokens_per_s")
@@ -212,10 +282,10 @@ def main(argv: list[str] | None = None) -> dict:
             f"LM head at batch 16: {b['lm_head_ms_batch16']:.1f} ms"
         )
     print(
-        "\n| dtype | batch | ours tok/s | ms/step | HF generate tok/s | ours / HF | ours / fp32 bound "
-        "| ours / our fp32 |"
+        "\n| dtype | batch | ours tok/s | ms/step | graph floor ms | eager static ms/step | HF ms/step "
+        "| HF generate tok/s | ours / HF | ours / fp32 bound | ours / our fp32 |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
 
     def ratio(a: float | None, b: float | None, fmt: str = "{:.2f}x") -> str:
         return fmt.format(a / b) if a and b else "-"
@@ -228,7 +298,10 @@ def main(argv: list[str] | None = None) -> dict:
             r["dtype"] + ("" if r["native"] else " (emulated)"),
             str(r["batch"]),
             f"{ours:.1f}",
-            f"{r['ms_per_step']:.1f}",
+            f"{r['ms_per_step']:.2f}",
+            f"{r['graph_floor_ms']:.2f}" if r.get("graph_floor_ms") else "-",
+            ratio(rate("ours-eager", r["dtype"], r["batch"], "ms_per_step"), 1, "{:.2f}"),
+            ratio(rate("hf", r["dtype"], r["batch"], "ms_per_step"), 1, "{:.2f}"),
             f"{hf:.1f}" if hf else "-",
             ratio(ours, hf),
             ratio(ours, fp32_bound, "{:.0%}"),
@@ -237,6 +310,10 @@ def main(argv: list[str] | None = None) -> dict:
         print("| " + " | ".join(cells) + " |")
     result = {
         "model": args.model,
+        "device": DEVICE.type,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
         "parameters": params,
         "threads": torch.get_num_threads(),
         "cpu_native_bf16": cpu_has_native_bf16(),

@@ -2,6 +2,13 @@
 
     pip install trl && python scripts/bench_grpo_vs_trl.py [--rounds 2] [--warmup 1] [--steps 5]
     python scripts/bench_grpo_vs_trl.py --quick     # tiny random model, 2 steps: a smoke test
+    python scripts/bench_grpo_vs_trl.py --device cuda --precision bf16-mixed   # both on one GPU
+
+``--device`` (default ``auto``: ``cuda`` where ``torch.cuda.is_available()``, else ``cpu``) puts
+both frameworks on the same device: ours ``Trainer(accelerator="gpu", devices=1)``, TRL
+``use_cpu=False`` (one visible GPU); the JSON records the device, the GPU's name, torch's version
+and its CUDA version next to the CPU details. ``--threads`` sets torch's CPU threads either way
+(on a GPU they only run the host-side work).
 
 The workload (identical in both frameworks): SmolLM2-135M-Instruct (fp32 weights) trained in
 ``--precision`` (default ``auto``: ``bf16-mixed``, TRL's own default ``bf16=True``, where the CPU
@@ -78,7 +85,11 @@ class Workload:
     """torch intra-op threads in every worker."""
     precision: str = "auto"
     """Training precision of both frameworks: ``bf16-mixed`` (TRL's default), ``32-true``, or
-    ``auto`` (resolved in the parent: bf16-mixed where the CPU has native bf16, else 32-true)."""
+    ``auto`` (resolved in the parent: bf16-mixed where the device computes bf16 natively (the CPU
+    has native bf16; a GPU with bf16 support), else 32-true)."""
+    device: str = "cpu"
+    """Where both frameworks train and generate: ``cpu`` or ``cuda`` (one GPU; resolved from
+    ``--device auto`` in the parent)."""
     engine_dtype: str = "auto"
     """Our generation engine's dtype (``EngineSettings.dtype``); ``model`` samples in fp32."""
     skip_zero_advantage_groups: bool = True
@@ -145,6 +156,38 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+def resolve_device(device: str) -> str:
+    """``auto``: ``cuda`` where torch sees a GPU, else ``cpu``; ``cuda`` without one is an error."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False)")
+    return device
+
+
+def device_info(device: str) -> dict[str, Any]:
+    """The device the run used: its kind, the GPU's name (``cuda``), torch and its CUDA version."""
+    import torch
+
+    info: dict[str, Any] = {
+        "device": device,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "gpu_name": None,
+        "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+    }
+    if device == "cuda" and torch.cuda.is_available():
+        info["gpu_name"] = torch.cuda.get_device_name(0)
+        props = torch.cuda.get_device_properties(0)
+        info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        info["gpu_capability"] = f"{props.major}.{props.minor}"
+        info["bf16_supported"] = torch.cuda.is_bf16_supported()
+    return info
+
+
 def report_step(step: dict[str, Any]) -> None:
     """One progress line per finished step on stderr (the parent relays lines with this prefix)."""
     phases = " ".join(f"{p.removesuffix('_s')}={step.get(p, 0.0):.1f}" for p in PHASES)
@@ -164,7 +207,9 @@ def worker_main(run) -> None:
     w = Workload(**json.loads(args.workload))
     configure_threads(w)
     result = run(w)
-    result.update(workload=asdict(w), versions=library_versions(), cpus=os.cpu_count())
+    result.update(
+        workload=asdict(w), versions=library_versions(), cpus=os.cpu_count(), device=device_info(w.device)
+    )
     args.out.write_text(json.dumps(result, indent=2))
 
 
@@ -297,7 +342,13 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
     ap.add_argument("--rounds", type=int, default=2, help="subprocess runs per framework, alternating")
     ap.add_argument("--warmup", type=int, default=d.warmup, help="steps dropped at the start of every run")
     ap.add_argument("--steps", type=int, default=d.steps, help="measured steps per run")
-    ap.add_argument("--threads", type=int, default=d.threads, help="torch threads in every worker")
+    ap.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads in every worker")
+    ap.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="where both frameworks run (auto: cuda when torch.cuda.is_available(), else cpu)",
+    )
     ap.add_argument("--max-completion-length", type=int, default=d.max_completion_length)
     ap.add_argument("--loss-type", default=d.loss_type, choices=["grpo", "dapo", "dr_grpo"])
     ap.add_argument("--seed", type=int, default=d.seed)
@@ -319,6 +370,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
     args = ap.parse_args(argv)
     if args.quick:
         args.model, args.rounds, args.warmup, args.steps = "tiny-random", 1, 1, 2
+    device = resolve_device(args.device)
     w = Workload(
         model=args.model,
         mbpp_path=str(Path(args.mbpp_path).expanduser().resolve()),
@@ -328,17 +380,24 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Workload]:
         max_completion_length=args.max_completion_length,
         loss_type=args.loss_type,
         seed=args.seed,
-        precision=resolve_bench_precision(args.precision),
+        precision=resolve_bench_precision(args.precision, device),
+        device=device,
         engine_dtype=args.engine_dtype,
         skip_zero_advantage_groups=not args.no_skip,
     )
     return args, w
 
 
-def resolve_bench_precision(precision: str) -> str:
-    """``auto``: the faster training precision on this CPU for both frameworks."""
+def resolve_bench_precision(precision: str, device: str = "cpu") -> str:
+    """``auto``: the faster training precision on this device for both frameworks (a GPU: bf16-mixed
+    where it supports bf16, as every Ampere or newer does; a CPU: bf16-mixed where it computes
+    bf16 natively)."""
     if precision != "auto":
         return precision
+    if device == "cuda":
+        import torch
+
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
     from lit_codeRL.policy.precision import cpu_has_native_bf16
 
     return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
@@ -373,10 +432,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "comparison" in summary:
         summary["comparison"]["same_prompts"] = same_prompts
     table = render_table(summary)
+    dev = device_info(w.device)
+    gpu = f" ({dev['gpu_name']})" if dev["gpu_name"] else ""
     header = (
         f"GRPO step, {w.model}: {w.prompts_per_step} prompts x {w.num_generations} completions, "
         f"<= {w.max_completion_length} new tokens, loss {w.loss_type}, training {w.precision}, "
-        f"our generation {w.engine_dtype}, {w.threads} torch threads, {os.cpu_count()} CPUs; {args.rounds} round(s) x {w.steps} measured steps (+{w.warmup} warm-up) each"
+        f"our generation {w.engine_dtype}, device {w.device}{gpu}, {w.threads} torch threads, {os.cpu_count()} CPUs; {args.rounds} round(s) x {w.steps} measured steps (+{w.warmup} warm-up) each"
     )
     print(f"\n{header}\n\n{table}")
     if not same_prompts:
@@ -386,6 +447,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     result = {
         "workload": asdict(w),
+        "device": dev,
         "cpu_path": cpu_path(),
         "rounds": args.rounds,
         "cpus": os.cpu_count(),

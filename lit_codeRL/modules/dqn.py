@@ -52,7 +52,7 @@ from lit_codeRL.rollout.experience import ExperienceCollector, ReplayDataset
 from lit_codeRL.rollout.q_evaluation import evaluate_problem, format_results
 from lit_codeRL.rollout.replay import PrioritizedReplayBuffer, ReplayBuffer
 from lit_codeRL.sandbox import SandboxConfig
-from lit_codeRL.training.policy_module import as_settings
+from lit_codeRL.training.policy_module import as_settings, in_process_loader
 from lit_codeRL.training.rng import GlobalRNG, own_rank_state, save_rank_states
 
 
@@ -226,7 +226,7 @@ class DQNModule(pl.LightningModule):
             rounds_per_batch=self.hparams.rounds_per_batch,
             learning_starts=self.hparams.learning_starts,
         )
-        return DataLoader(dataset, batch_size=None, num_workers=0)
+        return in_process_loader(dataset, batch_size=None)  # the replay samples the live Q-network
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self.global_rng.restore_pending()  # the first step after a resume: see training/rng.py

@@ -111,9 +111,14 @@ class EngineSettings:
     replica refreshed after every optimizer step; the trainer's truncated importance weight
     (``tis_cap``) corrects what the lower precision changes in the sampled distribution."""
     fast_decode: bool = True
-    """Sample from a lean forward of the replica on CPU for Llama-family models (Llama, SmolLM2,
-    Qwen2): the same math in about half the tensor operations per layer, which is what bounds a
-    small model's decode step on a CPU (``policy/fast_decode.py``). Off: transformers' forward."""
+    """``hf``: sample Llama-family models (Llama, SmolLM2, Qwen2) through a lean forward: the same
+    math in about half the tensor operations per layer, which is what bounds a small model's
+    decode step (``policy/fast_decode.py``); on a GPU its decode steps run over static buffers
+    (``cuda_graphs``). Off: transformers' forward."""
+    cuda_graphs: bool = True
+    """``hf`` with ``fast_decode`` on a GPU: replay each decode step as a CUDA graph captured per
+    batch bucket (``policy/graph_decode.py``): one launch a token instead of ~500. Off: the same
+    steps run eagerly (identical tokens and log-probs, slower)."""
 
 
 def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module) -> GenerationEngine:
@@ -152,6 +157,7 @@ def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module
             cpu_decode_threads=settings.cpu_decode_threads,
             dtype=settings.dtype,
             fast_decode=settings.fast_decode,
+            cuda_graphs=settings.cuda_graphs,
         )
     from lit_codeRL.errors import ConfigError
 

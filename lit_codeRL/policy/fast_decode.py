@@ -31,6 +31,7 @@ explicit invalidation).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -129,27 +130,52 @@ class LeanLlama:
     @torch.no_grad()
     def refresh(self) -> None:
         """Rebuild the fused, and where :func:`packing_available` prepacked, projection weights
-        from the module's current parameters."""
+        from the module's current parameters.
+
+        Unpacked, every weight keeps the address it had: new values are written into the tensors
+        of the last build. A captured decode graph (``policy/graph_decode.py``) replays kernels
+        that read those addresses, so it stays valid across optimizer steps without a recapture."""
         inner = self.model.model
-        self.embed, self.norm = inner.embed_tokens.weight, inner.norm.weight
-        self.packed = self.embed.device.type == "cpu" and packing_available(self.embed.dtype)
+        was_packed, old_layers = self.packed, self.layers
+        self.packed = inner.embed_tokens.weight.device.type == "cpu" and packing_available(
+            inner.embed_tokens.weight.dtype
+        )
+        keep = _refill if not (self.packed or was_packed) else _replace
         prepare = _pack if self.packed else _plain
-        self.layers = []
-        for layer in inner.layers:
+        self.embed = keep(getattr(self, "embed", None), inner.embed_tokens.weight.detach())
+        self.norm = keep(getattr(self, "norm", None), inner.norm.weight.detach())
+        layers = []
+        for i, layer in enumerate(inner.layers):
             attn, mlp = layer.self_attn, layer.mlp
-            self.layers.append(
+            old = old_layers[i] if i < len(old_layers) else None
+            layers.append(
                 _Layer(
-                    norm_in=layer.input_layernorm.weight,
-                    qkv=prepare(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight),
-                    qkv_bias=_fused_bias(attn.q_proj, attn.k_proj, attn.v_proj),
-                    o=prepare(attn.o_proj.weight),
-                    norm_post=layer.post_attention_layernorm.weight,
-                    gate_up=prepare(mlp.gate_proj.weight, mlp.up_proj.weight),
-                    down=prepare(mlp.down_proj.weight),
+                    norm_in=keep(old and old.norm_in, layer.input_layernorm.weight.detach()),
+                    qkv=keep(
+                        old and old.qkv,
+                        prepare(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight),
+                    ),
+                    qkv_bias=keep(old and old.qkv_bias, _fused_bias(attn.q_proj, attn.k_proj, attn.v_proj)),
+                    o=keep(old and old.o, prepare(attn.o_proj.weight)),
+                    norm_post=keep(old and old.norm_post, layer.post_attention_layernorm.weight.detach()),
+                    gate_up=keep(old and old.gate_up, prepare(mlp.gate_proj.weight, mlp.up_proj.weight)),
+                    down=keep(old and old.down, prepare(mlp.down_proj.weight)),
                 )
             )
-        self.lm_head = prepare(self.model.get_output_embeddings().weight)
+        self.layers = layers
+        self.lm_head = keep(
+            getattr(self, "lm_head", None), prepare(self.model.get_output_embeddings().weight)
+        )
         self._seen = self._versions()
+
+    def addresses(self) -> tuple[int, ...]:
+        """Where every weight the forward reads lives (a captured graph is valid while these hold)."""
+        tensors = [self.embed, self.norm, self.lm_head]
+        for layer in self.layers:
+            tensors += [layer.norm_in, layer.qkv, layer.o, layer.norm_post, layer.gate_up, layer.down]
+            tensors += [layer.qkv_bias] if layer.qkv_bias is not None else []
+        # prepacked (opaque, storage-less) tensors are only ever replaced: their identity will do
+        return tuple(id(t) if self.packed else t.data_ptr() for t in tensors)
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         if not self.packed:
@@ -175,13 +201,36 @@ class LeanLlama:
         cache = cache if cache is not None else past_key_values
         if cache.length == 0:  # a new sequence: read the module's current weights
             self.refresh_if_stale()
-        batch, steps = input_ids.shape
-        dtype = self.embed.dtype
+        steps = input_ids.size(1)
         x = F.embedding(input_ids, self.embed)
-        cos, sin = self.rotary(x, position_ids)  # [B, T, d] in the model dtype, as transformers
-        cos, sin = cos[:, None], (sin * self.sign)[:, None]
+        cos, sin = self.rotary_tables(x, position_ids)
         total = cache.length + steps
-        mask = self._mask(attention_mask[:, :total].bool(), cache.length, steps, dtype)
+        mask = self._mask(attention_mask[:, :total].bool(), cache.length, steps, self.embed.dtype)
+        x = self.layers_forward(x, cos, sin, mask, cache.write)
+        cache.length = total
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        return _Output(logits=self.head(x))
+
+    def rotary_tables(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """``cos, sin`` ``[B, 1, T, d]`` for ``position_ids`` ``[B, T]``, in the model dtype as
+        transformers computes them, the rotate-half sign folded into ``sin``."""
+        cos, sin = self.rotary(x, position_ids)
+        return cos[:, None], (sin * self.sign)[:, None]
+
+    def layers_forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor,
+        write: Callable[[int, Tensor, Tensor], tuple[Tensor, Tensor]],
+    ) -> Tensor:
+        """The decoder layers over hidden states ``x`` ``[B, T, hidden]``; ``write(layer, k, v)``
+        stores this step's keys/values ``[B, H_kv, T, d]`` and returns every key/value the queries
+        attend to, against which ``mask`` (additive, broadcast to ``[B, H_kv, groups * T, L]``)
+        applies."""
+        batch, steps = x.shape[:2]
         heads, kv, groups, d = self.heads, self.kv_heads, self.groups, self.head_dim
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (self.hidden,), layer.norm_in, self.eps)
@@ -192,21 +241,21 @@ class LeanLlama:
             )
             qk = qkv[:, : heads + kv]
             qk = qk * cos + torch.roll(qk, d // 2, dims=-1) * sin
-            keys, values = cache.write(i, qk[:, heads:], qkv[:, heads + kv :])
+            keys, values = write(i, qk[:, heads:], qkv[:, heads + kv :])
             # query head h reads key/value head h // groups: [B, kv, groups * T, d] against [B, kv, L, d]
             q = qk[:, :heads].reshape(batch, kv, groups * steps, d)
             scores = torch.matmul(q, keys.transpose(2, 3)) * self.scale + mask
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
             out = torch.matmul(probs, values).view(batch, heads, steps, d).transpose(1, 2)
             x = x + self._linear(out.reshape(batch, steps, heads * d), layer.o)
             h = F.rms_norm(x, (self.hidden,), layer.norm_post, self.eps)
             gate, up = self._linear(h, layer.gate_up).chunk(2, dim=-1)
             x = x + self._linear(F.silu(gate) * up, layer.down)
-        cache.length = total
-        if logits_to_keep:
-            x = x[:, -logits_to_keep:]
-        x = F.rms_norm(x, (self.hidden,), self.norm, self.eps)
-        return _Output(logits=self._linear(x, self.lm_head))
+        return x
+
+    def head(self, x: Tensor) -> Tensor:
+        """Final norm and LM head: hidden states -> logits."""
+        return self._linear(F.rms_norm(x, (self.hidden,), self.norm, self.eps), self.lm_head)
 
     def _mask(self, keys_valid: Tensor, past: int, steps: int, dtype: torch.dtype) -> Tensor:
         """Additive ``[B, 1, groups * T, L]`` mask: padding keys and (prefill) future keys get the
@@ -231,6 +280,21 @@ def _plain(*weights: Tensor) -> Tensor:
 def _pack(*weights: Tensor) -> Tensor:
     """The stacked weights in oneDNN's prepacked layout, for ``torch.ops.mkldnn._linear_pointwise``."""
     return torch.ops.mkldnn._reorder_linear_weight(_plain(*weights), PACK_BATCH_HINT)
+
+
+def _refill(old: Tensor | None, new: Tensor | None) -> Tensor | None:
+    """``new``'s values at ``old``'s address where the layouts match (see ``LeanLlama.refresh``)."""
+    if old is None or new is None or old.data_ptr() == new.data_ptr():
+        return new
+    if old.shape != new.shape or old.dtype != new.dtype or old.device != new.device:
+        return new
+    old.copy_(new)
+    return old
+
+
+def _replace(old: Tensor | None, new: Tensor | None) -> Tensor | None:
+    """``new`` itself (prepacked weights are opaque: rebuilt, never written in place)."""
+    return new
 
 
 def _fused_bias(*modules: torch.nn.Linear) -> Tensor | None:

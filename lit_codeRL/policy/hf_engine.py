@@ -1,8 +1,10 @@
 """The transformers generation engine: batched, KV-cached sampling from the policy itself.
 
-The :class:`GenerationEngine` protocol (``policy/engine.py``) over any transformers causal LM. On a
-CPU, Llama-family models decode through the lean forward (``policy/fast_decode.py``); elsewhere
-through the model's own forward with an in-place KV cache (``policy/kv_cache.py``). Sampling math
+The :class:`GenerationEngine` protocol (``policy/engine.py``) over any transformers causal LM.
+Llama-family models decode through the lean forward (``policy/fast_decode.py``): on a CPU with
+finished rows dropped from the batch, on a GPU through captured CUDA graphs
+(``policy/graph_decode.py``); other models through their own forward with an in-place KV cache
+(``policy/kv_cache.py``). Sampling math
 lives in ``policy/sampling.py``, the replica kept for another dtype or a sharded policy in
 ``policy/replica.py``.
 """
@@ -17,18 +19,13 @@ from torch import Tensor
 
 from lit_codeRL.policy import fast_decode
 from lit_codeRL.policy.dtensor import is_sharded
+from lit_codeRL.policy.graph_decode import GraphDecoder
 from lit_codeRL.policy.kv_cache import cache_keyword, decode_cache
 from lit_codeRL.policy.loading import is_quantized
-from lit_codeRL.policy.output import GenerationOutput, left_pad
-from lit_codeRL.policy.precision import generation_dtype
+from lit_codeRL.policy.output import GenerationOutput, left_pad, sampled_output
+from lit_codeRL.policy.precision import generation_dtype, log_generation_dtype
 from lit_codeRL.policy.replica import copy_weights, device_of, make_replica
-from lit_codeRL.policy.sampling import (
-    SamplingParams,
-    device_generator,
-    filter_logits,
-    sample_categorical,
-    stop_string_hits,
-)
+from lit_codeRL.policy.sampling import SamplingParams, device_generator, draw, stop_string_hits
 
 
 class HFGenerationEngine:
@@ -56,9 +53,13 @@ class HFGenerationEngine:
         cpu_decode_threads: int | None = None,
         dtype: torch.dtype | str | None = None,
         fast_decode: bool = True,
+        cuda_graphs: bool = True,
     ):
         self.tokenizer = tokenizer
         self.fast_decode = fast_decode
+        self.cuda_graphs = cuda_graphs
+        """On a GPU, replay each decode step as a captured CUDA graph (off: the same static steps
+        run eagerly, the captured path's reference)."""
         self.cpu_decode_threads = cpu_decode_threads
         self.dtype_setting = dtype
         """A dtype, ``None`` (the module's own) or a setting resolved per device (``"auto"``)."""
@@ -72,6 +73,7 @@ class HFGenerationEngine:
         self._replica: torch.nn.Module | None = None
         self._replica_of: torch.nn.Module | None = None
         self._lean: fast_decode.LeanLlama | None = None
+        self._graphs: GraphDecoder | None = None
         self._always_replica = False
         if model is not None:
             self.sync_weights(model)
@@ -128,16 +130,22 @@ class HFGenerationEngine:
 
     def _lean_forward(self, module: torch.nn.Module) -> fast_decode.LeanLlama | None:
         """The lean forward over ``module`` (kept if it already reads it), where it applies:
-        ``fast_decode`` on, a CPU, a supported unsharded Llama-family model."""
+        ``fast_decode`` on, a CPU or CUDA device, a supported unsharded Llama-family model."""
         if self._lean is not None and self._lean.model is module:
             return self._lean
         usable = (
             self.fast_decode
-            and device_of(module).type == "cpu"
+            and device_of(module).type in ("cpu", "cuda")
             and fast_decode.supports(module)
             and not is_sharded(module)
         )
         return fast_decode.LeanLlama(module) if usable else None
+
+    def _graph_decoder(self, lean: fast_decode.LeanLlama) -> GraphDecoder:
+        """The static-step decoder over ``lean`` (its graphs kept while it reads the same forward)."""
+        if self._graphs is None or self._graphs.lean is not lean:
+            self._graphs = GraphDecoder(lean, capture=self.cuda_graphs)
+        return self._graphs
 
     def _needs_replica(self, model: torch.nn.Module) -> bool:
         if self._always_replica:
@@ -183,6 +191,8 @@ class HFGenerationEngine:
         if model is None:
             raise RuntimeError("the engine has no model: call sync_weights(model) first")
         device = next(model.parameters()).device
+        if isinstance(self.dtype_setting, str):
+            log_generation_dtype(self.dtype_setting, device.type)  # the device samples really come from
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
         was_training = model.training
         model.eval()
@@ -218,6 +228,18 @@ class HFGenerationEngine:
         if generator is not None and generator.device != device:
             generator = device_generator(generator, device)
         lean = self._lean if self._lean is not None and self._lean.model is model else None
+        if lean is not None and device.type == "cuda":
+            return self._graph_decoder(lean).generate(
+                prompt_ids,
+                prompt_mask,
+                sampling,
+                n,
+                generator,
+                on_finished,
+                self.tokenizer,
+                self.stop_token_ids,
+                self.pad_token_id,
+            )
         if lean is not None:
             forward, cache_kw = lean, "cache"
             cache = lean.new_cache(prompt_ids.size(0), prompt_ids.size(1) + sampling.max_new_tokens + 1)
@@ -251,20 +273,9 @@ class HFGenerationEngine:
         next_pos = positions[:, -1:] + 1
         with self._decode_threads(device):
             for step in range(max_new):
-                logits = logits.float()
-                # (T = 1 divides nothing: skipping it saves a pass over [B, V] per token)
-                scaled = logits / sampling.temperature if sampling.temperature not in (0, 1) else logits
-                lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
-                if sampling.temperature > 0:
-                    if sampling.top_k > 0 or sampling.top_p < 1.0:
-                        probs = filter_logits(scaled, sampling.top_k, sampling.top_p).softmax(-1)
-                    else:
-                        probs = (scaled - lse).exp_()
-                    token = sample_categorical(probs, generator)
-                else:
-                    token = logits.argmax(-1)
+                token, logprob = draw(logits, sampling, generator)
                 tokens[active, step] = token
-                logprobs[active, step] = (scaled.gather(-1, token[:, None]) - lse).squeeze(-1)
+                logprobs[active, step] = logprob
                 done = torch.isin(token, stop)
                 if sampling.stop:
                     hit = stop_string_hits(self.tokenizer, tokens, active, step, sampling.stop) & ~done
@@ -296,16 +307,10 @@ class HFGenerationEngine:
         if on_finished is not None and not bool(finished.all()):
             rows = (~finished).nonzero().squeeze(-1).tolist()
             on_finished(rows, [tokens[r].tolist() for r in rows], ["length"] * len(rows))
-        completion_mask = (torch.arange(max_new, device=device)[None, :] < lengths[:, None]).long()
-        width = int(lengths.max()) if batch else 0
-        tokens, logprobs, completion_mask = tokens[:, :width], logprobs[:, :width], completion_mask[:, :width]
-        tokens = tokens.masked_fill(completion_mask == 0, self.pad_token_id)
-        logprobs = logprobs * completion_mask
-        texts = self.tokenizer.batch_decode(tokens.cpu(), skip_special_tokens=True)
         reasons = [
             "stop_string" if s else "stop" if f else "length"
             for f, s in zip(finished.tolist(), by_string.tolist(), strict=True)
         ]
-        return GenerationOutput(
-            prompt_ids, prompt_mask, tokens, completion_mask, logprobs, texts, finished, reasons
+        return sampled_output(
+            self.tokenizer, self.pad_token_id, prompt_ids, prompt_mask, tokens, logprobs, lengths, reasons
         )

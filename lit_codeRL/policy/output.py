@@ -42,6 +42,30 @@ class GenerationOutput:
         return int(self.completion_mask.sum())
 
 
+def sampled_output(
+    tokenizer,
+    pad_token_id: int,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    tokens: Tensor,
+    logprobs: Tensor,
+    lengths: Tensor,
+    reasons: list[str],
+) -> GenerationOutput:
+    """A decode loop's buffers as a :class:`GenerationOutput`: ``tokens``/``logprobs`` ``[B, max_new]``
+    cut to the longest of ``lengths`` ``[B]``, the pad id and log-prob 0 past each row's end, the
+    texts decoded, ``finished`` where a row ended by itself (its reason is not ``length``)."""
+    width = int(lengths.max()) if lengths.numel() else 0
+    completion_mask = (torch.arange(width, device=tokens.device)[None, :] < lengths[:, None]).long()
+    tokens = tokens[:, :width].masked_fill(completion_mask == 0, pad_token_id)
+    logprobs = logprobs[:, :width] * completion_mask
+    texts = tokenizer.batch_decode(tokens.cpu(), skip_special_tokens=True)
+    finished = torch.tensor([r != "length" for r in reasons], dtype=torch.bool, device=tokens.device)
+    return GenerationOutput(
+        prompt_ids, prompt_mask, tokens, completion_mask, logprobs, texts, finished, reasons
+    )
+
+
 def left_pad(rows: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
     """``[B, max_len]`` left-padded ids and their mask."""
     width = max((len(r) for r in rows), default=0)

@@ -70,6 +70,33 @@ def resolve_precision(
     return chosen
 
 
+REDUCED_PRECISIONS = ("bf16-mixed", "16-mixed", "bf16-true", "16-true")
+"""Trainer precisions whose matmuls already run in 16 bits (autocast or 16-bit weights)."""
+
+
+def set_matmul_precision(trainer_precision: Any, device: torch.device) -> bool:
+    """Let the fp32 matmuls left in a reduced-precision run use TF32 (``"high"``); say whether it did.
+
+    On a CUDA device with tensor cores (compute capability 8.0+, Ampere and newer) training in one
+    of :data:`REDUCED_PRECISIONS` multiplies in bf16/fp16 already, so TF32 for the few fp32 matmuls
+    autocast leaves (and the fp32 parts of a ``-true`` run) loses nothing that matters and frees
+    the tensor cores for them; it also answers Lightning's tip to set it. ``32-true`` keeps
+    ``"highest"``: exact fp32 is what that run asked for (and Lightning's tip stays, as the right
+    advice there). A process whose precision is no longer ``"highest"`` was set by the user (or
+    ``allow_tf32``) and is left alone. Logged once, on rank 0.
+    """
+    if device.type != "cuda" or str(trainer_precision) not in REDUCED_PRECISIONS:
+        return False
+    if torch.get_float32_matmul_precision() != "highest" or torch.cuda.get_device_capability(device) < (8, 0):
+        return False
+    torch.set_float32_matmul_precision("high")
+    _log_once(
+        f"float32 matmul precision -> high (TF32 on {torch.cuda.get_device_name(device)}: "
+        f"{trainer_precision} already multiplies in 16 bits)"
+    )
+    return True
+
+
 def is_model_parallel(strategy: Any) -> bool:
     """Is ``strategy`` FSDP2, i.e. Lightning's ``ModelParallelStrategy``: an instance (or a
     subclass's), a registered alias of such a class, or the name ``"fsdp2"`` itself?"""
@@ -120,12 +147,17 @@ _LOGGED: set[str] = set()
 
 def _log_once(message: str) -> None:
     """Log ``message`` once per process and only on global rank 0 (all ranks resolve alike)."""
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-    if message in _LOGGED or getattr(rank_zero_only, "rank", 0) != 0:
+    if message in _LOGGED or not _is_rank_zero():
         return
     _LOGGED.add(message)
     log.info(message)
+
+
+def _is_rank_zero() -> bool:
+    """Global rank 0, or no rank set yet (all ranks decide alike, one of them says so)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
 
 
 def default_micro_batch_size(
@@ -260,7 +292,9 @@ def generation_dtype(setting: GenerationDtype | None, device_type: str) -> torch
     """The dtype the generation engine samples in on ``device_type``; ``None``: the policy's own.
 
     ``auto`` is bf16 where the hardware has it natively (CUDA Ampere and newer; a CPU with
-    AVX-512-BF16/AMX), else the policy's own dtype. Logged once per device type.
+    AVX-512-BF16/AMX), else the policy's own dtype. Pure (no log): the engine asks at setup, while
+    the model may still be on the CPU before Lightning moves it to the GPU, so a log here would
+    announce a decision that is never used; :func:`log_generation_dtype` logs the one that is.
     """
     if setting in (None, "model"):
         return None
@@ -272,11 +306,30 @@ def generation_dtype(setting: GenerationDtype | None, device_type: str) -> torch
         return DTYPES[setting]
     if device_type == "cuda":
         native = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
-        where = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cuda"
     elif device_type == "cpu":
-        native, where = cpu_has_native_bf16(), "CPU (AVX-512-BF16/AMX)" if cpu_has_native_bf16() else "CPU"
+        native = cpu_has_native_bf16()
     else:
-        native, where = False, device_type
-    chosen = torch.bfloat16 if native else None
+        native = False
+    return torch.bfloat16 if native else None
+
+
+_GENERATION_LOGGED: set[tuple[GenerationDtype | None, str]] = set()
+
+
+def log_generation_dtype(setting: GenerationDtype | None, device_type: str) -> None:
+    """Log what ``engine.dtype: auto`` chose on ``device_type``, once per (setting, device type)
+    and process, on rank 0. Called where generation first runs on a device, so the line names
+    the device the samples really come from. An explicit dtype is the user's own words and is
+    not repeated; an invalid one raises as in :func:`generation_dtype`."""
+    chosen = generation_dtype(setting, device_type)
+    key = (setting, device_type)
+    if setting != "auto" or key in _GENERATION_LOGGED or not _is_rank_zero():
+        return
+    _GENERATION_LOGGED.add(key)
+    if device_type == "cuda":
+        where = torch.cuda.get_device_name() if torch.cuda.is_available() else "cuda"
+    elif device_type == "cpu":
+        where = "CPU (AVX-512-BF16/AMX)" if chosen is not None else "CPU"
+    else:
+        where = device_type
     log.info("engine dtype auto -> %s on %s", "bfloat16" if chosen else "the policy's own dtype", where)
-    return chosen

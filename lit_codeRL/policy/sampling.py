@@ -82,6 +82,27 @@ def inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     return torch.minimum(token, last).squeeze(-1)
 
 
+def draw(
+    logits: Tensor, sampling: SamplingParams, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """One token per row of ``logits`` ``[B, V]`` and its log-prob under the temperature-scaled,
+    unfiltered distribution (what the trainer recomputes) -> ``([B], [B])``. Every engine loop
+    draws through this one function, so a captured and an eager loop draw identically."""
+    logits = logits.float()
+    # (T = 1 divides nothing: skipping it saves a pass over [B, V] per token)
+    scaled = logits / sampling.temperature if sampling.temperature not in (0, 1) else logits
+    lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
+    if sampling.temperature > 0:
+        if sampling.top_k > 0 or sampling.top_p < 1.0:
+            probs = filter_logits(scaled, sampling.top_k, sampling.top_p).softmax(-1)
+        else:
+            probs = (scaled - lse).exp_()
+        token = sample_categorical(probs, generator)
+    else:
+        token = logits.argmax(-1)
+    return token, (scaled.gather(-1, token[:, None]) - lse).squeeze(-1)
+
+
 def stop_string_hits(tokenizer, tokens: Tensor, active: Tensor, step: int, stops: list[str]) -> Tensor:
     """``[len(active)]`` bool: row ``active[i]`` of ``tokens`` ``[B, T]`` now ends in (contains,
     within its last few tokens up to ``step``) one of ``stops``. Checked every step, so a hit

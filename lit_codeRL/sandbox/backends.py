@@ -179,10 +179,23 @@ def bwrap_system_binds(interp: Interpreter) -> list[str]:
     return argv
 
 
-def bwrap_argv(cfg: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
+SANDBOX_PATH = "/usr/bin:/bin"
+"""The only ``PATH`` a sandbox wrapper is started with (nothing of the caller's environment)."""
+
+
+def bwrap_executable() -> str:
+    """``bwrap`` as the wrapper's sanitized ``PATH`` finds it, else its absolute path on the
+    caller's ``PATH`` (bubblewrap unpacked or built outside ``/usr``, e.g. in a user's prefix):
+    ``subprocess`` looks an executable up on the ``PATH`` of the environment it is given."""
+    if shutil.which("bwrap", path=SANDBOX_PATH):
+        return "bwrap"
+    return shutil.which("bwrap") or "bwrap"
+
+
+def bwrap_argv(cfg: SandboxConfig, bwrap: str | None = None) -> list[str]:
     """bubblewrap command line for one worker (unit-tested; see the module docstring)."""
     interp = interpreter(cfg.python)
-    argv = [bwrap, *BWRAP_ISOLATION, *bwrap_system_binds(interp)]
+    argv = [bwrap or bwrap_executable(), *BWRAP_ISOLATION, *bwrap_system_binds(interp)]
     argv += [
         "--ro-bind",
         str(SERVER_PATH.parent),

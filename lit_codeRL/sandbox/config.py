@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Literal
 
 BackendName = Literal["auto", "local", "bwrap", "apptainer"]
+
+WORKERS_CAP = 8
+"""Most workers ``workers: 0`` starts. The shipped configs grade 8 (quickstart) to 64 (the MBPP
+recipes) completions a step, and MBPP-style tests take milliseconds, so 8 workers grade a step in
+at most 8 rounds; every further worker costs a forked interpreter's memory and its start-up at
+each pool open (evaluation callbacks open their own). Long-running tests: raise ``workers``."""
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, which under SLURM or a cgroup CPU
+    set is fewer than ``os.cpu_count()`` (the machine's); the CPU count where there is none."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS) or no answer
+        return os.cpu_count() or 1
+
+
+def default_workers(cores: int | None = None) -> int:
+    """``max(1, min(cores - 1, WORKERS_CAP))``: one core stays with the main process, which runs
+    the decode loop (on a GPU a Python loop that needs a core of its own) and, in training, the
+    optimizer step, while the sandbox grades; at most :data:`WORKERS_CAP`."""
+    cores = usable_cores() if cores is None else cores
+    return max(1, min(cores - 1, WORKERS_CAP))
 
 
 @dataclass(frozen=True)
@@ -20,7 +44,9 @@ class SandboxConfig:
     to ``local``. ``local`` (resource limits only, NOT isolation) only when asked for, with a
     warning every time a pool opens."""
     workers: int = 0
-    """Parallel worker processes (each a fork server running one program at a time); 0 = CPU count."""
+    """Parallel worker processes (each a fork server running one program at a time). 0: one per
+    usable core (the process's CPU affinity) less one for the decode loop and trainer, at most 8:
+    max(1, min(cores - 1, 8)) (``default_workers``)."""
     timeout_s: float = 5.0
     """Default wall-clock limit per program (program + all its tests)."""
     memory_mb: int = 1024
@@ -62,3 +88,7 @@ class SandboxConfig:
     use_pids_cgroup: bool = True
     """Put each worker into its own pids cgroup (v1 or v2) when one is writable: the fork-bomb
     guard that also works when running as root (where RLIMIT_NPROC is not enforced)."""
+
+    def worker_count(self) -> int:
+        """``workers``, or where it is 0 the rule of :func:`default_workers` for this host."""
+        return self.workers or default_workers()

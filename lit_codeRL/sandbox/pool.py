@@ -69,7 +69,7 @@ class _Worker:
             if self.cgroup.procs:
                 # join the cgroup before exec so everything the wrapper forks is inside it
                 argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', self.cgroup.procs, *argv]
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        env = {"PATH": backends.SANDBOX_PATH, "LANG": "C.UTF-8"}
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -266,7 +266,7 @@ class Sandbox:
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
         self.backend = backends.resolve_backend(config)  # raises SandboxUnavailable
-        self.workers = config.workers or os.cpu_count() or 1
+        self.workers = config.worker_count()
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all = [_Worker(config, self.backend) for _ in range(self.workers)]
         self._pending = threading.BoundedSemaphore(config.max_pending or 64 * self.workers)

@@ -317,14 +317,19 @@ def bwrap_workspace_argv(
     writable_binds: Mapping[str, str] = {},
     scratch: Mapping[str, int] = {},
     env: Mapping[str, str] = {},
-    bwrap: str = "bwrap",
+    bwrap: str | None = None,
 ) -> list[str]:
     """bubblewrap command line of one session: the program sandbox's isolation flags and system
     binds, the server as PID 1, the workspace, /tmp and every ``scratch`` path (sandbox path ->
     bytes) on size-capped tmpfs."""
     interp = backends.interpreter(config.python)
     cmd_env = base_env(f"{TOOLS_IN}/bin", {"PYTHONPATH": f"{TOOLS_IN}/site", **env})
-    argv = [bwrap, *backends.BWRAP_ISOLATION, "--as-pid-1", *backends.bwrap_system_binds(interp)]
+    argv = [
+        bwrap or backends.bwrap_executable(),
+        *backends.BWRAP_ISOLATION,
+        "--as-pid-1",
+        *backends.bwrap_system_binds(interp),
+    ]
     argv += ["--ro-bind", f"{toolchain}/etc", "/etc", "--ro-bind", toolchain, TOOLS_IN]
     argv += ["--ro-bind", str(SERVER_FILE), SERVER_IN, "--ro-bind", repo, REPO_SRC_IN]
     argv += ["--proc", "/proc", "--dev", "/dev"]
@@ -491,7 +496,7 @@ _SPAWNER = _Spawner()
 
 
 def _popen(argv: list[str], **kw) -> subprocess.Popen:
-    kw.setdefault("env", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    kw.setdefault("env", {"PATH": backends.SANDBOX_PATH, "LANG": "C.UTF-8"})
     kw.setdefault("cwd", "/")  # the trainer's cwd must not leak into the sandbox's view
     kw.setdefault("close_fds", True)
     kw.setdefault("start_new_session", True)

@@ -31,6 +31,7 @@ import copy
 import dataclasses
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -72,6 +73,33 @@ def as_settings(cls: type, value: Any) -> Any:
             value = {**value, "lora": LoraSettings(**value["lora"])}
         return cls(**value)
     return value
+
+
+FEW_WORKERS_WARNING = r"The 'train_dataloader' does not have many workers"
+"""Lightning's advice (a ``PossibleUserWarning``) to give the train loader more workers."""
+
+
+def in_process_loader(dataset: IterableDataset, **kwargs: Any) -> DataLoader:
+    """A ``DataLoader`` over ``dataset`` in the main process (``num_workers=0``), without
+    Lightning's advice to add workers.
+
+    Rollout and replay datasets generate with the live policy (or Q-network): a worker process
+    would sample from a stale copy of it, so 0 workers is the design, and Lightning's "does not
+    have many workers" warning at every fit is advice that must not be followed. It is ignored
+    for the train loader only, only from Lightning's data connector, and only once a module has
+    built such a loader (the filter is process-wide, as every ``warnings`` filter is); a loader
+    passed to ``Trainer.fit`` in a process that never built one still gets the warning.
+    """
+    from lightning.fabric.utilities.warnings import PossibleUserWarning
+
+    # re-adding an identical filter replaces it, so building loaders again adds nothing
+    warnings.filterwarnings(
+        "ignore",
+        message=FEW_WORKERS_WARNING,
+        category=PossibleUserWarning,
+        module=r"lightning\.pytorch\.trainer\.connectors\.data_connector\Z",
+    )
+    return DataLoader(dataset, num_workers=0, **kwargs)
 
 
 def _identity(batch: Any) -> Any:
@@ -192,9 +220,8 @@ class PolicyModule(LightningModule):
         return distributed.global_std(values)
 
     def train_dataloader(self) -> DataLoader:
-        # Batches come whole from the dataset; num_workers=0: a worker process would sample from
-        # (or hold) a stale copy of the policy.
-        return DataLoader(self.dataset, batch_size=None, collate_fn=_identity, num_workers=0)
+        # Batches come whole from the dataset, in the main process (see in_process_loader).
+        return in_process_loader(self.dataset, batch_size=None, collate_fn=_identity)
 
     def plain_hparams(self) -> None:
         """Store dataclass hparams as plain dicts: checkpoints load with ``weights_only=True``."""

@@ -126,3 +126,25 @@ def test_bf16_sampler_logprobs_are_close_to_the_fp32_trainers(smollm2):
         assert diff.mean() < mean_tol and diff.max() < max_tol, (dtype, diff.mean(), diff.max())
         weights = truncated_importance_weights(train, out.logprobs, out.completion_mask)[real]
         assert abs(float(weights.mean()) - 1.0) < 0.02
+
+
+def test_only_the_decision_used_is_logged_once_per_device(monkeypatch, fresh_detection, caplog):
+    """``generation_dtype`` is asked at setup, while the model is still on the CPU: it must say
+    nothing. ``log_generation_dtype`` (the engine's first generate on a device) logs once per
+    (setting, device type)."""
+    import logging
+
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(precision, "_GENERATION_LOGGED", set())
+    with caplog.at_level(logging.INFO, logger=precision.log.name):
+        assert precision.generation_dtype("auto", "cpu") is torch.bfloat16
+        assert precision.generation_dtype("auto", "cuda") is torch.bfloat16
+        assert not [r for r in caplog.records if "engine dtype" in r.getMessage()]
+        for _ in range(3):
+            precision.log_generation_dtype("auto", "cuda")
+        precision.log_generation_dtype("float32", "cuda")  # the user's own words: not repeated
+    lines = [r.getMessage() for r in caplog.records if "engine dtype" in r.getMessage()]
+    assert lines == ["engine dtype auto -> bfloat16 on NVIDIA H100 80GB HBM3"]

@@ -156,3 +156,65 @@ def test_cpu_step_with_clipping_picks_the_optimizer_lightning_can_clip(tmp_path,
     assert trainer.global_step == 1
     # The (clipped) optimizer step ran: AdamW keeps a step count per parameter it updated.
     assert any(float(state["step"]) == 1 for state in opt.state.values())
+
+
+@pytest.fixture
+def matmul_precision():
+    """The fp32 matmul precision is process-wide: start each test at torch's default, restore after."""
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    P._LOGGED.clear()
+    yield
+    torch.set_float32_matmul_precision(saved)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "trainer_precision", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16-mixed", "high"),
+        ("NVIDIA A100-SXM4-80GB", "16-mixed", "high"),
+        ("NVIDIA H100 80GB HBM3", "bf16-true", "high"),
+        ("NVIDIA H100 80GB HBM3", "16-true", "high"),
+        ("NVIDIA H100 80GB HBM3", "32-true", "highest"),  # exact fp32 is what was asked for
+        ("Tesla V100-SXM2-32GB", "16-mixed", "highest"),  # no TF32 tensor cores before sm_80
+        ("Tesla T4", "16-mixed", "highest"),
+    ],
+)
+def test_tf32_only_for_reduced_precision_on_ampere_and_newer(
+    monkeypatch, matmul_precision, caplog, gpu, trainer_precision, expected
+):
+    fake_gpu(monkeypatch, gpu)
+    with caplog.at_level(logging.INFO, logger=P.log.name):
+        changed = P.set_matmul_precision(trainer_precision, torch.device("cuda", 0))
+        P.set_matmul_precision(trainer_precision, torch.device("cuda", 0))
+    assert torch.get_float32_matmul_precision() == expected
+    assert changed is (expected == "high")
+    lines = [r.getMessage() for r in caplog.records if "matmul precision" in r.getMessage()]
+    assert lines == (
+        [
+            f"float32 matmul precision -> high (TF32 on {gpu}: {trainer_precision} already "
+            "multiplies in 16 bits)"
+        ]
+        if changed
+        else []
+    )
+
+
+def test_tf32_leaves_a_users_choice_and_the_cpu_alone(monkeypatch, matmul_precision):
+    fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3")
+    assert not P.set_matmul_precision("bf16-mixed", torch.device("cpu"))
+    assert torch.get_float32_matmul_precision() == "highest"
+    torch.set_float32_matmul_precision("medium")  # the user's own
+    assert not P.set_matmul_precision("bf16-mixed", torch.device("cuda", 0))
+    assert torch.get_float32_matmul_precision() == "medium"
+
+
+def test_trainer_sets_matmul_precision_for_its_resolved_precision_and_device(monkeypatch, matmul_precision):
+    """``CodeRLTrainer`` hands its resolved precision and root device over, before any fit."""
+    import lit_codeRL.cli as cli
+
+    calls: list[tuple[str, torch.device]] = []
+    monkeypatch.setattr(cli, "set_matmul_precision", lambda p, d: calls.append((p, d)) or False)
+    monkeypatch.setattr(P, "cpu_has_native_bf16", lambda: True)
+    CodeRLTrainer(accelerator="cpu", devices=1, logger=False, max_steps=1)
+    assert calls == [("bf16-mixed", torch.device("cpu"))]

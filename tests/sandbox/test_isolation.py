@@ -291,3 +291,26 @@ def test_ci_runs_make_test_in_a_fresh_venv_and_fails_on_skipped_bwrap_tests(tmp_
     assert out.returncode != 0 and "agent env hack suites were skipped or missing" in out.stderr
     out, made = _run_ci(tmp_path / "red", [("test_a[bwrap]", False)], make_status=2)
     assert out.returncode == 2 and made["target"] == "test"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_a_bwrap_outside_the_sandbox_path_is_started_by_its_absolute_path(tmp_path, monkeypatch):
+    """Workers start with PATH=/usr/bin:/bin, and subprocess looks the executable up there: a
+    bubblewrap unpacked elsewhere (a user prefix, a GPU image without root) must still start, and
+    grade a program, by the absolute path found on the caller's PATH."""
+    prefix = tmp_path / "bin"
+    prefix.mkdir()
+    (prefix / "bwrap").symlink_to(shutil.which("bwrap"))
+    real_which = shutil.which
+
+    def which(name, mode=os.F_OK | os.X_OK, path=None):
+        if name == "bwrap":  # as if bwrap were installed only under the prefix
+            return real_which(name, path=str(prefix)) if path is None else None
+        return real_which(name, mode, path)
+
+    monkeypatch.setattr(backends.shutil, "which", which)
+    assert backends.bwrap_executable() == str(prefix / "bwrap")
+    assert backends.bwrap_argv(SandboxConfig())[0] == str(prefix / "bwrap")
+    with make_sandbox(backend="bwrap", workers=1, timeout_s=5.0) as box:
+        result = box.run(Program("print(6 * 7)", expected_stdout="42"))
+    assert result.passed, result

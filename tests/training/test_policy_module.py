@@ -115,3 +115,56 @@ def test_gradients_are_clipped_and_adamw_stays_fused_without_a_grad_scaler(tmp_p
     trainer.fit(module)
     assert trainer.optimizers[0].defaults["fused"] is True
     assert len(norms) == 2 and all(n <= 1e-3 * 1.01 for n in norms), norms
+
+
+def _fit_one_step(module, tmp_path, **fit_kwargs) -> list[str]:
+    """The warnings a one-step CPU fit emits, on a host where Lightning would suggest 8 workers."""
+    import warnings
+
+    import lightning as L
+    from lightning.pytorch.trainer.connectors import data_connector
+
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    # Lightning advises workers only where it could use more than one (a 2-core runner: not)
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings(record=True) as caught:
+        mp.setattr(data_connector, "suggested_max_num_workers", lambda devices: 8)
+        warnings.simplefilter("always")
+        trainer.fit(module, **fit_kwargs)
+    return [str(w.message) for w in caught]
+
+
+def test_in_process_train_loader_gets_no_advice_to_add_workers(tmp_path):
+    """The module's own loader runs in the main process by design: Lightning's "does not have
+    many workers" warning is silenced for it, and still comes for a map-style loader a user brings."""
+    from torch.utils.data import DataLoader
+
+    from lit_codeRL.modules.bc import BCModule
+    from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.rollout.demonstrations import DemonstrationSettings
+
+    def settings() -> dict:
+        return dict(
+            model=ModelSettings(name_or_path="tiny-random"),
+            demonstrations=DemonstrationSettings(source="embedded"),
+            batch_size=2,
+            save_hf_model=False,
+        )
+
+    ours = _fit_one_step(BCModule(**settings()), tmp_path)
+    assert not [m for m in ours if "does not have many workers" in m], ours
+
+    module = BCModule(**settings())  # now trained on a loader of the user's: the module is not asked
+    module.setup("fit")
+    batch = module.dataset.next_batch()
+    theirs = _fit_one_step(
+        module, tmp_path, train_dataloaders=DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
+    )
+    assert [m for m in theirs if m.startswith("The 'train_dataloader' does not have many workers")], theirs
