@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=str(REPO / "bench_results" / "context_parallel.json"))
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from lit_codeRL.policy.precision import cpu_path
+    from lit_codeRL.policy.cpu_path import cpu_path
 
     results = []
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))

@@ -45,9 +45,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from lit_codeRL.policy.cpu_path import cpu_path  # noqa: E402
 from lit_codeRL.policy.hf_engine import HFGenerationEngine  # noqa: E402
 from lit_codeRL.policy.loading import load_model  # noqa: E402
-from lit_codeRL.policy.precision import cpu_has_native_bf16, cpu_path  # noqa: E402
+from lit_codeRL.policy.precision import cpu_has_native_bf16  # noqa: E402
 from lit_codeRL.policy.replica import make_replica  # noqa: E402
 from lit_codeRL.policy.sampling import SamplingParams  # noqa: E402
 

@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not same_prompts:
         print("WARNING: the runs did not prompt with the same task sequence", file=sys.stderr)
 
-    from lit_codeRL.policy.precision import cpu_path
+    from lit_codeRL.policy.cpu_path import cpu_path
 
     result = {
         "workload": asdict(w),

@@ -182,7 +182,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.model, args.max_new_tokens, args.warmup, args.steps = "tiny-random", 8, 0, 1
-    from lit_codeRL.policy.precision import cpu_has_native_bf16, cpu_path
+    from lit_codeRL.policy.cpu_path import cpu_path
+    from lit_codeRL.policy.precision import cpu_has_native_bf16
 
     precision = args.precision
     if precision == "auto":

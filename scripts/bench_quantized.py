@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(measure(args.one, args.model, args.batch, args.seq, args.steps, args.device)))
         return {}
     sys.path.insert(0, str(REPO))
-    from lit_codeRL.policy.precision import cpu_path
+    from lit_codeRL.policy.cpu_path import cpu_path
 
     results = []
     for variant in args.variants.split(","):

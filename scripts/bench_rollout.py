@@ -42,10 +42,11 @@ sys.path.insert(0, str(REPO))
 
 from bench_generation import REQUESTS  # noqa: E402  (scripts/ is on sys.path)
 
+from lit_codeRL.policy.cpu_path import cpu_path  # noqa: E402
 from lit_codeRL.policy.hf_engine import HFGenerationEngine  # noqa: E402
 from lit_codeRL.policy.loading import load_model, resolve_source  # noqa: E402
 from lit_codeRL.policy.openai_engine import OpenAIEngine  # noqa: E402
-from lit_codeRL.policy.precision import cpu_has_native_bf16, cpu_path  # noqa: E402
+from lit_codeRL.policy.precision import cpu_has_native_bf16  # noqa: E402
 from lit_codeRL.policy.sampling import SamplingParams  # noqa: E402
 from lit_codeRL.policy.vllm_engine import VLLMEngine, vllm_available  # noqa: E402
 

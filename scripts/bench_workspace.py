@@ -181,7 +181,7 @@ def bench_grading(cfg: WorkspaceConfig) -> dict:
 
 def cpu_info() -> dict:
     try:
-        from lit_codeRL.policy.precision import cpu_path
+        from lit_codeRL.policy.cpu_path import cpu_path
 
         return cpu_path()
     except Exception:  # noqa: BLE001 - torch-free fallback

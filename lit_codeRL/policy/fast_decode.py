@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lit_codeRL.policy import precision
 from lit_codeRL.policy.kv_cache import KVCache
 
 PACK_BATCH_HINT = 16
@@ -313,9 +314,7 @@ def packing_available(dtype: torch.dtype) -> bool:
     if dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
         return False
     if dtype == torch.bfloat16:
-        from lit_codeRL.policy.precision import cpu_has_native_bf16
-
-        if not cpu_has_native_bf16():
+        if not precision.cpu_has_native_bf16():
             return False
     try:
         generator = torch.Generator().manual_seed(0)

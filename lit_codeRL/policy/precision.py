@@ -256,37 +256,6 @@ def cpu_has_native_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
-def cpu_path() -> dict[str, Any]:
-    """Which CPU code path this process takes, for benchmark reports: the CPU, the SIMD flags
-    found, torch's kernel level, whether bf16 counts as native (and why), what the generation
-    engine samples in under ``engine.dtype: auto`` and whether its projections run prepacked."""
-    from lit_codeRL.policy.fast_decode import packing_available
-
-    name = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
-    native = cpu_has_native_bf16()
-    engine_dtype = torch.bfloat16 if native else torch.float32
-    return {
-        "cpu": name,
-        "flags_found": [f for f in wanted if f in cpu_flags()],
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": native,
-        "env": {
-            k: os.environ[k]
-            for k in (CPU_BF16_ENV, "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
-            if k in os.environ
-        },
-        "engine_auto_dtype": str(engine_dtype).removeprefix("torch."),
-        "decode_prepacked": packing_available(engine_dtype),
-        "threads": torch.get_num_threads(),
-    }
-
-
 @functools.cache
 def generation_dtype(setting: GenerationDtype | None, device_type: str) -> torch.dtype | None:
     """The dtype the generation engine samples in on ``device_type``; ``None``: the policy's own.

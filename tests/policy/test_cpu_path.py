@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_codeRL.policy import precision
+from lit_codeRL.policy import cpu_path, precision
 from lit_codeRL.policy.hf_engine import HFGenerationEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def test_native_bf16_detection_and_its_switch(monkeypatch, flags, env, native):
     assert precision.cpu_has_native_bf16() is native
     # engine.dtype auto follows it: bf16 replica where native, else the policy's own dtype
     assert precision.generation_dtype("auto", "cpu") == (torch.bfloat16 if native else None)
-    path = precision.cpu_path()
+    path = cpu_path.cpu_path()
     assert path["native_bf16"] is native
     assert path["engine_auto_dtype"] == ("bfloat16" if native else "float32")
     assert path["env"] == env

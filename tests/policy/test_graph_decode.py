@@ -113,6 +113,7 @@ def test_in_place_weight_updates_are_seen_without_moving_any_weight(setup, monke
     Unpacked weights, as on a GPU (CPU-prepacked ones are opaque and rebuilt)."""
     monkeypatch.setattr("lit_codeRL.policy.fast_decode.packing_available", lambda dtype: False)
     model, engine = setup
+    model = copy.deepcopy(model)  # the fixture's model is shared by the session: update a copy
     sampling = SamplingParams(max_new_tokens=12)
     lean = LeanLlama(model)
     decoder = GraphDecoder(lean, capture=False)
