@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from lit_codeRL.sandbox import Program, SandboxConfig, make_sandbox  # noqa: E402
-from lit_codeRL.sandbox.backends import apptainer_image, bwrap_works  # noqa: E402
+from lit_codeRL.sandbox.backends import apptainer_image  # noqa: E402
+from lit_codeRL.sandbox.pool import bwrap_works  # noqa: E402
 
 
 def load_mbpp(path: Path, limit: int | None) -> list[dict]:

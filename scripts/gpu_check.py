@@ -242,7 +242,7 @@ for m in ["torch", "transformers", "tokenizers", "huggingface_hub", "lightning",
         out[m] = f"FAILED: {type(e).__name__}: {e}"
 try:
     from lit_codeRL.sandbox import SandboxConfig
-    from lit_codeRL.sandbox.backends import bwrap_problem
+    from lit_codeRL.sandbox.pool import bwrap_problem
     out["bwrap_problem"] = bwrap_problem(SandboxConfig())
 except Exception as e:
     out["bwrap_problem"] = f"FAILED: {type(e).__name__}: {e}"
@@ -361,7 +361,7 @@ b = shutil.which("bwrap")
 out["bwrap"] = b
 out["bwrap_version"] = subprocess.run([b, "--version"], capture_output=True, text=True).stdout.strip() if b else None
 from lit_codeRL.sandbox import SandboxConfig
-from lit_codeRL.sandbox.backends import bwrap_problem
+from lit_codeRL.sandbox.pool import bwrap_problem
 out["bwrap_problem"] = bwrap_problem(SandboxConfig())
 out["git"] = shutil.which("git")
 out["python3"] = shutil.which("python3")

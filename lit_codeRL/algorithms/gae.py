@@ -88,8 +88,9 @@ def value_loss(
     ``clip_range=None`` gives the plain squared error. ``num_tokens`` replaces this tensor's own
     token count when it is one micro-batch of a larger batch (the micro-batch losses then add up
     to the whole-batch loss, as ``aggregate_token_loss`` does for the policy). Stats:
-    ``value_clip_frac`` (where the clipped term is the larger one) and ``explained_variance`` of
-    the returns by ``old_values`` (over this tensor's tokens).
+    ``value_clip_frac`` (where the clipped term is the larger one). The critic's explained
+    variance is a statistic of the whole rollout batch (:func:`explained_variance_of_moments`),
+    not of one micro-batch.
     """
     keep = mask.to(values.dtype)
     unclipped = (values - returns) ** 2
@@ -106,9 +107,7 @@ def value_loss(
     else:
         kept = torch.where(keep != 0, per_token * keep, torch.zeros_like(per_token))
         loss = 0.5 * kept.sum() / max(float(num_tokens), 1.0)
-    with torch.no_grad():
-        explained = explained_variance(old_values, returns, keep)
-    return loss, {"value_clip_frac": clipped_frac, "explained_variance": explained}
+    return loss, {"value_clip_frac": clipped_frac}
 
 
 def length_adaptive_lambda(lengths: Tensor, alpha: float = 0.05) -> Tensor:
@@ -153,6 +152,29 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
     r, v = returns[sel].float(), values[sel].float()
     var = r.var()
     return 1 - (r - v).var() / var if float(var) > 0 else values.new_zeros(())
+
+
+def explained_variance_moments(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+    """``[5]`` float64 sums over the masked positions from which :func:`explained_variance_of_moments`
+    gives the explained variance: count, sum and sum of squares of the returns, sum and sum of
+    squares of the residuals ``R - V``. Summed over data-parallel ranks (one all-reduce) they give
+    the statistic of the global batch, the same number on every rank."""
+    count, r_sum, r_squares = masked_moments(returns, mask)
+    _, d_sum, d_squares = masked_moments(returns.float() - values.float(), mask)
+    return torch.stack([count, r_sum, r_squares, d_sum, d_squares])
+
+
+def explained_variance_of_moments(moments: Tensor) -> Tensor:
+    """:func:`explained_variance` from :func:`explained_variance_moments` sums (of one rank or
+    of all): ``1 - Var[R - V] / Var[R]``, 0 with fewer than 2 tokens or returns without variance."""
+    count, r_sum, r_squares, d_sum, d_squares = moments.double().unbind()
+    if float(count) < 2:
+        return moments.new_zeros((), dtype=torch.float32)
+    _, var_r = moments_to_stats(count, r_sum, r_squares)
+    _, var_d = moments_to_stats(count, d_sum, d_squares)
+    if float(var_r) <= 0:
+        return moments.new_zeros((), dtype=torch.float32)
+    return 1 - var_d / var_r
 
 
 def masked_whiten(x: Tensor, mask: Tensor, mean: Tensor, var: Tensor, eps: float = 1e-8) -> Tensor:

@@ -49,6 +49,7 @@ def sampler_correction(
     mask: Tensor,
     cap: float,
     num_updates: int = 1,
+    old_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
     """Old log-probs, importance weights and mismatch metrics of a policy-gradient loss.
 
@@ -58,16 +59,23 @@ def sampler_correction(
         mask: ``[B, T]`` 1 on the tokens the loss covers.
         cap: Truncation of the importance weight; 0 turns the weight off.
         num_updates: Optimizer steps taken on this batch.
+        old_logprobs: ``[B, T]`` the trainer's own log-probs before the first update (PPO's
+            pi_old, recomputed in one no-grad pass), or ``None``.
 
     Returns ``(old, weights, stats)``:
 
+    * ``old_logprobs`` given (PPO with several updates, as verl and OpenRLHF): ``old`` is the
+      trainer's pi_old, so the clipped ratio measures how far the updates moved the policy and
+      not how far the sampler's precision is from the trainer's; ``weights`` =
+      ``min(pi_old / pi_sampler, cap)`` (one per token, the same in every update) corrects the
+      sampler on top;
     * one update: ``old`` is ``logprobs`` detached (ratio 1: the policy being trained is the
       one whose gradient is wanted), and ``weights`` = ``min(pi_train / pi_sampler, cap)`` moves
       the on-policy gradient from the sampler's distribution to the trainer's;
-    * more updates: ``old`` is the sampler's log-probs and ``weights`` is ``None``: the clipped
-      ratio ``pi_theta / pi_sampler`` is already the importance weight to the distribution that
-      drew the tokens, with PPO's clip in place of the cap (GRPO's ``num_iterations``, SPIRAL's
-      ``ppo_epochs``, as TRL's GRPO with ``num_iterations`` > 1);
+    * more updates without ``old_logprobs``: ``old`` is the sampler's log-probs and ``weights``
+      is ``None``: the clipped ratio ``pi_theta / pi_sampler`` is the importance weight to the
+      distribution that drew the tokens, with PPO's clip in place of the cap (GRPO's
+      ``num_iterations``, SPIRAL's ``ppo_epochs``, as TRL's GRPO with ``num_iterations`` > 1);
     * ``stats``: ``tis/logprob_diff`` (mean ``|log pi_train - log pi_sampler|`` over the mask,
       the mismatch, always), and with weights ``tis/weight`` (their mean) and ``tis/capped``
       (the share of tokens at the cap). Detached scalars.
@@ -77,11 +85,15 @@ def sampler_correction(
     with torch.no_grad():
         diff = (logprobs.float() - sampler.float()).abs()
         stats = {"tis/logprob_diff": masked_mean(diff, m)}
-    if num_updates > 1:
+    if old_logprobs is not None:
+        old = old_logprobs.to(logprobs.dtype).detach()
+    elif num_updates > 1:
         return sampler, None, stats
+    else:
+        old = logprobs.detach()
     weights = None
     if cap > 0:
-        weights = truncated_importance_weights(logprobs, sampler, mask, cap)
+        weights = truncated_importance_weights(old, sampler, mask, cap)
         stats["tis/weight"] = masked_mean(weights, m)
         stats["tis/capped"] = masked_mean((weights >= cap).to(m.dtype), m)
-    return logprobs.detach(), weights, stats
+    return old, weights, stats

@@ -3,7 +3,7 @@
 One training step, as data (``rollout/code_game.py``)::
 
     P writer prompts (a topic each) -> G programs each -> the gate admits the valid ones (parse,
-    no imports beyond an allow-list, time and traced-step budgets, two runs with different hash
+    no imports beyond an allow-list, time and traced-step budgets, 8 runs with different hash
     seeds agreeing, printed output without addresses) -> K predictions of each admitted program
     -> graded against the sandbox's output -> writer reward from its program's success rate,
     predictor reward per prediction -> advantages relative to the writer's G-group and to the
@@ -24,9 +24,8 @@ from typing import Any, Literal
 
 import torch
 
-from lit_codeRL.algorithms.grpo import broadcast_advantages
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
+from lit_codeRL.policy.engine import EngineSettings, SamplingParams
 from lit_codeRL.policy.loading import ModelSettings, load_model
 from lit_codeRL.rollout.code_game import (
     PREDICTOR,
@@ -39,6 +38,8 @@ from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import PolicyModule, as_settings
+from lit_codeRL.training.round_logging import log_round
+from lit_codeRL.training.step_setup import prepare_step
 
 
 @dataclass
@@ -153,8 +154,8 @@ class CodeGameModule(PolicyModule):
         policy_engine = self.engine
         other = policy_engine
         if self.opponent_model is not None:
-            other = make_engine(self.engine_settings, self.tokenizer, self.opponent_model)
-            other.sync_weights(self.opponent_model)
+            # pushed once at fit start, sleeps with the policy's engine, closed in teardown
+            other = self.frozen_engine(self.engine_settings, self.opponent_model)
         writer, predictor = (policy_engine, other) if WRITER in self.roles else (other, policy_engine)
         if self.opponent_settings.kind == "self_play":
             writer = predictor = policy_engine
@@ -172,6 +173,7 @@ class CodeGameModule(PolicyModule):
             self.opponent_model.to(self.device)
 
     def teardown(self, stage: str) -> None:
+        super().teardown(stage)  # the engines
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
@@ -182,12 +184,11 @@ class CodeGameModule(PolicyModule):
         item = next(dataloader_iter)
         batch: TrajectoryBatch = (item[0] if isinstance(item, tuple) else item).to(self.device)
         batch.stats["sandbox_errors"] = float(batch.drop_invalid_from_loss())
-        batch.advantages = broadcast_advantages(batch.advantages, batch.trainable_mask)
-        start = batch.first_trainable_position()
-        temperature = self.sampling.temperature or 1.0
-        if hp.beta > 0:
-            batch.ref_logprobs = self.reference_logprobs(batch, start, temperature)
-        counts = self.loss_normalisers(batch, hp.loss_type)
+        setup = prepare_step(
+            self, batch, sampling=self.sampling, num_generations=1, share_prompt_forward=False,
+            beta=hp.beta, sequence_advantages=batch.advantages, loss_type=hp.loss_type,
+        )  # fmt: skip
+        start, temperature, counts = setup.start, setup.temperature, setup.counts
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, _ = self.token_logprobs(mb, start, temperature=temperature)
@@ -204,7 +205,8 @@ class CodeGameModule(PolicyModule):
     def log_round(
         self, batch: TrajectoryBatch, stats: dict[str, list[float]], times: dict[str, float]
     ) -> None:
-        gen_s = batch.stats.get("generate_s", 0.0)
+        """The game's own metrics (validity, roles, gate time); the rest is ``round_logging``'s.
+        Every turn goes to ``code_game.jsonl``."""
         roles = batch.role_ids.tolist() if batch.role_ids is not None else []
         adv = batch.advantages.sum(-1) / batch.trainable_mask.sum(-1).clamp(min=1)
         metrics = {
@@ -215,23 +217,11 @@ class CodeGameModule(PolicyModule):
             "train/predictor_rows": float(sum(r == PREDICTOR for r in roles)),
             "train/advantage_abs": float(adv.abs().mean()),
             "train/completion_length": float(batch.trainable_mask.sum(-1).float().mean()),
-            "train/tokens_per_s": batch.stats.get("completion_tokens", 0.0) / max(gen_s, 1e-9),
-            "train/lr": self.optimizers().param_groups[0]["lr"],
             "sandbox/errors": batch.stats.get("sandbox_errors", 0.0),
-            "time/generate_s": gen_s,
             "time/gate_s": batch.stats.get("gate_s", 0.0),
-            **times,
         }
-        for key, values in stats.items():
-            metrics[f"train/{key}"] = sum(values) / len(values)
-        self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)
-        self.log(
-            "valid", batch.stats.get("game/validity_rate", 0.0), prog_bar=True, logger=False, on_step=True,
-            batch_size=batch.batch_size,
-        )  # fmt: skip
-        self.last_records = batch.records
-        if self.writer is not None:
-            self.writer.write(batch.records, step=self.global_step, rank=self.global_rank)
+        valid = ("valid", batch.stats.get("game/validity_rate", 0.0))
+        log_round(self, batch, stats, times, metrics, progress=valid, records=batch.records)
 
     @staticmethod
     def completion_table(records: list[dict[str, Any]], max_chars: int) -> tuple[list[str], list[list[str]]]:

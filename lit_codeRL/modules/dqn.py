@@ -52,7 +52,8 @@ from lit_codeRL.rollout.experience import ExperienceCollector, ReplayDataset
 from lit_codeRL.rollout.q_evaluation import evaluate_problem, format_results
 from lit_codeRL.rollout.replay import PrioritizedReplayBuffer, ReplayBuffer
 from lit_codeRL.sandbox import SandboxConfig
-from lit_codeRL.training.policy_module import as_settings, in_process_loader
+from lit_codeRL.training.loaders import in_process_loader
+from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rng import GlobalRNG, own_rank_state, save_rank_states
 
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from lit_codeRL.algorithms.grpo import broadcast_advantages, group_advantages, rows_with_signal
+from lit_codeRL.algorithms.grpo import group_advantages, rows_with_signal
 from lit_codeRL.envs.settings import EnvSettings
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams
 from lit_codeRL.policy.loading import ModelSettings
@@ -29,6 +29,7 @@ from lit_codeRL.training import distributed
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
+from lit_codeRL.training.step_setup import attach_policy_old, prepare_step, valid_rows
 
 
 class GRPOModule(RolloutModule):
@@ -137,20 +138,26 @@ class GRPOModule(RolloutModule):
         if hp.mask_truncated_completions:
             finished = torch.tensor([r["finished"] for r in batch.records], device=self.device)
             batch.trainable_mask = batch.trainable_mask * finished[:, None].to(batch.trainable_mask.dtype)
-        valid = batch.valid if batch.valid is not None else None
+        valid = valid_rows(batch)
         batch_std = None
         if hp.scale_rewards == "batch":  # the std of the global batch, whatever the rank count
-            batch_std = self.global_std(batch.rewards[valid.bool()] if valid is not None else batch.rewards)
+            batch_std = self.global_std(batch.rewards[valid])
         seq_adv = group_advantages(
-            batch.rewards, hp.num_generations, hp.scale_rewards, valid=valid, batch_std=batch_std
+            batch.rewards, hp.num_generations, hp.scale_rewards, valid=batch.valid, batch_std=batch_std
         )
-        batch.advantages = broadcast_advantages(seq_adv, batch.trainable_mask)
-        start = batch.first_trainable_position()
-        group = hp.num_generations if hp.share_prompt_forward else 1
-        temperature = self.sampling.temperature
-        if hp.beta > 0:
-            batch.ref_logprobs = self.reference_logprobs(batch, start, temperature, group)
-        counts = self.loss_normalisers(batch, hp.loss_type)
+        setup = prepare_step(
+            self,
+            batch,
+            sampling=self.sampling,
+            num_generations=hp.num_generations,
+            share_prompt_forward=hp.share_prompt_forward,
+            beta=hp.beta,
+            sequence_advantages=seq_adv,
+            loss_type=hp.loss_type,
+        )
+        start, group, temperature, counts = setup.start, setup.group, setup.temperature, setup.counts
+        if hp.num_iterations > 1:  # the clipped ratio's pi_old: the trainer's, before any update
+            attach_policy_old(self, batch, setup)
         with_entropy = hp.entropy_interval > 0 and self.global_step % hp.entropy_interval == 0
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -158,7 +165,8 @@ class GRPOModule(RolloutModule):
                 mb, start, temperature=temperature, group_size=group, with_entropy=with_entropy
             )
             # One update per rollout: ratio 1 (no second forward, as in TRL) and the truncated
-            # importance weight to the sampler (bf16 generation); more: the ratio to the sampler.
+            # importance weight to the sampler (bf16 generation); more: the ratio to the trainer's
+            # pi_old and the truncated weight pi_old / pi_sampler.
             loss, stats, _ = self.clipped_policy_loss(
                 logps, mb, start, counts, epsilon=hp.epsilon, epsilon_high=hp.epsilon_high,
                 loss_type=hp.loss_type, beta=hp.beta, tis_cap=hp.tis_cap, num_updates=hp.num_iterations,

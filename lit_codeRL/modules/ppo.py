@@ -34,7 +34,8 @@ import torch
 from torch import Tensor
 
 from lit_codeRL.algorithms.gae import (
-    explained_variance,
+    explained_variance_moments,
+    explained_variance_of_moments,
     gae,
     kl_reward_penalty,
     length_adaptive_lambda,
@@ -56,12 +57,18 @@ from lit_codeRL.policy.engine import EngineSettings, SamplingParams
 from lit_codeRL.policy.loading import ModelSettings, load_model
 from lit_codeRL.policy.value import ValueHead, ValueModel
 from lit_codeRL.rollout.prompts import ProblemSettings
-from lit_codeRL.rollout.trajectory import TrajectoryBatch, pad_columns
+from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig
 from lit_codeRL.training import distributed
-from lit_codeRL.training.optim import OptimizerSettings
+from lit_codeRL.training.optim import OptimizerSettings, lr_factor
 from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
+from lit_codeRL.training.step_setup import (
+    StepSetup,
+    no_grad_columns,
+    prepare_step,
+    valid_rows,
+)
 
 
 @dataclass
@@ -114,6 +121,8 @@ class PPOState:
         """Rollout steps of value pre-training taken so far."""
         self.pretraining = True
         """Still in value pre-training (while ``pretrain_steps`` allows)."""
+        self.frozen_steps = 0
+        """Optimizer steps taken with the policy frozen: its schedule starts after them."""
         self.generator = torch.Generator().manual_seed(seed)
         """Draws the minibatch order of every epoch."""
 
@@ -121,12 +130,14 @@ class PPOState:
         return {
             "pretrain_done": self.pretrain_done,
             "pretraining": self.pretraining,
+            "frozen_steps": self.frozen_steps,
             "generator": self.generator.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pretrain_done = int(state["pretrain_done"])
         self.pretraining = bool(state["pretraining"])
+        self.frozen_steps = int(state.get("frozen_steps", 0))  # absent before the schedule fix
         self.generator.set_state(state["generator"])
 
 
@@ -153,7 +164,8 @@ class PPOModule(RolloutModule):
             policy tokens (VAPO: 0.05); ``None`` uses ``lam``.
         whiten_advantages: Normalise GAE advantages to mean 0, std 1 over the global batch.
         ppo_epochs: Passes over each rollout batch.
-        num_minibatches: Optimizer steps per pass; each minibatch holds whole groups.
+        num_minibatches: Optimizer steps per pass, exactly; each minibatch holds whole groups,
+            so at most ``prompts_per_step``.
         epsilon: Lower clip range of the importance ratio.
         epsilon_high: Upper clip range (clip-higher); ``None`` uses ``epsilon``.
         loss_type: Token aggregation of the policy and entropy terms (``grpo``, ``dapo``,
@@ -162,9 +174,11 @@ class PPOModule(RolloutModule):
         beta: KL coefficient to the reference policy (0: no reference pass).
         kl_mode: ``loss`` (k3 KL added to the policy loss, as GRPO) or ``reward`` (k1 KL
             subtracted from each token's reward before GAE, as Ziegler et al. and OpenRLHF).
-        tis_cap: Truncated importance weight to the sampler when each rollout gets one update
-            (``ppo_epochs * num_minibatches == 1``); with more, the sampler's log-probs are the
-            clipped ratio's old policy.
+        tis_cap: Cap of the truncated importance weight to the sampler: ``min(pi_train /
+            pi_sampler, cap)`` with one update per rollout, ``min(pi_old / pi_sampler, cap)``
+            with more, where pi_old is the trainer's own policy before the first update
+            (recomputed in one no-grad pass, as verl and OpenRLHF) and the clipped ratio is to
+            it; 0 turns the weight off.
         micro_batch_size: Rows per forward/backward chunk; ``None`` = a free-memory hint.
         share_prompt_forward: Run each group's prompt once in the policy forward (exact).
         save_hf_model: Write ``<run>/hf_model`` (the policy) at the end.
@@ -209,9 +223,10 @@ class PPOModule(RolloutModule):
             raise ConfigError("advantage grpo needs num_generations >= 2 (a group to compare within)")
         if ppo_epochs < 1 or num_minibatches < 1:
             raise ConfigError("ppo_epochs and num_minibatches must be >= 1")
-        if prompts_per_step * num_generations < num_minibatches:
+        if num_minibatches > prompts_per_step:
+            # minibatches hold whole groups (a prompt's episodes), prompts_per_step per rollout
             raise ConfigError(
-                f"num_minibatches {num_minibatches} > episodes per step {prompts_per_step * num_generations}"
+                f"num_minibatches {num_minibatches} > groups per rollout (prompts_per_step {prompts_per_step})"
             )
         if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
             raise ConfigError("gamma and lam must be in [0, 1]")
@@ -283,7 +298,24 @@ class PPOModule(RolloutModule):
                 if net is not None:
                     distributed.shard_model(net, mesh)
 
-    # ------------------------------------------------------------------ values
+    def configure_optimizers(self):
+        config = super().configure_optimizers()
+        # The policy's schedule (warm-up, cosine) starts when the policy starts training: its
+        # step is the optimizer's step less the steps of value pre-training, which are known
+        # only as the phase ends (``pretrain_min_ev``), hence read from the state at each step.
+        settings, state = self.optimizer_settings, self.ppo_state
+        total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
+
+        def policy_factor(step: int) -> float:
+            offset = state.frozen_steps
+            rest = max(total - offset, 0) if total else 0
+            factor = lr_factor(settings.warmup_steps, settings.lr_schedule, rest, settings.min_lr_ratio)
+            return factor(max(step - offset, 0))
+
+        config["lr_scheduler"]["scheduler"].lr_lambdas[0] = policy_factor
+        return config
+
+    # ------------------------------------------------------------------ before the updates
     def _values(self, mb: TrajectoryBatch, start: int, hidden: Tensor | None) -> Tensor:
         """``[B, L - start]`` critic values of micro-batch ``mb`` (``hidden``: the policy's final
         hidden states, for the head)."""
@@ -293,50 +325,62 @@ class PPOModule(RolloutModule):
         assert self.critic is not None
         return self.critic(mb.input_ids, mb.attention_mask, start)
 
-    @torch.no_grad()
-    def old_values(self, batch: TrajectoryBatch, start: int, group: int) -> Tensor:
-        """The critic's values before this step's updates, in the training forward's micro-batches."""
-        micro = batch.micro_batches(self.micro_batch_rows(batch, group), trim_from=start)
-        count = distributed.global_max(len(micro), self.device) if self.sharded else len(micro)
-        parts = []
-        for k in range(count):  # under FSDP2 every rank runs as many forwards
-            mb = micro[min(k, len(micro) - 1)]
-            hidden = None
-            if self.value_head is not None:
-                _, _, hidden = self.token_logprobs(
-                    mb, start, temperature=self._temperature(), group_size=group, with_hidden=True
+    def old_pass(
+        self, batch: TrajectoryBatch, setup: StepSetup, policy_old: bool
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """One no-grad pass before the updates: the trainer's pi_old ``[B, L - start]`` (if
+        ``policy_old``) and the critic's old values (with a critic), masked to policy tokens.
+        The value head reads the same policy forward, so pi_old then costs nothing extra."""
+        start, critic = setup.start, self.hparams.advantage == "gae"
+        policy_forward = policy_old or self.value_head is not None
+
+        def forward(mb: TrajectoryBatch) -> tuple[Tensor | None, Tensor | None]:
+            logps = hidden = None
+            if policy_forward:
+                logps, _, *rest = self.token_logprobs(
+                    mb,
+                    start,
+                    temperature=setup.temperature,
+                    group_size=setup.group,
+                    with_hidden=self.value_head is not None,
                 )
-            values = self._values(mb, start, hidden).float()
-            if k < len(micro):
-                parts.append(values)
-        width = batch.input_ids.size(1) - start
-        return torch.cat([pad_columns(p, width) for p in parts]) * batch.trainable_mask[:, start:]
+                hidden = rest[0] if rest else None
+            values = self._values(mb, start, hidden).float() if critic else None
+            return (logps.float() if policy_old else None), values
 
-    def _temperature(self) -> float:
-        return self.sampling.temperature if self.sampling.temperature > 0 else 1.0
+        if not (policy_forward or critic):
+            return None, None
+        logps, values = no_grad_columns(self, batch, start, setup.group, forward)
+        mask = batch.trainable_mask[:, start:]
+        return (logps * mask if logps is not None else None), (values * mask if values is not None else None)
 
-    # ------------------------------------------------------------------ advantages
     def advantages_and_returns(
-        self, batch: TrajectoryBatch, start: int, group: int, stats: dict[str, list[float]]
+        self,
+        batch: TrajectoryBatch,
+        start: int,
+        values: Tensor | None,
+        policy_old: Tensor | None,
+        stats: dict[str, list[float]],
     ) -> None:
-        """Fill ``batch.advantages`` (and, with a critic, ``batch.values``/``batch.returns``), full width."""
+        """Fill ``batch.advantages`` (and, with a critic, ``batch.values``/``batch.returns``), full
+        width, from the old ``values`` ``[B, L - start]`` and, for KL in the reward, the
+        trainer's ``policy_old`` log-probs."""
         hp = self.hparams
         mask = batch.trainable_mask[:, start:]
-        valid = batch.valid if batch.valid is not None else None
+        valid = valid_rows(batch)
         if hp.advantage == "grpo":
-            seq = group_advantages(batch.rewards, hp.num_generations, "group", valid=valid)
+            seq = group_advantages(batch.rewards, hp.num_generations, "group", valid=batch.valid)
             batch.advantages = broadcast_advantages(seq, batch.trainable_mask)
             return
-        rewards = batch.rewards.float() * (valid.float() if valid is not None else 1.0)
-        token_rewards = terminal_token_rewards(rewards, mask)
+        assert values is not None
+        token_rewards = terminal_token_rewards(batch.rewards.float() * valid.float(), mask)
         if hp.beta > 0 and hp.kl_mode == "reward":
+            # the trainer's pi_old, not the sampler's: a bf16 or vLLM sampler's error is no KL
+            assert policy_old is not None
             token_rewards, kl = kl_reward_penalty(
-                token_rewards, batch.old_logprobs[:, start:], batch.ref_logprobs, mask, hp.beta
+                token_rewards, policy_old, batch.ref_logprobs, mask, hp.beta
             )
             stats["kl_reward"] = [float(masked_mean(kl, mask))]
-        t0 = time.perf_counter()
-        values = self.old_values(batch, start, group)
-        stats["_old_values_s"] = [time.perf_counter() - t0]
         lam: float | Tensor = hp.lam
         if hp.lam_alpha is not None:
             lam = length_adaptive_lambda(mask.sum(1), hp.lam_alpha).to(values.device)
@@ -347,7 +391,11 @@ class PPOModule(RolloutModule):
             moments = distributed.all_reduce(torch.stack(masked_moments(advantages, mask)))
             mean, var = moments_to_stats(*moments)
             advantages = masked_whiten(advantages, mask, mean.to(advantages), var.to(advantages))
-        stats["explained_variance_before"] = [float(explained_variance(values, returns, mask))]
+        # over the global batch: every rank gets the same number, so every rank ends value
+        # pre-training at the same step (a rank-local one would let DDP replicas diverge and
+        # FSDP2 ranks run different forwards)
+        ev_moments = distributed.all_reduce(explained_variance_moments(values, returns, mask))
+        stats["explained_variance_before"] = [float(explained_variance_of_moments(ev_moments))]
         stats["values_mean"] = [float(masked_mean(values, mask))]
         stats["returns_mean"] = [float(masked_mean(returns, mask))]
         pad = torch.zeros(batch.batch_size, start, device=values.device)
@@ -359,16 +407,32 @@ class PPOModule(RolloutModule):
         hp = self.hparams
         state = self.ppo_state
         batch = self.next_batch(dataloader_iter)
-        start = batch.first_trainable_position()
-        group = hp.num_generations if hp.share_prompt_forward else 1
-        temperature = self._temperature()
+        setup = prepare_step(
+            self,
+            batch,
+            sampling=self.sampling,
+            num_generations=hp.num_generations,
+            share_prompt_forward=hp.share_prompt_forward,
+            beta=hp.beta,
+        )
+        start, group = setup.start, setup.group
         pretraining = state.pretraining
-        stats: dict[str, list[float]] = {}
-        if hp.beta > 0:
-            batch.ref_logprobs = self.reference_logprobs(batch, start, temperature, group)
-        self.advantages_and_returns(batch, start, group, stats)
         num_updates = hp.ppo_epochs * hp.num_minibatches
         critic = hp.advantage == "gae"
+        kl_in_reward = hp.beta > 0 and hp.kl_mode == "reward" and critic
+        stats: dict[str, list[float]] = {}
+        times: dict[str, float] = {}
+        # pi_old is the trainer's, not the sampler's (verl, OpenRLHF): with several updates the
+        # clip then bounds how far the updates move the policy, and the sampler's error is left
+        # to the truncated importance weight. One update needs none (ratio 1).
+        needs_policy_old = (num_updates > 1 and not pretraining) or kl_in_reward
+        t0 = time.perf_counter()
+        policy_old, values = self.old_pass(batch, setup, needs_policy_old)
+        if policy_old is not None or values is not None:
+            times["time/old_values_s"] = time.perf_counter() - t0
+        self.advantages_and_returns(batch, start, values, policy_old, stats)
+        if policy_old is not None and num_updates > 1:
+            batch.policy_old_logprobs = policy_old
 
         def loss_fn(mb: TrajectoryBatch, counts: tuple[float, float]) -> tuple[Tensor, dict[str, Tensor]]:
             num_rows, num_tokens = counts
@@ -382,7 +446,7 @@ class PPOModule(RolloutModule):
                     logps, entropy, *rest = self.token_logprobs(
                         mb,
                         start,
-                        temperature=temperature,
+                        temperature=setup.temperature,
                         group_size=group,
                         with_entropy="grad" if hp.entropy_coef > 0 and not pretraining else False,
                         with_hidden=self.value_head is not None,
@@ -399,7 +463,8 @@ class PPOModule(RolloutModule):
                 )  # fmt: skip
                 loss = loss + policy
                 out.update(pstats, policy_loss=policy.detach())
-                out["approx_kl"] = masked_mean(k3_kl(logps.detach(), old.detach()), mask)
+                if num_updates > 1:  # KL(pi_old || pi_theta), k3 on pi_old's tokens; 0 at one update
+                    out["approx_kl"] = masked_mean(k3_kl(old.detach(), logps.detach()), mask)
                 if entropy is not None:
                     bonus = aggregate_token_loss(
                         entropy, mask, hp.loss_type, self.sampling.max_new_tokens, num_rows, num_tokens
@@ -424,10 +489,11 @@ class PPOModule(RolloutModule):
                 loss = loss + 0.0 * sum(p.sum() for p in self.policy.parameters() if p.requires_grad)
             return loss, out
 
-        times: dict[str, float] = {}
         for epoch in range(hp.ppo_epochs):
-            for minibatch in self.minibatches(batch, group):
+            for minibatch in self.minibatches(batch):
                 counts = self.loss_normalisers(minibatch, hp.loss_type)
+                if pretraining:  # before update(): its schedule step already reads the offset
+                    state.frozen_steps += 1
                 step_stats, step_times = self.update(
                     minibatch,
                     lambda mb, c=counts: loss_fn(mb, c),
@@ -439,25 +505,34 @@ class PPOModule(RolloutModule):
                     stats.setdefault(key if epoch == 0 else f"{key}_epoch{epoch + 1}", []).extend(values)
                 for key, value in step_times.items():
                     times[key] = times.get(key, 0.0) + value
-        if "_old_values_s" in stats:
-            times["time/old_values_s"] = stats.pop("_old_values_s")[0]
         stats["value_pretraining"] = [float(pretraining)]
         if pretraining:
             self._advance_pretraining(stats["explained_variance_before"][0])
         self.log_rollout(batch, stats, times)
 
-    def minibatches(self, batch: TrajectoryBatch, group: int) -> list[TrajectoryBatch]:
-        """``num_minibatches`` parts of ``batch`` made of whole groups in a fresh random order
-        (the order is drawn from the checkpointed generator, so a resumed run draws the same)."""
+    def minibatches(self, batch: TrajectoryBatch) -> list[TrajectoryBatch]:
+        """Exactly ``num_minibatches`` parts of ``batch``, each of whole groups (``num_generations``
+        rows; single rows when the batch is not made of groups), in a fresh random order drawn
+        from the checkpointed generator (a resumed run draws the same). Group counts that do not
+        divide evenly give parts one group apart."""
         count = self.hparams.num_minibatches
         if count == 1:
             return [batch]
-        size = group if batch.batch_size % group == 0 else 1
-        order = torch.randperm(batch.batch_size // size, generator=self.ppo_state.generator)
-        chunks = order.chunk(count)
-        return [batch.select([g * size + i for g in chunk.tolist() for i in range(size)]) for chunk in chunks]
+        size = self.hparams.num_generations
+        size = size if batch.batch_size % size == 0 else 1
+        groups = batch.batch_size // size
+        if groups < count:
+            # every rank must take as many optimizer steps (each is a collective), and the
+            # schedule and importance-weight bookkeeping count num_minibatches: refuse, not shrink
+            raise RuntimeError(f"num_minibatches {count} > {groups} groups in this rollout batch")
+        order = torch.randperm(groups, generator=self.ppo_state.generator)
+        parts = order.tensor_split(count)
+        return [batch.select([g * size + i for g in part.tolist() for i in range(size)]) for part in parts]
 
     def _advance_pretraining(self, ev: float) -> None:
+        """Count a rollout of value pre-training and end the phase at ``pretrain_steps`` or once
+        ``ev`` (the global batch's explained variance, equal on every rank) reaches
+        ``pretrain_min_ev``."""
         state, settings = self.ppo_state, self.critic_settings
         state.pretrain_done += 1
         reached = settings.pretrain_min_ev is not None and ev >= settings.pretrain_min_ev

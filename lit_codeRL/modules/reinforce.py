@@ -20,7 +20,6 @@ from typing import Literal
 
 import torch
 
-from lit_codeRL.algorithms.grpo import broadcast_advantages
 from lit_codeRL.algorithms.reinforce import reinforce_advantages, reinforce_loss
 from lit_codeRL.envs.settings import EnvSettings
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams
@@ -31,6 +30,7 @@ from lit_codeRL.sandbox import SandboxConfig
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
+from lit_codeRL.training.step_setup import prepare_step
 
 
 class REINFORCEModule(RolloutModule):
@@ -107,13 +107,18 @@ class REINFORCEModule(RolloutModule):
         hp = self.hparams
         batch = self.next_batch(dataloader_iter)
         seq_adv = reinforce_advantages(batch.rewards, hp.num_generations, hp.baseline, batch.valid)
-        batch.advantages = broadcast_advantages(seq_adv, batch.trainable_mask)
-        start = batch.first_trainable_position()
-        group = hp.num_generations if hp.share_prompt_forward else 1
-        temperature = self.sampling.temperature
-        if hp.beta > 0:
-            batch.ref_logprobs = self.reference_logprobs(batch, start, temperature, group)
-        num_rows, num_tokens = self.loss_normalisers(batch, hp.loss_type)
+        setup = prepare_step(
+            self,
+            batch,
+            sampling=self.sampling,
+            num_generations=hp.num_generations,
+            share_prompt_forward=hp.share_prompt_forward,
+            beta=hp.beta,
+            sequence_advantages=seq_adv,
+            loss_type=hp.loss_type,
+        )
+        start, group, temperature = setup.start, setup.group, setup.temperature
+        num_rows, num_tokens = setup.counts
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, _ = self.token_logprobs(mb, start, temperature=temperature, group_size=group)

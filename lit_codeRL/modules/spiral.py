@@ -6,16 +6,15 @@ One training step, as data (Liu et al. 2025, "SPIRAL", arXiv 2506.24119; the rel
         -> per game and trained seat: A = R - b[game, seat] (old b), b <- a*b + (1-a)*R
         -> one row per turn of that seat (its own prompt + response), A != 0, exactly N rows
         -> per-token clipped surrogate, Dr. GRPO normaliser (sum / (N * max_new_tokens))
-        -> ``ppo_epochs`` optimizer steps on the batch, the ratio to the sampler's log-probs
+        -> ``ppo_epochs`` optimizer steps on the batch, the ratio to the trainer's pi_old
 
 Upstream's defaults: T = 1.0, 128 samples per step, 2 epochs, clip 0.2, no KL, no critic, lr 1e-6
 constant, AdamW (0.9, 0.95), grad clip 1.0, alpha = 0.95, invalid move -1.5 / +0.5, 50-turn
-games. The old log-probs of the ratio are the ones the sampler recorded, so no extra forward pass
-is spent on them. Upstream recomputes them with the trainer (ratio 1 in the first epoch); where
-the sampler is the trainer (``engine.dtype: model``) the two agree to float rounding, and where it
-is not (a bf16 replica) the ratio to the sampler is the importance weight to the distribution the
-moves were drawn from. With ``ppo_epochs: 1`` the ratio is 1 and a truncated importance weight
-(``tis_cap``) does that correction, as in GRPO and REINFORCE
+games. As upstream, the old log-probs of the ratio are the trainer's, recomputed by one no-grad
+pass before the first epoch (ratio 1 there: the first update is on-policy); the sampler's error
+(a bf16 replica) is left to the truncated importance weight ``min(pi_old / pi_sampler, tis_cap)``.
+With ``ppo_epochs: 1`` no pass runs: the ratio is 1 and the weight is ``min(pi / pi_sampler,
+tis_cap)``, as in GRPO and REINFORCE
 (``PolicyModule.sampler_correction``).
 """
 
@@ -27,7 +26,6 @@ from typing import Any, Literal
 
 import torch
 
-from lit_codeRL.algorithms.grpo import broadcast_advantages
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, SamplingParams, make_engine
 from lit_codeRL.policy.loading import ModelSettings
@@ -45,6 +43,8 @@ from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training.distributed import full_state_dict
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import PolicyModule, as_settings
+from lit_codeRL.training.round_logging import log_round
+from lit_codeRL.training.step_setup import attach_policy_old, prepare_step
 
 
 @dataclass
@@ -102,7 +102,8 @@ class SpiralModule(PolicyModule):
         tis_cap: Cap of the truncated importance weight ``min(pi_train / pi_sampler, cap)`` on each
             token of the loss when ``ppo_epochs`` is 1: it corrects a sampler that ran in another
             precision than the trainer (``engine.dtype`` bf16 with fp32 training). 0 turns it off.
-            With more epochs the clipped ratio to the sampler's log-probs is the correction.
+            With more epochs the clipped ratio is to the trainer's pi_old and this cap bounds
+            ``pi_old / pi_sampler``.
         optimizer: AdamW, learning-rate schedule and gradient clipping of the policy (here
             1e-6, constant).
         micro_batch_size: Rows per forward/backward chunk; ``None`` = a free-memory hint.
@@ -228,17 +229,18 @@ class SpiralModule(PolicyModule):
         hp = self.hparams
         item = next(dataloader_iter)
         batch: TrajectoryBatch = (item[0] if isinstance(item, tuple) else item).to(self.device)
-        batch.advantages = broadcast_advantages(batch.advantages, batch.trainable_mask)
-        start = batch.first_trainable_position()
-        temperature = self.sampling.temperature or 1.0
-        if hp.beta > 0:
-            batch.ref_logprobs = self.reference_logprobs(batch, start, temperature)
-        counts = self.loss_normalisers(batch, hp.loss_type)
+        setup = prepare_step(
+            self, batch, sampling=self.sampling, num_generations=1, share_prompt_forward=False,
+            beta=hp.beta, sequence_advantages=batch.advantages, loss_type=hp.loss_type,
+        )  # fmt: skip
+        start, temperature, counts = setup.start, setup.temperature, setup.counts
+        if hp.ppo_epochs > 1:  # the trainer's pi_old: ratio 1 in the first epoch, as upstream
+            attach_policy_old(self, batch, setup)
 
         def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logps, _ = self.token_logprobs(mb, start, temperature=temperature)
             # One epoch: ratio 1 and the truncated importance weight to the sampler; more: the
-            # ratio to the sampler's log-probs (the same old policy in every epoch).
+            # ratio to the trainer's pi_old (the same in every epoch), weighted pi_old / pi_sampler.
             loss, stats, _ = self.clipped_policy_loss(
                 logps, mb, start, counts, epsilon=hp.epsilon, loss_type=hp.loss_type, beta=hp.beta,
                 tis_cap=hp.tis_cap, num_updates=hp.ppo_epochs, max_completion_length=self.sampling.max_new_tokens,
@@ -271,9 +273,8 @@ class SpiralModule(PolicyModule):
     def log_games(
         self, batch: TrajectoryBatch, stats: dict[str, list[float]], times: dict[str, float]
     ) -> None:
-        """Game outcomes of this step's games, baselines, sample and loss statistics, timings;
-        every game of the step goes to ``games.jsonl``."""
-        gen_s = batch.stats.get("generate_s", 0.0)
+        """Game outcomes of this step's games, baselines and sample statistics; the rest is
+        ``round_logging``'s. Every game of the step goes to ``games.jsonl``."""
         lengths = torch.tensor([r["completion_tokens"] for r in batch.records], dtype=torch.float32)
         adv = torch.tensor([r["advantage"] for r in batch.records], dtype=torch.float32)
         metrics = {
@@ -283,27 +284,12 @@ class SpiralModule(PolicyModule):
             "train/advantage_mean": float(adv.mean()),
             "train/advantage_abs": float(adv.abs().mean()),
             "train/completion_length": float(lengths.mean()),
-            "train/tokens_per_s": batch.stats.get("completion_tokens", 0.0) / max(gen_s, 1e-9),
-            "train/lr": self.optimizers().param_groups[0]["lr"],
-            "time/generate_s": gen_s,
-            **times,
         }
-        for key, values in stats.items():
-            metrics[f"train/{key}"] = sum(values) / len(values)
-        self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)
-        self.log(
-            "invalid",
-            batch.stats.get("game/invalid_move_rate", 0.0),
-            prog_bar=True,
-            on_step=True,
-            logger=False,
-            batch_size=batch.batch_size,
-        )
-        self.last_records = batch.records
-        if self.writer is not None and self.dataset is not None:
-            self.writer.write(
-                [g.record() for g in self.dataset.last_games], step=self.global_step, rank=self.global_rank
-            )
+        # the games of this round, for the run's jsonl (a module without a writer records none)
+        writing = self.writer is not None and self.dataset is not None
+        games = [g.record() for g in self.dataset.last_games] if writing else None
+        invalid = ("invalid", batch.stats.get("game/invalid_move_rate", 0.0))
+        log_round(self, batch, stats, times, metrics, progress=invalid, records=games)
 
 
 class FrozenOpponentState:

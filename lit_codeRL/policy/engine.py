@@ -87,16 +87,22 @@ class EngineSettings:
     """``openai``: time limit of one request; past it, a one-line error (no silent retry)."""
     retries: int = 0
     """``openai``: retries of a request after a connection error or a 5xx reply (0: none)."""
-    gpu_memory_utilization: float = 0.85
+    gpu_memory_utilization: float = 0.3
     """``vllm``: share of the GPU's memory vLLM may take while it generates (weights, activations,
-    KV cache). The training step shares the GPU: keep ``sleep_level`` 2, or lower this."""
+    KV cache), per engine (a code game's frozen opponent builds a second one). vLLM refuses to
+    start when less than this share is free, and the policy, reference, critic and optimizer
+    state share the card: 0.3 is TRL's colocated default. Checked against the free memory when
+    the engine is built: too high is a one-line error naming the largest share that fits."""
     max_model_len: int = 2048
-    """``vllm``: longest prompt + completion in tokens."""
+    """``vllm``: longest prompt + completion in tokens; ``env.max_context_tokens`` must fit in it
+    (checked at setup; unset, it becomes this)."""
     sleep_level: Literal[0, 1, 2] = 2
-    """``vllm``: after each rollout the engine sleeps so that training has the GPU: 2 discards its
-    weights and KV cache (the policy's weights are pushed after every optimizer step anyway),
-    1 offloads the weights to host memory, 0 never sleeps. Waking always pushes the current
-    weights before anything is sampled."""
+    """``vllm``: once per training step, when its rollouts are done, the engine sleeps so that
+    training has the GPU: 2 discards its weights and KV cache (the policy's weights are pushed
+    after every optimizer step anyway), 1 offloads the weights to host memory, 0 never sleeps.
+    Weights are pushed only after optimizer steps (``sync_weights``, where every rank is), never
+    inside a rollout; a frozen opponent's engine sleeps at level 1 at most (its weights are
+    pushed once)."""
     enforce_eager: bool = False
     """``vllm``: no CUDA graphs (faster start, less memory, slower decode)."""
     cpu_decode_threads: int | None = None

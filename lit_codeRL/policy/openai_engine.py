@@ -5,8 +5,10 @@ validate``, the evaluation callbacks and the rollout modules use it like the loc
 
 * **Prompts go as token ids** to ``/v1/completions`` (the ids the chat template gave, exactly what
   the local engine would see: no re-tokenisation drift on the server), one request per sample,
-  with ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop`` and a ``seed`` drawn from the
-  caller's generator (reproducible where the server honours seeds).
+  with ``max_tokens``, ``temperature``, ``top_p``, ``top_k`` and a ``seed`` drawn from the
+  caller's generator (reproducible where the server honours seeds). Stop strings are not sent: a
+  request with them is streamed and cut on our side over the exact ids, keeping the token that
+  completes the stop (llama.cpp trims a stop's tokens from the ids and log-probs it returns).
 * **Token ids and log-probs are captured where the server returns them**: vLLM's
   ``return_token_ids`` / ``token_ids``, llama.cpp's ``return_tokens`` / ``tokens``, and per-token
   log-probs from either the OpenAI ``logprobs.token_logprobs`` layout or llama.cpp's
@@ -45,16 +47,24 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.policy.output import GenerationOutput, completions_output, left_pad
+from lit_codeRL.policy.output import (
+    GenerationOutput,
+    completions_output,
+    left_pad,
+    request_seeds,
+    unpadded_prompts,
+)
 from lit_codeRL.policy.sampling import SamplingParams
 
 log = logging.getLogger("lit_codeRL")
+
+T = TypeVar("T")
 
 
 class EndpointError(ConfigError):
@@ -108,22 +118,27 @@ class OpenAIEngine:
         self.model = model or self._first_model()
         self.exact: bool | None = None
         """Whether the server returned token ids and log-probs (known after the first request)."""
+        self.training = False
+        """Set by :meth:`check_for_training`: from then on an inexact sample is an error, never a
+        sample with log-prob 0 that the trainer would weigh as if the sampler had drawn it."""
 
     # ------------------------------------------------------------------ HTTP
-    def _request(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(self, path: str, body: dict[str, Any] | None, read: Callable[[Any], T]) -> T:
+        """``read(response)`` of one request, with the retries and one-line errors of the module
+        docstring (a timeout while reading counts as a timeout)."""
         url = f"{self.base_url}{path}"
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        too_slow = f"{url}: no reply within {self.timeout_s:g} s (engine.timeout_s)"
         for attempt in range(self.retries + 1):
             request = urllib.request.Request(
                 url, data=data, headers=headers, method="POST" if data else "GET"
             )
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    raw = response.read()
-                break
+                    return read(response)
             except urllib.error.HTTPError as err:
                 detail = err.read()[:300].decode(errors="replace")
                 if err.code >= 500 and attempt < self.retries:
@@ -131,14 +146,10 @@ class OpenAIEngine:
                     continue
                 raise EndpointError(f"{url}: HTTP {err.code} {err.reason}: {detail}") from None
             except TimeoutError:
-                raise EndpointError(
-                    f"{url}: no reply within {self.timeout_s:g} s (engine.timeout_s)"
-                ) from None
+                raise EndpointError(too_slow) from None
             except urllib.error.URLError as err:
                 if isinstance(err.reason, TimeoutError):
-                    raise EndpointError(
-                        f"{url}: no reply within {self.timeout_s:g} s (engine.timeout_s)"
-                    ) from None
+                    raise EndpointError(too_slow) from None
                 if attempt < self.retries:
                     time.sleep(min(2.0**attempt, 10.0))
                     continue
@@ -148,13 +159,10 @@ class OpenAIEngine:
                     time.sleep(min(2.0**attempt, 10.0))
                     continue
                 raise EndpointError(f"cannot reach the server at {self.base_url}: {err}") from None
-        try:
-            reply = json.loads(raw)
-        except json.JSONDecodeError:
-            raise EndpointError(f"{url}: the reply is not JSON: {raw[:200]!r}") from None
-        if not isinstance(reply, dict):
-            raise EndpointError(f"{url}: the reply is not a JSON object: {raw[:200]!r}")
-        return reply
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _request(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return _json_object(f"{self.base_url}{path}", self._call(path, body, lambda r: r.read()))
 
     def _first_model(self) -> str:
         reply = self._request("/models")
@@ -189,6 +197,7 @@ class OpenAIEngine:
             probe = self.tokenizer("def f():", add_special_tokens=False)["input_ids"]
             self.exact = self._sample(probe, SamplingParams(max_new_tokens=1, temperature=1.0), 0).exact
         self.require_exact("training")
+        self.training = True
 
     def require_exact(self, what: str = "training") -> None:
         """Refuse ``what`` in one line when the server gives no token ids and log-probs."""
@@ -219,34 +228,63 @@ class OpenAIEngine:
             body["top_k"] = sampling.top_k if sampling.top_k > 0 else -1  # -1: off (vLLM, llama.cpp)
             body["min_p"] = 0.0
         if sampling.stop:
-            body["stop"] = list(sampling.stop)
+            # Not sent as ``stop``: llama.cpp trims the stop string's tokens from the ids and
+            # log-probs it returns (a turn would lose its ``</execute>``). We stream instead, cut
+            # on our side over the exact ids, and close the stream, which ends the generation.
+            body["stream"] = True
         return body
 
     def _sample(self, prompt: list[int], sampling: SamplingParams, seed: int) -> Sample:
-        reply = self._request("/completions", self._body(prompt, sampling, seed))
-        choices = reply.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise EndpointError(
-                f"{self.base_url}/completions: a reply without choices: {json.dumps(reply)[:200]}"
-            )
-        choice = choices[0]
-        text = choice.get("text")
-        if not isinstance(text, str):
-            raise EndpointError(
-                f"{self.base_url}/completions: a choice without text: {json.dumps(choice)[:200]}"
-            )
-        ids = _token_ids(choice, reply)
-        logprobs = _token_logprobs(choice.get("logprobs"))
-        exact = ids is not None and logprobs is not None and len(ids) == len(logprobs)
-        if not exact:
+        body = self._body(prompt, sampling, seed)
+        reply = self._call("/completions", body, lambda r: self._read(r, sampling.stop))
+        if reply.cut is not None:
+            return self._cut_at_stop(reply, sampling.stop)
+        reason = "length" if reply.finish_reason == "length" else "stop"
+        if reply.ids is None or reply.logprobs is None or len(reply.ids) != len(reply.logprobs):
+            ids = self.tokenizer(reply.text, add_special_tokens=False)["input_ids"]
+            return Sample(reply.text, ids, [0.0] * len(ids), reason, exact=False)
+        return Sample(reply.text, reply.ids, reply.logprobs, reason, exact=True)
+
+    def _cut_at_stop(self, reply: _Reply, stops: list[str]) -> Sample:
+        """The sample up to and including the token that completes the first stop string; a
+        one-line error when the server's text holds a stop its token ids do not."""
+        exact = reply.ids is not None and reply.logprobs is not None and len(reply.ids) == len(reply.logprobs)
+        if not exact:  # text only: cut the text, re-tokenise (evaluation)
+            text = reply.text[: reply.cut]
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            logprobs = [0.0] * len(ids)
-        reason = str(choice.get("finish_reason") or "stop")
-        if reason == "stop" and sampling.stop and any(text.endswith(s) for s in sampling.stop):
-            reason = "stop_string"
-        return Sample(
-            text, list(ids), list(logprobs), reason if reason in ("length", "stop_string") else "stop", exact
-        )
+            return Sample(text, ids, [0.0] * len(ids), "stop_string", exact=False)
+        assert reply.ids is not None and reply.logprobs is not None
+        end = stop_token_end(self.tokenizer, reply.ids, stops)
+        if end is None:
+            raise EndpointError(
+                f"{self.base_url}/completions: the text ends a stop string ({stops}) that its token "
+                f"ids do not decode to: refusing a sample whose ids lost the stop"
+            )
+        ids = reply.ids[:end]
+        return Sample(self.tokenizer.decode(ids), ids, reply.logprobs[:end], "stop_string", exact=True)
+
+    def _read(self, response: Any, stops: list[str]) -> _Reply:
+        """A whole reply, or a streamed one read until its text holds a stop string (then the
+        connection closes: llama.cpp and vLLM stop generating for a client that left)."""
+        url = f"{self.base_url}/completions"
+        if "text/event-stream" not in (response.headers.get("Content-Type") or ""):
+            # not streamed (a server that ignores ``stream``): one reply, cut the same way
+            reply = _Reply()
+            reply.add(*_first_choice(url, _json_object(url, response.read())))
+            reply.find_stop(stops)
+            return reply
+        reply = _Reply()
+        for line in response:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue  # SSE comments, blank separators
+            data = line[len(b"data:") :].strip()
+            if data == b"[DONE]":
+                break
+            reply.add(*_first_choice(url, _json_object(url, data)))
+            if reply.find_stop(stops):
+                break
+        return reply
 
     def generate(
         self,
@@ -258,15 +296,16 @@ class OpenAIEngine:
         on_finished: Callable[[list[int], list[list[int]], list[str]], None] | None = None,
     ) -> GenerationOutput:
         """``num_generations`` completions per prompt row, group-contiguous, one request each."""
-        prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
-        jobs = [
-            (p, int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
-            for p in prompts
-            for _ in range(num_generations)
-        ]
+        requests = [p for p in unpadded_prompts(prompt_ids, prompt_mask) for _ in range(num_generations)]
+        jobs = list(zip(requests, request_seeds(generator, len(requests)), strict=True))
         with ThreadPoolExecutor(min(self.max_concurrency, max(1, len(jobs)))) as pool:
             samples = list(pool.map(lambda job: self._sample(job[0], sampling, job[1]), jobs))
         exact = all(s.exact for s in samples)
+        if self.training and not exact:
+            raise EndpointError(
+                f"engine openai: during training {self.base_url} replied without token ids or "
+                f"log-probs ({sum(not s.exact for s in samples)} of {len(samples)} samples): refused"
+            )
         if self.exact is None or not exact:
             if self.exact is None and not exact:
                 log.warning(
@@ -286,6 +325,69 @@ class OpenAIEngine:
             reasons,
             self.pad_token_id,
         )
+
+
+class _Reply:
+    """A completion put together from one reply or the chunks of a streamed one."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.ids: list[int] | None = []
+        self.logprobs: list[float] | None = []
+        self.finish_reason: str | None = None
+        self.cut: int | None = None
+        """Where the text ends with the first stop string (``None``: no stop seen)."""
+
+    def add(self, choice: dict[str, Any], event: dict[str, Any]) -> None:
+        text = choice.get("text")
+        ids, logprobs = _token_ids(choice, event), _token_logprobs(choice.get("logprobs"))
+        if text == "" and ids is None and logprobs is None:
+            pass  # a stream's last chunk: only the finish reason
+        else:
+            self.text += text
+            self.ids = self.ids + ids if self.ids is not None and ids is not None else None
+            if self.logprobs is not None and logprobs is not None:
+                self.logprobs = self.logprobs + logprobs
+            else:
+                self.logprobs = None
+        self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def find_stop(self, stops: list[str]) -> bool:
+        """Whether the text holds one of ``stops`` (then :attr:`cut` is set)."""
+        hits = [i + len(s) for s in stops if (i := self.text.find(s)) >= 0]
+        self.cut = min(hits) if hits else None
+        return self.cut is not None
+
+
+def stop_token_end(tokenizer: Any, ids: list[int], stops: list[str]) -> int | None:
+    """The length of the shortest prefix of ``ids`` whose decoding holds one of ``stops`` (the
+    token that completes the stop kept, as the local engine keeps it), ``None`` if none does."""
+    window = max(len(s) for s in stops) + 1  # n characters span at most n + 1 tokens
+    for end in range(1, len(ids) + 1):
+        tail = tokenizer.decode(ids[max(0, end - window) : end])
+        if any(s in tail for s in stops):
+            return end
+    return None
+
+
+def _json_object(url: str, raw: bytes) -> dict[str, Any]:
+    try:
+        reply = json.loads(raw)
+    except json.JSONDecodeError:
+        raise EndpointError(f"{url}: the reply is not JSON: {raw[:200]!r}") from None
+    if not isinstance(reply, dict):
+        raise EndpointError(f"{url}: the reply is not a JSON object: {raw[:200]!r}")
+    return reply
+
+
+def _first_choice(url: str, reply: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(choice, reply)``: the first choice, with text, or a one-line error."""
+    choices = reply.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise EndpointError(f"{url}: a reply without choices: {json.dumps(reply)[:200]}")
+    if not isinstance(choices[0].get("text"), str):
+        raise EndpointError(f"{url}: a choice without text: {json.dumps(choices[0])[:200]}")
+    return choices[0], reply
 
 
 def _token_ids(choice: dict[str, Any], reply: dict[str, Any]) -> list[int] | None:

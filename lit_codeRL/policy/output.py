@@ -106,6 +106,17 @@ def concat_generation_outputs(outputs: list[GenerationOutput], pad_token_id: int
     )
 
 
+def unpadded_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> list[list[int]]:
+    """The real tokens of each left-padded prompt row (what a server engine sends)."""
+    return [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
+
+
+def request_seeds(generator: torch.Generator | None, count: int) -> list[int]:
+    """``count`` sampling seeds for a server's requests, drawn from the caller's generator: the
+    only sampling state a run checkpoints, so a resumed run sends the same seeds."""
+    return [int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) for _ in range(count)]
+
+
 def completions_output(
     prompt_ids: Tensor,
     prompt_mask: Tensor,

@@ -18,13 +18,22 @@ as the HF engine's do. What it does about the traps other frameworks fell into
   ``update_weights`` / ``finish_weight_update``) is for a trainer and an engine in different
   processes (CUDA IPC handles or NCCL); colocated in one process it would add an IPC round trip
   to what is a copy between two tensors on the same device, so it is not used here.
-* **Sleep never serves stale or discarded weights.** With ``sleep_level`` 1 or 2 the engine
-  sleeps after each ``generate`` (KV cache freed for the training step; level 2 also discards the
-  weights, level 1 offloads them to host memory, where they go stale at the next optimizer step).
-  Waking is always: ``wake_up(["weights"])`` -> push the policy's current weights ->
-  ``wake_up(["kv_cache"])`` (vLLM's documented order; waking a level-2 engine without a push
-  samples garbage and raises nothing). The engine tracks whether its weights are the policy's
-  current ones and pushes before generating whenever they are not, so no caller can forget.
+* **Pushes happen in ``sync_weights`` only, never inside ``generate``.** Under FSDP2 a push
+  gathers shards, a collective every rank must reach the same number of times; ``generate`` is
+  called a different number of times per rank (multi-turn episodes, the code game's predictor
+  turns, refill rounds, evaluation shards), so a push there hangs the job (under DDP it is a full
+  export per turn). ``generate`` on weights that are not the pushed policy's (before the first
+  ``sync_weights``, or after a level-2 sleep with no push since) raises a one-line error instead.
+* **Sleep at most once per training step.** With ``sleep_level`` 1 or 2 the training layer calls
+  :meth:`VLLMEngine.sleep` once the step's rollouts are done (KV cache freed for the forward and
+  backward; level 2 also discards the weights, level 1 offloads them to host memory); the
+  optimizer step's ``sync_weights`` wakes the weights and pushes (``wake_up(["weights"])`` -> push,
+  vLLM's documented order: waking a level-2 engine without a push samples garbage and raises
+  nothing); the next ``generate`` wakes the KV cache (a local call, no collective).
+* **Memory share**: ``gpu_memory_utilization`` defaults to 0.3 (TRL's colocated default): vLLM
+  refuses to start when less than that share of the card is free, and the policy, reference,
+  critic and optimizer state share it. The share is checked against the free memory when the
+  engine is built, with a one-line error naming the largest share that would fit.
 * **Log-probs the trainer can use.** ``logprobs_mode="processed_logprobs"``: the log-prob of the
   sampled token after the temperature (vLLM's default, ``raw_logprobs``, is before it: TRL issue
   4159 measured importance ratios of 2.0 at T=0.6). With ``top_p < 1`` or ``top_k > 0`` vLLM's
@@ -38,7 +47,9 @@ as the HF engine's do. What it does about the traps other frameworks fell into
 
 from __future__ import annotations
 
+import gc
 import logging
+import math
 import os
 import tempfile
 import warnings
@@ -51,7 +62,13 @@ from torch import Tensor
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.loading import is_quantized
-from lit_codeRL.policy.output import GenerationOutput, completions_output, left_pad
+from lit_codeRL.policy.output import (
+    GenerationOutput,
+    completions_output,
+    left_pad,
+    request_seeds,
+    unpadded_prompts,
+)
 from lit_codeRL.policy.sampling import SamplingParams
 from lit_codeRL.policy.weights import export_weights
 
@@ -97,12 +114,14 @@ class VLLMEngine:
     Args:
         tokenizer: The policy's tokenizer.
         gpu_memory_utilization: Share of the GPU's memory vLLM may take for weights, activations
-            and KV cache while it generates (the training step runs while it sleeps, or beside
-            it when ``sleep_level`` is 0: then lower this).
+            and KV cache while it generates. vLLM refuses to start when less than this share is
+            free; colocated, the policy, reference, critic and optimizer state hold the rest, so
+            the default is TRL's 0.3, checked against the free memory at build time.
         max_model_len: Longest prompt + completion, in tokens.
-        sleep_level: 0: never sleep; 1: sleep after every ``generate`` with the weights offloaded
-            to host memory; 2: sleep with the weights discarded (the least memory: full weights
-            are pushed after every optimizer step anyway).
+        sleep_level: What :meth:`sleep` (once per training step, when its rollouts are done)
+            frees: 0: nothing; 1: the KV cache, the weights offloaded to host memory; 2: both
+            discarded (the least memory: ``sync_weights`` pushes full weights after every
+            optimizer step anyway, and ``generate`` refuses discarded weights).
         dtype: ``auto`` (the policy's config dtype, bf16/fp16 on the GPU), ``model`` (the
             policy's own parameter dtype), or an explicit one.
         enforce_eager: No CUDA graphs (slower decode, faster start, less memory).
@@ -117,7 +136,7 @@ class VLLMEngine:
         self,
         tokenizer: Any,
         *,
-        gpu_memory_utilization: float = 0.85,
+        gpu_memory_utilization: float = 0.3,
         max_model_len: int = 2048,
         sleep_level: int = 0,
         dtype: str = "auto",
@@ -147,12 +166,11 @@ class VLLMEngine:
         self.device_setting = device
         self.device: torch.device | None = None
         self.llm: Any = None
-        self.model: torch.nn.Module | None = None
         self._weights_asleep = False
         self._kv_asleep = False
         self._weights_current = False
-        """The engine's weights are the policy's current weights (False after an optimizer step
-        that was not pushed yet, and after a level-2 sleep)."""
+        """The engine holds the weights of its last push (False before the first push and after a
+        level-2 sleep, until the next ``sync_weights``)."""
         self._warned_filter = False
         self._config_dir: tempfile.TemporaryDirectory | None = None
         self.pushes = 0
@@ -180,6 +198,9 @@ class VLLMEngine:
         else:
             self.device = torch.device(self.device_setting)
         vllm = _import_vllm()
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            check_memory_share(self.gpu_memory_utilization, free, total)
         hf = _unwrap(model)
         self._config_dir = tempfile.TemporaryDirectory(prefix="lit_coderl_vllm_")
         path = Path(self._config_dir.name)
@@ -238,14 +259,18 @@ class VLLMEngine:
             self.llm.wake_up(["weights"])
             self._weights_asleep = False
 
-    def _wake(self) -> None:
-        """Weights first, then the push when they are not the policy's current ones, then the
-        KV cache (vLLM's documented order)."""
-        self._wake_weights()
+    def _wake_for_generate(self) -> None:
+        """Weights, then the KV cache (vLLM's documented order); local calls, no collective. It
+        never pushes (a collective under FSDP2, see the module docstring): weights that are not
+        the last push's are refused in one line."""
+        if self.llm is None:
+            raise RuntimeError("vLLM engine: call sync_weights(model) on every rank before generate")
         if not self._weights_current:
-            if self.model is None:
-                raise RuntimeError("the vLLM engine has no policy to take its weights from")
-            self._push(self.model)
+            raise RuntimeError(
+                "vLLM engine: the level-2 sleep discarded the weights and nothing pushed them since: "
+                "call sync_weights(model) on every rank before generate"
+            )
+        self._wake_weights()
         if self._kv_asleep:
             self.llm.wake_up(["kv_cache"])
             self._kv_asleep = False
@@ -263,7 +288,6 @@ class VLLMEngine:
         at once (every rank must call it: gathering FSDP2 shards is a collective). A sleeping
         engine wakes its weights for the push and keeps its KV cache released until
         ``generate``."""
-        self.model = model
         if self.llm is None:
             self._build(model)
         self._weights_current = False
@@ -276,7 +300,9 @@ class VLLMEngine:
         self.sync_weights(model)
 
     def sleep(self) -> None:
-        """Free the engine's GPU memory now (level ``sleep_level``; nothing at level 0)."""
+        """The step's rollouts are done: free the engine's GPU memory for the training step
+        (level ``sleep_level``; nothing at level 0, or when already asleep). The training layer
+        calls it once per step; only ``sync_weights`` brings discarded weights back."""
         if self.llm is not None:
             self._sleep()
 
@@ -323,16 +349,14 @@ class VLLMEngine:
         on_finished: Callable[[list[int], list[list[int]], list[str]], None] | None = None,
     ) -> GenerationOutput:
         """``num_generations`` samples per prompt row, group-contiguous (vLLM's ``n``)."""
-        if self.llm is None:
-            if self.model is None:
-                raise RuntimeError("call sync_weights(model) before the first generate")
-            self._build(self.model)
-        self._wake()
+        self._wake_for_generate()
         from vllm.inputs import TokensPrompt
 
-        prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
-        seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) for _ in prompts]
-        params = [self._sampling_params(sampling, num_generations, s) for s in seeds]
+        prompts = unpadded_prompts(prompt_ids, prompt_mask)
+        params = [
+            self._sampling_params(sampling, num_generations, s)
+            for s in request_seeds(generator, len(prompts))
+        ]
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
         )
@@ -347,7 +371,6 @@ class VLLMEngine:
                 logps.append(sampled_logprobs(tokens, c.logprobs))
                 texts.append(c.text)
                 reasons.append(finish_reason(c.finish_reason, c.stop_reason))
-        self._sleep()
         if on_finished is not None:
             on_finished(list(range(len(ids))), ids, reasons)
         return completions_output(
@@ -355,11 +378,41 @@ class VLLMEngine:
         )
 
     def close(self) -> None:
-        """Release the engine (its GPU memory) and its config directory."""
-        self.llm = None
+        """Release the engine's GPU memory and its config directory (the training layer's
+        ``teardown``); a later ``sync_weights`` builds a fresh one. Idempotent."""
+        llm, self.llm = self.llm, None
+        self._weights_current = self._weights_asleep = self._kv_asleep = False
+        if llm is not None:
+            # LLM.shutdown where the pinned vLLM has it (vllm PR 46023); otherwise the engine core's.
+            # vLLM's distributed environment is not destroyed: under external_launcher it is the
+            # trainer's own process group.
+            shutdown = getattr(llm, "shutdown", None) or getattr(
+                getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None
+            )
+            if callable(shutdown):
+                shutdown()
+            del llm
+            gc.collect()
+            if self.device is not None and self.device.type == "cuda":
+                torch.cuda.empty_cache()
         if self._config_dir is not None:
             self._config_dir.cleanup()
             self._config_dir = None
+
+
+def check_memory_share(share: float, free_bytes: int, total_bytes: int) -> None:
+    """vLLM refuses to start when less than ``share`` of the card is free (the policy, reference,
+    critic and any other engine hold the rest): say so first, in one line, with the largest share
+    that would fit."""
+    if share * total_bytes <= free_bytes:
+        return
+    fits = math.floor(100 * free_bytes / total_bytes) / 100
+    gib = 2**30
+    raise ConfigError(
+        f"engine.gpu_memory_utilization {share:.2f} asks for {share * total_bytes / gib:.1f} GiB of "
+        f"the GPU's {total_bytes / gib:.1f} GiB but only {free_bytes / gib:.1f} GiB are free: set it "
+        f"to {fits:.2f} or less"
+    )
 
 
 def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float]:
@@ -386,4 +439,11 @@ def finish_reason(reason: str | None, stop_reason: int | str | None) -> str:
     return "stop"
 
 
-__all__ = ["SUPPORTED_VLLM", "VLLMEngine", "finish_reason", "sampled_logprobs", "vllm_available"]
+__all__ = [
+    "SUPPORTED_VLLM",
+    "VLLMEngine",
+    "check_memory_share",
+    "finish_reason",
+    "sampled_logprobs",
+    "vllm_available",
+]

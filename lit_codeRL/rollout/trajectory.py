@@ -66,6 +66,10 @@ class TrajectoryBatch:
     out of advantages and the loss (their trainable mask is zeroed) and only counted."""
     ref_logprobs: Tensor | None = None
     """Per-token log-probs under the reference policy, when a KL penalty needs them."""
+    policy_old_logprobs: Tensor | None = None
+    """``[B, L - start]`` the trainer's own log-probs of the sampled tokens before the step's
+    first update (pi_old of a clipped ratio over several updates; ``old_logprobs`` are the
+    sampler's), recomputed without grad (``training/step_setup.py``)."""
     advantages: Tensor | None = None
     """``[B, L]`` per-token advantages (or ``[B]`` per sequence), filled in by the algorithm."""
     values: Tensor | None = None

@@ -13,7 +13,8 @@ Every backend runs the same ``_server.py`` fork server; they differ only in the 
   (``env/sandbox.def``), the server directory bound read-only.
 
 Whether a backend works is decided by starting a real worker with the pool's own command line
-(``pool.probe_backend``), never by a look-alike command.
+(``pool.probe_backend``, ``pool.resolve_backend``), never by a look-alike command: those live
+in ``pool.py``, which imports this module and never the other way round.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterable
@@ -268,69 +268,12 @@ def apptainer_image(cfg: SandboxConfig) -> str | None:
     return image if image and Path(image).is_file() else None
 
 
-def bwrap_problem(cfg: SandboxConfig) -> str | None:
-    """Why a bwrap worker cannot run here with ``cfg`` (``None``: it works). The probe starts a real
-    worker with the very command line the pool uses and grades one program through it."""
-    if shutil.which("bwrap") is None:
-        return "bubblewrap is not installed"
-    from lit_codeRL.sandbox.pool import probe_backend  # the pool imports this module
-
-    return probe_backend(cfg, "bwrap")
-
-
-def apptainer_problem(cfg: SandboxConfig) -> str | None:
-    """Why an apptainer worker cannot run here with ``cfg`` (``None``: it works)."""
-    if shutil.which("apptainer") is None:
-        return "apptainer is not installed"
-    if apptainer_image(cfg) is None:
-        return "no image (set SandboxConfig.apptainer_image or $LIT_CODERL_SANDBOX_SIF)"
-    from lit_codeRL.sandbox.pool import probe_backend
-
-    return probe_backend(cfg, "apptainer")
-
-
-def bwrap_works(python: str = sys.executable) -> bool:
-    """Does a bwrap worker for ``python`` start and grade a program here (cached per setting)?"""
-    return bwrap_problem(SandboxConfig(python=python)) is None
-
-
 FIX = (
     "install bubblewrap (apt-get install bubblewrap; unprivileged user namespaces must be allowed), "
     "or build the apptainer image (apptainer build sandbox.sif env/sandbox.def) and set "
     "LIT_CODERL_SANDBOX_SIF, or set the sandbox backend to 'local' explicitly to accept running "
     "untrusted code without isolation"
 )
-
-
-def resolve_backend(cfg: SandboxConfig) -> str:
-    """The backend ``cfg.backend`` means on this machine, checked to work.
-
-    ``auto`` is the safest that works (apptainer with an image, else bwrap) and never silently
-    ``local``: with no isolating backend it raises :class:`SandboxUnavailable` naming the fixes.
-    An explicitly requested container backend that cannot run raises too (it would otherwise fail
-    every program).
-    """
-    if cfg.backend == "local":
-        return "local"
-    if cfg.backend == "bwrap":
-        problem = bwrap_problem(cfg)
-        if problem:
-            raise SandboxUnavailable(f"sandbox backend 'bwrap' does not work here ({problem}); {FIX}")
-        return "bwrap"
-    if cfg.backend == "apptainer":
-        problem = apptainer_problem(cfg)
-        if problem:
-            raise SandboxUnavailable(f"sandbox backend 'apptainer' does not work here ({problem}); {FIX}")
-        return "apptainer"
-    if cfg.backend != "auto":
-        raise SandboxUnavailable(f"unknown sandbox backend {cfg.backend!r} (auto, bwrap, apptainer, local)")
-    problems = {}
-    for name, check in (("apptainer", apptainer_problem), ("bwrap", bwrap_problem)):
-        problems[name] = check(cfg)
-        if problems[name] is None:
-            return name
-    why = "; ".join(f"{k}: {v}" for k, v in problems.items())
-    raise SandboxUnavailable(f"no isolating sandbox backend works here ({why}). Fix: {FIX}")
 
 
 class _Cgroup:

@@ -1,4 +1,5 @@
-"""The worker pool: N fork-server workers kept busy by a thread per worker, with bounded queueing."""
+"""The worker pool: N fork-server workers kept busy by a thread per worker, with bounded queueing;
+and which backend works here (:func:`resolve_backend`), decided by starting one of those workers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import select
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -18,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 from lit_codeRL.sandbox import backends, grading
+from lit_codeRL.sandbox.backends import FIX, SandboxUnavailable
 from lit_codeRL.sandbox.config import SandboxConfig
 from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 
@@ -252,6 +255,62 @@ _PROBED: dict[tuple, str | None] = {}
 _PROBE_LOCK = threading.Lock()
 
 
+# -- which backend works here: decided by starting one of the pool's own workers -----------------
+
+
+def bwrap_problem(cfg: SandboxConfig) -> str | None:
+    """Why a bwrap worker cannot run here with ``cfg`` (``None``: it works). The probe starts a real
+    worker with the very command line the pool uses and grades one program through it."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed"
+    return probe_backend(cfg, "bwrap")
+
+
+def apptainer_problem(cfg: SandboxConfig) -> str | None:
+    """Why an apptainer worker cannot run here with ``cfg`` (``None``: it works)."""
+    if shutil.which("apptainer") is None:
+        return "apptainer is not installed"
+    if backends.apptainer_image(cfg) is None:
+        return "no image (set SandboxConfig.apptainer_image or $LIT_CODERL_SANDBOX_SIF)"
+    return probe_backend(cfg, "apptainer")
+
+
+def bwrap_works(python: str = sys.executable) -> bool:
+    """Does a bwrap worker for ``python`` start and grade a program here (cached per setting)?"""
+    return bwrap_problem(SandboxConfig(python=python)) is None
+
+
+def resolve_backend(cfg: SandboxConfig) -> str:
+    """The backend ``cfg.backend`` means on this machine, checked to work.
+
+    ``auto`` is the safest that works (apptainer with an image, else bwrap) and never silently
+    ``local``: with no isolating backend it raises :class:`SandboxUnavailable` naming the fixes.
+    An explicitly requested container backend that cannot run raises too (it would otherwise fail
+    every program).
+    """
+    if cfg.backend == "local":
+        return "local"
+    if cfg.backend == "bwrap":
+        problem = bwrap_problem(cfg)
+        if problem:
+            raise SandboxUnavailable(f"sandbox backend 'bwrap' does not work here ({problem}); {FIX}")
+        return "bwrap"
+    if cfg.backend == "apptainer":
+        problem = apptainer_problem(cfg)
+        if problem:
+            raise SandboxUnavailable(f"sandbox backend 'apptainer' does not work here ({problem}); {FIX}")
+        return "apptainer"
+    if cfg.backend != "auto":
+        raise SandboxUnavailable(f"unknown sandbox backend {cfg.backend!r} (auto, bwrap, apptainer, local)")
+    problems = {}
+    for name, check in (("apptainer", apptainer_problem), ("bwrap", bwrap_problem)):
+        problems[name] = check(cfg)
+        if problems[name] is None:
+            return name
+    why = "; ".join(f"{k}: {v}" for k, v in problems.items())
+    raise SandboxUnavailable(f"no isolating sandbox backend works here ({why}). Fix: {FIX}")
+
+
 class Sandbox:
     """Runs untrusted programs on a pool of isolated fork-server workers.
 
@@ -265,7 +324,7 @@ class Sandbox:
 
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
-        self.backend = backends.resolve_backend(config)  # raises SandboxUnavailable
+        self.backend = resolve_backend(config)  # raises SandboxUnavailable
         self.workers = config.worker_count()
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all = [_Worker(config, self.backend) for _ in range(self.workers)]

@@ -121,6 +121,16 @@ def _context_parallel_attention(model: torch.nn.Module, chunk: _Chunk) -> Iterat
         _STATE.chunk = None
 
 
+_CHECKPOINTING_REFUSAL = (
+    "model.sequence_parallel_size > 1 does not support model.gradient_checkpointing (backward's "
+    "recomputation would run without the context-parallel attention): turn one of them off"
+)
+"""Why not keep the attention bound through backward: the recomputation runs layer by layer inside
+the caller's ``backward()``, long after this forward returned, and transformers picks the attention
+by ``config._attn_implementation`` at that time; keeping the swap installed until every backward is
+done would leak it into every other forward of the model (the reference, rollouts)."""
+
+
 def context_parallel_logprobs(
     model: torch.nn.Module,
     input_ids: Tensor,
@@ -134,9 +144,13 @@ def context_parallel_logprobs(
     """``([B, L - start]`` log-probs of ``input_ids[:, start:]``, entropies or ``None)``, as
     ``policy.logprobs.token_logprobs`` computes them, with the sequence split over ``group``'s
     ranks (every rank passes the same rows and gets the same result; see the module docstring
-    for the gradients)."""
-    from lit_codeRL.policy.logprobs import _from_logits
+    for the gradients). A model with gradient checkpointing on is refused (a ``ConfigError``)."""
+    from lit_codeRL.errors import ConfigError
+    from lit_codeRL.policy.logprobs import _checkpointing, _from_logits
 
+    if _checkpointing(model):
+        # Checked before any collective, so every rank refuses alike (no rank left waiting).
+        raise ConfigError(_CHECKPOINTING_REFUSAL)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     rows, length = input_ids.shape
     pad = (-length) % world

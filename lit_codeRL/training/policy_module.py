@@ -7,17 +7,17 @@ Everything else lives here once:
 * the policy and tokenizer (any source ``policy/loading.py`` accepts), the generation engine
   chosen by config, and a frozen reference policy when a KL term needs one (under LoRA the base
   model with adapters switched off is the reference: no copy);
-* micro-batched forward/backward inside the step (``micro_batch_size``, or a hint from free
+* micro-batched forward/backward inside the step (``training/optimizer_steps.py``) (``micro_batch_size``, or a hint from free
   memory), whose losses are normalised by whole-batch counts so the micro-batch sum equals the
   whole-batch loss for every aggregation; the reference forward runs in the same micro-batches;
 * the sampler/trainer mismatch correction of every policy-gradient loss
-  (:meth:`sampler_correction`: a truncated importance weight to the sampler's log-probs, or the
-  clipped ratio to them, and the ``tis/*`` metrics), so a module whose engine samples in bf16
+  (:meth:`sampler_correction`: a truncated importance weight to the sampler's log-probs, with
+  several updates beside the clipped ratio to the trainer's pi_old, and the ``tis/*`` metrics), so a module whose engine samples in bf16
   still follows the trainer's gradient;
 * manual optimization with one :class:`~lit_codeRL.training.optim.OptimizerSettings` group
   (``optimizer``): AdamW (fused where the device allows), linear warm-up then constant or cosine
   learning rate, gradient-norm clipping at the point where gradients are unscaled;
-* checkpoint state beyond weights and optimizer: any object registered with
+* checkpoint state beyond weights and optimizer (``training/checkpoint_state.py``): any object registered with
   :meth:`register_state` (rollout position and RNG, baselines, schedules) is saved and restored,
   whichever of ``setup`` and checkpoint loading happens first;
 * at the end, the policy as a plain ``save_pretrained`` directory ``<run>/hf_model`` (LoRA
@@ -30,11 +30,8 @@ import contextlib
 import copy
 import dataclasses
 import logging
-import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -46,24 +43,18 @@ from lit_codeRL.algorithms.importance import sampler_correction
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, make_engine
 from lit_codeRL.policy.loading import LoraSettings, ModelSettings, full_precision_merged, load_model
 from lit_codeRL.policy.logprobs import grouped_prompt_token_logprobs, shares_prompts
-from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.dataset import RolloutWriter
 from lit_codeRL.rollout.trajectory import TrajectoryBatch, pad_columns
 from lit_codeRL.training import distributed
+from lit_codeRL.training.checkpoint_state import RegisteredState
 from lit_codeRL.training.context_parallel import context_parallel_logprobs
-from lit_codeRL.training.optim import OptimizerSettings, build_optimizer
-from lit_codeRL.training.rng import GlobalRNG, own_rank_state, save_rank_states
+from lit_codeRL.training.loaders import SleepAfterEachBatch, in_process_loader, whole_batch
+from lit_codeRL.training.optim import OptimizerSettings
+from lit_codeRL.training.optimizer_steps import MicroBatchedUpdates
+from lit_codeRL.training.rng import GlobalRNG
 from lit_codeRL.training.strategies import check_strategy
 
 log = logging.getLogger("lit_codeRL")
-
-LossFn = Callable[[TrajectoryBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
-
-
-class Stateful(Protocol):
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def as_settings(cls: type, value: Any) -> Any:
@@ -75,37 +66,6 @@ def as_settings(cls: type, value: Any) -> Any:
     return value
 
 
-FEW_WORKERS_WARNING = r"The 'train_dataloader' does not have many workers"
-"""Lightning's advice (a ``PossibleUserWarning``) to give the train loader more workers."""
-
-
-def in_process_loader(dataset: IterableDataset, **kwargs: Any) -> DataLoader:
-    """A ``DataLoader`` over ``dataset`` in the main process (``num_workers=0``), without
-    Lightning's advice to add workers.
-
-    Rollout and replay datasets generate with the live policy (or Q-network): a worker process
-    would sample from a stale copy of it, so 0 workers is the design, and Lightning's "does not
-    have many workers" warning at every fit is advice that must not be followed. It is ignored
-    for the train loader only, only from Lightning's data connector, and only once a module has
-    built such a loader (the filter is process-wide, as every ``warnings`` filter is); a loader
-    passed to ``Trainer.fit`` in a process that never built one still gets the warning.
-    """
-    from lightning.fabric.utilities.warnings import PossibleUserWarning
-
-    # re-adding an identical filter replaces it, so building loaders again adds nothing
-    warnings.filterwarnings(
-        "ignore",
-        message=FEW_WORKERS_WARNING,
-        category=PossibleUserWarning,
-        module=r"lightning\.pytorch\.trainer\.connectors\.data_connector\Z",
-    )
-    return DataLoader(dataset, num_workers=0, **kwargs)
-
-
-def _identity(batch: Any) -> Any:
-    return batch
-
-
 class _TeardownOnException(Callback):
     """Lightning calls a module's ``teardown`` only when a stage ends normally: a step that raises
     would leave the sandbox workers and workspaces running in the caller's process (a notebook, a
@@ -115,7 +75,7 @@ class _TeardownOnException(Callback):
         pl_module.teardown(trainer.state.stage.value if trainer.state.stage else "fit")
 
 
-class PolicyModule(LightningModule):
+class PolicyModule(MicroBatchedUpdates, RegisteredState, LightningModule):
     """Shared machinery of language-policy algorithms (see the module docstring).
 
     Subclasses call ``super().__init__(...)`` with their settings, then
@@ -139,6 +99,8 @@ class PolicyModule(LightningModule):
         self.micro_batch_size, self.save_hf_model = micro_batch_size, save_hf_model
         self.policy, self.tokenizer = load_model(model)
         self.engine: GenerationEngine = make_engine(engine, self.tokenizer, self.policy)
+        self._frozen_engines: list[tuple[GenerationEngine, torch.nn.Module]] = []
+        """Engines of models that never train (``frozen_engine``), with their model."""
         # The reference is never trained and is rebuilt from the same source on resume, so it
         # lives outside the module tree (not in checkpoints, not in the optimizer).
         self._reference: list[torch.nn.Module] = []
@@ -154,13 +116,10 @@ class PolicyModule(LightningModule):
             self.strict_loading = False
         if needs_reference and not self.is_lora:
             self._reference.append(copy.deepcopy(self.policy).eval().requires_grad_(False))
-        self._state: dict[str, Stateful] = {}
-        self._pending_state: dict[str, Any] = {}
         # Python, NumPy, torch CPU/CUDA global streams (dropout, anything drawing without a
         # generator of its own); restored at the first step after a resume, see training/rng.py.
         self.global_rng = GlobalRNG()
         self.register_state("global_rng", self.global_rng)
-        self._auto_micro_batch_tokens: int | None = None
         self.run_dir: Path | None = None
         self.writer: RolloutWriter | None = None
         self.last_records: list[dict[str, Any]] = []
@@ -221,7 +180,41 @@ class PolicyModule(LightningModule):
 
     def train_dataloader(self) -> DataLoader:
         # Batches come whole from the dataset, in the main process (see in_process_loader).
-        return in_process_loader(self.dataset, batch_size=None, collate_fn=_identity)
+        batches = SleepAfterEachBatch(self.dataset, self.release_engines)
+        return in_process_loader(batches, batch_size=None, collate_fn=whole_batch)
+
+    # ------------------------------------------------------------------ engines
+    @property
+    def engines(self) -> list[GenerationEngine]:
+        """The policy's engine and every frozen model's."""
+        return [self.engine, *(engine for engine, _ in self._frozen_engines)]
+
+    def frozen_engine(self, settings: EngineSettings, model: torch.nn.Module) -> GenerationEngine:
+        """An engine for ``model``, which never trains (a fixed opponent). ``on_fit_start`` moves
+        ``model`` to the device and pushes its weights, the only push it needs; so it sleeps at
+        vLLM level 1 at most (offloaded weights come back as they were, discarded ones would
+        need a push outside ``sync_weights``). It sleeps and closes with the policy's."""
+        if settings.name == "vllm" and settings.sleep_level > 1:
+            settings = dataclasses.replace(settings, sleep_level=1)
+        engine = make_engine(settings, self.tokenizer, model)
+        self._frozen_engines.append((engine, model))
+        return engine
+
+    def release_engines(self) -> None:
+        """The step's rollouts are done: engines that sleep (vLLM) free their GPU memory for the
+        forward and backward. Local, no collective: a rank may call it alone."""
+        for engine in self.engines:
+            sleep = getattr(engine, "sleep", None)
+            if callable(sleep):
+                sleep()
+
+    def teardown(self, stage: str) -> None:
+        # A vLLM engine's GPU memory and config directory would otherwise live until the process
+        # exits, and a second fit would build another beside it; the next sync rebuilds it.
+        for engine in self.engines:
+            close = getattr(engine, "close", None)
+            if callable(close):
+                close()
 
     def plain_hparams(self) -> None:
         """Store dataclass hparams as plain dicts: checkpoints load with ``weights_only=True``."""
@@ -281,6 +274,8 @@ class PolicyModule(LightningModule):
         for ref in self._reference:
             ref.to(self.device)
         self.engine.sync_weights(self.policy)
+        for engine, model in self._frozen_engines:  # every rank: a push may gather (FSDP2)
+            engine.sync_weights(model.to(self.device))
 
     # ------------------------------------------------------------------ forward / backward
     def token_logprobs(
@@ -378,10 +373,17 @@ class PolicyModule(LightningModule):
         against the log-probs the sampler recorded (``mb.old_logprobs``), over its trainable
         tokens. One update on the batch: ratio 1 and the truncated importance weight
         ``min(pi_train / pi_sampler, cap)`` (``cap`` 0: none); more: the sampler's log-probs as
-        the clipped ratio's old policy. ``stats`` holds the ``tis/*`` metrics. See
+        the clipped ratio's old policy, unless ``mb`` carries the trainer's own pi_old
+        (``mb.policy_old_logprobs``, ``training/step_setup.py: attach_policy_old``): then the
+        ratio is to it and the weight ``min(pi_old / pi_sampler, cap)``. ``stats`` holds the ``tis/*`` metrics. See
         :func:`~lit_codeRL.algorithms.importance.sampler_correction`."""
         return sampler_correction(
-            logprobs, mb.old_logprobs[:, start:], mb.trainable_mask[:, start:], cap, num_updates
+            logprobs,
+            mb.old_logprobs[:, start:],
+            mb.trainable_mask[:, start:],
+            cap,
+            num_updates,
+            old_logprobs=mb.policy_old_logprobs,
         )
 
     def clipped_policy_loss(
@@ -422,205 +424,6 @@ class PolicyModule(LightningModule):
             importance_weights=weights,
         )
         return loss, {**stats, **tis}, old
-
-    def micro_batch_rows(self, batch: TrajectoryBatch, group_size: int = 1) -> int:
-        """Rows per forward/backward chunk: the configured size or a free-memory hint (the same on
-        every rank), rounded down to whole groups so a group's prompt still runs once."""
-        size = self.micro_batch_size
-        if not size:
-            length = batch.input_ids.size(1)
-            if self._auto_micro_batch_tokens is None:
-                # a token budget: later batches may be longer than the first (the code game's
-                # predictor prompts hold a program), and rows must shrink with them
-                num_params = sum(p.numel() for p in self.policy.parameters())
-                config = getattr(self.policy, "config", None)
-                hint = default_micro_batch_size(
-                    num_params,
-                    seq_len=length,
-                    vocab_size=getattr(config, "vocab_size", None),
-                    hidden_size=getattr(config, "hidden_size", None),
-                    num_layers=getattr(config, "num_hidden_layers", None),
-                )
-                if self._trainer is not None and self.trainer.world_size > 1:
-                    hint = self.trainer.strategy.broadcast(hint, src=0)
-                self._auto_micro_batch_tokens = hint * length
-            rows = max(1, self._auto_micro_batch_tokens // max(length, 1))
-            size = 1 << (rows.bit_length() - 1)
-        if group_size > 1 and size > group_size:
-            size -= size % group_size
-        return size
-
-    def backward_micro_batches(
-        self, batch: TrajectoryBatch, loss_fn: LossFn, group_size: int = 1, start: int | None = None
-    ) -> dict[str, list[float]]:
-        """Run ``loss_fn`` and backward over micro-batches; gradients accumulate, DDP syncs once.
-
-        ``loss_fn(micro_batch)`` must normalise by whole-batch counts (``num_rows`` /
-        ``num_tokens``, :meth:`loss_normalisers`), so the micro-batch losses add up to the
-        whole-batch loss. Returns the micro-batches' stats; ``loss`` is their sum (the
-        whole-batch loss).
-
-        Every rank runs as many micro-batches as the rank with the most: one with fewer rows
-        (dynamic sampling dropped groups, shorter completions gave it another micro-batch size)
-        repeats its last micro-batch with the loss times zero. Under FSDP2 every forward and
-        backward is a collective, and a rank that stopped early would leave the others waiting."""
-        opt = self.optimizers()
-        micro = batch.micro_batches(self.micro_batch_rows(batch, group_size), trim_from=start)
-        count = distributed.global_max(len(micro), self.device) if self.trainer.world_size > 1 else len(micro)
-        if count > len(micro) and not micro:
-            raise RuntimeError("a rank has an empty batch but others train: no micro-batch to pad with")
-        stats: dict[str, list[float]] = {}
-        total = 0.0
-        for k in range(count):
-            last = k == count - 1
-            loss, step_stats = loss_fn(micro[min(k, len(micro) - 1)])
-            if k >= len(micro):  # padding for the collectives: no gradient, no stats
-                loss = loss * 0.0
-                step_stats = {}
-            distributed.set_gradient_sync(self.policy, last)
-            with opt.toggle_model(sync_grad=last):
-                # context parallelism: each rank's gradient is its chunk's share of its group's
-                # rows, and DDP/FSDP2 average over every rank: times the group size is the sum
-                self.manual_backward(loss * self.sequence_parallel_size if self.sp_group else loss)
-            total += float(loss.detach())
-            for key, value in step_stats.items():
-                stats.setdefault(key, []).append(float(value))
-        stats["loss"] = [total]
-        return stats
-
-    def update(
-        self,
-        batch: TrajectoryBatch | None,
-        loss_fn: LossFn,
-        group_size: int = 1,
-        num_iterations: int = 1,
-        freeze_policy: bool = False,
-        start: int | None = None,
-    ) -> tuple[dict[str, list[float]], dict[str, float]]:
-        """``num_iterations`` optimizer steps on ``batch``; returns the loss stats and the timings
-        (``time/forward_backward_s``, ``time/optimizer_s``, ``time/train_s``). ``start``: the
-        loss's first column, for trimming micro-batches (:meth:`backward_micro_batches`).
-
-        ``freeze_policy``: the step leaves the policy exactly as it is (its gradients are dropped
-        before AdamW, which then skips its parameters, moments included) and only another
-        network's group moves (a critic's pre-training).
-
-        ``batch=None``: no row carries a gradient on any rank (every advantage is 0 and no KL
-        term), so the gradient is exactly 0 and no forward or backward runs. The optimizer still
-        steps on zero gradients, as it would after a backward that produced them (AdamW's moments
-        decay, weight decay and the schedule advance): the parameters end where the full update
-        would have put them, at the cost of the optimizer alone. Every rank must agree on it
-        (``distributed.any_rank``), since a backward is a collective under DDP and FSDP2."""
-        t0 = time.perf_counter()
-        stats: dict[str, list[float]] = {}
-        fwd_bwd_s = opt_s = 0.0
-        for _ in range(num_iterations):
-            t_fb = time.perf_counter()
-            if batch is None:
-                self.zero_gradients()
-                stats.setdefault("loss", []).append(0.0)
-            else:
-                for key, values in self.backward_micro_batches(batch, loss_fn, group_size, start).items():
-                    stats.setdefault(key, []).extend(values)
-            fwd_bwd_s += time.perf_counter() - t_fb
-            if freeze_policy:
-                for p in self.policy.parameters():
-                    p.grad = None
-            opt_s += self.optimizer_step(sync=not freeze_policy)
-        times = {
-            "time/forward_backward_s": fwd_bwd_s,
-            "time/optimizer_s": opt_s,
-            "time/train_s": time.perf_counter() - t0,
-        }
-        return stats, times
-
-    def zero_gradients(self) -> None:
-        """Set every trainable parameter's gradient to zeros: what a backward of a loss with no
-        gradient would leave (``set_to_none`` would make AdamW skip those parameters instead)."""
-        for group in self.optimizers().param_groups:
-            for p in group["params"]:
-                p.grad = torch.zeros_like(p)
-
-    def optimizer_step(self, sync: bool = True) -> float:
-        """Step, zero the gradients, advance the schedule, refresh the engine (``sync``: the
-        policy changed); returns seconds."""
-        t0 = time.perf_counter()
-        opt, sched = self.optimizers(), self.lr_schedulers()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sched.step()
-        if sync:
-            self.engine.sync_weights(self.policy)
-        return time.perf_counter() - t0
-
-    def on_before_optimizer_step(self, optimizer) -> None:
-        # Here (not in training_step) gradients are already unscaled under 16-mixed. Each
-        # parameter group (the policy's; a critic's) is clipped to its own max_grad_norm.
-        groups = optimizer.param_groups
-        for group, (_, settings) in zip(groups, self.optimizer_groups(), strict=False):
-            self.clip_grad_norm(optimizer, settings.max_grad_norm, group["params"])
-
-    def clip_grad_norm(
-        self, optimizer: torch.optim.Optimizer, max_norm: float, params: list | None = None
-    ) -> None:
-        """Clip the gradients of ``params`` (default: all of ``optimizer``'s) to global L2 norm
-        ``max_norm`` (0: no clipping), unscaled first when a grad scaler (``16-mixed``) scaled
-        them."""
-        if max_norm <= 0:
-            return
-        if _uses_grad_scaler(self.trainer):
-            if params is not None and len(optimizer.param_groups) > 1:
-                from lit_codeRL.errors import ConfigError
-
-                raise ConfigError(
-                    "16-mixed with two trained networks is not supported: use bf16-mixed or 32-true"
-                )
-            self.clip_gradients(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
-        else:
-            # No scaler (32-true, bf16-mixed): the gradients are the true ones, so clip them
-            # directly. Lightning's MixedPrecision.clip_gradients refuses any fused optimizer even
-            # without a scaler, which would cost fused AdamW under bf16-mixed (0.41 -> 0.13 s a
-            # step for a 135M model on 2 CPU cores).
-            if params is None:
-                params = [p for group in optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
-
-    # ------------------------------------------------------------------ optimizer
-    def optimizer_groups(self) -> list[tuple[list[torch.nn.Parameter], OptimizerSettings]]:
-        """``(parameters, settings)`` per trained network, the policy first: one AdamW parameter
-        group each (``training/optim.py: build_optimizer``). A module training a second network
-        (a critic) adds its group."""
-        return [([p for p in self.policy.parameters() if p.requires_grad], self.optimizer_settings)]
-
-    def configure_optimizers(self):
-        precision = self.trainer.precision if self._trainer is not None else None
-        total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
-        opt, sched = build_optimizer(self.optimizer_groups(), precision=precision, total_steps=total)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    # ------------------------------------------------------------------ checkpoint state
-    def register_state(self, name: str, obj: Stateful) -> None:
-        """Checkpoint ``obj.state_dict()`` under ``name``; restore it now if a checkpoint already
-        loaded (``setup`` may run after ``on_load_checkpoint``)."""
-        self._state[name] = obj
-        if name in self._pending_state:
-            obj.load_state_dict(self._pending_state.pop(name))
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Per rank: under DDP each rank's stream position and RNG states differ (training/rng.py).
-        state = {name: obj.state_dict() for name, obj in self._state.items()}
-        save_rank_states(checkpoint, "lit_coderl_state", self._trainer, state)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        rank = self.trainer.global_rank if self._trainer is not None else 0
-        saved = dict(own_rank_state(checkpoint, "lit_coderl_state", rank) or {})
-        if "rollout_state" in checkpoint:  # checkpoints written before the state registry
-            saved.setdefault("rollout", checkpoint["rollout_state"])
-        for name, state in saved.items():
-            if name in self._state:
-                self._state[name].load_state_dict(state)
-            else:
-                self._pending_state[name] = state
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # The first step after a resume starts from the global RNG state of the checkpoint.
@@ -667,9 +470,3 @@ class PolicyModule(LightningModule):
         """The engine, synced to the live policy: what evaluation callbacks sample with."""
         self.engine.sync_weights(self.policy)
         return self.engine
-
-
-def _uses_grad_scaler(trainer: Any) -> bool:
-    """Does the trainer's precision scale the loss (``16-mixed``)? Then gradients must be
-    unscaled before clipping, which Lightning does only for non-fused optimizers."""
-    return getattr(trainer.precision_plugin, "scaler", None) is not None

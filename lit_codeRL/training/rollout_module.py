@@ -26,6 +26,27 @@ from lit_codeRL.sandbox import SandboxConfig, make_sandbox
 from lit_codeRL.training.policy_module import PolicyModule
 
 
+def context_limit(env_limit: int | None, max_new_tokens: int, engine_limit: int | None) -> int | None:
+    """The episode runner's context cap (prompt + completion tokens): the env's, checked against
+    the engine's own limit (vLLM's ``max_model_len``: it raises mid-rollout on a longer context,
+    so the mismatch is a one-line error at setup); unset, the engine's."""
+    if engine_limit is None:
+        return env_limit
+    from lit_codeRL.errors import ConfigError
+
+    if max_new_tokens >= engine_limit:
+        raise ConfigError(
+            f"sampling.max_new_tokens {max_new_tokens} leaves no room for a prompt in "
+            f"engine.max_model_len {engine_limit}: raise engine.max_model_len"
+        )
+    if env_limit is not None and env_limit > engine_limit:
+        raise ConfigError(
+            f"env.max_context_tokens {env_limit} exceeds engine.max_model_len {engine_limit}: "
+            "lower the one or raise the other"
+        )
+    return engine_limit if env_limit is None else env_limit
+
+
 class RolloutModule(PolicyModule):
     """Base of on-policy rollout algorithms; see the module docstring.
 
@@ -91,7 +112,11 @@ class RolloutModule(PolicyModule):
             env,
             self.sampling,
             max_turns=self.env_settings.max_turns,
-            max_context_tokens=self.env_settings.max_context_tokens,
+            max_context_tokens=context_limit(
+                self.env_settings.max_context_tokens,
+                self.sampling.max_new_tokens,
+                getattr(self.engine, "max_model_len", None),
+            ),
             system_prompt=self.problem_settings.system_prompt,
         )
         self.dataset = RolloutDataset(
@@ -110,6 +135,7 @@ class RolloutModule(PolicyModule):
         self.setup_run_dir("rollouts")
 
     def teardown(self, stage: str) -> None:
+        super().teardown(stage)  # the engines
         close_env = getattr(getattr(self, "env", None), "close", None)
         if close_env is not None:  # the SWE env's workspaces
             close_env()

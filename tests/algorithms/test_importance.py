@@ -104,6 +104,21 @@ def test_sampler_correction_with_several_updates_takes_the_sampler_as_the_old_po
     assert w is None and float(stats["tis/logprob_diff"]) == pytest.approx(0.3)
 
 
+def test_sampler_correction_with_the_trainers_old_policy_keeps_the_weight_to_the_sampler():
+    """PPO with several updates (verl, OpenRLHF): the ratio is to the trainer's pi_old, and the
+    truncated weight min(pi_old / pi_sampler, cap) corrects the sampler, the same in every update."""
+    lp = torch.tensor([[-0.9, -2.5, -0.4]], requires_grad=True)  # the policy after an update
+    trainer_old = torch.tensor([[-1.0, -2.0, -0.5]])
+    sampler = torch.tensor([[-1.2, -1.0, -2.0]])
+    mask = torch.ones(1, 3)
+    old, w, stats = sampler_correction(lp, sampler, mask, cap=2.0, num_updates=4, old_logprobs=trainer_old)
+    torch.testing.assert_close(old, trainer_old)
+    torch.testing.assert_close(w, torch.tensor([[math.exp(0.2), math.exp(-1.0), 2.0]]))
+    assert float(stats["tis/capped"]) == pytest.approx(1 / 3)
+    # the mismatch metric still compares the policy being trained with the sampler
+    assert float(stats["tis/logprob_diff"]) == pytest.approx((0.3 + 1.5 + 1.6) / 3)
+
+
 def test_unit_weights_leave_the_loss_unchanged():
     torch.manual_seed(0)
     logps = torch.randn(4, 5)

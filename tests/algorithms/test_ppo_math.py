@@ -9,6 +9,8 @@ import torch
 
 from lit_codeRL.algorithms.gae import (
     explained_variance,
+    explained_variance_moments,
+    explained_variance_of_moments,
     gae,
     kl_reward_penalty,
     length_adaptive_lambda,
@@ -146,6 +148,25 @@ def test_explained_variance_by_hand() -> None:
     assert float(explained_variance(returns - 1, returns, mask)) == pytest.approx(1.0)
     worse = torch.tensor([[4.0, 3.0, 2.0, 1.0]])  # residual var 20/3 vs 5/3
     assert float(explained_variance(worse, returns, mask)) == pytest.approx(1 - 4.0)
+
+
+def test_explained_variance_of_summed_moments_is_the_global_batchs() -> None:
+    """Two "ranks" whose own explained variances are 0 (constant returns) and 1 - 4 = -3: the
+    global statistic comes from the summed moments, not from either rank's number."""
+    returns = torch.tensor([[2.0, 2.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0]])
+    values = torch.tensor([[2.0, 2.0, 0.0, 0.0], [4.0, 3.0, 2.0, 1.0]])
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    ranks = [
+        explained_variance_moments(values[i : i + 1], returns[i : i + 1], mask[i : i + 1]) for i in (0, 1)
+    ]
+    assert float(explained_variance_of_moments(ranks[0])) == 0.0  # constant returns
+    assert float(explained_variance_of_moments(ranks[1])) == pytest.approx(1 - 4.0)
+    # by hand: returns [2, 2, 1, 2, 3, 4] (mean 7/3, squared deviations 48/9, var 16/15),
+    # residuals [0, 0, -3, -1, 1, 3] (mean 0, var 20/5 = 4): 1 - 4 / (16/15) = -2.75
+    glob = explained_variance_of_moments(ranks[0] + ranks[1])
+    assert float(glob) == pytest.approx(-2.75)
+    assert float(glob) == pytest.approx(float(explained_variance(values, returns, mask)))
+    assert float(explained_variance_of_moments(torch.zeros(5, dtype=torch.float64))) == 0.0
 
 
 def test_whitening_with_global_moments_equals_the_plain_statistics() -> None:

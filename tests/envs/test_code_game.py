@@ -7,6 +7,7 @@ import ast
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from lit_codeRL.envs.code_game import (
     UNPARSED_PREDICTION_REWARD,
     GateSettings,
     extract_program,
+    gate,
     gate_programs,
     normalise_output,
     parse_prediction,
@@ -30,7 +32,7 @@ from lit_codeRL.envs.code_game import (
     writer_reward,
     writer_rewards,
 )
-from lit_codeRL.envs.code_game.gate import GateReason, _gate, _judge_runs, static_violation
+from lit_codeRL.envs.code_game.gate import TARGET_HASH_SEED, GateReason, _gate, _judge_runs, static_violation
 from lit_codeRL.sandbox import ExecutionResult, Verdict, make_sandbox
 from tests.sandbox.conftest import require_bwrap
 
@@ -49,16 +51,17 @@ def gate_one(sandbox, source: str, settings: GateSettings | None = None, **hooks
     return _gate(sandbox, [source], settings or GateSettings(), **hooks)[0]
 
 
-def local_hash(seed: int, text: str) -> str:
-    """``hash(text)`` in a fresh interpreter with ``PYTHONHASHSEED=seed``, outside any sandbox."""
+def local_run(seed: int, source: str) -> str:
+    """What ``source`` prints in a fresh interpreter with ``PYTHONHASHSEED=seed``, outside any sandbox."""
     env = {**os.environ, "PYTHONHASHSEED": str(seed)}
     return subprocess.run(
-        [sys.executable, "-S", "-c", f"print(hash({text!r}))"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-S", "-c", source], env=env, capture_output=True, text=True, check=True
     ).stdout
+
+
+def local_hash(seed: int, text: str) -> str:
+    """``hash(text)`` in a fresh interpreter with ``PYTHONHASHSEED=seed``, outside any sandbox."""
+    return local_run(seed, f"print(hash({text!r}))")
 
 
 def test_reasons_are_a_closed_documented_set() -> None:
@@ -92,22 +95,56 @@ def test_valid_programs_are_ok_with_their_exact_output(sandbox) -> None:
     for (src, want), res in zip(VALID, results, strict=True):
         assert (res.reason, res.valid, res.output) == ("ok", True, want), (src, res.detail)
         assert res.detail["runs"][0]["steps"] > 0
+        seeds = res.detail["seeds"]
+        assert len(res.detail["runs"]) == len(set(seeds)) == GateSettings().hash_seed_runs
+        assert seeds[0] == TARGET_HASH_SEED
 
 
 # ----------------------------------------------------------------------------------- nondeterminism
 
 
-def test_hash_seeds_differ_between_the_two_runs_for_real(sandbox) -> None:
+def test_hash_seeds_differ_between_the_runs_for_real(sandbox) -> None:
     res = gate_one(sandbox, 'print(hash("abc"))')
     assert res.reason == "nondeterministic"
-    a, b = res.detail["outputs"]
-    assert a != b
-    s1, s2 = res.detail["seeds"]
-    assert s1 != s2
-    # each run printed exactly what a fresh interpreter with its seed prints: the seed is what decides
-    assert (a, b) == (local_hash(s1, "abc"), local_hash(s2, "abc"))
+    outputs, seeds = res.detail["outputs"], res.detail["seeds"]
+    assert len(set(outputs)) == len(set(seeds)) == GateSettings().hash_seed_runs
+    # each run printed exactly what a fresh interpreter with its seed prints: the seed is what
+    # decides; the target is the run with the fixed seed
+    assert outputs == [local_hash(s, "abc") for s in seeds]
+    assert res.output == local_hash(TARGET_HASH_SEED, "abc")
     fixed = gate_one(sandbox, 'print(hash("abc"))', seeds=(7, 7))
     assert (fixed.reason, fixed.output) == ("ok", local_hash(7, "abc"))
+
+
+COIN = 'print(list({"x", "y"}))'
+"""A fair coin over hash seeds, with no import: the order of a two-string set."""
+
+
+def test_a_coin_over_hash_seeds_passes_all_runs_with_probability_below_one_percent() -> None:
+    k = GateSettings().hash_seed_runs
+    assert 2 * 0.5**k < 0.01  # all k runs agree: all heads or all tails
+    with pytest.raises(ValueError, match="hash_seed_runs"):
+        GateSettings(hash_seed_runs=1)
+
+
+def test_a_coin_is_refused_even_when_the_second_seed_agrees(sandbox, monkeypatch) -> None:
+    target = local_run(TARGET_HASH_SEED, COIN)
+    candidates = range(1, 60)
+    agree = next(s for s in candidates if local_run(s, COIN) == target)
+    differ = next(s for s in candidates if local_run(s, COIN) != target)
+    # the random seeds the gate draws: first one that agrees with the target (two runs: admitted),
+    # then one that does not, then any
+    draws = iter([agree - 1, differ - 1, *range(100, 200)])
+    monkeypatch.setattr(gate, "secrets", SimpleNamespace(randbelow=lambda _n: next(draws)))
+    res = gate_one(sandbox, COIN)
+    assert res.detail["seeds"][:3] == [TARGET_HASH_SEED, agree, differ]
+    assert (res.reason, res.output) == ("nondeterministic", target), res.detail
+
+
+def test_a_program_refused_in_its_first_run_runs_once(sandbox) -> None:
+    res = gate_one(sandbox, "print(1)\nraise ValueError('no')")
+    assert res.reason == "runtime_error"
+    assert res.detail["seeds"] == [TARGET_HASH_SEED] and len(res.detail["runs"]) == 1
 
 
 @pytest.mark.parametrize(
@@ -130,6 +167,35 @@ def test_unpredictable_outputs_are_refused(sandbox, source: str, reason: str) ->
 
 
 # ---------------------------------------------------------------------------------- banned imports
+
+FORMAT_LOOKUPS = [
+    # a format field is getattr/getitem with a string: builtins' os.environ without "_" in the AST
+    'print("{0.__self__.__loader__}".format(print))',
+    "print('{0.__class__}'.format(1))",
+    "print('{x.real}'.format_map({'x': 1}))",
+    "print(str.format('{0.__class__}', 1))",
+    "print('{0:{1.__class__}}'.format(1, 2))",
+    "fmt = '{0.' + '__class__}'\nprint(fmt.format(1))",
+    "print(list(map(str.format, ['{0.__doc__}'], [1])))",
+    "match 'x':\n    case str(format=f):\n        print(f('{0.__class__}', 1))",
+]
+"""Every way a program reaches ``str.format``/``format_map``: refused like ``getattr``."""
+
+FORMATTING_WITHOUT_LOOKUPS = [
+    ("x = 3.14159\nprint(f'{x:.2f}|{x!r:>10}|{[1, 2][0]}')", "3.14|   3.14159|1\n"),
+    ("print(format(255, '08b'), format('ab', '>4'))", "11111111   ab\n"),
+    ("print('%05.1f|%s' % (2.5, 'ok'), '%(a)s' % {'a': 7})", "002.5|ok 7\n"),
+]
+"""Formatting that looks nothing up by a name in a string: still allowed."""
+
+
+def test_formatting_without_field_lookups_is_allowed(sandbox) -> None:
+    results = gate_programs(
+        sandbox, [src for src, _ in FORMATTING_WITHOUT_LOOKUPS], GateSettings(hash_seed_runs=2)
+    )
+    for (src, want), res in zip(FORMATTING_WITHOUT_LOOKUPS, results, strict=True):
+        assert (res.reason, res.output) == ("ok", want), (src, res.detail)
+
 
 STATIC_REFUSALS = [
     ("import os\nprint(1)", "banned_import"),
@@ -158,6 +224,7 @@ STATIC_REFUSALS = [
     ("print(memoryview(b'ab')[0])", "banned_name"),
     ("import sys\nsys.settrace(None)\nprint(1)", "banned_import"),
     ("from sys import settrace\nsettrace(None)", "banned_import"),
+    *((src, "banned_name") for src in FORMAT_LOOKUPS),
 ]
 
 
@@ -226,6 +293,7 @@ RUNTIME_REFUSALS = [
         "step_budget",
     ),
     ("print(1 +)", "syntax_error"),
+    *((src, "banned_name") for src in FORMAT_LOOKUPS),
 ]
 
 
@@ -290,7 +358,8 @@ def test_a_loop_in_c_runs_into_the_wall_clock(sandbox) -> None:
     # one traced step, then C code that never returns: only the timeout stops it
     res = gate_one(sandbox, "print(sum(iter(int, 1)))", GateSettings(timeout_s=0.5))
     assert res.reason == "timeout", res.detail
-    assert all(r["wall_time_s"] < 5 for r in res.detail["runs"])
+    # the harness's own clock (timeout_s) stopped it, not the sandbox's later backstop
+    assert {r["exception_type"] for r in res.detail["runs"]} == {"CodeGameTimeout"}, res.detail
 
 
 def test_step_budget_is_a_setting(sandbox) -> None:

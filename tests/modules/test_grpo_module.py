@@ -57,6 +57,21 @@ def undocumented_metrics(names: list[str]) -> list[str]:
     return metrics_doc.undocumented(names)
 
 
+def quiet_trainer(root, steps: int):
+    """A CPU ``Trainer`` without logger, checkpoints, progress bar or summary."""
+    from lightning import Trainer
+
+    return Trainer(
+        accelerator="cpu",
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+    )
+
+
 def test_fit_two_steps_through_the_cli(tmp_path):
     """Two GRPO steps through the CLI on the real model, on two easy problems it solves about
     two times in three: groups disagree, so advantages are non-zero and the update must move the
@@ -377,7 +392,7 @@ def test_policy_trains_in_train_mode(tmp_path):
 def test_skipping_zero_advantage_groups_leaves_the_gradient_unchanged(tmp_path, monkeypatch, loss_type):
     """Same rollout, same rewards (one group of three with equal returns): the gradient with the
     group skipped equals the gradient with every row run, for every loss normaliser."""
-    from lightning import Trainer, seed_everything
+    from lightning import seed_everything
 
     from lit_codeRL.modules.grpo import GRPOModule
     from lit_codeRL.policy.loading import ModelSettings
@@ -414,15 +429,7 @@ def test_skipping_zero_advantage_groups_leaves_the_gradient_unchanged(tmp_path, 
             save_hf_model=False,
             seed=0,
         )
-        trainer = Trainer(
-            accelerator="cpu",
-            max_steps=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            default_root_dir=tmp_path / str(skip),
-        )
+        trainer = quiet_trainer(tmp_path / str(skip), 1)
         trainer.fit(module)
         return module.grads, float(trainer.callback_metrics["train/trained_rows_frac"])
 
@@ -499,3 +506,47 @@ def test_a_step_without_signal_skips_the_forward_and_updates_as_the_full_step(tm
     assert skip_info[2] < full_info[2]  # fewer training forwards (the sampler's are the same)
     moved = [n for n in full if not torch.equal(full[n], skipped[n])]
     assert not moved, moved[:3]
+
+
+def test_with_several_iterations_the_ratio_is_to_the_trainers_old_policy(tmp_path, monkeypatch):
+    """A sampler whose log-probs are 0.5 below the trainer's (a bf16 or vLLM sampler, in
+    exaggeration), ``num_iterations: 2``: pi_old is the trainer's own, so the ratio is 1 (lr 1e-9:
+    the policy barely moves), nothing is clipped, and the truncated importance weight exp(0.5)
+    carries the sampler's error. With the sampler's log-probs as pi_old every token would sit at
+    ratio exp(0.5) > 1 + epsilon and be clipped."""
+    from lightning import seed_everything
+
+    from lit_codeRL.modules.grpo import GRPOModule
+    from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.sampling import SamplingParams
+    from lit_codeRL.rollout.prompts import ProblemSettings
+    from lit_codeRL.sandbox import SandboxConfig
+
+    next_batch = GRPOModule.next_batch
+
+    def sampler_error(self, it):
+        batch = next_batch(self, it)
+        batch.rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+        batch.old_logprobs = batch.old_logprobs - 0.5 * batch.trainable_mask
+        return batch
+
+    monkeypatch.setattr(GRPOModule, "next_batch", sampler_error)
+    seed_everything(0)
+    module = GRPOModule(
+        model=ModelSettings(name_or_path="tiny-random"),
+        problems=ProblemSettings(source="embedded", split="train", limit=2),
+        sampling=SamplingParams(max_new_tokens=8),
+        sandbox=SandboxConfig(workers=1),
+        num_generations=2,
+        prompts_per_step=2,
+        num_iterations=2,
+        optimizer={"learning_rate": 1e-9, "max_grad_norm": 0.0},
+        save_hf_model=False,
+        seed=0,
+    )
+    trainer = quiet_trainer(tmp_path, 2)
+    trainer.fit(module)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    assert metrics["train/ratio"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["train/clip_ratio"] == 0.0
+    assert metrics["train/tis/weight"] == pytest.approx(math.exp(0.5), rel=1e-3)

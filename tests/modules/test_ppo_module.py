@@ -5,6 +5,7 @@ GRPO advantages need no critic; a resumed run continues exactly, critic and phas
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -98,8 +99,10 @@ def test_gae_step_moves_policy_and_critic(tmp_path, fixed_rewards, kind):
     assert trainer.global_step == 2
     assert changed(before, rec.policy[0])
     assert changed(rec.critic[0], rec.critic[1])  # the critic learned between the two steps
-    for key in ("value_loss", "explained_variance", "approx_kl", "policy_loss", "returns_mean", "clip_ratio"):
+    for key in ("value_loss", "explained_variance_before", "policy_loss", "returns_mean", "clip_ratio"):
         assert f"train/{key}" in rec.metrics[-1], key
+    # one update per rollout: pi_old is the policy being trained, KL(pi_old || pi_theta) is 0
+    assert "train/approx_kl" not in rec.metrics[-1] and "train/explained_variance" not in rec.metrics[-1]
     assert rec.metrics[0]["train/value_pretraining"] == 0.0
     assert not undocumented(list(rec.metrics[-1]))  # every name is in docs/metrics.md
     # the head starts at 0: the first step's values are all 0, so the returns are the rewards
@@ -120,11 +123,94 @@ def test_value_pretraining_freezes_the_policy_then_hands_over(tmp_path, fixed_re
 
 
 def test_pretraining_ends_early_at_the_explained_variance_threshold(tmp_path, fixed_rewards):
+    """A threshold above every step's explained variance keeps the phase; one equal to a later
+    step's (and above the first's) ends it exactly there, before ``pretrain_steps``."""
+    kw = dict(critic={"kind": "head", "pretrain_steps": 4, "pretrain_min_ev": 2.0})  # EV <= 1
     seed_everything(0)
-    # any critic explains at least -inf of the variance: the first step ends the phase
-    module = make(critic={"kind": "head", "pretrain_steps": 5, "pretrain_min_ev": -1e9})
+    _, rec = fit(make(**kw), tmp_path / "never", 3)
+    assert [m["train/value_pretraining"] for m in rec.metrics] == [1.0, 1.0, 1.0]
+    ev = [m["train/explained_variance_before"] for m in rec.metrics]
+    k = 1 + max(range(2), key=lambda i: ev[1 + i])  # the later step with the larger EV
+    assert ev[0] < ev[k], ev  # the data make the threshold matter: step 1 stays below it
+    kw["critic"] = {**kw["critic"], "pretrain_min_ev": ev[k]}
+    seed_everything(0)
+    module = make(**kw)
+    _, rec = fit(module, tmp_path / "reached", 3)
+    assert [m["train/value_pretraining"] for m in rec.metrics][: k + 1] == [1.0] * (k + 1)
+    assert module.ppo_state.pretrain_done == k + 1 and not module.ppo_state.pretraining
+
+
+def test_policy_schedule_starts_when_value_pretraining_ends(tmp_path, fixed_rewards):
+    """The frozen policy's warm-up waits: its first trained step runs at warm-up step 0."""
+    lrs: list[float] = []
+
+    class Probe(PPOModule):
+        def on_before_optimizer_step(self, optimizer):
+            lrs.append(optimizer.param_groups[0]["lr"])
+            super().on_before_optimizer_step(optimizer)
+
+    seed_everything(0)
+    module = make(
+        Probe,
+        optimizer={"learning_rate": 1e-3, "warmup_steps": 4, "max_grad_norm": 0.0},
+        critic={"kind": "model", "pretrain_steps": 2},
+    )
+    _, rec = fit(module, tmp_path, 4)
+    assert [m["train/value_pretraining"] for m in rec.metrics] == [1.0, 1.0, 0.0, 0.0]
+    assert lrs[2:] == pytest.approx([1e-3 / 4, 2e-3 / 4])  # policy steps 0 and 1 of its warm-up
+    assert module.ppo_state.frozen_steps == 2
+
+
+def test_minibatches_are_exactly_num_minibatches_of_whole_groups(tmp_path, fixed_rewards):
+    """4 groups in 3 minibatches are 3 (torch.chunk gives 2); more minibatches than groups per
+    rollout are refused; a rollout takes ppo_epochs x num_minibatches optimizer steps."""
+    from lit_codeRL.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num_minibatches 5 > groups"):
+        make(prompts_per_step=4, num_minibatches=5)  # 8 episodes, but 4 groups
+    seed_everything(0)
+    module = make(prompts_per_step=4, num_generations=1, num_minibatches=3)
+    _, rec = fit(module, tmp_path, 3)
+    assert len(rec.metrics) == 1  # one rollout, 3 optimizer steps
+    rows = torch.arange(8)
+    batch = TrajectoryBatch(
+        input_ids=rows[:, None].repeat(1, 3),
+        attention_mask=torch.ones(8, 3, dtype=torch.long),
+        trainable_mask=torch.ones(8, 3, dtype=torch.long),
+        old_logprobs=torch.zeros(8, 3),
+        rewards=torch.zeros(8),
+        group_ids=rows // 2,
+    )
+    module.hparams.num_generations = 2
+    parts = module.minibatches(batch)
+    assert len(parts) == 3
+    assert sorted(len(p.group_ids) for p in parts) == [2, 2, 4]
+    for part in parts:  # whole groups
+        assert all((part.group_ids == g).sum() == 2 for g in part.group_ids.unique())
+    assert sorted(int(i) for p in parts for i in p.input_ids[:, 0]) == list(range(8))
+
+
+def test_the_clipped_ratio_is_to_the_trainers_old_policy_not_the_samplers(tmp_path, monkeypatch):
+    """A sampler whose log-probs are 0.5 below the trainer's (a bf16 or vLLM sampler, in
+    exaggeration): with 2 updates per rollout the first update's ratio is exactly 1, nothing is
+    clipped, and the truncated importance weight exp(0.5) (cap 2) carries the correction."""
+    next_batch = PPOModule.next_batch
+
+    def patched(self, it):
+        batch = next_batch(self, it)
+        batch.rewards = torch.tensor(REWARDS[: batch.batch_size], dtype=torch.float32)
+        batch.old_logprobs = batch.old_logprobs - 0.5 * batch.trainable_mask  # the sampler's error
+        return batch
+
+    monkeypatch.setattr(PPOModule, "next_batch", patched)
+    seed_everything(0)
+    module = make(num_minibatches=2, optimizer={"learning_rate": 1e-9, "max_grad_norm": 0.0})
     _, rec = fit(module, tmp_path, 2)
-    assert [m["train/value_pretraining"] for m in rec.metrics] == [1.0, 0.0]
+    metrics = rec.metrics[0]
+    assert metrics["train/ratio"] == pytest.approx(1.0, abs=1e-4)  # lr 1e-9: the policy barely moves
+    assert metrics["train/clip_ratio"] == 0.0
+    assert metrics["train/tis/weight"] == pytest.approx(math.exp(0.5), rel=1e-3)
+    assert metrics["train/approx_kl"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_head_critic_value_loss_reaches_the_shared_backbone(tmp_path, fixed_rewards):

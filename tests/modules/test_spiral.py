@@ -167,3 +167,34 @@ def test_refreshed_frozen_opponent_samples_from_the_new_weights(tmp_path):
     sampler = module.frozen.engine.sampler
     for (name, a), (_, b) in zip(model.named_parameters(), sampler.named_parameters(), strict=True):
         torch.testing.assert_close(b, a.to(b.dtype), msg=name)
+
+
+def test_with_two_epochs_the_first_update_is_on_policy_against_the_trainers_old_policy(tmp_path):
+    """The docstring's claim: pi_old is the trainer's (one no-grad pass), so the first epoch's
+    ratio is 1 and nothing is clipped even when the sampler's log-probs are off (here 0.5 below
+    the trainer's, a bf16 or vLLM sampler in exaggeration); the truncated importance weight
+    exp(0.5) carries that error. With the sampler's log-probs as pi_old every token would sit at
+    ratio exp(0.5) and be clipped."""
+    import math
+
+    from lit_codeRL.modules.spiral import SpiralModule
+
+    class SamplerError(SpiralModule):
+        def training_step(self, dataloader_iter):
+            def shifted():
+                for item in dataloader_iter:
+                    batch = item[0] if isinstance(item, tuple) else item
+                    batch.old_logprobs = batch.old_logprobs - 0.5 * batch.trainable_mask
+                    yield item
+
+            return super().training_step(shifted())
+
+    module = _module(ppo_epochs=2)
+    module.__class__ = SamplerError
+    module.optimizer_settings.learning_rate = 1e-9
+    trainer = _trainer(2, tmp_path, enable_checkpointing=False)
+    trainer.fit(module)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    assert metrics["train/ratio"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["train/clip_ratio"] == 0.0
+    assert metrics["train/tis/weight"] == pytest.approx(math.exp(0.5), rel=1e-3)

@@ -32,10 +32,11 @@ def free_port() -> int:
 
 class Scripted:
     """A tiny OpenAI-compatible server whose ``/v1/completions`` replies come from ``reply(body)``
-    (a dict, ``(status, dict)``, raw ``bytes``, or ``"sleep"``)."""
+    (a dict, ``(status, dict)``, raw ``bytes``, ``"sleep"``, or a list of events streamed as
+    server-sent events; ``streamed`` counts the events written before the client left)."""
 
     def __init__(self, reply) -> None:
-        self.reply, self.requests = reply, []
+        self.reply, self.requests, self.streamed = reply, [], []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,6 +50,22 @@ class Scripted:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            def _stream(self, events: list[dict]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                sent = 0
+                try:
+                    for event in [*events, "[DONE]"]:
+                        data = event if isinstance(event, str) else json.dumps(event)
+                        self.wfile.write(f"data: {data}\n\n".encode())
+                        self.wfile.flush()
+                        sent += 1
+                        time.sleep(0.05)  # a token at a time, as a server decodes
+                except OSError:  # the client closed the stream: stop "generating"
+                    pass
+                outer.streamed.append(sent)
+
             def do_GET(self):
                 self._send(200, json.dumps({"data": [{"id": "scripted"}]}).encode())
 
@@ -56,6 +73,9 @@ class Scripted:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(body)
                 out = outer.reply(body)
+                if isinstance(out, list):
+                    self._stream(out)
+                    return
                 if out == "sleep":
                     time.sleep(3)
                     out = {"choices": [{"text": "late", "finish_reason": "stop"}]}
@@ -120,7 +140,8 @@ def test_exact_ids_and_logprobs_in_both_layouts_and_the_request_we_send(tiny_mod
         assert prompts == sorted(want_prompts * 2)
         body = server.requests[0]
         assert body["max_tokens"] == 5 and body["temperature"] == 0.7 and body["top_p"] == 0.9
-        assert body["stop"] == ["\n\n"] and body["logprobs"] == 1
+        # the stop strings are ours to cut at (over the ids), not the server's: it would trim them
+        assert "stop" not in body and body["stream"] is True and body["logprobs"] == 1
         # no server-side filtering we did not ask for (llama.cpp's defaults: top_k 40, min_p 0.05),
         # and log-probs after the temperature (llama.cpp's post_sampling_probs)
         assert body["top_k"] == -1 and body["min_p"] == 0.0 and body["post_sampling_probs"] is True
@@ -139,6 +160,97 @@ def test_a_server_without_token_ids_is_for_evaluation_only(tiny_model):
         assert out.texts == [" pass"] and engine.exact is False  # re-tokenised
         with pytest.raises(ConfigError, match="not for training"):
             engine.check_for_training()
+    finally:
+        server.close()
+
+
+def token_events(tokenizer, text: str, logprob: float = -0.25) -> list[dict]:
+    """llama.cpp's stream: one event per token, its id and probability in ``logprobs.content``,
+    then a last event with only the finish reason."""
+    events = [
+        {
+            "choices": [
+                {
+                    "text": tokenizer.decode([t]),
+                    "logprobs": {"content": [{"id": t, "prob": math.exp(logprob)}]},
+                    "finish_reason": None,
+                }
+            ]
+        }
+        for t in tokenizer(text, add_special_tokens=False)["input_ids"]
+    ]
+    return [*events, {"choices": [{"text": "", "logprobs": None, "finish_reason": "length"}]}]
+
+
+def test_a_stop_string_is_cut_on_our_side_and_its_tokens_kept(tiny_model):
+    """The server streams past the stop; the sample ends with the token completing
+    ``</execute>`` (ids, log-probs and text agree) and the stream is left there."""
+    _, tok = tiny_model
+    text = " <execute>ls -la</execute>\nUser: and more text the model went on with"
+    server = Scripted(lambda body: token_events(tok, text))
+    try:
+        engine = OpenAIEngine(tok, server.url)
+        out = engine.generate(
+            *engine.encode_prompts(["run ls"]), SamplingParams(max_new_tokens=64, stop=["</execute>"])
+        )
+        n = int(out.completion_mask[0].sum())
+        ids = out.completion_ids[0, :n].tolist()
+        assert tok.decode(ids).endswith("</execute>") and tok.decode(ids[:-1]).find("</execute>") < 0
+        assert out.texts == [" <execute>ls -la</execute>"] and out.finish_reasons == ["stop_string"]
+        assert torch.allclose(out.logprobs[0, :n], torch.full((n,), -0.25)) and engine.exact
+        total = len(tok(text, add_special_tokens=False)["input_ids"])
+        time.sleep(0.3)  # the handler notices the closed stream at its next write
+        assert server.streamed and server.streamed[0] < total, "the stream is left at the stop"
+    finally:
+        server.close()
+
+
+def test_a_reply_whose_ids_lost_the_stop_is_refused(tiny_model):
+    """llama.cpp asked with ``stop`` trims the stop's tokens from its ids and log-probs, not from
+    every text it reports: such a reply is refused in one line, never kept without its tag."""
+    _, tok = tiny_model
+    kept = tok(" <execute>ls", add_special_tokens=False)["input_ids"]
+    reply = {
+        "choices": [
+            {
+                "text": " <execute>ls</execute>",
+                "finish_reason": "stop",
+                "logprobs": {"content": [{"id": t, "prob": 0.5} for t in kept]},
+            }
+        ]
+    }
+    server = Scripted(lambda body: reply)
+    try:
+        engine = OpenAIEngine(tok, server.url)
+        with pytest.raises(EndpointError, match="ids do not decode to"):
+            engine.generate(
+                *engine.encode_prompts(["x"]), SamplingParams(max_new_tokens=8, stop=["</execute>"])
+            )
+    finally:
+        server.close()
+
+
+def test_during_training_an_inexact_reply_is_refused(tiny_model):
+    """Exact at the start-of-fit check, then a reply without ids: refused in one line, not trained
+    on with log-prob 0; before the check (evaluation) the same reply is re-tokenised."""
+    _, tok = tiny_model
+    replies = {"exact": True}
+    server = Scripted(
+        lambda body: (
+            exact_reply(tok, " return 1")
+            if replies["exact"]
+            else {"choices": [{"text": " pass", "finish_reason": "stop"}]}
+        )
+    )
+    try:
+        evaluating = OpenAIEngine(tok, server.url)
+        training = OpenAIEngine(tok, server.url)
+        training.check_for_training()
+        replies["exact"] = False
+        prompt = evaluating.encode_prompts(["def f():"])
+        assert evaluating.generate(*prompt, SamplingParams(max_new_tokens=4)).texts == [" pass"]
+        with pytest.raises(EndpointError, match="during training .* without token ids"):
+            training.generate(*prompt, SamplingParams(max_new_tokens=4))
     finally:
         server.close()
 
@@ -282,9 +394,17 @@ def test_against_a_real_llama_cpp_server(real_server, smollm2):
     a = engine.generate(ids, mask, greedy).texts
     b = engine.generate(ids, mask, greedy).texts
     assert a == b  # greedy is deterministic
-    stop = engine.generate(ids, mask, SamplingParams(max_new_tokens=64, temperature=0.0, stop=["def"]))
-    assert stop.finish_reasons[0] in ("stop_string", "stop", "length")
-    slow = OpenAIEngine(tok, url, timeout_s=0.01)
+    # A stop string: llama.cpp would trim its tokens; the ids we keep end with the whole tag.
+    shots = "User: list files.\nAssistant: <execute>ls</execute>\nUser: show the date.\nAssistant: <execute>"
+    tagged = engine.generate(
+        *engine.encode_prompts([shots]),
+        SamplingParams(max_new_tokens=32, temperature=0.0, stop=["</execute>"]),
+    )
+    n = int(tagged.completion_mask[0].sum())
+    assert tok.decode(tagged.completion_ids[0, :n]).endswith("</execute>"), tagged.texts
+    assert tagged.finish_reasons == ["stop_string"] and (tagged.logprobs[0, :n] <= 0).all()
+    # the model named: asking /models with a 10 ms limit would time out in the constructor on a busy box
+    slow = OpenAIEngine(tok, url, model=engine.model, timeout_s=0.01)
     with pytest.raises(EndpointError, match="no reply within"):
         slow.generate(ids, mask, SamplingParams(max_new_tokens=200, temperature=0.0))
 

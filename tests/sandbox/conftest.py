@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.sandbox import Sandbox, SandboxConfig, make_sandbox
-from lit_codeRL.sandbox.backends import bwrap_problem
+from lit_codeRL.sandbox.pool import bwrap_problem
 
 BACKENDS = ["local"] + (["bwrap"] if shutil.which("bwrap") else [])
 """Every backend installed here (apptainer has its own marked tests). bwrap is in the list as soon

@@ -257,11 +257,9 @@ def test_forged_records_fail_whole_run(sandbox):
 
 
 def test_infinite_loop_times_out(sandbox, leak_check):
-    t = time.monotonic()
     res = run(sandbox, "while True:\n    pass\n", timeout_s=1.0)
     assert res.verdict is Verdict.TIMEOUT, res
-    assert time.monotonic() - t < 1.0 + 1.5
-    leak_check()
+    leak_check()  # the looping process is gone, not merely abandoned
 
 
 def test_memory_bomb(sandbox, leak_check):
@@ -273,7 +271,6 @@ def test_memory_bomb(sandbox, leak_check):
 
 
 def test_infinite_output(sandbox, leak_check):
-    t = time.monotonic()
     res = run(sandbox, "while True:\n    print('y' * 1000)\n", timeout_s=5.0)
     assert res.verdict is Verdict.OUTPUT_LIMIT, res
     assert len(res.stdout) <= sandbox.config.max_capture_bytes
@@ -285,7 +282,6 @@ def test_infinite_output(sandbox, leak_check):
         timeout_s=5.0,
     )
     assert res.verdict is Verdict.OUTPUT_LIMIT, res
-    assert time.monotonic() - t < 10
     leak_check()
 
 
@@ -313,10 +309,8 @@ def test_fork_bomb(sandbox, leak_check):
                 pass
         """
     )
-    t = time.monotonic()
     res = run(sandbox, code, timeout_s=1.5)
     assert res.verdict is not Verdict.PASSED
-    assert time.monotonic() - t < 1.5 + 3.0
     leak_check()
     assert_healthy(sandbox)
 
@@ -350,30 +344,32 @@ def test_subprocess_left_running_after_timeout(sandbox, leak_check):
 
 def test_killing_the_parent(sandbox, leak_check):
     """The program's parent is its fork server; killing it costs a worker restart, never a pass."""
-    for code in (
-        WRONG_F + "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
-        WRONG_F + "import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)\n",
-        WRONG_F + "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
+    for code, hits_server in (
+        (WRONG_F + "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", True),
+        (WRONG_F + "import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)\n", False),
+        (WRONG_F + "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n", True),
     ):
+        replaced = sandbox.replaced
         res = run(sandbox, code, timeout_s=1.0)
         assert res.verdict is not Verdict.PASSED, res
-    assert os.getpid() > 0  # we are still here
+        if hits_server:  # a killed or stopped server is replaced (the program's own group is not it)
+            assert sandbox.replaced > replaced, code
     assert_healthy(sandbox)
     leak_check()
 
 
 def test_stuck_program_does_not_block_quick_ones(sandbox):
-    stuck = Program(code="while True:\n    pass\n", timeout_s=2.0)
+    # The stuck program's timeout is far longer than the quick ones need even on a loaded machine:
+    # had they queued behind it, it would have finished (timed out) before they did.
+    stuck = Program(code="while True:\n    pass\n", timeout_s=8.0)
     quick = [
         Program(code=f"def f(x):\n    return x + {i}\n", tests=(f"assert f(0) == {i}",)) for i in range(40)
     ]
-    t0 = time.monotonic()
     stuck_fut = sandbox.submit(stuck)
     quick_futs = [sandbox.submit(p) for p in quick]
     quick_res = [f.result() for f in quick_futs]
-    quick_done = time.monotonic() - t0
     assert all(r.verdict is Verdict.PASSED for r in quick_res)
-    assert quick_done < 1.5, f"quick programs waited for the stuck one ({quick_done:.2f}s)"
+    assert not stuck_fut.done(), "the quick programs waited for the stuck one"
     assert stuck_fut.result().verdict is Verdict.TIMEOUT
 
 
@@ -486,5 +482,5 @@ def test_cannot_see_host_processes(bwrap_sandbox):
         tests=(),
     )
     pids = eval(res.stdout)  # noqa: S307 - our own program's output
-    assert os.getpid() not in pids or len(pids) < 10
+    assert len(pids) < 10, pids  # the server and the program, never the host's processes
     assert max(pids) < 1000, pids

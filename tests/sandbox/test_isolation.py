@@ -16,7 +16,8 @@ import pytest
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.sandbox import Program, SandboxConfig, backends, make_sandbox, pool
-from lit_codeRL.sandbox.backends import SandboxUnavailable, interpreter, resolve_backend
+from lit_codeRL.sandbox.backends import SandboxUnavailable, interpreter
+from lit_codeRL.sandbox.pool import resolve_backend
 
 # What a program inside bwrap must not see, whatever interpreter runs the worker. Returned as a
 # value (the test compares it with [] outside the sandbox).
@@ -144,7 +145,7 @@ def test_probe_starts_the_real_worker(monkeypatch, bwrap_ok):
         return argv[: i + 1] + ["/nonexistent/python", *argv[i + 2 :]]
 
     monkeypatch.setattr(backends, "bwrap_argv", broken)
-    problem = backends.bwrap_problem(SandboxConfig())
+    problem = pool.bwrap_problem(SandboxConfig())
     assert problem and "did not start" in problem
     with pytest.raises(SandboxUnavailable) as err:
         make_sandbox(workers=1)  # auto

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.sandbox import Program, Verdict, make_sandbox
-from lit_codeRL.sandbox.backends import bwrap_works
+from lit_codeRL.sandbox.pool import bwrap_works
 
 MBPP = Path(__file__).resolve().parents[3] / "shared/data/mbpp/mbpp.jsonl"
 pytestmark = pytest.mark.skipif(not MBPP.is_file(), reason=f"{MBPP} not found")

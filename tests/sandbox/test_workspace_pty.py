@@ -275,10 +275,9 @@ def test_run_and_diff_end_the_session_files_and_listdir_do_not(repo: Path, clean
 def test_timeout_kills_the_session(repo: Path, clean_host) -> None:
     with open_workspace(CFG, repo) as ws:
         _pdb(ws, "loop.py")
-        t0 = time.monotonic()
         r = ws.pty_send("c", PDB, timeout=1.5)  # an endless loop
         assert r.timed_out and not r.alive and r.exit_code is None
-        assert time.monotonic() - t0 < 1.5 + CFG.grace_s
+        assert ws.alive  # the inner timeout ended it, not the outer clock that kills the session
         assert _inside_pids(ws) == ["1/"]
         _ended(ws)
         _pdb(ws, "prog.py")
@@ -289,9 +288,8 @@ def test_timeout_kills_the_session(repo: Path, clean_host) -> None:
         assert r.timed_out and not r.alive
         r = ws.pty_start(["python", "-c", "import time; print('ready'); time.sleep(7306)"], prompt="ready\n")
         assert r.alive
-        t0 = time.monotonic()
         r = ws.pty_send("\n".join(["x" * 100] * 10_000), PDB, timeout=1.5)  # 1 MB into a full terminal
-        assert r.timed_out and not r.alive and time.monotonic() - t0 < 1.5 + CFG.grace_s
+        assert r.timed_out and not r.alive
         assert ws.alive  # the server answered itself: it was not stuck writing (the outer clock)
         assert _inside_pids(ws) == ["1/"]
         assert ws.run("echo ok").output == "ok\n"

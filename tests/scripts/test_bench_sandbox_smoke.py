@@ -12,7 +12,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_sandbox as bench  # noqa: E402
 
-from lit_codeRL.sandbox.backends import bwrap_works  # noqa: E402
+from lit_codeRL.sandbox.pool import bwrap_works  # noqa: E402
 
 
 def test_bench_sandbox_small_slice(mbpp_dir: Path, tmp_path: Path) -> None:

@@ -68,6 +68,38 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+def _checkpointed_worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from lit_codeRL.errors import ConfigError
+    from lit_codeRL.training.context_parallel import context_parallel_logprobs
+
+    model = _model()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ids, mask = _batch()
+    try:
+        logps, _ = context_parallel_logprobs(model, ids, mask, 7)
+        _loss(logps, mask, 7).backward()
+        outcome = "trained"
+    except ConfigError as e:
+        outcome = str(e)
+    except Exception as e:  # noqa: BLE001 - any other failure is the finding, reported to the test
+        outcome = f"{type(e).__name__}: {e}"
+    torch.save(outcome, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_gradient_checkpointing_is_refused_in_one_line_on_every_rank(tmp_path):
+    """The recomputation in backward runs after the context-parallel attention is uninstalled (it
+    would attend to the local chunk only): both ranks refuse before any collective."""
+    out = str(tmp_path / "gc")
+    mp.spawn(_checkpointed_worker, args=(2, _free_port(), out), nprocs=2, join=True)
+    for rank in range(2):
+        outcome = torch.load(f"{out}.{rank}")
+        assert "gradient_checkpointing" in outcome and "\n" not in outcome, outcome
+
+
 @pytest.mark.slow
 def test_logprobs_and_gradients_equal_the_unsharded_forward(tmp_path):
     from lit_codeRL.policy.logprobs import token_logprobs

@@ -209,25 +209,33 @@ def test_one_update_follows_the_trainers_gradient_under_a_perturbed_sampler(kind
     assert_gradients_equal(run["module"].grads[0], want)
 
 
-def test_spiral_epochs_take_the_ratio_to_the_sampler():
-    """SPIRAL with two epochs: the first epoch's ratio is ``pi_theta / pi_sampler`` (the sampler's
-    log-probs are the old policy), not 1 as when the trainer's own first-epoch log-probs were the
-    old ones. The gradient of the clipped surrogate by hand: ``-r * A`` per token, 0 where the
-    clipped branch is taken."""
-    run = train_one_batch("spiral", lambda m: noised(m, 0.05), ppo_epochs=2)
-    mask, adv = run["mask"], torch.tensor(SPIRAL_ADV)[:, None]
-    ratio = torch.exp(run["train"] - run["sampler"])
-    clipped = ((adv > 0) & (ratio > 1.2)) | ((adv < 0) & (ratio < 0.8))
-    assert float(((ratio - 1).abs() * mask).max()) > 0.01
-    assert int((~clipped & (mask > 0)).sum()) > int(mask.sum()) // 2, "most tokens must carry gradient"
-    keep = (~clipped).float()
+def test_spiral_epochs_take_the_ratio_to_the_trainers_old_policy():
+    """SPIRAL with two epochs: pi_old is the trainer's own (one no-grad pass before the first
+    epoch), so the first epoch's ratio ``pi_theta / pi_old`` is 1 and nothing is clipped, even
+    with a perturbed sampler; the sampler's error goes to the truncated importance weight
+    ``w = min(pi_old / pi_sampler, cap)``. The gradient by hand: ``-w * r * A`` per token with
+    ``r = exp(log pi_theta - log pi_old)``. With the sampler's log-probs as pi_old (before #48)
+    the ratio would be ``pi_theta / pi_sampler`` and clip some tokens: a different gradient."""
+    run = train_one_batch("spiral", lambda m: noised(m, 0.5), ppo_epochs=2)
+    mask, adv, w = run["mask"], torch.tensor(SPIRAL_ADV)[:, None], tis_weights(run)
+    off = torch.exp(run["train"] - run["sampler"])
+    assert float((((off > 1.2) | (off < 0.8)) & (mask > 0)).sum()) > 0, "no token the old way would clip"
 
     def surrogate(lp: torch.Tensor, m_: torch.Tensor) -> torch.Tensor:
+        r = torch.exp(lp - run["train"])
+        return -(w * r * adv * m_).sum() / (6.0 * MAX_NEW)
+
+    def to_the_sampler(lp: torch.Tensor, m_: torch.Tensor) -> torch.Tensor:
         r = torch.exp(lp - run["sampler"])
-        return -(keep * r * adv * m_).sum() / (6.0 * MAX_NEW)
+        clipped = ((adv > 0) & (r > 1.2)) | ((adv < 0) & (r < 0.8))
+        return -((~clipped).float() * r * adv * m_).sum() / (6.0 * MAX_NEW)
 
     assert len(run["module"].grads) == 2
-    assert_gradients_equal(run["module"].grads[0], expected_gradient(run, surrogate))
+    want = expected_gradient(run, surrogate)
+    assert_gradients_equal(run["module"].grads[0], want)
+    old_way = expected_gradient(run, to_the_sampler)
+    assert max(float((old_way[n] - want[n]).abs().max()) for n in want) > 1e-6
+    assert run["metrics"]["train/clip_ratio"] == 0.0
     diff = (run["train"] - run["sampler"]).abs()
     assert run["metrics"]["train/tis/logprob_diff"] == pytest.approx(logged_mean(diff, mask), rel=1e-4)
 

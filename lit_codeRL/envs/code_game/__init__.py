@@ -1,8 +1,8 @@
 """The pure parts of the code-output game: one player writes a short deterministic Python program,
 the other predicts its exact output, the writer scores when the prediction is wrong.
 
-``gate`` decides whether a written program counts (a static check, then two guarded runs in the
-sandbox with different hash seeds), ``grading`` parses and grades predictions, ``rewards`` is the
+``gate`` decides whether a written program counts (a static check, then guarded runs in the
+sandbox, each with another hash seed), ``grading`` parses and grades predictions, ``rewards`` is the
 reward table (``learnability`` by default). The rollout runner, module and config build on these.
 """
 

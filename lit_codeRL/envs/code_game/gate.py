@@ -1,11 +1,11 @@
 """The validity gate of the code-output game: does a program the writer wrote count?
 
 A program counts only if it is short, parses, passes a static (AST) check of its imports and
-names, and then, run twice in the sandbox under a trusted harness (``_harness.py``) with two
-different hash seeds, finishes within the time and step budgets, prints something of bounded size
-with no memory address in it, and prints the same thing both times. The predictor then has to
-predict exactly that output; anything the predictor could not know (a hash seed, an address, the
-clock) must not be in it.
+names, and then, run ``GateSettings.hash_seed_runs`` times (8) in the sandbox under a trusted
+harness (``_harness.py``), each time with another hash seed, finishes within the time and step
+budgets, prints something of bounded size with no memory address in it, and prints the same thing
+every time. The predictor then has to predict exactly that output; anything the predictor could
+not know (a hash seed, an address, the clock) must not be in it.
 
 Two layers enforce the same rules, because a static check can be fooled:
 
@@ -23,7 +23,18 @@ Two layers enforce the same rules, because a static check can be fooled:
 Hash seeds: the sandbox's workers run ``python -I``, which ignores ``PYTHONHASHSEED``; each worker
 has its own random seed and every program it forks shares it, so two runs that land on one worker
 would hash alike. The harness therefore starts a fresh interpreter per run with ``PYTHONHASHSEED``
-set to a seed drawn here, a different one for each of the two runs.
+set to a seed given here. The first run's seed is fixed (:data:`TARGET_HASH_SEED`), so the target
+is the same whenever the gate judges the program again; the others are drawn at random, all
+distinct. Cost: the first runs of a batch go out together, and only programs whose first run is
+clean get the other ``hash_seed_runs - 1`` runs (again all at once, spread over the workers), so a
+refused program costs one interpreter start.
+
+Format strings: ``str.format``/``str.format_map`` look attributes and items up by names written in
+a string (``"{0.__self__}".format(print)``), which is ``getattr`` with a string, so the attribute
+names ``format`` and ``format_map`` are refused like ``getattr`` (see :data:`BANNED_ATTRIBUTES`).
+The other formatting routes do no attribute lookup by a string: an f-string's lookups are compiled
+into its bytecode (checked like any attribute), an f-string built at run time needs ``eval``,
+``format(x, spec)`` and ``%`` take a spec or mapping keys only, and ``string.Formatter`` is hidden.
 """
 
 from __future__ import annotations
@@ -78,7 +89,7 @@ REASONS: dict[str, str] = {
     "output_limit": "printed more than max_output_chars characters",
     "no_output": "printed fewer than min_output_chars characters (after stripping)",
     "address_in_output": "its output holds a memory address (0x and 6+ hex digits)",
-    "nondeterministic": "two runs with different hash seeds printed different outputs",
+    "nondeterministic": "runs with different hash seeds printed different outputs",
     "sandbox_error": "infrastructure failure: no verdict on the program; the runner masks it "
     "(no reward, out of the loss). Never the writer's fault",
 }
@@ -109,7 +120,7 @@ BANNED_NAMES: dict[str, str] = {
     "id": "an object's memory address: differs between runs in a way the predictor cannot know",
 }
 """Builtins a program may not mention (static) and that refuse when called (runtime), and why.
-``hash`` is not here: ``hash`` of a string depends on the hash seed, which the two runs catch."""
+``hash`` is not here: ``hash`` of a string depends on the hash seed, which the runs catch."""
 
 BANNED_ATTRIBUTES: frozenset[str] = frozenset(
     {
@@ -122,10 +133,15 @@ BANNED_ATTRIBUTES: frozenset[str] = frozenset(
         *("f_back", "f_builtins", "f_code", "f_globals", "f_locals", "f_lasti", "f_lineno"),
         *("f_trace", "f_trace_lines", "f_trace_opcodes"),
         *("co_code", "co_consts", "co_names", "co_varnames", "co_filename"),
+        # a format field ``{0.name}``/``{0[key]}`` looks up a name written in a string: the same
+        # as getattr with a string, which reaches dunders no AST or bytecode shows
+        # (``"{0.__self__...}".format(print)``); f-strings do all the formatting a program needs
+        *("format", "format_map"),
     }
 )
-"""Introspection attributes without an underscore (frames, code objects) a program may not name.
-Every attribute that starts with ``_`` is refused too."""
+"""Attributes without an underscore a program may not name: introspection (frames, code objects)
+and the format-string methods (``str.format``, ``str.format_map``: lookups by a string). Every
+attribute that starts with ``_`` is refused too."""
 
 VETTED_IMPORTS: dict[str, frozenset[str]] = {
     "math": frozenset(),
@@ -167,6 +183,10 @@ PROGRAM_FILENAME = "<codegame>"
 """The filename the harness compiles the program with (tracebacks, and the import guard's test of
 who is importing)."""
 
+TARGET_HASH_SEED = 0
+"""``PYTHONHASHSEED`` of a program's first run, whose output is the target: fixed, so judging the
+program again (or on another machine with the same Python) records the same target."""
+
 _HARNESS_TEXT = (Path(__file__).parent / "_harness.py").read_text(encoding="utf-8")
 _STARTUP_S = 10.0
 """Time the harness allows the fresh interpreter to start; not counted against ``timeout_s``."""
@@ -198,6 +218,10 @@ class GateSettings:
     min_output_chars: int = 1
     """Fewest characters the output must keep after stripping whitespace (0: printing nothing is
     allowed)."""
+    hash_seed_runs: int = 8
+    """Runs of each program, each with its own hash seed, that must all print the same output. A
+    program whose output is a fair coin over hash seeds (``print(list({"x", "y"}))``) passes only
+    when all k runs agree: probability 2 * 0.5^k; k = 8 gives 0.78% < 1% (two runs: 50%)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_imports, str):
@@ -219,6 +243,10 @@ class GateSettings:
             raise ValueError(f"max_program_chars must be >= 1, got {self.max_program_chars}")
         if self.min_output_chars < 0:
             raise ValueError(f"min_output_chars must be >= 0, got {self.min_output_chars}")
+        if self.hash_seed_runs < 2:
+            raise ValueError(
+                f"hash_seed_runs must be >= 2 (a single run cannot see a hash seed), got {self.hash_seed_runs}"
+            )
         if self.max_output_chars < max(1, self.min_output_chars):
             raise ValueError(
                 f"max_output_chars ({self.max_output_chars}) must be >= 1 and >= min_output_chars "
@@ -235,8 +263,8 @@ class GateResult:
     reason: str
     """One of :data:`REASONS`."""
     output: str
-    """What the program printed (run 1) when both runs ran to their end; the target of the
-    predictions when ``valid``. ``""`` otherwise."""
+    """What the program printed in its first run (hash seed :data:`TARGET_HASH_SEED`) when the
+    runs ran to their end; the target of the predictions when ``valid``. ``""`` otherwise."""
     detail: dict = field(default_factory=dict)
     """JSON-ready specifics: ``stage`` (``static``/``runtime``); for static refusals the offending
     ``name`` and ``line``; for runs the ``seeds`` and per run its reason, verdict, exception,
@@ -278,9 +306,10 @@ def extract_program(text: str) -> str | None:
 def gate_programs(
     sandbox: Executor, sources: Sequence[str], settings: GateSettings | None = None
 ) -> list[GateResult]:
-    """Judge each program of ``sources`` (in order): the static check here, then two runs of the
-    survivors in ``sandbox`` with two different hash seeds (all submitted at once, so they spread
-    over the workers). See the module docstring and :data:`REASONS`."""
+    """Judge each program of ``sources`` (in order): the static check here, then
+    ``settings.hash_seed_runs`` runs of the survivors in ``sandbox``, each with another hash seed
+    (the first runs of all programs at once, then the rest for those whose first run was clean, so
+    they spread over the workers). See the module docstring and :data:`REASONS`."""
     return _gate(sandbox, sources, settings or GateSettings())
 
 
@@ -290,31 +319,48 @@ def _gate(
     settings: GateSettings,
     *,
     static_check: bool = True,
-    seeds: tuple[int, int] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> list[GateResult]:
     """:func:`gate_programs` with two hooks for tests only: ``static_check=False`` skips the AST
     parse and check so the runtime guards face a program the static check would refuse, and
-    ``seeds`` fixes the two hash seeds (equal seeds show that the seed is what decides)."""
+    ``seeds`` fixes the hash seeds, the target's first (equal seeds show that the seed is what
+    decides; their count replaces ``hash_seed_runs``)."""
     _check_capture(sandbox, settings)
     results: list[GateResult | None] = []
-    pending: list[tuple[int, tuple[int, int], list]] = []
-    for i, source in enumerate(sources):
+    for source in sources:
         source = source if isinstance(source, str) else ""
-        refusal = _precheck(source, settings, static_check)
-        results.append(refusal)
-        if refusal is None:
-            pair = seeds or _seed_pair()
-            futures = [sandbox.submit(_program(source, seed, settings)) for seed in pair]
-            pending.append((i, pair, futures))
-    for i, pair, futures in pending:
-        results[i] = _judge_runs([f.result() for f in futures], pair, settings)
+        results.append(_precheck(source, settings, static_check))
+    running = {
+        i: (src, list(seeds) if seeds is not None else _run_seeds(settings.hash_seed_runs))
+        for i, (src, res) in enumerate(zip(sources, results, strict=True))
+        if res is None
+    }
+    # The target runs first: most refused programs fail there (an error, a budget, no output), and
+    # running their other seeds would only repeat the refusal.
+    first = {
+        i: sandbox.submit(_program(src, run_seeds[0], settings)) for i, (src, run_seeds) in running.items()
+    }
+    runs = {i: [future.result()] for i, future in first.items()}
+    rest = {
+        i: [sandbox.submit(_program(src, seed, settings)) for seed in run_seeds[1:]]
+        for i, (src, run_seeds) in running.items()
+        if _judge_runs(runs[i], run_seeds[:1], settings).valid
+    }
+    for i, futures in rest.items():
+        runs[i].extend(f.result() for f in futures)
+    for i, (_, run_seeds) in running.items():
+        results[i] = _judge_runs(runs[i], run_seeds[: len(runs[i])], settings)
     return [r for r in results if r is not None]
 
 
-def _seed_pair() -> tuple[int, int]:
-    first = secrets.randbelow(2**32 - 1) + 1
-    second = secrets.randbelow(2**32 - 2) + 1
-    return first, second if second < first else second + 1  # distinct, both in [1, 2**32 - 1]
+def _run_seeds(runs: int) -> list[int]:
+    """:data:`TARGET_HASH_SEED` and ``runs - 1`` random seeds, all distinct, in [1, 2**32 - 1]."""
+    seeds = [TARGET_HASH_SEED]
+    while len(seeds) < runs:
+        seed = secrets.randbelow(2**32 - 1) + 1
+        if seed not in seeds:
+            seeds.append(seed)
+    return seeds
 
 
 def _check_capture(sandbox: Executor, settings: GateSettings) -> None:
@@ -466,7 +512,8 @@ def _run_reason(res: ExecutionResult) -> str:
     return "sandbox_error"  # SANDBOX_ERROR, or a verdict the trusted harness never produces
 
 
-def _judge_runs(runs: list[ExecutionResult], seeds: tuple[int, int], settings: GateSettings) -> GateResult:
+def _judge_runs(runs: list[ExecutionResult], seeds: Sequence[int], settings: GateSettings) -> GateResult:
+    """The verdict on a program's runs (one per seed, the target's first)."""
     reasons = [_run_reason(r) for r in runs]
     detail: dict = {
         "stage": "runtime",
@@ -483,14 +530,14 @@ def _judge_runs(runs: list[ExecutionResult], seeds: tuple[int, int], settings: G
             for r, reason in zip(runs, reasons, strict=True)
         ],
     }
-    # a fault of the program's in either run decides; infrastructure only when there is none
+    # a fault of the program's in any run decides; infrastructure only when there is none
     faults = [reason for reason in reasons if reason not in ("ok", "sandbox_error")]
     if faults or "sandbox_error" in reasons:
         return GateResult(False, faults[0] if faults else "sandbox_error", "", detail)
     outputs = [r.stdout for r in runs]
     if any(_ADDRESS.search(out) for out in outputs):
         return GateResult(False, "address_in_output", outputs[0], detail)
-    if outputs[0] != outputs[1]:
+    if any(out != outputs[0] for out in outputs):
         detail["outputs"] = outputs
         return GateResult(False, "nondeterministic", outputs[0], detail)
     if len(outputs[0]) > settings.max_output_chars:  # the harness stops it first; kept as a backstop
@@ -505,6 +552,7 @@ __all__ = [
     "BANNED_NAMES",
     "PROGRAM_FILENAME",
     "REASONS",
+    "TARGET_HASH_SEED",
     "VETTED_IMPORTS",
     "GateReason",
     "GateResult",

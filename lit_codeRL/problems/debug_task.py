@@ -1,0 +1,283 @@
+"""The debugging task record (:class:`DebugTask`), its conversion to an SWE task whose base commit
+holds the starting files, and the ``Problem`` record that carries it through the registry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.grading._scan import is_test_path as _grader_is_test_path
+from lit_codeRL.problems.debug_repo import (
+    _build_repo,
+    _fix_diff,
+    _locked,
+    _read_record,
+    _run_tests,
+    _write_atomic,
+)
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.swe import SPLIT_ALIASES, RepoCache, SWETask, git_environment, run_git
+from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+CACHE_ENV = "LIT_CODERL_DEBUG_CACHE"
+"""Environment variable naming where task repositories and their node ids are cached."""
+DEFAULT_CACHE = Path("~") / ".cache" / "lit-coderl" / "debug-tasks"
+DEFAULT_TEST_COMMAND = "python -m pytest -sq"
+"""The entry point's command; the task's test modules are appended."""
+FAILING = ("failed", "error", "absent")
+"""Statuses at the base that make a test FAIL_TO_PASS (a test that does not even collect fails)."""
+_FORMAT = 1
+"""Bump when the repository layout or how node ids are measured changes: old cache entries then
+stop matching instead of being trusted."""
+
+
+class DebugTaskInvalid(ConfigError):
+    """A task that cannot be trained on: nothing fails at its base, or no test could be found."""
+
+
+@dataclass
+class DebugTask:
+    """A buggy program and its tests (see the module docstring)."""
+
+    task_id: str
+    """Unique id, e.g. ``"debug/cart"`` or ``"kodcode/Leetcode_123_I"``."""
+    description: str
+    """What the program should do, shown to the agent (never where the bug is)."""
+    files: dict[str, str]
+    """Relative path -> content at the start: the buggy program and its tests."""
+    fix: dict[str, str] | None = None
+    """The reference fix: new contents of the non-test files it changes (``None``: none known)."""
+    entry_point: str = ""
+    """The test command (``python -m pytest -sq <test modules>`` when empty)."""
+    difficulty: str | None = None
+    """``easy``/``medium``/``hard`` where the source says."""
+    split: str = "train"
+    """``train`` or ``eval`` (aliases such as ``test`` mean ``eval``)."""
+    metadata: dict = field(default_factory=dict)
+    """The row's other fields (``bug_kind``, KodCode's ``question_id``/``subset``/``style``...)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task_id, str) or not self.task_id.strip():
+            raise ConfigError(f"debug task id must be a non-empty string, got {self.task_id!r}")
+        where = f"debug task {self.task_id}"
+        self.files = _checked_files(self.files, "files", where)
+        if not self.files:
+            raise ConfigError(f"{where}: no files")
+        if self.fix is not None:
+            self.fix = _checked_files(self.fix, "fix", where)
+            tests = [path for path in self.fix if _is_test_path(path)]
+            if tests:
+                raise ConfigError(
+                    f"{where}: the fix changes test file(s) {', '.join(tests)}; grading restores every "
+                    "test file from the base, so a fix must change the program only"
+                )
+        if not self.test_modules:
+            raise ConfigError(
+                f"{where}: no test module among its files (test_*.py or *_test.py): {sorted(self.files)}"
+            )
+        if not self.entry_point:
+            self.entry_point = f"{DEFAULT_TEST_COMMAND} {' '.join(map(shlex.quote, self.test_modules))}"
+        self.split = _canonical_split(self.split) or "train"
+
+    @property
+    def test_files(self) -> list[str]:
+        """Files the grader treats as tests (restored from the base before grading), sorted."""
+        return sorted(path for path in self.files if _is_test_path(path))
+
+    @property
+    def source_files(self) -> list[str]:
+        """Every other file: what the agent may change, sorted."""
+        return sorted(path for path in self.files if not _is_test_path(path))
+
+    @property
+    def test_modules(self) -> list[str]:
+        """The test files pytest runs (``test_*.py``/``*_test.py``; not ``conftest.py`` or helpers)."""
+        return [path for path in self.test_files if _is_test_module(path)]
+
+    def content_key(self) -> str:
+        """A hash of everything the task's repository and node ids depend on."""
+        data = {"format": _FORMAT, "id": self.task_id, "files": self.files, "fix": self.fix}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_swe_task(self, root: str | Path | None = None, grader: SWEGrader | None = None) -> SWETask:
+        """The task as an SWE task whose base commit holds the starting files.
+
+        The first call on a machine writes the files into a git directory under ``root`` (one
+        commit with a fixed identity and date, so the base commit id depends on the files alone),
+        diffs the reference fix against it and runs the tests at the base in a sandbox workspace
+        through ``grader``'s trusted runner to find FAIL_TO_PASS (failing there) and PASS_TO_PASS
+        (passing) node ids; the result is cached beside the directory and later calls only read it.
+
+        Args:
+            root: Cache directory (default ``$LIT_CODERL_DEBUG_CACHE`` or
+                ``~/.cache/lit-coderl/debug-tasks``).
+            grader: Runs the tests (its workspace settings and repository cache); default a grader
+                with default workspace settings whose prepared copies live under ``root/prepared``.
+
+        Raises:
+            DebugTaskInvalid: every test passes at the base (nothing to debug), or none was found.
+            RuntimeError: the sandbox failed (nothing is cached; the next call tries again).
+        """
+        root = cache_root(root)
+        name = f"{_slug(self.task_id)}-{self.content_key()}"
+        repo, record_file = root / name, root / f"{name}.json"
+        record = _read_record(record_file)
+        if record is None:
+            root.mkdir(parents=True, exist_ok=True)
+            with _locked(root / f".{name}.lock"):
+                record = _read_record(record_file)
+                if record is None:
+                    record = self._measure(repo, grader or default_grader(root))
+                    _write_atomic(record_file, json.dumps(record, indent=1, sort_keys=True))
+        if record.get("invalid"):
+            raise DebugTaskInvalid(f"{self.task_id}: {record['invalid']}")
+        return self._swe_task(
+            repo,
+            record["base_commit"],
+            record["patch"],
+            tuple(record["fail_to_pass"]),
+            tuple(record["pass_to_pass"]),
+        )
+
+    def _swe_task(
+        self, repo: Path, base: str, patch: str, fail_to_pass: tuple[str, ...], pass_to_pass: tuple[str, ...]
+    ) -> SWETask:
+        return SWETask(
+            instance_id=self.task_id,
+            repo=self.task_id,
+            base_commit=base,
+            problem_statement=self.description,
+            patch=patch,
+            test_patch="",
+            fail_to_pass=fail_to_pass,
+            pass_to_pass=pass_to_pass,
+            repo_source=str(repo),
+            difficulty=self.difficulty,
+            split=self.split,
+            metadata={"debug_task_id": self.task_id, "entry_point": self.entry_point},
+        )
+
+    def _measure(self, repo: Path, grader: SWEGrader) -> dict[str, Any]:
+        """Build the repository if needed, diff the fix, and sort the tests by their base outcome."""
+        if not (repo / ".git").is_dir():
+            _build_repo(self.files, repo)
+        env_home = tempfile.mkdtemp(prefix="lcrl-git-home-")
+        try:
+            env = git_environment(env_home)
+            base = run_git(["-C", str(repo), "rev-parse", "HEAD"], env).strip()
+            patch = _fix_diff(self.files, self.fix, repo, env) if self.fix is not None else ""
+        finally:
+            shutil.rmtree(env_home, ignore_errors=True)
+        probe = self._swe_task(repo, base, patch, (), ())
+        record: dict[str, Any] = {"task_id": self.task_id, "base_commit": base, "patch": patch}
+        at_base = _run_tests(grader, probe, "", self.test_modules)
+        if at_base.verdict == "timeout":
+            # Not cached: a machine busy with other work may be to blame, not the task.
+            raise DebugTaskInvalid(f"{self.task_id}: the tests at the base did not finish in time")
+        if at_base.verdict not in ("resolved", "unresolved"):
+            # The program itself ended the run (os._exit at import...): not a task to train on.
+            record["invalid"] = f"running the tests at the base gave {at_base.verdict}: {at_base.reason}"
+            return record
+        statuses = at_base.fail_to_pass
+        ids = list(statuses)
+        if at_base.collect_errors and patch:
+            # A test file that does not import at the base (the bug breaks the import) has no
+            # node ids there; with the fix it collects, and every test of it fails at the base.
+            with_fix = _run_tests(grader, probe, patch, self.test_modules)
+            ids += [node for node in with_fix.fail_to_pass if node not in statuses]
+        record["fail_to_pass"] = [node for node in ids if statuses.get(node, "absent") in FAILING]
+        record["pass_to_pass"] = [node for node in ids if statuses.get(node) == "passed"]
+        record["collect_errors"] = at_base.collect_errors
+        if not ids:
+            record["invalid"] = (
+                f"no test was collected at the base (collection errors: {at_base.collect_errors})"
+            )
+        elif not record["fail_to_pass"]:
+            record["invalid"] = f"all {len(ids)} tests pass at the base: there is nothing to debug"
+        return record
+
+
+def debug_problem(task: DebugTask) -> Problem:
+    """The task as the project's ``Problem`` record; the debugging env finds it in ``metadata``."""
+    return Problem(
+        task_id=task.task_id,
+        prompt=task.description,
+        difficulty=task.difficulty,
+        source="debug",
+        metadata={"debug_task": task, "split": task.split, "entry_point": task.entry_point},
+    )
+
+
+def debug_task(problem: Problem) -> DebugTask:
+    """The :class:`DebugTask` a ``Problem`` from :func:`debug_problem` carries."""
+    task = problem.metadata.get("debug_task")
+    if not isinstance(task, DebugTask):
+        raise ConfigError(f"problem {problem.task_id!r} is not a debugging task (use problems.source: debug)")
+    return task
+
+
+def cache_root(root: str | Path | None = None) -> Path:
+    """Where task repositories and their node ids live (``root``, ``$LIT_CODERL_DEBUG_CACHE`` or
+    ``~/.cache/lit-coderl/debug-tasks``)."""
+    return Path(root or os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser().resolve()
+
+
+def default_grader(root: str | Path | None = None) -> SWEGrader:
+    """A grader with default workspace settings whose prepared copies live under ``root/prepared``."""
+    return SWEGrader(WorkspaceConfig(), RepoCache(cache_root(root) / "prepared"))
+
+
+def _canonical_split(split: str) -> str | None:
+    """``None`` for ``all``; aliases of the held-out split become ``eval``."""
+    name = split.strip().lower()
+    if name == "all":
+        return None
+    return SPLIT_ALIASES.get(name, name)
+
+
+def _is_test_path(path: str) -> bool:
+    """The grader's own rule for which files are tests (``grading/_scan.py``), so that what a
+    task calls its tests is exactly what grading restores from the base."""
+    return _grader_is_test_path(path)
+
+
+def _is_test_module(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+def _checked_files(files: Any, name: str, where: str) -> dict[str, str]:
+    """``files`` with every path a plain relative one inside the repository."""
+    if not isinstance(files, Mapping):
+        raise ConfigError(f"{where}: {name} must map paths to contents, got {type(files).__name__}")
+    checked: dict[str, str] = {}
+    for path, content in files.items():
+        if not isinstance(path, str) or not isinstance(content, str):
+            raise ConfigError(f"{where}: {name} must map string paths to string contents ({path!r})")
+        pure = PurePosixPath(path)
+        if (
+            not path
+            or "\\" in path
+            or pure.is_absolute()
+            or any(part in ("", ".", "..", ".git") for part in path.split("/"))
+        ):
+            raise ConfigError(
+                f"{where}: {name} path {path!r} must be relative, inside the task, not under .git"
+            )
+        checked[path] = content
+    return checked
+
+
+def _slug(task_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", task_id)[:80]

@@ -1,0 +1,53 @@
+"""Which debugging tasks are worth training on: the fix resolves the task and the base does not."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.problems.debug_task import DebugTask, DebugTaskInvalid
+
+# The name the loader had before it was split: users filter and tests capture these warnings by it.
+log = logging.getLogger("lit_codeRL.problems.debug")
+
+
+def validate_debug_tasks(
+    tasks: Sequence[DebugTask],
+    grader: SWEGrader,
+    root: str | Path | None = None,
+    workers: int = 1,
+) -> list[DebugTask]:
+    """The tasks worth training on, in order; each other one dropped with a warning saying why.
+
+    A task with a reference fix is kept when the fix resolves it and the untouched base does not
+    (:meth:`SWEGrader.validate` on the converted task, cached per machine). A task without one is
+    kept when its base fails a test, with a warning that it is unvalidated (no grade can reach 1
+    for sure). ``workers`` tasks are checked at a time (each check is sandboxed subprocesses).
+    """
+
+    def check(task: DebugTask) -> str | None:
+        try:
+            swe = task.to_swe_task(root, grader)
+        except DebugTaskInvalid as err:
+            return str(err).removeprefix(f"{task.task_id}: ")
+        if task.fix is None:
+            log.warning(
+                "debug task %s kept unvalidated: it has no reference fix (its base fails %d test(s))",
+                task.task_id,
+                len(swe.fail_to_pass),
+            )
+            return None
+        return grader.validate(swe)
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        reasons = list(pool.map(check, tasks))
+    for task, why in zip(tasks, reasons, strict=True):
+        if why:
+            log.warning("debug task %s dropped: %s", task.task_id, why)
+    dropped = sum(1 for why in reasons if why)
+    if dropped:
+        log.warning("%d of %d debug tasks dropped by validation", dropped, len(tasks))
+    return [task for task, why in zip(tasks, reasons, strict=True) if not why]

@@ -1,0 +1,43 @@
+"""The settings of workspace sessions (``WorkspaceConfig``): backend, per-command limits, sizes."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class WorkspaceConfig:
+    backend: Literal["auto", "bwrap", "apptainer"] = "auto"
+    """``auto``: apptainer when the binary and an image exist, else bwrap; never unisolated."""
+    apptainer_image: str | None = None
+    """The ``.sif`` (``env/swe.def``); default ``$LIT_CODERL_SWE_SIF``."""
+    command_timeout_s: float = 30.0
+    """Default per-command limit, enforced inside the sandbox."""
+    max_output_chars: int = 10_000
+    """Head + tail kept of a command's output, a marker line in the middle."""
+    memory_mb: int = 2048
+    """Per command (RLIMIT_AS); the session's memory cgroup, where writable, gets this plus the
+    tmpfs sizes (their pages are charged to it) plus a fixed overhead."""
+    max_processes: int = 128
+    """Pids cgroup per session where writable (+ RLIMIT_NPROC when the trainer is not root)."""
+    disk_mb: int = 512
+    """Size bound of ``/workspace`` (bwrap: tmpfs ``--size``); also each file's RLIMIT_FSIZE."""
+    grace_s: float = 5.0
+    """Outer wall clock = timeout + grace; past it the whole session is killed."""
+    python: str = sys.executable
+    """Interpreter exposed as python/python3 inside (a venv resolved to its base)."""
+    toolchain: tuple[str, ...] = ("pytest",)
+    """Distributions importable read-only inside, with their dependencies (copied once per
+    process from the host's installed files; bwrap only, apptainer uses the image's)."""
+    max_sessions: int = 0
+    """WorkspacePool bound; 0 = 2 x CPU count."""
+    tmp_mb: int = 256
+    """Size bound of the private ``/tmp`` (bwrap tmpfs)."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("auto", "bwrap", "apptainer"):
+            raise ValueError(f"unknown workspace backend {self.backend!r} (auto, bwrap, apptainer)")
+        if min(self.command_timeout_s, self.memory_mb, self.disk_mb, self.max_processes) <= 0:
+            raise ValueError("workspace limits must be positive")

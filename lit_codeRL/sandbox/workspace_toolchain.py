@@ -1,0 +1,124 @@
+"""The read-only toolchain a bwrap workspace sees: the installed files of a few distributions
+(pytest and its dependencies, never the whole site-packages), launchers for the real interpreter and
+a minimal ``/etc``, built once per machine in the user's cache directory."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from lit_codeRL.sandbox import backends
+
+_TOOLCHAIN_SCRIPT = r"""
+import json, sys, importlib.metadata as md
+from packaging.requirements import Requirement
+todo, seen, files = list(sys.argv[1:]), set(), {}
+while todo:
+    name = todo.pop()
+    dist = md.distribution(name)
+    key = dist.metadata["Name"].lower().replace("_", "-")
+    if key in seen:
+        continue
+    seen.add(key)
+    root = str(dist.locate_file(""))
+    files.setdefault(root, []).extend(str(f) for f in dist.files or ())
+    for req in dist.requires or ():
+        r = Requirement(req)
+        if r.marker is None or r.marker.evaluate({"extra": ""}):
+            todo.append(r.name)
+print(json.dumps({"dists": sorted(seen), "files": files}))
+"""
+
+_TOOLCHAIN_LAYOUT = 2
+"""Part of the cache key: bump when what a toolchain directory holds changes."""
+_TOOLCHAIN_LOCK = threading.Lock()
+_TOOLCHAINS: dict[tuple[str, tuple[str, ...]], Path] = {}
+
+
+def toolchain_dir(python: str, dists: tuple[str, ...]) -> Path:
+    """A read-only toolchain for bwrap sessions, built once per (interpreter, distributions):
+    ``site/`` with the installed files of ``dists`` and their dependencies (never the whole
+    site-packages), ``bin/`` with python/python3/pytest launchers for the real interpreter, and
+    ``etc/`` with a minimal passwd/group/hosts (no host /etc is shown). Kept in the user's cache
+    dir (not /tmp) and reused across processes when nothing changed."""
+    key = (python, tuple(dists))
+    with _TOOLCHAIN_LOCK:
+        if key not in _TOOLCHAINS:
+            _TOOLCHAINS[key] = _build_toolchain(python, tuple(dists))
+        return _TOOLCHAINS[key]
+
+
+def _build_toolchain(python: str, dists: tuple[str, ...]) -> Path:
+    exe = backends.interpreter(python).executable
+    found: dict = {"dists": [], "files": {}}
+    if dists:
+        out = subprocess.run(
+            [python, "-c", _TOOLCHAIN_SCRIPT, *dists], capture_output=True, text=True, timeout=120
+        )
+        if out.returncode != 0:
+            raise backends.SandboxUnavailable(
+                f"workspace toolchain {dists} is not installed for {python}: {out.stderr.strip()[-300:]}"
+            )
+        found = json.loads(out.stdout)
+    listing = json.dumps([_TOOLCHAIN_LAYOUT, exe, found], sort_keys=True)
+    cache = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "lit_coderl"
+        / "workspace-toolchain"
+    )
+    dest = cache / hashlib.sha256(listing.encode()).hexdigest()[:16]
+    if (dest / ".complete").exists():
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
+    try:
+        site = build / "site"
+        for root, rel_files in found["files"].items():
+            for rel in rel_files:
+                src = Path(root) / rel
+                if rel.startswith("..") or "__pycache__" in rel or not src.is_file():
+                    continue  # console scripts outside site-packages; launchers replace them
+                target = site / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, target)
+        if site.is_dir():  # read-only inside: without bytecode every import would recompile
+            subprocess.run([exe, "-I", "-m", "compileall", "-q", str(site)], capture_output=True, timeout=300)
+        _write_launchers(build / "bin", exe, "pytest" in [d.lower() for d in found["dists"]])
+        _write_etc(build / "etc")
+        (build / ".complete").write_text(listing)
+        try:
+            build.rename(dest)
+        except OSError:  # another process finished first
+            shutil.rmtree(build, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    return dest
+
+
+def _write_launchers(bin_dir: Path, exe: str, pytest: bool) -> None:
+    bin_dir.mkdir(parents=True)
+    launchers = {"python": f'exec {exe} "$@"', "python3": f'exec {exe} "$@"'}
+    if pytest:
+        launchers["pytest"] = f'exec {exe} -m pytest "$@"'
+    for name, line in launchers.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{line}\n")
+        (bin_dir / name).chmod(0o755)
+
+
+def _write_etc(etc: Path) -> None:
+    etc.mkdir(parents=True)
+    (etc / "passwd").write_text(
+        "root:x:0:0:root:/root:/bin/sh\nagent:x:65534:65534:agent:/tmp/home:/bin/bash\n"
+    )
+    (etc / "group").write_text("root:x:0:\nagent:x:65534:\n")
+    (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+    (etc / "alternatives").mkdir()  # mount point for the host's (symlinks into /usr only)
+    if Path("/etc/ld.so.cache").is_file():  # the loader finds multiarch libraries without it, slower
+        shutil.copy2("/etc/ld.so.cache", etc / "ld.so.cache")

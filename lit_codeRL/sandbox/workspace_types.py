@@ -1,0 +1,45 @@
+"""What a workspace session answers with: the result of a command or an interactive request, and
+the errors a request raises. Shared by the session (``workspace_session.py``) and its callers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class WorkspaceError(RuntimeError):
+    """A request the server could not carry out (a missing file, a failed git command)."""
+
+
+class WorkspaceDead(WorkspaceError):
+    """The session was closed or killed (ran past its outer wall clock, its server died)."""
+
+
+@dataclass
+class CommandResult:
+    exit_code: int | None
+    """None when the command was killed at its timeout; 128+N when a signal N ended it."""
+    output: str
+    """stdout+stderr interleaved, truncated as head + marker line + tail."""
+    timed_out: bool
+    truncated: bool
+    output_bytes: int
+    """How much the command printed in total (also what was cut)."""
+    wall_s: float
+
+
+@dataclass
+class PtyResult:
+    """What one interactive-session request read: the program's output since the request began,
+    up to its prompt (the prompt included), and whether the program still runs."""
+
+    output: str
+    """The terminal's output (CR LF as LF, input not echoed), head + marker line + tail."""
+    alive: bool
+    """False once the program exited, was killed at the timeout, or the session died: a later
+    :meth:`Workspace.pty_send` raises :class:`WorkspaceError`."""
+    exit_code: int | None
+    """The program's exit status when it ended by itself (128+N for signal N), else None."""
+    timed_out: bool
+    truncated: bool
+    output_bytes: int
+    wall_s: float
