@@ -29,7 +29,7 @@ system-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
 	  else echo "bubblewrap missing: sudo apt-get install bubblewrap (the sandbox needs it; or set sandbox backend: local to run untrusted code unisolated)"; exit 1; fi; \
 	fi
-	@$(PYTHON) -c "from lit_codeRL.sandbox.backends import bwrap_problem as p, SandboxConfig as C; import sys; e = p(C()); e and sys.exit('bubblewrap sandbox does not work here: ' + e)"
+	@$(PYTHON) -c "from lit_codeRL.sandbox.pool import bwrap_problem as p; from lit_codeRL.sandbox import SandboxConfig as C; import sys; e = p(C()); e and sys.exit('bubblewrap sandbox does not work here: ' + e)"
 
 # tests/test_slurm.py starts a localhost SLURM from these (without them, as non-root, it skips).
 # bitsandbytes serves the quantized-policy tests (model.quantization).

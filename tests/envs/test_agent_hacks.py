@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -317,9 +316,8 @@ def test_bwrap_swe_agent_that_breaks_its_workspace_is_graded_not_masked(swe, tas
         "<execute>for i in $(seq 1 40); do mkfifo /run/lcrl/s$i /run/lcrl/index$i 2>/dev/null; done</execute>"
     )
     for _ in range(3):
-        t0 = time.monotonic()
         _, _, done, extra = env.step("<execute>cd /tmp && export A=1 && echo ok</execute>")
-        assert not done and extra["exit_code"] == 0 and time.monotonic() - t0 < 20
+        assert not done and extra["exit_code"] == 0 and not extra.get("timed_out"), extra
     _, reward, done, extra = env.step("<submit/>")
     assert done and reward == 0.0 and not extra.get("masked")
 
@@ -449,9 +447,8 @@ def test_bwrap_debug_tool_paths_stay_in_the_workspace(debug, median, case):
     call, message = OUTSIDE[case]
     (start,) = debug.reset_batch([median])
     state = start.state
-    t0 = time.monotonic()
     out = debug_step(debug, state, call)
-    assert time.monotonic() - t0 < 10, "the tool must answer at once (no blocking read)"
+    # the refusal's own message: a blocking read would end in the session's timeout instead
     assert message in out.observation and not out.terminated and not out.truncated, out
     assert not out.info.get("masked")
     # the episode goes on and can still be solved: nothing forged, nothing broken
@@ -476,9 +473,8 @@ def test_bwrap_debug_symlinks_and_fifos_made_by_the_agent_are_refused(debug, med
         ("<view>pipe.txt</view>", "not a regular file"),
         (rewrite("pipe.txt", "x"), "not a regular file"),
     ):
-        t0 = time.monotonic()
         out = debug_step(debug, state, call)
-        assert time.monotonic() - t0 < 10 and message in out.observation, (call, out.observation)
+        assert message in out.observation, (call, out.observation)
         assert not out.terminated and not out.truncated
     debug_step(debug, state, FIX)
     assert debug_step(debug, state, "<submit/>").reward == 1.0
@@ -516,9 +512,9 @@ def test_bwrap_debug_agent_that_breaks_its_workspace_is_graded_not_masked(debug,
         "<pdb>!import os; [os.mkfifo(f'/run/lcrl/s{i}') for i in range(1, 40)]</pdb>",
     )
     for call in ("<eval/>", "<listdir/>", "<view>stats.py 1-3</view>"):
-        t0 = time.monotonic()
         out = debug_step(debug, state, call)
-        assert not out.terminated and not out.truncated and time.monotonic() - t0 < 30, (call, out)
+        assert not out.terminated and not out.truncated, (call, out)
+        assert "timed out" not in out.observation and not out.info.get("masked"), (call, out)
     final = debug_step(debug, state, "<submit/>")
     assert final.terminated and not final.info.get("masked") and final.reward == 0.0, final.info
 

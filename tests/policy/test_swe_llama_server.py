@@ -7,7 +7,6 @@ parse as "no action" (issue #48)."""
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 import torch
@@ -44,9 +43,8 @@ def test_an_swe_turn_through_llama_server_runs_its_command(real_server, smollm2,
         ]
         prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         sampling = SamplingParams(max_new_tokens=48, temperature=0.7, stop=list(env.stop_strings))
-        started = time.monotonic()
         out = engine.generate(*engine.encode_prompts([prompt]), sampling, 4, torch.Generator().manual_seed(0))
-        assert engine.exact and time.monotonic() - started < 120
+        assert engine.exact
         actions = []
         for r in range(4):
             n = int(out.completion_mask[r].sum())

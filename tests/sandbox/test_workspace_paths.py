@@ -63,11 +63,10 @@ def ws(tmp_path_factory) -> Iterator[Workspace]:
 
 
 def refused(ws: Workspace, call: Callable[[], object], message: str) -> None:
-    """``call`` fails promptly with exactly ``message``, and the session still answers."""
-    t0 = time.monotonic()
+    """``call`` fails with exactly ``message`` (not a blocked read ended by the session's clock,
+    which would be another error or a dead session), and the session still answers."""
     with pytest.raises(WorkspaceError) as info:
         call()
-    assert time.monotonic() - t0 < 5
     assert not isinstance(info.value, WorkspaceDead), info.value
     assert str(info.value) == message
     assert ws.alive and ws.run("echo ok").output == "ok\n"
@@ -258,13 +257,11 @@ def test_bwrap_permission_denied(ws: Workspace) -> None:
 
 def test_bwrap_disk_full(repo: Path) -> None:
     with open_workspace(replace(CFG, disk_mb=8), repo) as ws:
-        t0 = time.monotonic()
         refused(
             ws,
             lambda: ws.write_file("big.bin", b"\0" * (12 << 20)),
             "big.bin: no space left on the workspace disk",
         )
-        assert time.monotonic() - t0 < 30
         ws.write_file("small.py", "S = 1\n")  # the partial file was emptied: the disk is usable again
         assert ws.read_file("small.py") == b"S = 1\n"
         assert ws.run("cat small.py").output == "S = 1\n"
@@ -278,9 +275,8 @@ def test_bwrap_fifos_planted_at_the_next_state_files(repo: Path) -> None:
         # (this command's own state file is one of them: its EXIT trap blocks, it times out)
         ws.run("for i in $(seq 1 50); do mkfifo /run/lcrl/s$i 2>/dev/null; done", timeout=2)
         for _ in range(4):
-            t0 = time.monotonic()
             r = ws.run("cd /tmp && export A=1")
-            assert r.exit_code == 0 and not r.timed_out and time.monotonic() - t0 < 5, r
+            assert r.exit_code == 0 and not r.timed_out, r  # a blocked state read would time out
         assert ws.run('echo "$PWD $A"').output == "/tmp 1\n"  # the state carried over
         assert ws.alive
 
@@ -298,9 +294,8 @@ def test_bwrap_state_file_replaced_after_the_trap(repo: Path, plant: str) -> Non
     """The command drops the EXIT trap and leaves something else at its own state file, which
     the server reads once the command is over."""
     with open_workspace(CFG, repo) as ws:
-        t0 = time.monotonic()
         r = ws.run(f"cd /tmp && export A=1; trap - EXIT; {plant}")
-        assert r.exit_code == 0 and not r.timed_out and time.monotonic() - t0 < 5, r
+        assert r.exit_code == 0 and not r.timed_out, r
         assert ws.alive
         # nothing was read from it: the previous state holds
         assert ws.run('echo "$PWD ${A:-unset}"').output == f"{Workspace.REPO} unset\n"
