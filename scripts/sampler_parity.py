@@ -8,8 +8,10 @@ Ampere+ GPU or a CPU with AVX-512-BF16/AMX; forced here, so it runs, emulated an
 CPU); ``engine.dtype: model`` samples from the fp32 trainer itself, through transformers' forward
 (``fast_decode: false``, as the fp32 path of ``scripts/grpo_parity.py``). The trainer corrects the
 mismatch (``PolicyModule.sampler_correction``): REINFORCE weights each token by
-``min(pi_train / pi_sampler, tis_cap)``; SPIRAL (2 PPO epochs) takes the sampler's log-probs as the
-old policy of its clipped ratio. Every run logs the mismatch, ``train/tis/logprob_diff`` (mean
+``min(pi_train / pi_sampler, tis_cap)``; SPIRAL (2 PPO epochs) takes the trainer's own log-probs
+before the first epoch as the old policy of its clipped ratio (1 in the first epoch) and weights
+each token by ``min(pi_old / pi_sampler, tis_cap)`` (the ``bench_results/sampler_parity.json``
+figures predate this: there SPIRAL's ratio was to the sampler). Every run logs the mismatch, ``train/tis/logprob_diff`` (mean
 ``|log pi_train - log pi_sampler|`` over action tokens).
 
 The runs (SmolLM2-135M-Instruct, fp32 training, each in its own process with ``--threads`` torch

@@ -49,7 +49,9 @@ def test_smoke_bf16_sampler_shows_a_mismatch_the_fp32_one_does_not(tmp_path):
         # the fp32 sampler is the trainer (float rounding only); bf16 rounding moves log-probs
         assert by_sampler["fp32"]["tis/logprob_diff"]["mean"] < 1e-5, algo
         assert by_sampler["bf16"]["tis/logprob_diff"]["mean"] > 1e-4, algo
-    # REINFORCE weights tokens; SPIRAL (2 epochs) takes the ratio to the sampler instead
+    # REINFORCE weights tokens; SPIRAL (2 epochs) takes the ratio to the trainer's pi_old (1 in its
+    # first epoch) and weights tokens by pi_old / pi_sampler
     assert runs["reinforce"]["bf16"]["tis/weight"] is not None and runs["reinforce"]["bf16"]["ratio"] is None
-    assert runs["spiral"]["bf16"]["ratio"] is not None and runs["spiral"]["bf16"]["tis/weight"] is None
+    spiral = runs["spiral"]["bf16"]
+    assert spiral["tis/weight"] is not None and spiral["ratio"]["mean"] == pytest.approx(1.0, abs=1e-4)
     assert "| reinforce | bf16 |" in done.stdout
