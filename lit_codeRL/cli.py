@@ -120,6 +120,7 @@ class CodeRLArgumentParser(LightningArgumentParser):
         elif any(getattr(action, "dest", None) == "subcommand" for action in self._actions):
             text += "\nA finished run's learning curve as a PNG: lit-coderl curves RUN_DIR [--out PNG]\n"
             text += "One dumped episode as readable Markdown: lit-coderl episode ROLLOUTS.jsonl [--best]\n"
+            text += "Synthesized, validated SWE and debugging tasks: lit-coderl synth SOURCE... --out DIR\n"
         return text
 
 
@@ -281,6 +282,11 @@ def main(args: list[str] | None = None) -> None:
         return
     if argv[:1] == ["episode"]:
         _episode_command(argv[1:])
+        return
+    if argv[:1] == ["synth"]:
+        from lit_codeRL.problems.synth.cli import command as synth_command
+
+        synth_command(argv[1:])
         return
     try:
         # Before any model, dataset or logger loads (they read HF_HUB_OFFLINE, WANDB_MODE, ...).

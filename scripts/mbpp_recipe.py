@@ -36,15 +36,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from run_report import read_evaluations  # scripts/ is on sys.path when a script runs
+import recipe_stages as stages  # scripts/ is on sys.path when a script runs
+from recipe_stages import logger_args, paired, reused_stage
+from run_report import read_evaluations
 from spiral_report import smooth
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,45 +53,11 @@ OTHER_DTYPE = {"bfloat16": "float32", "float32": "bfloat16"}
 
 
 def cli(args: list[str]) -> tuple[str, float]:
-    """Run ``lit-coderl <args>`` in its own process; returns the shown command and wall time."""
-    shown = shlex.join(["lit-coderl", *args])
-    print(f"\n[mbpp_recipe] {shown}", flush=True)
-    start = time.time()
-    command = [sys.executable, "-m", "lit_codeRL.cli", *args]
-    subprocess.run(command, cwd=REPO, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    return shown, time.time() - start
-
-
-def logger_args(run_dir: Path) -> list[str]:
-    return [
-        "--trainer.default_root_dir",
-        str(run_dir),
-        "--trainer.logger",
-        "lightning.pytorch.loggers.CSVLogger",
-        "--trainer.logger.save_dir",
-        str(run_dir),
-        "--trainer.logger.name",
-        "",
-        "--trainer.logger.version",
-        "run",
-    ]
+    return stages.cli(args, "mbpp_recipe")
 
 
 def train_stage(name: str, config: str, run_dir: Path, extra: list[str]) -> dict[str, Any]:
-    """Train one stage through the CLI; returns its command, wall time and log directory."""
-    shown, wall = cli(["fit", "--config", f"configs/{config}", *logger_args(run_dir), *extra])
-    stage = {"stage": name, "command": shown, "wall_s": wall, "log_dir": str(run_dir / "run")}
-    (run_dir / "run" / "stage.json").write_text(json.dumps(stage, indent=1))  # for --bc-run/--rl-run
-    return stage
-
-
-def reused_stage(name: str, log_dir: Path) -> dict[str, Any]:
-    """A finished stage's record (command, wall time) as its run wrote it, for ``--bc-run``/``--rl-run``."""
-    if not (log_dir / "hf_model").is_dir():
-        sys.exit(f"--{name}-run {log_dir}: no hf_model there (not a finished stage)")
-    saved = log_dir / "stage.json"
-    stage = json.loads(saved.read_text()) if saved.exists() else {"command": "(unknown)", "wall_s": None}
-    return {**stage, "stage": name, "log_dir": str(log_dir)}
+    return stages.train_stage(name, config, run_dir, extra, "mbpp_recipe")
 
 
 def native_dtype() -> str:
@@ -154,17 +120,6 @@ def evaluate(
 def solved_tasks(report: Path) -> list[str]:
     """The task ids a per-problem evaluation report counts as solved (greedy: its one sample passed)."""
     return sorted(p["task_id"] for p in json.loads(report.read_text())["problems"] if p["num_correct"] > 0)
-
-
-def paired(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any] | None:
-    """Tasks only ``new`` solves, only ``old`` solves, and the exact McNemar p of the difference."""
-    from lit_codeRL.algorithms.passk import mcnemar_exact_p
-
-    if "solved" not in new or "solved" not in old:
-        return None
-    a, b = set(new["solved"]), set(old["solved"])
-    gained, lost = len(a - b), len(b - a)
-    return {"gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact_p(gained, lost)}
 
 
 def check_hf_model(path: Path) -> str:

@@ -209,6 +209,36 @@ NOT_RUN: dict[str, str] = {
     "lit-coderl episode runs/ppo_debug/version_0/rollouts.jsonl": "prints an episode of a finished "
     "run's dump; tests/rollout/test_debug_episodes.py runs `lit-coderl episode` on a dump it made",
     "python scripts/bench_sandbox.py": "a benchmark; tests/scripts/test_bench_sandbox_smoke.py",
+    "lit-coderl synth swe debug --out runs/synth": "synthesizes and validates ~120 tasks (minutes); "
+    "tests/problems/test_synth.py runs `lit-coderl synth` on a repository and grades its rows both ways",
+    "lit-coderl synth path/to/repo other.bundle --out runs/synth": "a placeholder repository; "
+    "tests/problems/test_synth.py",
+    "lit-coderl synth mbpp:../shared/data/mbpp --out runs/synth_mbpp --mbpp-split test": "screens 974 "
+    "MBPP solutions and grades ~500 rows (minutes); tests/problems/test_synth.py screens a subset",
+    "lit-coderl synth swe debug --out runs/agent_recipe/synth --per-function 3 --eval-fraction 0.5": "the "
+    "recipe's stage 0 (minutes); tests/scripts/test_agent_recipe_smoke.py runs the recipe",
+    "lit-coderl fit --config configs/grpo_swe.yaml --model.init_args.problems.source "
+    "swe:runs/synth/swe/tasks.jsonl": "reads `lit-coderl synth`'s output; tests/problems/test_synth.py "
+    "reads such rows through the same loader",
+    "lit-coderl fit --config configs/ppo_debug.yaml --model.init_args.problems.source "
+    "debug:runs/synth/debug/tasks.jsonl": "reads `lit-coderl synth`'s output; tests/problems/test_synth.py",
+    "lit-coderl fit --config configs/ppo_debug.yaml --model.init_args.problems.source "
+    "debug:mbpp:../shared/data/mbpp": "screens all 974 MBPP solutions on first use and validates 373 "
+    "tasks (minutes); tests/problems/test_synth.py loads a subset, tests/scripts/test_agent_recipe_smoke.py "
+    "trains on one",
+    "python scripts/agent_recipe.py": "a measurement: synthesis, BC, RL and held-out agent evaluations "
+    "(hours on 2 cores); tests/scripts/test_agent_recipe_smoke.py",
+    "lit-coderl fit --config configs/agent_recipe_bc.yaml --model.init_args.demonstrations.source "
+    "debug:mbpp:../shared/data/mbpp --model.init_args.demonstrations.also "
+    "[swe:runs/agent_recipe/synth/swe/tasks.jsonl]": "the recipe's stage 1; tests/scripts/test_agent_recipe_smoke.py",
+    "lit-coderl fit --config configs/agent_recipe_rl.yaml --model.init_args.model.name_or_path "
+    "runs/agent_recipe/bc/run/hf_model": "the recipe's stage 2; tests/scripts/test_agent_recipe_smoke.py",
+    "lit-coderl validate --config configs/agent_recipe_eval.yaml --model.init_args.source "
+    "debug:mbpp:../shared/data/mbpp --model.init_args.split test --model.init_args.limit 200": "200 agent "
+    "episodes; tests/scripts/test_agent_recipe_smoke.py evaluates through this config",
+    "lit-coderl validate --config configs/agent_recipe_eval.yaml --model.init_args.source "
+    "swe:runs/agent_recipe/synth/swe/tasks.jsonl --model.init_args.split eval": "reads the recipe's "
+    "synthesized tasks; tests/scripts/test_agent_recipe_smoke.py",
     "python scripts/bench_grpo_vs_trl.py": "a benchmark (needs trl); tests/scripts/test_bench_grpo_smoke.py",
     "python scripts/bench_generation.py": "a benchmark (decode throughput, minutes)",
     "python scripts/ppo_learning_curve.py": "a measurement: task selection and two PPO runs (~1 h); "
@@ -380,6 +410,9 @@ TINY_MODULE["CodeGameModule"] = [
     *("--model.init_args.game.prompts_per_step", "2"),
     *("--model.init_args.game.programs_per_prompt", "2"),
     *("--model.init_args.sandbox.workers", "1"),
+    *("--model.init_args.warm_start.rounds", "1"),  # only read when a command sets warm_start.steps
+    *("--model.init_args.warm_start.seed_programs", "4"),
+    *("--model.init_args.warm_start.eval_pairs", "2"),
 ]
 TINY_CALLBACK: dict[str, list[str]] = {
     "MBPPEvalCallback": [

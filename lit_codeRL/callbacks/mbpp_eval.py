@@ -27,6 +27,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lit_codeRL.callbacks.interval import IntervalEvaluation
 from lit_codeRL.callbacks.progress import EvalProgress
 from lit_codeRL.envs.debug.env import DebugSettings
+from lit_codeRL.envs.swe.env import SWESettings
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.evaluation import (
     CodeEvalSettings,
@@ -73,6 +74,7 @@ class MBPPEvalCallback(IntervalEvaluation):
             the shown tests, reporting ``mbpp_eval/pass_rate_turn_k`` for every k; the tool calls
             of a debugging episode (``source: debug``).
         debug: Debugging tasks: the gym's tools, time limits and grading (``env.debug``).
+        swe: SWE tasks (``source: swe``): the SWE env's tools, time limits and grading (``env.swe``).
         sandbox: Sandbox for grading.
         output_dir: Where per-problem JSON goes; default ``<log_dir>/mbpp_eval``.
     """
@@ -95,6 +97,7 @@ class MBPPEvalCallback(IntervalEvaluation):
         num_shown_tests: int = _D.num_shown_tests,
         max_turns: int = _D.max_turns,
         debug: DebugSettings = DebugSettings(),  # noqa: B008 - dataclass defaults show in --print_config
+        swe: SWESettings = SWESettings(),  # noqa: B008
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
         output_dir: str | None = None,
     ) -> None:
@@ -113,6 +116,7 @@ class MBPPEvalCallback(IntervalEvaluation):
             num_shown_tests=num_shown_tests,
             max_turns=max_turns,
             debug=DebugSettings(**debug) if isinstance(debug, dict) else debug,
+            swe=SWESettings(**swe) if isinstance(swe, dict) else swe,
         )
         self.problem_settings = self.settings.problem_settings()
         self.n_samples = n_samples
@@ -152,6 +156,7 @@ class MBPPEvalCallback(IntervalEvaluation):
                 self.problem_settings.system_prompt,
                 self.problem_settings.source,
                 self.settings.debug,
+                self.settings.swe,
             )
             progress = EvalProgress(f"mbpp_eval step {trainer.global_step}", len(shard), trainer=trainer)
             try:

@@ -38,6 +38,7 @@ from lightning.pytorch import LightningModule
 
 from lit_codeRL.callbacks.progress import EvalProgress
 from lit_codeRL.envs.debug.env import DebugSettings
+from lit_codeRL.envs.swe.env import SWESettings
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.engine import EngineSettings, make_engine
 from lit_codeRL.policy.loading import ModelSettings, load_model
@@ -105,6 +106,7 @@ class EvaluationModule(LightningModule):
         max_turns: 1 = one answer; more = code repair with feedback, pass rate per turn; the
             tool calls of a debugging episode (``source: debug``).
         debug: Debugging tasks: the gym's tools, time limits and grading (``env.debug``).
+        swe: SWE tasks (``source: swe``): the SWE env's tools, time limits and grading (``env.swe``).
         sandbox: Sandbox for grading (isolating by default).
         output_dir: Where the per-problem JSON goes; default ``<log_dir>/mbpp_eval``.
     """
@@ -127,6 +129,7 @@ class EvaluationModule(LightningModule):
         num_shown_tests: int = _D.num_shown_tests,
         max_turns: int = _D.max_turns,
         debug: DebugSettings = DebugSettings(),  # noqa: B008
+        swe: SWESettings = SWESettings(),  # noqa: B008
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
         output_dir: str | None = None,
     ) -> None:
@@ -145,6 +148,7 @@ class EvaluationModule(LightningModule):
             num_shown_tests=num_shown_tests,
             max_turns=max_turns,
             debug=as_settings(DebugSettings, debug),
+            swe=as_settings(SWESettings, swe),
         )
         self.save_hyperparameters()
         self.problem_settings = self.settings.problem_settings()
@@ -206,6 +210,7 @@ class EvaluationModule(LightningModule):
             self.problem_settings.system_prompt,
             self.problem_settings.source,
             self.settings.debug,
+            self.settings.swe,
         )
         self.results, self._start = [], time.perf_counter()
         # a live validation bar gets the running pass rate in its description (its own columns

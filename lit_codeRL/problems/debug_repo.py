@@ -75,6 +75,8 @@ class _Run:
     reason: str
     fail_to_pass: dict[str, str]
     collect_errors: list[str]
+    junit: bytes | None = None
+    """The run's junit XML (its failure messages write synthesized tasks' statements)."""
 
 
 def _run_tests(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[str]) -> _Run:
@@ -98,7 +100,7 @@ def _run_tests(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[st
         dataclasses.replace(task, fail_to_pass=every, pass_to_pass=()), exit_code, report, run.junit
     )
     errors = [str(e) for e in (report or {}).get("collect_errors", [])]
-    return _Run(grade.verdict, grade.reason, grade.fail_to_pass, errors)
+    return _Run(grade.verdict, grade.reason, grade.fail_to_pass, errors, run.junit)
 
 
 def _write_files(root: Path, files: Mapping[str, str]) -> None:

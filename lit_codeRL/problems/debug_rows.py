@@ -51,17 +51,23 @@ def load_debug_tasks(
     """Debugging tasks of ``split`` from ``source``, in file order.
 
     Args:
-        source: ``embedded``/``debug`` (the shipped tasks), a ``.jsonl``/``.json``/``.parquet``
+        source: ``embedded``/``debug`` (the shipped tasks), ``mbpp:<MBPP location>`` (see
+            ``split``), a ``.jsonl``/``.json``/``.parquet``
             file (parquet needs pyarrow), or a directory of such files (read in name order). Rows
             are debugging rows (``files``) or KodCode rows (``question``, ``solution``, ``test``).
         split: ``train``, ``eval`` (``test``, ``validation``, ``val``, ``dev`` mean ``eval``),
             ``all`` or ``None`` for every row. Rows without a ``split`` field belong to every split.
+            For ``mbpp:<MBPP file, directory or hub id>`` (single-file tasks made at run time
+            from MBPP's reference solutions, ``problems/synth/mbpp.py``) MBPP's own splits:
+            ``train``, ``test`` (``eval``), ``validation``, ``all``.
         limit: Keep the first ``limit`` tasks.
 
     Raises:
         ConfigError: a missing source, a malformed row (naming the file, the row and the field),
             a repeated task id, or a split no row has.
     """
+    if source == "mbpp" or source.startswith("mbpp:"):
+        return _mbpp_tasks(source, split, limit)
     wanted = _canonical_split(split) if split is not None else None
     files = _source_files(source)
     tasks: list[DebugTask] = []
@@ -89,6 +95,20 @@ def load_debug_tasks(
     if wanted is not None and not tasks and splits and wanted not in splits:
         raise ConfigError(f"{source}: no split {split!r}; its rows have splits {sorted(splits)} (or use all)")
     return tasks
+
+
+def _mbpp_tasks(source: str, split: str | None, limit: int | None) -> list[DebugTask]:
+    """Tasks made at run time from MBPP's reference solutions (``problems/synth/mbpp.py``), of
+    MBPP's own split (``train``, ``test``/``eval``, ``validation``, ``all``)."""
+    from lit_codeRL.problems.mbpp import canonical_split
+    from lit_codeRL.problems.synth.mbpp import mbpp_bug_rows, mbpp_split_of
+
+    # every split from one screening (cached): a later run of another split costs nothing
+    rows, _ = mbpp_bug_rows(source, "all")
+    wanted = canonical_split(split or "all")
+    rows = [row for row in rows if wanted in ("all", mbpp_split_of(row["extra_info"]["mbpp_task_id"]))]
+    tasks = [task_from_row(row, f"{source}: {row['task_name']}", row["split"]) for row in rows]
+    return tasks[:limit] if limit is not None else tasks
 
 
 def task_from_row(row: Mapping[str, Any], where: str = "row", split: str = "train") -> DebugTask:

@@ -1,15 +1,19 @@
 """Demonstrations for behavioural cloning, laid out as the same trajectory record rollouts use.
 
-Two kinds of source (``DemonstrationSettings.source``):
+Three kinds of source (``DemonstrationSettings.source``):
 
 * **a problem source** (``embedded``, an MBPP file or directory, seed JSON, ``humaneval``...): each
   problem with a reference solution becomes one row, its prompt rendered exactly as rollouts
   render it (env observation -> chat template) and its answer in the code fence rollouts are
   asked for, ended by the end-of-turn token;
-* **SWE tasks** (``swe``, ``swe:<file or dataset>``): each task's reference trajectory, played for
-  real in a workspace (``envs/swe/reference.py``: the gold patch applied with ``git apply`` in one
-  ``<execute>`` turn, then ``<submit/>``), kept only when its grade resolves the task; the
-  observation between the turns is the env's own;
+* **SWE or debugging tasks** (``swe``, ``swe:<file or dataset>``, ``debug``, ``debug:<file>``):
+  each task's reference trajectory, derived from its gold fix (``envs/swe/reference.py``,
+  ``envs/debug/reference.py``: run the tests, look at the code around each change, make it with a
+  targeted edit, run the tests again, submit), played for real in the env that
+  ``DemonstrationSettings.env`` configures (the RL run's settings: the prompt and every
+  observation are the env's own), kept only when its grade resolves the task (the others are
+  dropped and counted in one warning). A row holds exactly the tokens an RL rollout of the same
+  text holds (:func:`episode_segments`): the actions trainable, the observations masked;
 * **a rollout dump** (``rollouts.jsonl`` of any lit-coderl run, single- or multi-turn): rows
   rebuilt from the saved token ids, trainable exactly on the spans the policy wrote (observations
   stay masked), optionally only those with ``reward >= min_reward`` (filtered BC / rejection
@@ -19,21 +23,26 @@ Two kinds of source (``DemonstrationSettings.source``):
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset
 
+from lit_codeRL.envs.reference import ReferenceEpisode, ends_at_stop
+from lit_codeRL.envs.settings import EnvSettings
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems import Problem
 from lit_codeRL.problems.prompts import format_prompt
 from lit_codeRL.rollout.chat import ChatFormat
 from lit_codeRL.rollout.prompts import ProblemSettings, load_problem_set
 from lit_codeRL.rollout.trajectory import Segment, TrajectoryBatch
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,7 +51,8 @@ class DemonstrationSettings:
 
     source: str = "embedded"
     """A problem source with reference solutions (``embedded``, an MBPP file/dir, seed JSON,
-    ``humaneval``), or a ``rollouts.jsonl`` dump of a lit-coderl run."""
+    ``humaneval``), SWE or debugging tasks whose reference trajectories are played (``swe``,
+    ``swe:<file>``, ``debug``, ``debug:<file>``), or a ``rollouts.jsonl`` dump of a lit-coderl run."""
     split: str = "train"
     """Split of a problem source (MBPP: train = task ids 601-974)."""
     limit: int | None = None
@@ -55,6 +65,20 @@ class DemonstrationSettings:
     """System message of rendered prompts (as in ``problems.system_prompt`` of the RL run)."""
     num_shown_tests: int = 1
     """Tests shown in rendered prompts (as in the RL run)."""
+    also: list[str] = field(default_factory=list)
+    """More sources whose demonstrations join ``source``'s, read with the same settings (e.g.
+    ``debug:mbpp:<data>`` with ``also: [swe:<tasks.jsonl>]``: one BC over debugging and SWE
+    trajectories, each played in its own env). ``limit`` applies to each source."""
+    env: EnvSettings = field(default_factory=EnvSettings)
+    """SWE and debugging sources: the env the reference trajectories are played in; only its
+    ``swe`` or ``debug`` block is read (``name`` and the turn limits are not). Give it the RL run's
+    ``env`` block: the prompt and every observation (the tools in the prompt, the output limits,
+    the tool preset) are the env's own, so a run with other settings would train on text its
+    policy never sees."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.env, dict):  # from a checkpoint's plain hparams
+            self.env = EnvSettings(**self.env)
 
 
 def is_rollout_dump(path: Path) -> bool:
@@ -119,59 +143,90 @@ def dump_demonstrations(path: Path, min_reward: float | None) -> list[list[Segme
     return rows
 
 
-def swe_demonstrations(problems: list[Problem], chat: ChatFormat) -> list[list[Segment]]:
-    """The reference trajectory of every SWE task (see the module docstring) as trajectory rows:
-    prompt, ``<execute>`` action, the env's observation (masked), ``<submit/>`` and end-of-turn."""
-    import logging
+def episode_segments(episode: ReferenceEpisode, chat: ChatFormat, stop_strings: list[str]) -> list[Segment]:
+    """A played episode as one trajectory row with the tokens an RL rollout of the same text has.
 
-    from lit_codeRL.envs.swe.env import ContainerEnv
-    from lit_codeRL.envs.swe.reference import reference_episode
-
+    The prompt through :meth:`ChatFormat.prompt_ids`; each action's own tokens (trainable), and
+    end-of-turn after it only where the episode runner's sampler would have had to write one: an
+    action that ends at one of the env's stop strings (``</execute>``, ``</edit>``, ``<submit/>``
+    in the debugging gym) stops generation there, exactly as sampled; one that does not (the SWE
+    ``<submit/>``) ends with EOS; then each observation through :meth:`ChatFormat.observation_ids`
+    after the action's ids (masked), as the runner appends it."""
     tokenizer = chat.tokenizer
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    rows, dropped = [], []
-    with ContainerEnv(data_name_or_path=None) as env:
-        for p in problems:
-            episode = reference_episode(env, p.metadata["swe_task"])
-            if episode.reward < 1.0 or len(episode.actions) != 2:
-                dropped.append(p.task_id)
-                continue
-            prompt = chat.prompt_ids(episode.prompt)
-            first = tokenizer(episode.actions[0], add_special_tokens=False)["input_ids"]
-            observation = chat.observation_ids(episode.observations[0], first)
-            last = tokenizer(episode.actions[1], add_special_tokens=False)["input_ids"] + eos
-            rows.append(
-                [
-                    Segment(prompt),
-                    Segment(first, True, turn=0),
-                    Segment(observation, turn=0),
-                    Segment(last, True, turn=1),
-                ]
-            )
+    segs = [Segment(chat.prompt_ids(episode.prompt))]
+    for turn, action in enumerate(episode.actions):
+        ids = tokenizer(action, add_special_tokens=False)["input_ids"]
+        if not ends_at_stop(action, stop_strings):
+            ids = ids + eos
+        segs.append(Segment(ids, True, turn=turn))
+        if turn < len(episode.observations):
+            segs.append(Segment(chat.observation_ids(episode.observations[turn], ids), turn=turn))
+    return segs
+
+
+def reference_demonstrations(
+    problems: list[Problem], chat: ChatFormat, env: EnvSettings
+) -> list[list[Segment]]:
+    """The reference trajectory of every SWE or debugging task (see the module docstring), played
+    in the env ``env.swe`` or ``env.debug`` configures, as trajectory rows; those that do not
+    resolve their task are dropped and counted in one warning."""
+    if "debug_task" in problems[0].metadata:
+        from lit_codeRL.envs.debug.env import DebugEnv
+        from lit_codeRL.envs.debug.reference import reference_episodes
+
+        environment: Any = DebugEnv(env.debug)
+    else:
+        from lit_codeRL.envs.swe.env import ContainerEnv
+        from lit_codeRL.envs.swe.reference import reference_episodes
+
+        environment = ContainerEnv(data_name_or_path=None, settings=env.swe)
+    with environment:
+        episodes = reference_episodes(environment, problems)
+    dropped = [f"{e.task_id} ({e.verdict or 'unresolved'})" for e in episodes if not e.resolved]
     if dropped:
-        logging.getLogger(__name__).warning(
-            "%d SWE reference trajectories did not resolve their task and were dropped: %s",
+        logger.warning(
+            "%d of %d %s reference trajectories did not resolve their task and were dropped: %s",
             len(dropped),
-            ", ".join(dropped[:10]),
+            len(episodes),
+            environment.name,
+            "; ".join(dropped[:10]) + ("; ..." if len(dropped) > 10 else ""),
         )
-    return rows
+    stops = list(environment.stop_strings)
+    return [episode_segments(e, chat, stops) for e in episodes if e.resolved]
 
 
 def load_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[list[Segment]]:
-    """Every kept demonstration as trajectory segments; a clear error when there are none."""
+    """Every kept demonstration as trajectory segments (``source``'s, then each of ``also``'s); a
+    clear error when a source gives none."""
+    rows = _source_demonstrations(settings, tokenizer)
+    for source in settings.also:
+        rows += _source_demonstrations(replace(settings, source=source, also=[]), tokenizer)
+    return rows
+
+
+def _source_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[list[Segment]]:
     path = Path(settings.source).expanduser()
     if is_rollout_dump(path):
         rows = dump_demonstrations(path, settings.min_reward)
     else:
         problems = load_problem_set(ProblemSettings(source=settings.source, split=settings.split))
         chat = ChatFormat(tokenizer, settings.system_prompt)
-        if problems and "swe_task" in problems[0].metadata:
-            rows = swe_demonstrations(problems, chat)
+        if problems and ("swe_task" in problems[0].metadata or "debug_task" in problems[0].metadata):
+            # each played trajectory costs sandbox runs: play only as many tasks as are wanted
+            rows = reference_demonstrations(problems[: settings.limit], chat, settings.env)
         else:
             rows = problem_demonstrations(problems, chat, settings.num_shown_tests)
-    rows = [r for r in rows if sum(len(s.ids) for s in r) <= settings.max_length]
-    if settings.limit is not None:
-        rows = rows[: settings.limit]
+    kept = [r for r in rows if sum(len(s.ids) for s in r) <= settings.max_length]
+    too_long, rows = len(rows) - len(kept), kept[: settings.limit]
+    logger.info(
+        "demonstrations: %d rows from %s (split %s; %d longer than max_length %d left out)",
+        len(rows),
+        settings.source,
+        settings.split,
+        too_long,
+        settings.max_length,
+    )
     if not rows:
         raise ConfigError(
             f"no demonstrations from {settings.source!r} (split {settings.split!r}): no reference "

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from lit_codeRL.algorithms.passk import pass_at_k
 from lit_codeRL.envs import CodeRepairEnv, UnitTestEnv
 from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
+from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy import platform
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
@@ -74,6 +75,9 @@ class CodeEvalSettings:
     debug: DebugSettings = field(default_factory=DebugSettings)
     """Debugging tasks (``source: debug`` or ``debug:<file>``): the debugging gym's tools, time
     limits and grading (``env.debug`` of training)."""
+    swe: SWESettings = field(default_factory=SWESettings)
+    """SWE tasks (``source: swe`` or ``swe:<file>``): the SWE env's tools, time limits and grading
+    (``env.swe`` of training)."""
 
     def __post_init__(self) -> None:
         if self.n_samples < 1 or self.max_turns < 1 or (self.batch_size is not None and self.batch_size < 1):
@@ -131,6 +135,11 @@ def is_debug_source(source: str | None) -> bool:
     return source is not None and (source == "debug" or source.startswith("debug:"))
 
 
+def is_swe_source(source: str | None) -> bool:
+    """Does ``source`` name SWE tasks (``swe``, ``swe:<file, dataset or hub id>``)?"""
+    return source is not None and (source == "swe" or source.startswith("swe:"))
+
+
 def make_eval_runner(
     engine: GenerationEngine,
     sandbox: Any,
@@ -140,14 +149,20 @@ def make_eval_runner(
     system_prompt: str | None = None,
     source: str | None = None,
     debug: DebugSettings | None = None,
+    swe: SWESettings | None = None,
 ) -> EpisodeRunner:
     """The episode runner of an evaluation: unit tests (one answer), code repair (``max_turns``),
-    or the debugging gym (a ``debug`` source; episodes of up to ``max_turns`` tool calls). Close
-    its env afterwards (:func:`close_runner`): the debugging gym holds workspaces."""
-    if is_debug_source(source):
+    the debugging gym (a ``debug`` source) or the SWE env (a ``swe`` source; both episodes of up
+    to ``max_turns`` actions). Close its env afterwards (:func:`close_runner`): the agent envs
+    hold workspaces."""
+    if is_debug_source(source) or is_swe_source(source):
         if max_turns < 2:
-            raise ConfigError("debugging tasks are multi-turn episodes: set max_turns >= 2 (e.g. 20)")
-        env: Any = DebugEnv(debug or DebugSettings())
+            raise ConfigError("agent tasks are multi-turn episodes: set max_turns >= 2 (e.g. 20)")
+        env: Any = (
+            DebugEnv(debug or DebugSettings())
+            if is_debug_source(source)
+            else ContainerEnv(data_name_or_path=None, settings=swe or SWESettings())
+        )
     elif max_turns > 1:
         env = CodeRepairEnv(sandbox, num_shown_tests=num_shown_tests)
     else:
@@ -269,6 +284,7 @@ __all__ = [
     "close_runner",
     "code_eval_metrics",
     "is_debug_source",
+    "is_swe_source",
     "evaluate_problems",
     "gather_results",
     "make_eval_runner",

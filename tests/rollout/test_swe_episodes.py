@@ -165,12 +165,17 @@ def test_reference_trajectories_for_bc(tiny_model):
 
     _, tokenizer = tiny_model
     tasks = load_swe_tasks("embedded", "train")
-    rows = load_demonstrations(DemonstrationSettings(source="swe", split="train", max_length=8192), tokenizer)
+    rows = load_demonstrations(
+        DemonstrationSettings(source="swe", split="train", max_length=16384), tokenizer
+    )
     assert len(rows) == len(tasks), "every shipped reference trajectory resolves its task"
     for segs, task in zip(rows, tasks, strict=True):
-        assert [s.trainable for s in segs] == [False, True, False, True]
-        first, submit = (tokenizer.decode(s.ids) for s in segs if s.trainable)
-        assert task.patch.strip() in first and first.rstrip().endswith("</execute>")
-        assert "<submit/>" in submit
-        observation = tokenizer.decode(segs[2].ids)
+        turns = sum(s.trainable for s in segs)
+        assert [s.trainable for s in segs] == [False, *[True, False] * (turns - 1), True]
+        actions = [tokenizer.decode(s.ids) for s in segs if s.trainable]
+        tests = f"<execute>{task.test_command} -q "
+        assert tests in actions[0] and tests in actions[-2] and "<submit/>" in actions[-1]
+        assert all(a.rstrip().endswith("</execute>") for a in actions[:-1])
+        assert any("<execute>python3 - <<'EOF'" in a for a in actions), "a targeted edit, not git apply"
+        observation = tokenizer.decode(segs[-2].ids)  # after the second test run
         assert "Exit code: 0" in observation and "diff --git" in observation

@@ -1,48 +1,356 @@
-"""Reference trajectories of SWE tasks: the gold patch applied as an agent would, for BC.
+"""Reference trajectories of SWE tasks: the gold patch made the way an engineer debugs, for BC.
 
-An episode of two turns, played for real in a workspace so that the observation between them is
-exactly what the env shows: ``<execute>git apply <<'PATCH' ... PATCH</execute>`` (the task's
-reference patch through a heredoc), then ``<submit/>``. The episode is graded like any other; a
-trajectory that does not resolve its task is dropped (and counted), which validates the task too.
+Derived from the task's gold patch alone (``SWETask.patch``, a unified git diff: each file's hunks
+applied to its text at the base, then the changed line ranges by difflib, ``envs/reference.py``),
+one shell command per turn in ``<execute>``, each after a one-sentence lead-in:
+
+1. ``{test_command} -q TARGETS``: the FAIL_TO_PASS node ids when the task has no ``test_patch``
+   (at most ``MAX_NODE_IDS``), else their test files that exist at the base (the hidden tests are
+   not there yet), else the whole suite;
+2. ``sed -n 'A,Bp' PATH``: the code around the change (``SITE_CONTEXT`` lines above and below; one
+   view per site, nearby changes share one);
+3. each change as a targeted edit: a ``python3 - <<'EOF'`` script that replaces the exact old text
+   (the changed lines, widened by neighbouring lines until they occur once in the file) with the
+   new text, and exits non-zero unless the old text occurs exactly once;
+4. the tests again;
+5. ``<submit/>``.
+
+A patch that is not a set of small text edits (a new, deleted, renamed or binary file, a mode
+change, CR line ends, a file without its last newline, more than ``MAX_EDITS`` edits, an old text
+that no widening makes unique) is applied whole with ``git apply`` through a heredoc instead
+(:func:`apply_patch_action`), between the same two test runs.
+
+For example, ``lit-coderl__numkit-1`` (``median`` of an even count)::
+
+    I will run the tests to see what fails.
+    <execute>python -m pytest -q tests/test_stats.py</execute>
+    I will look at numkit/stats.py around line 20.
+    <execute>sed -n '17,23p' numkit/stats.py</execute>
+    I will edit numkit/stats.py.
+    <execute>python3 - <<'EOF'
+    from pathlib import Path
+
+    path = Path('numkit/stats.py')
+    text = path.read_text()
+    old = r'''    return ordered[mid]
+    '''
+    new = r'''    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    '''
+    if text.count(old) != 1:
+        raise SystemExit('the old text is not in the file exactly once')
+    path.write_text(text.replace(old, new))
+    EOF</execute>
+    I will run the tests again.
+    <execute>python -m pytest -q tests/test_stats.py</execute>
+    The tests pass. <submit/>
+
+:func:`reference_episodes` plays the trajectories through the env's real batched interface (the
+observations are the env's own; the grade is the env's real one, which validates the task too); a
+trajectory is kept for BC only when it resolves its task (``rollout/demonstrations.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from lit_codeRL.envs.swe.env import ContainerEnv
-from lit_codeRL.problems.swe import SWETask
+from lit_codeRL.envs.reference import ReferenceEpisode, edit_sites, imitable, line_edits, play_references
+from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
+from lit_codeRL.envs.swe.env import ContainerEnv, swe_task
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.swe import SWETask, to_problem
+
+__all__ = [
+    "HEREDOC",
+    "SUBMIT_ACTION",
+    "ReferenceEpisode",
+    "apply_patch_action",
+    "reference_actions",
+    "reference_episode",
+    "reference_episodes",
+]
 
 HEREDOC = "LCRL_PATCH"
+"""The heredoc marker of :func:`apply_patch_action`."""
+EDIT_MARKER = "EOF"
+"""The heredoc marker of an edit script (``EOF_1``, ``EOF_2``... when a line of it is ``EOF``)."""
+MAX_EDITS = 8
+"""A patch needing more targeted edits than this is applied whole."""
+MAX_NODE_IDS = 4
+"""The first test run names node ids up to this many, else their files."""
+MAX_WIDEN = 6
+"""Neighbouring lines an edit's old text may take on to become unique in its file."""
 
-
-@dataclass
-class ReferenceEpisode:
-    task: SWETask
-    prompt: str
-    """The first observation (the task prompt)."""
-    actions: list[str]
-    observations: list[str]
-    """What the env answered after each action but the last."""
-    reward: float
+SUBMIT_ACTION = "The tests pass. <submit/>"
+RUN_TESTS = "I will run the tests to see what fails.\n<execute>{}</execute>"
+RUN_AGAIN = "I will run the tests again.\n<execute>{}</execute>"
 
 
 def apply_patch_action(patch: str) -> str:
+    """The whole patch through ``git apply`` and a heredoc (the fallback form)."""
     body = patch if patch.endswith("\n") else patch + "\n"
     if f"\n{HEREDOC}\n" in f"\n{body}":
         raise ValueError("the patch contains the heredoc marker")
     return f"I will apply the fix.\n<execute>git apply <<'{HEREDOC}'\n{body}{HEREDOC}</execute>"
 
 
-SUBMIT_ACTION = "The fix is applied. <submit/>"
+# ---------------------------------------------------------------------------------- the patch
+@dataclass
+class FilePatch:
+    """One file of a unified git diff."""
+
+    path: str
+    hunks: list[tuple[int, list[str]]] = field(default_factory=list)
+    """``(old start, lines with their ' '/'-'/'+' prefix and no line end)`` per hunk."""
+    plain: bool = True
+    """A text change of an existing file, line ends ``\\n`` (no new/deleted/renamed/binary file,
+    mode change, ``\\ No newline``, CR, quoted name): what targeted edits can make."""
 
 
-def reference_episode(env: ContainerEnv, task: SWETask) -> ReferenceEpisode:
-    """Play the reference trajectory of ``task`` in ``env`` (its single-episode interface)."""
-    first = env.reset(task)
-    action = apply_patch_action(task.patch)
-    observation, _, done, _ = env.step(action)
-    if done:
-        return ReferenceEpisode(task, first["prompt"], [action], [], 0.0)
-    _, reward, _, _ = env.step(SUBMIT_ACTION)
-    return ReferenceEpisode(task, first["prompt"], [action, SUBMIT_ACTION], [observation], reward)
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_NOT_PLAIN = (
+    "new file mode",
+    "deleted file mode",
+    "rename from",
+    "copy from",
+    "old mode",
+    "new mode",
+    "Binary files",
+    "GIT binary patch",
+)
+
+
+def parse_patch(patch: str) -> list[FilePatch]:
+    """The files of a unified git diff and their hunks."""
+    files: list[FilePatch] = []
+    lines = patch.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            files.append(FilePatch(line.split(" b/", 1)[-1]))
+            files[-1].plain = '"' not in line
+        elif files and line.startswith("+++ "):
+            name = line[4:]
+            files[-1].path = name[2:] if name.startswith("b/") else name
+            files[-1].plain &= not name.startswith('"') and name != "/dev/null"
+        elif files and line.startswith(_NOT_PLAIN):
+            files[-1].plain = False
+        elif files and (match := _HUNK.match(line)):
+            old_len = int(match.group(2) or 1)
+            new_len = int(match.group(4) or 1)
+            body: list[str] = []
+            i += 1
+            while (old_len > 0 or new_len > 0) and i < len(lines):
+                text = lines[i]
+                if text.startswith("\\"):
+                    files[-1].plain = False
+                elif text[:1] in (" ", "-", "+") or text == "":
+                    text = text or " "  # a blank context line some tools write without its space
+                    old_len -= text[0] != "+"
+                    new_len -= text[0] != "-"
+                    body.append(text)
+                else:
+                    break
+                i += 1
+            if i < len(lines) and lines[i].startswith("\\"):
+                files[-1].plain = False
+            files[-1].hunks.append((int(match.group(1)), body))
+            continue
+        i += 1
+    for f in files:
+        f.plain &= bool(f.hunks) and not any("\r" in text for _, body in f.hunks for text in body)
+    return files
+
+
+def apply_hunks(text: str, hunks: Sequence[tuple[int, list[str]]]) -> str:
+    """``text`` with the hunks applied at their line numbers.
+
+    Raises:
+        ValueError: a hunk's old lines are not at its place.
+    """
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    at = 0
+    for start, body in hunks:
+        old = [t[1:] + "\n" for t in body if t[0] != "+"]
+        new = [t[1:] + "\n" for t in body if t[0] != "-"]
+        pos = start - 1 if old else start  # ``-N,0``: an insertion after line N
+        if pos < at or lines[pos : pos + len(old)] != old:
+            raise ValueError(f"a hunk at line {start} does not match the file")
+        out += lines[at:pos] + new
+        at = pos + len(old)
+    return "".join(out + lines[at:])
+
+
+# ---------------------------------------------------------------------------------- the actions
+def _literal(text: str) -> str:
+    """``text`` as a Python literal: a raw triple-quoted string where it reads back exactly."""
+    printable = all(c in "\t\n" or c.isprintable() for c in text)
+    if printable and text.endswith("\n") and "'''" not in text:
+        return f"r'''{text}'''"
+    return repr(text)
+
+
+def edit_command(path: str, old: str, new: str) -> str:
+    """A shell command that replaces the one occurrence of ``old`` in ``path`` with ``new`` and
+    fails (exit 1, nothing written) unless ``old`` occurs exactly once."""
+    script = (
+        "from pathlib import Path\n\n"
+        f"path = Path({path!r})\n"
+        "text = path.read_text()\n"
+        f"old = {_literal(old)}\n"
+        f"new = {_literal(new)}\n"
+        "if text.count(old) != 1:\n"
+        "    raise SystemExit('the old text is not in the file exactly once')\n"
+        "path.write_text(text.replace(old, new))\n"
+    )
+    marker, n = EDIT_MARKER, 0
+    while marker in script.split("\n"):
+        n += 1
+        marker = f"{EDIT_MARKER}_{n}"
+    return f"python3 - <<'{marker}'\n{script}{marker}"
+
+
+def _occurrences(text: str, part: str) -> int:
+    """How many times ``part`` occurs in ``text``, overlapping occurrences counted."""
+    count, at = 0, text.find(part)
+    while at >= 0:
+        count, at = count + 1, text.find(part, at + 1)
+    return count
+
+
+def _unique_edit(lines: list[str], start: int, end: int, new: Sequence[str]) -> tuple[str, str]:
+    """The old and new text of replacing ``lines[start-1:end]`` with ``new``, both widened by the
+    same neighbouring lines until the old text occurs once in the file.
+
+    Raises:
+        ValueError: ``MAX_WIDEN`` lines do not make it unique.
+    """
+    text = "".join(lines)
+    lo, hi = start - 1, end
+    before: list[str] = []
+    after: list[str] = []
+    for k in range(MAX_WIDEN + 1):
+        old = "".join(before + lines[start - 1 : end] + after)
+        if old.strip() and _occurrences(text, old) == 1:
+            return old, "".join([*before, *new, *after])
+        if k == MAX_WIDEN:
+            break
+        if (k % 2 == 0 or hi >= len(lines)) and lo > 0:
+            lo -= 1
+            before.insert(0, lines[lo])
+        elif hi < len(lines):
+            after.append(lines[hi])
+            hi += 1
+        else:
+            break
+    raise ValueError(f"lines {start}-{end} do not become unique within {MAX_WIDEN} neighbouring lines")
+
+
+def _file_actions(path: str, old_text: str, new_text: str) -> tuple[list[str], int]:
+    """The views and targeted edits that turn ``old_text`` into ``new_text``, and how many edits."""
+    lines = old_text.splitlines(keepends=True)
+    sites = edit_sites(line_edits(lines, new_text.splitlines(keepends=True)), len(lines))
+    actions, shift = [], 0
+    quoted = shlex.quote(path)
+    for site in sites:
+        line = site.edits[-1].start + shift
+        view = f"sed -n '{site.first + shift},{site.last + shift}p' {quoted}"
+        actions.append(f"I will look at {path} around line {line}.\n<execute>{view}</execute>")
+        for edit in site.edits:  # bottom-up, as the lines list is edited
+            a, b = edit.start + shift, edit.end + shift
+            old, new = _unique_edit(lines, a, b, edit.new)
+            actions.append(f"I will edit {path}.\n<execute>{edit_command(path, old, new)}</execute>")
+            lines[a - 1 : b] = edit.new
+        shift += site.delta
+    if "".join(lines) != new_text:
+        raise ValueError(f"the edits of {path} do not give the patched file")
+    return actions, sum(len(site.edits) for site in sites)
+
+
+def tests_to_run(task: SWETask, exists: Callable[[str], bool]) -> list[str]:
+    """What the test runs name (see the module docstring, step 1)."""
+    if not task.test_patch and 0 < len(task.fail_to_pass) <= MAX_NODE_IDS:
+        return list(task.fail_to_pass)
+    files = dict.fromkeys(node.split("::")[0] for node in task.fail_to_pass)
+    return [f for f in files if exists(f)]
+
+
+def reference_actions(task: SWETask, read_base: Callable[[str], str | None]) -> list[str]:
+    """The reference trajectory's actions (see the module docstring).
+
+    Args:
+        task: The task; its ``patch`` is the fix.
+        read_base: A file's text at the base commit (``None``: absent or not UTF-8).
+
+    Raises:
+        ValueError: an action would not be read back as written (``</execute>`` in the patch).
+    """
+    targets = tests_to_run(task, lambda path: read_base(path) is not None)
+    tests = " ".join([task.test_command, "-q", *map(shlex.quote, targets)])
+    try:
+        middle = _targeted_edits(task.patch, read_base)
+    except ValueError:
+        middle = [apply_patch_action(task.patch)]
+    actions = [RUN_TESTS.format(tests), *middle, RUN_AGAIN.format(tests), SUBMIT_ACTION]
+    imitable(actions, STOP_STRINGS)
+    for action in actions[:-1]:
+        command = action[action.index("<execute>") + len("<execute>") : -len("</execute>")]
+        parsed = parse_action(action)
+        if parsed.kind != "execute" or parsed.command != command or parsed.ignored_text:
+            raise ValueError(f"the env would not run {command[:80]!r} as written")
+    return actions
+
+
+def _targeted_edits(patch: str, read_base: Callable[[str], str | None]) -> list[str]:
+    files = parse_patch(patch)
+    if not files or not all(f.plain for f in files):
+        raise ValueError("not a set of text edits")
+    actions, edits = [], 0
+    for f in files:
+        old = read_base(f.path)
+        if old is None or "\r" in old:
+            raise ValueError(f"{f.path}: absent at the base, not UTF-8, or with CR line ends")
+        more, n = _file_actions(f.path, old, apply_hunks(old, f.hunks))
+        actions, edits = actions + more, edits + n
+    if edits > MAX_EDITS:
+        raise ValueError(f"{edits} edits: more than {MAX_EDITS}")
+    return actions
+
+
+# ---------------------------------------------------------------------------------- playing
+def _base_reader(env: ContainerEnv, task: SWETask) -> Callable[[str], str | None]:
+    """A file of the task's prepared (pristine) repository at the base commit, as text."""
+    root = env.repos.get(task).resolve()
+
+    def read(path: str) -> str | None:
+        file = (root / path).resolve()
+        if root not in file.parents or not file.is_file():
+            return None
+        try:
+            return file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    return read
+
+
+def reference_episodes(env: ContainerEnv, problems: Sequence[Problem]) -> list[ReferenceEpisode]:
+    """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time.
+
+    A task whose trajectory cannot be written (``</execute>`` in its patch, a repository that
+    cannot be prepared) gets an unplayed, unresolved episode whose ``verdict`` says why."""
+
+    def script(problem: Problem) -> list[str]:
+        task = swe_task(problem)
+        return reference_actions(task, _base_reader(env, task))
+
+    return play_references(env, problems, script, env.settings.parallel)
+
+
+def reference_episode(env: ContainerEnv, task: Problem | SWETask) -> ReferenceEpisode:
+    """The reference trajectory of one task, played in ``env``."""
+    return reference_episodes(env, [task if isinstance(task, Problem) else to_problem(task)])[0]

@@ -1,0 +1,204 @@
+"""What the agent envs' reference trajectories share: the fix as line edits, and scripted play.
+
+A reference trajectory (``envs/swe/reference.py``, ``envs/debug/reference.py``) is a short episode
+of the way an engineer debugs, derived from a task's gold fix alone: run the tests, look at the
+code around each change, make each change with a small targeted edit, run the tests again, submit.
+This module holds the parts that do not depend on the env's action format:
+
+* :func:`line_edits`: the changes between a file's text before and after the fix (difflib), as
+  line-range replacements, changes a couple of lines apart merged into one, and a pure insertion
+  or deletion widened by one unchanged line so that every edit replaces lines with lines;
+* :func:`edit_sites`: the edits of one file grouped into the windows an engineer would look at
+  (``SITE_CONTEXT`` lines around each edit, overlapping windows merged), each site's edits
+  bottom-up so that the line numbers of the site's view stay valid while it is edited;
+* :func:`play_scripts`: fixed action lists played through any env's batched interface
+  (``reset_batch``/``step_batch``/``finish_batch``, the one the episode runner drives), in lockstep,
+  so the observations are the env's own and the grade is the env's real one; :func:`play_references`
+  writes each problem's script and plays them, a batch of ``parallel`` at a time;
+* :func:`ends_at_stop`: whether an action stops where a sampled one would (an action with a stop
+  string inside it cannot be imitated: generation would end there).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from lit_codeRL.envs.protocol import Action
+from lit_codeRL.problems.record import Problem
+
+MERGE_GAP = 2
+"""Changes at most this many unchanged lines apart are one edit (the lines between rewritten)."""
+SITE_CONTEXT = 3
+"""Lines shown above and below the changed lines when the code is opened."""
+
+
+@dataclass
+class ReferenceEpisode:
+    """A played reference trajectory."""
+
+    task_id: str
+    prompt: str
+    """The first observation (the task prompt, before the chat template)."""
+    actions: list[str] = field(default_factory=list)
+    """Every action played, in order (the last one ends the episode)."""
+    observations: list[str] = field(default_factory=list)
+    """What the env answered after each action but the last."""
+    reward: float = 0.0
+    resolved: bool = False
+    """The grade resolved the task with the full reward (only such trajectories are kept)."""
+    verdict: str = ""
+    """The grade's verdict, or why the trajectory was not played (no script, invalid task)."""
+
+
+@dataclass(frozen=True)
+class LineEdit:
+    """Replace lines ``start..end`` (1-based, inclusive, numbered as in the file before the fix)
+    with ``new`` (lines with their endings)."""
+
+    start: int
+    end: int
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+
+    @property
+    def delta(self) -> int:
+        """How many lines the file grows by."""
+        return len(self.new) - len(self.old)
+
+
+def line_edits(old: Sequence[str], new: Sequence[str]) -> list[LineEdit]:
+    """The edits that turn the lines ``old`` into ``new`` (see the module docstring), top-down.
+
+    Raises:
+        ValueError: an empty file on one side (nothing to anchor an edit on).
+    """
+    matcher = difflib.SequenceMatcher(None, list(old), list(new), autojunk=False)
+    changes = [op[1:] for op in matcher.get_opcodes() if op[0] != "equal"]
+    merged: list[list[int]] = []
+    for i1, i2, j1, j2 in changes:
+        if merged and i1 - merged[-1][1] <= MERGE_GAP:
+            merged[-1][1], merged[-1][3] = i2, j2
+        else:
+            merged.append([i1, i2, j1, j2])
+    edits = []
+    for i1, i2, j1, j2 in merged:
+        if i1 == i2 or j1 == j2:  # a pure insertion or deletion: take one unchanged line with it
+            if i1 > 0:
+                i1, j1 = i1 - 1, j1 - 1
+            elif i2 < len(old):
+                i2, j2 = i2 + 1, j2 + 1
+            else:
+                raise ValueError("an empty file: nothing to anchor an edit on")
+        edits.append(LineEdit(i1 + 1, i2, tuple(old[i1:i2]), tuple(new[j1:j2])))
+    return edits
+
+
+@dataclass(frozen=True)
+class Site:
+    """A window of a file (lines ``first..last`` before the fix) and the edits inside it,
+    bottom-up."""
+
+    first: int
+    last: int
+    edits: tuple[LineEdit, ...]
+
+    @property
+    def delta(self) -> int:
+        return sum(e.delta for e in self.edits)
+
+
+def edit_sites(edits: Sequence[LineEdit], num_lines: int) -> list[Site]:
+    """``edits`` (top-down, of a file of ``num_lines`` lines) grouped into sites, top-down."""
+    groups: list[tuple[int, int, list[LineEdit]]] = []
+    for edit in edits:
+        first = max(1, edit.start - SITE_CONTEXT)
+        last = min(num_lines, max(edit.end, edit.start) + SITE_CONTEXT)
+        if groups and first <= groups[-1][1] + 1:
+            groups[-1] = (groups[-1][0], max(last, groups[-1][1]), [*groups[-1][2], edit])
+        else:
+            groups.append((first, last, [edit]))
+    return [Site(first, last, tuple(reversed(group))) for first, last, group in groups]
+
+
+def ends_at_stop(action: str, stop_strings: Sequence[str]) -> bool:
+    """Whether the first stop string in ``action`` ends exactly where the action ends."""
+    ends = [action.find(s) + len(s) for s in stop_strings if s in action]
+    return bool(ends) and min(ends) == len(action)
+
+
+def imitable(actions: Sequence[str], stop_strings: Sequence[str]) -> None:
+    """Raise ``ValueError`` unless a sampled action would end exactly where each of ``actions``
+    does: at its stop string, or (the last one only) at end-of-turn with no stop string in it."""
+    for k, action in enumerate(actions):
+        last = k == len(actions) - 1
+        if ends_at_stop(action, stop_strings) or (last and not any(s in action for s in stop_strings)):
+            continue
+        raise ValueError(f"action {k + 1} holds a stop string before its end: generation would stop there")
+
+
+def play_scripts(
+    env: Any, problems: Sequence[Problem], scripts: Sequence[Sequence[str]]
+) -> list[ReferenceEpisode]:
+    """Play ``scripts[i]`` on ``problems[i]`` through ``env``'s batched interface, all episodes in
+    lockstep (the env runs a batch's steps in parallel), as the episode runner would: each action
+    is stepped until the env ends the episode; then ``finish_batch`` releases what is left. The
+    reward is the sum of the steps' rewards (the env's grade of ``<submit/>``)."""
+    starts = env.reset_batch(list(problems))
+    episodes = [ReferenceEpisode(p.task_id, s.observation) for p, s in zip(problems, starts, strict=True)]
+    done = [False] * len(problems)
+    infos: list[dict[str, Any]] = [{} for _ in problems]
+    for turn in range(max((len(s) for s in scripts), default=0)):
+        live = [i for i, script in enumerate(scripts) if not done[i] and turn < len(script)]
+        if not live:
+            break
+        actions = [Action(scripts[i][turn]) for i in live]
+        results = env.step_batch([starts[i].state for i in live], actions).result()
+        for i, result in zip(live, results, strict=True):
+            episode = episodes[i]
+            episode.actions.append(scripts[i][turn])
+            episode.reward += float(result.reward)
+            infos[i] = dict(result.info)
+            done[i] = bool(result.terminated or result.truncated)
+            if not done[i] and turn < len(scripts[i]) - 1:
+                episode.observations.append(result.observation)
+    finish = getattr(env, "finish_batch", None)
+    if finish is not None:  # closes what is still open (an episode whose script did not submit)
+        finish([s.state for s in starts], [False] * len(starts))
+    for episode, info, ended in zip(episodes, infos, done, strict=True):
+        episode.verdict = str(info.get("verdict", "not_submitted" if not ended else ""))
+        episode.resolved = ended and bool(info.get("resolved")) and episode.reward >= 1.0
+    return episodes
+
+
+def play_references(
+    env: Any, problems: Sequence[Problem], script_of: Callable[[Problem], list[str]], parallel: int
+) -> list[ReferenceEpisode]:
+    """Every problem's reference trajectory (``script_of(problem)``, written ``parallel`` at a
+    time: it may prepare the task's repository) played in ``env``, ``parallel`` episodes at a time
+    (each episode holds a workspace until it ends). A problem whose script cannot be written (its
+    ``script_of`` raises: no fix, an action the env would not read back as written, a task that
+    cannot be prepared) gets an unplayed, unresolved episode whose ``verdict`` says why."""
+
+    def write(problem: Problem) -> list[str] | str:
+        try:
+            return script_of(problem)
+        except Exception as err:  # noqa: BLE001 - one task without a trajectory does not stop the rest
+            return f"no trajectory: {type(err).__name__}: {err}"
+
+    with ThreadPoolExecutor(parallel, thread_name_prefix="reference") as pool:
+        scripts = list(pool.map(write, problems))
+    episodes = [
+        ReferenceEpisode(p.task_id, "", verdict=s) if isinstance(s, str) else None
+        for p, s in zip(problems, scripts, strict=True)
+    ]
+    playable = [i for i, s in enumerate(scripts) if not isinstance(s, str)]
+    for at in range(0, len(playable), parallel):
+        chunk = playable[at : at + parallel]
+        played = play_scripts(env, [problems[i] for i in chunk], [scripts[i] for i in chunk])
+        for i, episode in zip(chunk, played, strict=True):
+            episodes[i] = episode
+    return [e for e in episodes if e is not None]

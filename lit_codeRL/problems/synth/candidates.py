@@ -1,0 +1,106 @@
+"""Candidate bugs of a repository: one mutation of one function each, as a diff, de-duplicated.
+
+Every non-test Python file is parsed on a concrete syntax tree (:mod:`.mutations`); each site in a
+function body is one candidate. Candidates are grouped by function and ordered by a seeded shuffle
+per function, so a synthesis that keeps ``per_function`` bugs of each function tries the same
+candidates on every machine. Two candidates whose diffs change the same lines the same way (after
+whitespace normalisation) are one: SWE-smith names its diffs by a hash for the same reason.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from lit_codeRL.problems.debug_task import _is_test_path
+from lit_codeRL.problems.synth.mutations import MUTATION_KINDS, MutationSite, apply_mutation, mutation_sites
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One injected bug, not yet validated."""
+
+    path: str
+    """The file it changes (relative to the repository root)."""
+    site: MutationSite
+    """Where and what the mutation is."""
+    content: str
+    """The file's content with the bug."""
+    diff: str
+    """The bug as a unified diff against the clean file (``git apply`` reads it)."""
+
+    @property
+    def function(self) -> str:
+        """``path::qualified.function``: the unit held-out splits and de-duplication work on."""
+        return f"{self.path}::{self.site.path_hint}"
+
+    @property
+    def key(self) -> str:
+        """A hash of the normalised change: equal for two candidates that make the same edit."""
+        changed = [re.sub(r"\s+", " ", line[1:]).strip() for line in _changed(self.diff)]
+        data = "\0".join([self.path, *changed])
+        return hashlib.sha256(data.encode()).hexdigest()[:12]
+
+
+def _changed(diff: str) -> list[str]:
+    return [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("---", "+++"))]
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    """``old`` -> ``new`` of ``path`` as a unified diff ``git apply`` accepts, including the
+    ``\\ No newline at end of file`` marker difflib leaves out."""
+    out = []
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
+    )
+    for line in lines:
+        out.append(line)
+        if not line.endswith("\n"):
+            out.append("\n\\ No newline at end of file\n")
+    return f"diff --git a/{path} b/{path}\n" + "".join(out)
+
+
+def source_files(files: Mapping[str, str]) -> list[str]:
+    """The files bugs go into: Python files that are not tests (the grader's own test rule) and
+    not ``conftest.py``/``setup.py``, sorted."""
+    return sorted(
+        path
+        for path in files
+        if path.endswith(".py")
+        and not _is_test_path(path)
+        and path.rsplit("/", 1)[-1] not in ("conftest.py", "setup.py", "noxfile.py")
+    )
+
+
+def candidates_by_function(
+    files: Mapping[str, str], kinds: Sequence[str] = MUTATION_KINDS, seed: int = 0
+) -> dict[str, list[Candidate]]:
+    """Every distinct candidate of every function, grouped by function (in file and source
+    order), each group in a shuffled order seeded by ``seed`` and the function's name."""
+    unknown = sorted(set(kinds) - set(MUTATION_KINDS))
+    if unknown:
+        raise ValueError(f"unknown mutation kinds {unknown}; choose from {list(MUTATION_KINDS)}")
+    groups: dict[str, list[Candidate]] = {}
+    seen: set[str] = set()
+    for path in source_files(files):
+        source = files[path]
+        for site in mutation_sites(source, kinds):
+            try:
+                content = apply_mutation(source, site)
+            except ValueError:
+                continue
+            if content == source:
+                continue
+            candidate = Candidate(path, site, content, unified_diff(path, source, content))
+            if candidate.key in seen:
+                continue
+            seen.add(candidate.key)
+            groups.setdefault(candidate.function, []).append(candidate)
+    for name, group in groups.items():
+        digest = hashlib.sha256(f"{seed}\0{name}".encode()).digest()
+        random.Random(int.from_bytes(digest[:8], "big")).shuffle(group)
+    return groups

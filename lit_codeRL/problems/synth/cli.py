@@ -1,0 +1,208 @@
+"""``lit-coderl synth SOURCE... --out DIR``: synthesized, validated SWE and debugging tasks.
+
+Sources: a repository with a passing test suite (a directory, git or not, or a git bundle);
+``swe`` (the shipped SWE repositories, ``data/swe/src/*/base``); ``debug`` (the shipped debugging
+programs with their fixes applied); ``mbpp:<MBPP file or dir>`` (single-file tasks from MBPP's
+reference solutions; ``--mbpp-split``). Writes ``DIR/swe/tasks.jsonl`` with ``DIR/swe/repos/*.bundle``
+(``problems.source: swe:DIR/swe/tasks.jsonl``), ``DIR/debug/tasks.jsonl``
+(``problems.source: debug:DIR/debug/tasks.jsonl``) and ``DIR/report.json``: per source the
+functions, candidates, how many were validated, kept and why the others were rejected, the
+mutation kinds kept, and seconds per kept task. ``--check`` (the default) then grades every SWE
+row both ways in the sandbox (the gold patch resolves it, the base does not) and drops the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.problems.files import embedded_data_dir
+from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
+from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, mbpp_bug_rows
+from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
+from lit_codeRL.problems.synth.repository import SynthSettings, read_repository, synthesize_files
+from lit_codeRL.problems.synth.tasks import SynthTask, debug_row, swe_rows, write_jsonl
+from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+log = logging.getLogger(__name__)
+
+
+def shipped_swe_repositories() -> list[tuple[str, dict[str, str]]]:
+    """The shipped SWE repositories' base trees (their suites pass; the hand-written tasks'
+    bugs are only caught by the tests their test patches add)."""
+    out = []
+    for repo_dir in sorted((embedded_data_dir() / "swe" / "src").glob("*/base")):
+        meta = json.loads((repo_dir.parent / "repo.json").read_text(encoding="utf-8"))
+        _, files = read_repository(repo_dir)
+        out.append((str(meta.get("repo", repo_dir.parent.name)), files))
+    return out
+
+
+def shipped_debug_programs() -> list[tuple[str, dict[str, str]]]:
+    """The shipped debugging programs with their reference fixes applied."""
+    from lit_codeRL.problems.debug import load_debug_tasks
+
+    return [
+        (task.task_id.replace("/", "-"), {**task.files, **(task.fix or {})})
+        for task in load_debug_tasks("embedded", "all")
+        if task.fix is not None
+    ]
+
+
+def mbpp_tasks(source: str, split: str, settings: MBPPBugSettings) -> tuple[list[SynthTask], dict[str, Any]]:
+    rows, stats = mbpp_bug_rows(source, split, settings)
+    tasks = []
+    for row in rows:
+        files = {f["path"]: f["content"] for f in row["files"]}
+        failing = tuple(row["extra_info"]["failing_tests"])
+        tests = sorted(f"test_solution.py::{name}" for name in _test_names(files["test_solution.py"]))
+        tasks.append(
+            SynthTask(
+                task_id=row["task_name"],
+                files=files,
+                fix={f["path"]: f["content"] for f in row["fix"]},
+                statement=row["description"],
+                fail_to_pass=failing,
+                pass_to_pass=tuple(t for t in tests if t not in failing),
+                split=row["split"],
+                info={k: v for k, v in row["extra_info"].items() if k != "failing_tests"},
+            )
+        )
+    return tasks, stats
+
+
+def _test_names(source: str) -> list[str]:
+    return [line[4:].split("(")[0] for line in source.splitlines() if line.startswith("def test_")]
+
+
+def check_swe_rows(path: Path, grader: SWEGrader, workers: int) -> dict[str, str]:
+    """Why each SWE row of ``path`` fails the two-way check (gold resolves, base does not)."""
+    tasks = load_swe_tasks(str(path), "all")
+
+    def one(task: Any) -> str | None:
+        try:
+            return grader.validate(task)
+        except RuntimeError as err:
+            return f"sandbox error: {err}"
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        reasons = list(pool.map(one, tasks))
+    return {t.instance_id: why for t, why in zip(tasks, reasons, strict=True) if why}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="lit-coderl synth", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sources", nargs="+", help="repository dirs/bundles, swe, debug, mbpp:<path>")
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    parser.add_argument("--kinds", default=",".join(MUTATION_KINDS), help="comma-separated mutation kinds")
+    parser.add_argument(
+        "--per-function", type=int, default=1, help="bugs kept per function (MBPP: per problem)"
+    )
+    parser.add_argument("--tries", type=int, default=6, help="candidates validated per function at most")
+    parser.add_argument("--max-fail-to-pass", type=int, default=10)
+    parser.add_argument(
+        "--min-pass-to-pass", type=int, default=1, help="repositories; MBPP tasks may fail every assert"
+    )
+    parser.add_argument(
+        "--eval-fraction", type=float, default=0.3, help="share of functions held out (repositories)"
+    )
+    parser.add_argument(
+        "--mbpp-split", default="all", help="MBPP split(s) to use: train, test, validation, all"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="sandboxed validations at a time")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-check", action="store_true", help="skip the final two-way grade of every SWE row"
+    )
+    args = parser.parse_args(argv)
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(MUTATION_KINDS))
+    if unknown:
+        raise ConfigError(f"unknown mutation kinds {unknown}; choose from {', '.join(MUTATION_KINDS)}")
+    settings = SynthSettings(
+        kinds=kinds,
+        per_function=args.per_function,
+        tries_per_function=args.tries,
+        max_fail_to_pass=args.max_fail_to_pass,
+        min_pass_to_pass=args.min_pass_to_pass,
+        eval_fraction=args.eval_fraction,
+        workers=args.workers,
+        seed=args.seed,
+    )
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"settings": {**vars(args), "out": str(out)}, "sources": []}
+    swe: list[dict[str, Any]] = []
+    debug: list[dict[str, Any]] = []
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="lcrl-synth-cache-") as cache:
+        grader = SWEGrader(WorkspaceConfig(), RepoCache(Path(cache) / "prepared"))
+        for source in args.sources:
+            began = time.monotonic()
+            if source == "mbpp" or source.startswith("mbpp:"):
+                mbpp = MBPPBugSettings(args.per_function, args.tries, kinds, args.seed)
+                tasks, stats = mbpp_tasks(source, args.mbpp_split, mbpp)
+                named = [("mbpp", tasks, stats)]
+            else:
+                repos = (
+                    shipped_swe_repositories()
+                    if source == "swe"
+                    else shipped_debug_programs()
+                    if source == "debug"
+                    else [read_repository(source)]
+                )
+                named = []
+                for name, files in repos:
+                    result = synthesize_files(name, files, grader, settings)
+                    named.append((name, result.tasks, result.stats))
+            for name, tasks, stats in named:
+                swe += swe_rows(tasks, out / "swe", name)
+                debug += [debug_row(t) for t in tasks]
+                report["sources"].append({"source": source, "name": name, **stats})
+            print(
+                f"synth: {source}: {sum(len(t) for _, t, _ in named)} tasks in {time.monotonic() - began:.0f} s"
+            )
+        write_jsonl(out / "swe" / "tasks.jsonl", swe)
+        dropped: dict[str, str] = {}
+        if not args.no_check and swe:
+            dropped = check_swe_rows(out / "swe" / "tasks.jsonl", grader, args.workers)
+            swe = [row for row in swe if row["instance_id"] not in dropped]
+            debug = [row for row in debug if row["task_name"] not in dropped]
+            write_jsonl(out / "swe" / "tasks.jsonl", swe)
+        write_jsonl(out / "debug" / "tasks.jsonl", debug)
+    wall = time.monotonic() - start
+    report.update(
+        {
+            "tasks": len(swe),
+            "train": sum(r["split"] == "train" for r in swe),
+            "eval": sum(r["split"] == "eval" for r in swe),
+            "dropped_by_check": dropped,
+            "checked": not args.no_check,
+            "wall_s": round(wall, 1),
+            "seconds_per_task": round(wall / max(1, len(swe)), 3),
+        }
+    )
+    (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    print(
+        f"synth: {len(swe)} tasks ({report['train']} train, {report['eval']} eval) in {wall:.0f} s; "
+        f"{len(dropped)} dropped by the final check; rows in {out}/swe/tasks.jsonl and {out}/debug/tasks.jsonl"
+    )
+    return report
+
+
+def command(argv: list[str]) -> None:
+    """The console entry: errors as one line, exit status 2."""
+    try:
+        main(argv)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"lit-coderl synth: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,227 @@
+"""Synthesizing tasks from a repository with a passing test suite (SWE-smith's procedural way).
+
+:func:`synthesize_repository`: read the repository (a directory, git or not, or a git bundle, at
+its ``HEAD``), build a one-commit clean copy, run its suite ``clean_runs`` times, enumerate
+candidate bugs per function (:mod:`.candidates`), validate each in a sandbox workspace
+(:mod:`.validate`) until ``per_function`` are kept (one per FAIL_TO_PASS set), write each kept
+bug's statement from the failing tests' reports (:mod:`.statements`, dropped if it would leak the
+change), and split by function: every bug of a function lands in the same
+split, so held-out tasks exercise code the training tasks never touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.problems.debug_repo import _build_repo
+from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
+from lit_codeRL.problems.swe import SWETask, git_environment, run_git
+from lit_codeRL.problems.synth.candidates import candidates_by_function
+from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
+from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
+from lit_codeRL.problems.synth.tasks import SynthTask
+from lit_codeRL.problems.synth.validate import baseline, validate_functions, workspace_check
+
+log = logging.getLogger(__name__)
+MAX_FILE_BYTES = 1 << 20
+_SKIP_DIRS = {
+    ".git",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".tox",
+}
+
+
+@dataclass(frozen=True)
+class SynthSettings:
+    """What bugs to inject and which to keep."""
+
+    kinds: tuple[str, ...] = MUTATION_KINDS
+    """Mutation kinds to draw from."""
+    per_function: int = 1
+    """Validated bugs kept per function."""
+    tries_per_function: int = 6
+    """Candidates validated per function at most (in a seeded order)."""
+    max_fail_to_pass: int = 10
+    """A bug failing more tests than this is dropped (it breaks everything: an easy, noisy task)."""
+    min_pass_to_pass: int = 1
+    """Tests that must still pass (a bug that fails every test says nothing about where it is)."""
+    clean_runs: int = 2
+    """Runs of the clean suite; a test failing in any of them is left out (flaky)."""
+    eval_fraction: float = 0.3
+    """Share of functions whose bugs are held out (split ``eval``), chosen by a hash of the name."""
+    workers: int = 2
+    """Validations run at a time (each a sandboxed workspace)."""
+    seed: int = 0
+
+
+@dataclass
+class RepoSynthesis:
+    """What one repository gave: the tasks and the counts a report needs."""
+
+    name: str
+    tasks: list[SynthTask]
+    files: dict[str, str]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def read_repository(source: str | Path) -> tuple[str, dict[str, str]]:
+    """The name and text files (path -> content) of a directory or a git bundle at ``HEAD``;
+    files that are not UTF-8 or over 1 MiB are skipped (with a warning)."""
+    path = Path(source).expanduser().resolve()
+    if not path.exists():
+        raise ConfigError(f"synth: repository {path} does not exist")
+    name = path.name.removesuffix(".bundle").removesuffix(".git")
+    if path.is_file() or (path / ".git").exists() or path.suffix == ".git":
+        with tempfile.TemporaryDirectory(prefix="lcrl-synth-read-") as tmp:
+            env = git_environment(Path(tmp))
+            work = Path(tmp) / "work"
+            try:
+                run_git(["clone", "--quiet", "--no-hardlinks", str(path), str(work)], env)
+            except RuntimeError as err:
+                raise ConfigError(f"synth: cannot read {path}: {err}") from None
+            tracked = run_git(["-C", str(work), "ls-files", "-z"], env).split("\0")
+            return name, _read_files(work, [t for t in tracked if t])
+    listed = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+        for n in sorted(names):
+            listed.append(str((Path(root) / n).relative_to(path)))
+    return name, _read_files(path, listed)
+
+
+def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str]:
+    files, skipped = {}, []
+    for rel in paths:
+        full = root / rel
+        if full.is_symlink() or not full.is_file() or rel.endswith((".pyc", ".pyo")):
+            continue
+        if full.stat().st_size > MAX_FILE_BYTES:
+            skipped.append(rel)
+            continue
+        try:
+            files[rel] = full.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            skipped.append(rel)
+    if skipped:
+        log.warning("synth: %d file(s) skipped (not UTF-8 text or over 1 MiB): %s", len(skipped), skipped[:5])
+    return files
+
+
+def _held_out(function: str, fraction: float, seed: int) -> bool:
+    digest = hashlib.sha256(f"{seed}\0{function}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def synthesize_repository(
+    source: str | Path,
+    grader: SWEGrader,
+    settings: SynthSettings | None = None,
+    name: str | None = None,
+) -> RepoSynthesis:
+    """Validated tasks of the repository at ``source`` (see the module docstring)."""
+    repo_name, files = read_repository(source)
+    return synthesize_files(name or repo_name, files, grader, settings)
+
+
+def synthesize_files(
+    repo_name: str, files: dict[str, str], grader: SWEGrader, settings: SynthSettings | None = None
+) -> RepoSynthesis:
+    """Validated tasks of the repository whose files (path -> content) are ``files``."""
+    settings = settings or SynthSettings()
+    start = time.monotonic()
+    source = repo_name
+    modules = sorted(p for p in files if _is_test_path(p) and _is_test_module(p))
+    if not modules:
+        raise ConfigError(f"synth: {source} has no test module (test_*.py or *_test.py)")
+    with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
+        clean_dir = Path(tmp) / "clean"
+        _build_repo(files, clean_dir)
+        env_home = Path(tmp) / "home"
+        env_home.mkdir()
+        head = run_git(["-C", str(clean_dir), "rev-parse", "HEAD"], git_environment(env_home)).strip()
+        task = SWETask(
+            instance_id=f"{repo_name}.synth-clean-{head[:8]}",
+            repo=repo_name,
+            base_commit=head,
+            problem_statement="",
+            patch="",
+            test_patch="",
+            fail_to_pass=(),
+            pass_to_pass=(),
+            repo_source=str(clean_dir),
+        )
+        try:
+            clean = baseline(grader, task, modules, settings.clean_runs)
+        except ValueError as err:
+            raise ConfigError(f"synth: {source}: {err}") from None
+        groups = candidates_by_function(files, settings.kinds, settings.seed)
+        check = workspace_check(
+            grader, task, modules, clean, settings.max_fail_to_pass, settings.min_pass_to_pass
+        )
+        bugs, rejected = validate_functions(
+            groups, check, settings.per_function, settings.tries_per_function, settings.workers
+        )
+        shutil.rmtree(grader.repos.path_for(task), ignore_errors=True)
+    validated = sum(rejected.values()) + len(bugs)
+    tasks: list[SynthTask] = []
+    for bug in bugs:
+        candidate = bug.candidate
+        statement = repository_statement(bug.fail_to_pass, bug.messages, len(bug.pass_to_pass))
+        if leaked_lines(statement, candidate.diff):
+            rejected["statement leaks the change"] = rejected.get("statement leaks the change", 0) + 1
+            continue
+        tasks.append(
+            SynthTask(
+                task_id=f"{repo_name}.synth__{candidate.site.kind}__{candidate.key[:8]}",
+                files={**files, candidate.path: candidate.content},
+                fix={candidate.path: files[candidate.path]},
+                statement=statement,
+                fail_to_pass=bug.fail_to_pass,
+                pass_to_pass=bug.pass_to_pass,
+                split="eval"
+                if _held_out(candidate.function, settings.eval_fraction, settings.seed)
+                else "train",
+                info={
+                    "bug_kind": candidate.site.kind,
+                    "function": candidate.function,
+                    "line": candidate.site.line,
+                    "source": repo_name,
+                },
+            )
+        )
+    stats = {
+        "source": repo_name,
+        "functions": len(groups),
+        "candidates": sum(len(g) for g in groups.values()),
+        "validated": validated,
+        "kept": len(tasks),
+        "rejected": dict(sorted(rejected.items())),
+        "kinds": _count(t.info["bug_kind"] for t in tasks),
+        "clean_tests": len(clean.ids),
+        "wall_s": round(time.monotonic() - start, 2),
+    }
+    return RepoSynthesis(repo_name, tasks, files, stats)
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))

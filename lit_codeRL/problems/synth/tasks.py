@@ -1,0 +1,135 @@
+"""A synthesized task and the two row formats it is written in.
+
+* **SWE-bench rows** (``instance_id``, ``repo``, ``base_commit``, ``patch``, ``test_patch``,
+  ``FAIL_TO_PASS``, ``PASS_TO_PASS``, ``problem_statement``, plus ``repo_source`` and ``split``),
+  read by ``problems.source: swe:<file>`` and ``lit-coderl regrade``. Each task's base is a
+  *root* commit holding the buggy tree, under ``refs/heads/task/<id>`` of one git bundle per
+  output: the workspace's only history is the bugged tree (a bug committed on top of the clean
+  commit would let ``git show HEAD`` print the fix). The gold ``patch`` is ``git diff`` from that
+  commit to the clean files, so it applies exactly.
+* **Debugging rows** (``task_name``, ``files: [{path, content}]``, ``fix``, ``description``,
+  ``split``, ``extra_info``), read by ``problems.source: debug:<file>``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lit_codeRL.problems.swe import git_environment, run_git
+
+_GIT_DATE = "2000-01-01T00:00:00+0000"
+"""Fixed dates make a task's base commit id a function of its files alone."""
+
+
+@dataclass
+class SynthTask:
+    """One validated, synthesized task."""
+
+    task_id: str
+    files: dict[str, str]
+    """Every file at the base (the bug present; tests included)."""
+    fix: dict[str, str]
+    """The clean content of the files the bug changed."""
+    statement: str
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    split: str = "train"
+    """``train`` or ``eval``."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """``bug_kind``, ``function``, ``line``, the source..."""
+
+
+def debug_row(task: SynthTask) -> dict[str, Any]:
+    """The task as a debugging row."""
+    return {
+        "task_name": task.task_id,
+        "description": task.statement,
+        "files": [{"path": p, "content": c} for p, c in sorted(task.files.items())],
+        "fix": [{"path": p, "content": c} for p, c in sorted(task.fix.items())],
+        "split": task.split,
+        "extra_info": {**task.info, "fail_to_pass": list(task.fail_to_pass)},
+    }
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:100] or "task"
+
+
+def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[str, Any]]:
+    """Write ``out_dir/repos/<repo>.bundle`` holding every task's base commit and return the
+    SWE-bench rows (``repo_source`` relative to ``out_dir``)."""
+    out_dir = Path(out_dir)
+    (out_dir / "repos").mkdir(parents=True, exist_ok=True)
+    bundle = out_dir / "repos" / f"{_slug(repo)}.bundle"
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
+        home, git_dir = Path(tmp) / "home", Path(tmp) / "repo.git"
+        home.mkdir()
+        env = git_environment(home, {"GIT_AUTHOR_DATE": _GIT_DATE, "GIT_COMMITTER_DATE": _GIT_DATE})
+        run_git(["init", "--quiet", "--bare", str(git_dir)], env)
+        refs = []
+        for task in tasks:
+            base = _commit(git_dir, env, task.files, f"{repo}: snapshot", Path(tmp))
+            fixed = _commit(git_dir, env, {**task.files, **task.fix}, "fixed", Path(tmp))
+            patch = run_git(
+                ["--git-dir", str(git_dir), "diff", "--binary", "--no-color", "--no-ext-diff", base, fixed],
+                env,
+            )
+            ref = f"refs/heads/task/{_slug(task.task_id)}"
+            run_git(["--git-dir", str(git_dir), "update-ref", ref, base], env)
+            refs.append(ref)
+            rows.append(
+                {
+                    "instance_id": task.task_id,
+                    "repo": repo,
+                    "base_commit": base,
+                    "patch": patch,
+                    "test_patch": "",
+                    "FAIL_TO_PASS": list(task.fail_to_pass),
+                    "PASS_TO_PASS": list(task.pass_to_pass),
+                    "problem_statement": task.statement,
+                    "repo_source": f"repos/{bundle.name}",
+                    "split": task.split,
+                    "created_by": "lit-coderl synth",
+                    **{k: v for k, v in task.info.items() if k not in ("split",)},
+                }
+            )
+        if refs:
+            tmp_bundle = Path(tmp) / bundle.name
+            run_git(
+                ["--git-dir", str(git_dir), "bundle", "create", "--quiet", str(tmp_bundle), "--stdin"],
+                env,
+                input="".join(f"{ref}\n" for ref in refs),
+            )
+            shutil.move(str(tmp_bundle), bundle)
+    return rows
+
+
+def _commit(git_dir: Path, env: Mapping[str, str], files: Mapping[str, str], message: str, tmp: Path) -> str:
+    """A root commit holding ``files`` (written through a scratch index and work tree)."""
+    work = Path(tempfile.mkdtemp(prefix="work-", dir=tmp))
+    for path, content in files.items():
+        target = work / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+    git_env = {**env, "GIT_INDEX_FILE": str(work.with_suffix(".index"))}
+    git = ["--git-dir", str(git_dir), "--work-tree", str(work)]
+    run_git([*git, "add", "--all", "--force", "."], git_env, cwd=work)
+    tree = run_git([*git, "write-tree"], git_env).strip()
+    shutil.rmtree(work)
+    work.with_suffix(".index").unlink(missing_ok=True)
+    return run_git(["--git-dir", str(git_dir), "commit-tree", tree, "-m", message], env).strip()
+
+
+def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True) + "\n")

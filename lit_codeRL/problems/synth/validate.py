@@ -1,0 +1,213 @@
+"""Validating candidate bugs by running the tests: FAIL_TO_PASS and PASS_TO_PASS are measured.
+
+Every run is the grader's own (``grading/repo.py``): a fresh sandbox workspace from the pristine
+repository, the candidate's diff applied, the trusted runner, statuses read from its signed record
+and junit XML, never from stdout (``problems/debug_repo.py: _run_tests``). The clean suite runs
+``clean_runs`` times first: tests that fail in any clean run (or flip between runs) are neither
+FAIL_TO_PASS nor PASS_TO_PASS. A candidate is kept (:func:`classify`) when
+
+* its run finished (no timeout, no sandbox failure) and collected exactly the clean run's test ids
+  (a bug that breaks an import would otherwise turn a whole module "failing": SWE-smith's early
+  rule, fixed in its PR #95; R2E-Gym demands identical id sets too);
+* at least one clean-passing test fails (FAIL_TO_PASS), at most ``max_fail_to_pass`` of them;
+* at least ``min_pass_to_pass`` clean-passing tests still pass (PASS_TO_PASS).
+"""
+
+from __future__ import annotations
+
+import logging
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.grading.repo import junit_key
+from lit_codeRL.problems.debug_repo import _run_tests
+from lit_codeRL.problems.swe import SWETask
+from lit_codeRL.problems.synth.candidates import Candidate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One run of the test modules: status and failure message per node id."""
+
+    verdict: str
+    """The grader's verdict of the run (``resolved``/``unresolved`` when it finished)."""
+    statuses: dict[str, str]
+    """Node id -> ``passed``/``failed``/``error``/``skipped``."""
+    messages: dict[str, str] = field(default_factory=dict)
+    """Node id -> its junit failure message (the assertion with expected and actual values)."""
+    collect_errors: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The clean suite: every test id it collects and those that passed in every clean run."""
+
+    ids: frozenset[str]
+    passing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Bug:
+    """A validated candidate."""
+
+    candidate: Candidate
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    messages: dict[str, str]
+    """Failure messages of the FAIL_TO_PASS tests."""
+
+
+def failure_messages(junit: bytes | None, node_ids: Sequence[str]) -> dict[str, str]:
+    """The ``message`` attribute of each failed or erroring test case among ``node_ids`` (pytest
+    puts the assertion there, with its rewritten values; the traceback text is not read: it
+    quotes the code under test, which would show the bug)."""
+    if not junit:
+        return {}
+    try:
+        root = ET.fromstring(junit)
+    except ET.ParseError:
+        return {}
+    by_key: dict[tuple[str, str], str] = {}
+    for case in root.iter("testcase"):
+        for child in case:
+            if child.tag in ("failure", "error") and child.get("message"):
+                by_key.setdefault((case.get("classname", ""), case.get("name", "")), child.get("message", ""))
+    out = {}
+    for node in node_ids:
+        message = by_key.get(junit_key(node))
+        if message:
+            out[node] = message
+    return out
+
+
+def run_suite(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[str]) -> SuiteRun:
+    """Run every test of ``modules`` on ``task``'s base with ``diff`` applied (see the module
+    docstring). Raises ``RuntimeError`` when the sandbox failed (ours, not the candidate's)."""
+    run = _run_tests(grader, task, diff, modules)
+    failed = [node for node, status in run.fail_to_pass.items() if status != "passed"]
+    return SuiteRun(
+        run.verdict,
+        dict(run.fail_to_pass),
+        failure_messages(run.junit, failed),
+        tuple(run.collect_errors),
+        run.reason,
+    )
+
+
+def baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], clean_runs: int = 2) -> Baseline:
+    """The clean suite run ``clean_runs`` times. Raises ``ValueError`` when it does not run
+    cleanly (a timeout, a collection error, no test) or no test passes in every run."""
+    runs = [run_suite(grader, task, "", modules) for _ in range(max(1, clean_runs))]
+    first = runs[0]
+    for run in runs:
+        if run.verdict not in ("resolved", "unresolved"):
+            raise ValueError(f"the clean test suite did not run: {run.verdict} ({run.reason})")
+        if run.collect_errors:
+            raise ValueError(f"the clean test suite does not collect: {', '.join(run.collect_errors)[:300]}")
+        if set(run.statuses) != set(first.statuses):
+            raise ValueError("the clean test suite collects different tests from run to run")
+    if not first.statuses:
+        raise ValueError(f"no test collected from {', '.join(modules)}")
+    passing = tuple(
+        node for node in first.statuses if all(run.statuses.get(node) == "passed" for run in runs)
+    )
+    if not passing:
+        raise ValueError("no test passes on the clean repository")
+    return Baseline(frozenset(first.statuses), passing)
+
+
+def classify(
+    clean: Baseline, run: SuiteRun, max_fail_to_pass: int, min_pass_to_pass: int
+) -> tuple[tuple[str, ...], tuple[str, ...]] | str:
+    """``(FAIL_TO_PASS, PASS_TO_PASS)`` of a candidate's run, or why it is rejected (pure)."""
+    if run.verdict == "timeout":
+        return "timeout"
+    if run.verdict not in ("resolved", "unresolved"):
+        return f"run {run.verdict}"
+    if run.collect_errors:
+        return "collection error"
+    if set(run.statuses) != clean.ids:
+        return "test ids differ"
+    fail = tuple(node for node in clean.passing if run.statuses.get(node) != "passed")
+    keep = tuple(node for node in clean.passing if run.statuses.get(node) == "passed")
+    if not fail:
+        return "no test fails"
+    if len(fail) > max_fail_to_pass:
+        return "too many tests fail"
+    if len(keep) < min_pass_to_pass:
+        return "too few tests still pass"
+    return fail, keep
+
+
+SAME_FAILURES = "same failing tests as another bug of its function"
+
+
+def validate_functions(
+    groups: dict[str, list[Candidate]],
+    check: Callable[[Candidate], tuple[tuple[str, ...], tuple[str, ...], dict[str, str]] | str],
+    per_function: int,
+    tries_per_function: int,
+    workers: int,
+) -> tuple[list[Bug], dict[str, int]]:
+    """Try each function's candidates in order until ``per_function`` are kept (at most
+    ``tries_per_function`` tried; a bug failing the same tests as one already kept of its function
+    is not kept: SWE-smith de-duplicates on (function, FAIL_TO_PASS)); functions run ``workers``
+    at a time. Returns the bugs (in
+    function order) and how many candidates were rejected for each reason."""
+
+    def one_function(group: list[Candidate]) -> tuple[list[Bug], list[str]]:
+        kept: list[Bug] = []
+        reasons: list[str] = []
+        for candidate in group[:tries_per_function]:
+            if len(kept) >= per_function:
+                break
+            outcome = check(candidate)
+            if isinstance(outcome, str):
+                reasons.append(outcome)
+            elif any(bug.fail_to_pass == outcome[0] for bug in kept):
+                # the tests cannot tell it from a bug already kept: the same task to a learner
+                reasons.append(SAME_FAILURES)
+            else:
+                kept.append(Bug(candidate, *outcome))
+        return kept, reasons
+
+    bugs: list[Bug] = []
+    rejected: dict[str, int] = {}
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for kept, reasons in pool.map(one_function, list(groups.values())):
+            bugs += kept
+            for reason in reasons:
+                rejected[reason] = rejected.get(reason, 0) + 1
+    return bugs, rejected
+
+
+def workspace_check(
+    grader: SWEGrader,
+    task: SWETask,
+    modules: Sequence[str],
+    clean: Baseline,
+    max_fail_to_pass: int,
+    min_pass_to_pass: int,
+) -> Callable[[Candidate], tuple[tuple[str, ...], tuple[str, ...], dict[str, str]] | str]:
+    """The check :func:`validate_functions` runs per candidate for a repository: its suite run
+    in a sandbox workspace, classified."""
+
+    def check(candidate: Candidate) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]] | str:
+        try:
+            run = run_suite(grader, task, candidate.diff, modules)
+        except RuntimeError as err:
+            log.warning("synth: %s: %s", candidate.function, err)
+            return "sandbox error"
+        outcome = classify(clean, run, max_fail_to_pass, min_pass_to_pass)
+        if isinstance(outcome, str):
+            return outcome
+        fail, keep = outcome
+        return fail, keep, {node: run.messages.get(node, "") for node in fail}
+
+    return check

@@ -1,0 +1,281 @@
+"""The agent recipe end to end: SmolLM2-135M-Instruct as a debugging and SWE agent, base -> BC
+on generated reference trajectories -> BC + RL, scored on held-out synthesized tasks.
+
+    python scripts/agent_recipe.py                                  # everything, then the table
+    python scripts/agent_recipe.py --rl-minutes 0                   # base and BC only
+    python scripts/agent_recipe.py --bc-run runs/agent_recipe/bc/run --rl-minutes 30
+
+Stage 0, the tasks: ``lit-coderl synth swe debug`` (SWE-bench rows from the shipped SWE
+repositories and debugging programs, split by function: held-out tasks exercise functions no
+training task touched); the debugging tasks are made at run time from MBPP
+(``debug:mbpp:<data>``, MBPP's own splits: train 601-974, held-out from test 11-510).
+Stage 1, ``configs/agent_recipe_bc.yaml``: behavioural cloning on the train tasks' reference
+trajectories (generated from each gold fix, played for real in the env, kept only where they
+resolve), debugging and SWE together. Stage 2, ``configs/agent_recipe_rl.yaml``: GRPO (the online
+difficulty filter on) on the MBPP debugging train tasks from stage 1's ``hf_model``, for
+``--rl-minutes`` of wall clock.
+
+Every policy is scored by ``lit-coderl validate`` (``configs/agent_recipe_eval.yaml``) on the first
+``--debug-heldout`` MBPP-test debugging tasks and every held-out SWE task: greedy (the resolve
+rate) and, with ``--sampled-temperature``, one sample each. The noise band is the exact two-sided
+McNemar test on the same tasks (tasks only one policy resolves), as the MBPP recipe does. The
+verdicts of every held-out episode are counted (``tamper`` among them: a resolved episode can never
+be one, the grader says so first). Evaluations under ``<out-dir>/eval`` are reused, so an
+interrupted recipe resumes. Writes ``bench_results/agent_recipe.json`` (``--out``) and
+``<out-dir>/agent_recipe.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import recipe_stages as stages  # scripts/ is on sys.path when a script runs
+from recipe_stages import REPO, logger_args, paired, reused_stage
+
+
+def cli(args: list[str]) -> tuple[str, float]:
+    return stages.cli(args, "agent_recipe")
+
+
+def train_stage(name: str, config: str, run_dir: Path, extra: list[str]) -> dict[str, Any]:
+    return stages.train_stage(name, config, run_dir, extra, "agent_recipe")
+
+
+def synth(out_dir: Path, extra: list[str]) -> dict[str, Any]:
+    """Stage 0: the SWE tasks (reused when ``report.json`` exists)."""
+    report = out_dir / "report.json"
+    if not report.exists():
+        cli(["synth", "swe", "debug", "--out", str(out_dir), *extra])
+    return json.loads(report.read_text())
+
+
+def evaluate(
+    policy: str,
+    source: str,
+    split: str,
+    limit: int | None,
+    temperature: float,
+    run_dir: Path,
+    extra: list[str],
+) -> dict[str, Any]:
+    """Resolve rate of ``policy`` on ``source``/``split`` (one episode per task), with every
+    episode's verdict counted; reuses a finished evaluation under ``run_dir``."""
+    done = run_dir / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    args = [
+        "validate", "--config", "configs/agent_recipe_eval.yaml", *logger_args(run_dir),
+        "--model.init_args.model.name_or_path", policy,
+        "--model.init_args.source", source,
+        "--model.init_args.split", split,
+        "--model.init_args.temperature", str(temperature),
+        *(["--model.init_args.limit", str(limit)] if limit else []),
+        *extra,
+    ]  # fmt: skip
+    shown, wall = cli(args)
+    (report,) = (run_dir / "run" / "mbpp_eval").glob("*.json")
+    data = json.loads(report.read_text())
+    problems = data["problems"]
+    verdicts: dict[str, int] = {}
+    resolved_verdicts: dict[str, int] = {}
+    turns = []
+    for p in problems:
+        for s in p["samples"]:
+            verdict = str(s.get("info", {}).get("grade_verdict") or s.get("verdict") or "none")
+            verdicts[verdict] = verdicts.get(verdict, 0) + 1
+            if s.get("success_turn") is not None:
+                resolved_verdicts[verdict] = resolved_verdicts.get(verdict, 0) + 1
+            turns.append(s.get("num_turns", 0))
+    solved = sorted(p["task_id"] for p in problems if p["num_correct"] > 0)
+    result = {
+        "source": source,
+        "split": split,
+        "temperature": temperature,
+        "num_tasks": len(problems),
+        "resolved": len(solved),
+        "resolve_rate": len(solved) / max(1, len(problems)),
+        "solved": solved,
+        "verdicts": dict(sorted(verdicts.items())),
+        "resolved_verdicts": resolved_verdicts,
+        "mean_turns": sum(turns) / max(1, len(turns)),
+        "eval_s": wall,
+        "command": shown,
+        "report": str(report),
+    }
+    done.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def draw(rows: list[dict[str, Any]], sets: dict[str, str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(sets), figsize=(6 * len(sets), 4), squeeze=False)
+    names = [r["after"] for r in rows]
+    for ax, (key, title) in zip(axes[0], sets.items(), strict=True):
+        values = [100 * r[key]["resolve_rate"] for r in rows]
+        ax.bar(names, values, color=["#999999", "#4c72b0", "#55a868"][: len(rows)])
+        for i, v in enumerate(values):
+            ax.text(i, v, f"{v:.1f}", ha="center", va="bottom")
+        ax.set_title(f"{title}: greedy resolve rate (%), {rows[0][key]['num_tasks']} tasks")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data", default=str((REPO / "../shared/data/mbpp").resolve()), help="MBPP directory"
+    )
+    parser.add_argument("--out-dir", default="runs/agent_recipe")
+    parser.add_argument("--debug-heldout", type=int, default=200, help="MBPP-test debugging tasks scored")
+    parser.add_argument("--swe-heldout", type=int, default=0, help="held-out SWE tasks scored (0: all)")
+    parser.add_argument(
+        "--synth-args", default="--per-function 3 --eval-fraction 0.5", help="for lit-coderl synth"
+    )
+    parser.add_argument("--swe-tasks", default=None, help="an SWE tasks.jsonl to use instead of synthesizing")
+    parser.add_argument("--bc-run", default=None, help="a finished BC stage's log dir to reuse")
+    parser.add_argument("--rl-run", default=None, help="a finished RL stage's log dir to reuse")
+    parser.add_argument(
+        "--rl-minutes", type=float, default=40.0, help="RL wall-clock budget; 0 skips stage 2"
+    )
+    parser.add_argument("--bc-args", default="", help="extra overrides for stage 1")
+    parser.add_argument("--rl-args", default="", help="extra overrides for stage 2")
+    parser.add_argument("--eval-args", default="", help="extra overrides for every validate")
+    parser.add_argument(
+        "--sampled-temperature", type=float, default=0.0, help="also score one sample at T (0: off)"
+    )
+    parser.add_argument("--skip-base", action="store_true")
+    parser.add_argument("--base-model", default="smollm2-135m-instruct")
+    parser.add_argument("--out", default=str(REPO / "bench_results" / "agent_recipe.json"))
+    args = parser.parse_args()
+    data = str(Path(args.data).resolve())
+    out_dir = (REPO / args.out_dir).resolve()
+    start = time.time()
+    debug_source = f"debug:mbpp:{data}"
+    if args.swe_tasks:
+        synth_report: dict[str, Any] = {"reused": str(Path(args.swe_tasks).resolve())}
+        swe_source = f"swe:{Path(args.swe_tasks).resolve()}"
+    else:
+        synth_report = synth(out_dir / "synth", shlex.split(args.synth_args))
+        swe_source = f"swe:{out_dir / 'synth' / 'swe' / 'tasks.jsonl'}"
+    sets = {
+        "debug": (debug_source, "test", args.debug_heldout or None, "MBPP debugging (held out)"),
+        "swe": (swe_source, "eval", args.swe_heldout or None, "synthesized SWE (held out)"),
+    }
+    stages: list[dict[str, Any]] = []
+    if args.bc_run:
+        bc_dir = Path(args.bc_run).resolve()
+        stages.append(reused_stage("bc", bc_dir))
+    else:
+        bc = train_stage(
+            "bc",
+            "agent_recipe_bc.yaml",
+            out_dir / "bc",
+            [
+                "--model.init_args.model.name_or_path", args.base_model,
+                "--model.init_args.demonstrations.source", debug_source,
+                "--model.init_args.demonstrations.also", json.dumps([swe_source]),
+                *shlex.split(args.bc_args),
+            ],
+        )  # fmt: skip
+        stages.append(bc)
+        bc_dir = Path(bc["log_dir"])
+    policies = [("base", args.base_model), ("BC", str(bc_dir / "hf_model"))]
+    if args.skip_base:
+        policies = policies[1:]
+    rl_dir: Path | None = None
+    if args.rl_run:
+        rl_dir = Path(args.rl_run).resolve()
+        stages.append(reused_stage("rl", rl_dir))
+    elif args.rl_minutes > 0:
+        minutes = int(round(args.rl_minutes))
+        rl = train_stage(
+            "rl",
+            "agent_recipe_rl.yaml",
+            out_dir / "rl",
+            [
+                "--model.init_args.model.name_or_path", str(bc_dir / "hf_model"),
+                "--model.init_args.problems.source", debug_source,
+                "--trainer.max_time", f"00:{minutes // 60:02d}:{minutes % 60:02d}:00",
+                *shlex.split(args.rl_args),
+            ],
+        )  # fmt: skip
+        stages.append(rl)
+        rl_dir = Path(rl["log_dir"])
+    if rl_dir is not None:
+        policies.append(("BC + RL", str(rl_dir / "hf_model")))
+
+    extra = shlex.split(args.eval_args)
+    rows = [{"after": after, "policy": policy} for after, policy in policies]
+    for row in rows:
+        name = row["after"].replace(" + ", "_").lower()
+        for key, (source, split, limit, _) in sets.items():
+            row[key] = evaluate(
+                row["policy"], source, split, limit, 0.0, out_dir / "eval" / name / key, extra
+            )
+            if args.sampled_temperature > 0:
+                row[f"{key}_sampled"] = evaluate(
+                    row["policy"], source, split, limit, args.sampled_temperature,
+                    out_dir / "eval" / name / f"{key}_t{args.sampled_temperature:g}", extra,
+                )  # fmt: skip
+    comparisons: dict[str, Any] = {}
+    for i in range(1, len(rows)):
+        for key in sets:
+            comparisons[f"{rows[i]['after']} vs {rows[i - 1]['after']} ({key})"] = paired(
+                rows[i][key], rows[i - 1][key]
+            )
+    total = time.time() - start
+
+    print(f"\n[agent_recipe] total wall {total / 60:.1f} min")
+    print("\n| after | " + " | ".join(t for *_, t in sets.values()) + " |\n|---|" + "---|" * len(sets))
+    for r in rows:
+        cells = [f"{100 * r[k]['resolve_rate']:.1f}% ({r[k]['resolved']}/{r[k]['num_tasks']})" for k in sets]
+        print(f"| {r['after']} | " + " | ".join(cells) + " |")
+    for name, c in comparisons.items():
+        print(
+            f"[agent_recipe] {name}: +{c['gained']} / -{c['lost']} tasks, exact McNemar p = {c['mcnemar_p']:.3f}"
+        )
+    for r in rows:
+        for k in sets:
+            print(
+                f"[agent_recipe] {r['after']} {k} verdicts: {r[k]['verdicts']} (resolved: {r[k]['resolved_verdicts']})"
+            )
+    print("\n| stage | wall | command |\n|---|---|---|")
+    for s in stages:
+        wall = f"{s['wall_s'] / 60:.1f} min" if s.get("wall_s") is not None else "reused"
+        print(f"| {s['stage']} | {wall} | `{s['command']}` |")
+    picture = out_dir / "agent_recipe.png"
+    draw(rows, {k: v[3] for k, v in sets.items()}, picture)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+                "total_wall_s": total,
+                "synth": synth_report,
+                "rows": rows,
+                "comparisons": comparisons,
+                "stages": stages,
+                "picture": str(picture),
+            },
+            indent=1,
+        )
+    )
+    print(f"\n[agent_recipe] picture: {picture}\n[agent_recipe] wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

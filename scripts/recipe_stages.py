@@ -1,0 +1,66 @@
+"""What the recipe scripts (``mbpp_recipe.py``, ``agent_recipe.py``) share: each stage is the real
+CLI in its own process, its command kept so it reproduces alone; a finished stage can be reused;
+two policies are compared task by task on the same tasks (the exact McNemar test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(args: list[str], tag: str) -> tuple[str, float]:
+    """Run ``lit-coderl <args>`` in its own process; returns the shown command and wall time."""
+    shown = shlex.join(["lit-coderl", *args])
+    print(f"\n[{tag}] {shown}", flush=True)
+    start = time.time()
+    command = [sys.executable, "-m", "lit_codeRL.cli", *args]
+    subprocess.run(command, cwd=REPO, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return shown, time.time() - start
+
+
+def logger_args(run_dir: Path) -> list[str]:
+    """A CSV logger writing to ``run_dir/run`` (the stage's log directory)."""
+    return [
+        "--trainer.default_root_dir", str(run_dir),
+        "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger.save_dir", str(run_dir),
+        "--trainer.logger.name", "",
+        "--trainer.logger.version", "run",
+    ]  # fmt: skip
+
+
+def train_stage(name: str, config: str, run_dir: Path, extra: list[str], tag: str) -> dict[str, Any]:
+    """Train one stage through the CLI; returns its command, wall time and log directory."""
+    shown, wall = cli(["fit", "--config", f"configs/{config}", *logger_args(run_dir), *extra], tag)
+    stage = {"stage": name, "command": shown, "wall_s": wall, "log_dir": str(run_dir / "run")}
+    (run_dir / "run" / "stage.json").write_text(json.dumps(stage, indent=1))  # for --bc-run/--rl-run
+    return stage
+
+
+def reused_stage(name: str, log_dir: Path) -> dict[str, Any]:
+    """A finished stage's record (command, wall time) as its run wrote it, for ``--bc-run``/``--rl-run``."""
+    if not (log_dir / "hf_model").is_dir():
+        sys.exit(f"--{name}-run {log_dir}: no hf_model there (not a finished stage)")
+    saved = log_dir / "stage.json"
+    stage = json.loads(saved.read_text()) if saved.exists() else {"command": "(unknown)", "wall_s": None}
+    return {**stage, "stage": name, "log_dir": str(log_dir)}
+
+
+def paired(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any] | None:
+    """Tasks only ``new`` solves, only ``old`` solves, and the exact McNemar p of the difference
+    (``None`` where a result does not list its solved tasks)."""
+    from lit_codeRL.algorithms.passk import mcnemar_exact_p
+
+    if "solved" not in new or "solved" not in old:
+        return None
+    a, b = set(new["solved"]), set(old["solved"])
+    gained, lost = len(a - b), len(b - a)
+    return {"gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact_p(gained, lost)}

@@ -1,0 +1,401 @@
+"""Reference trajectories of both agent envs, derived from the gold fix and played for real
+(bubblewrap workspaces, real pytest, the real grader): every shipped task resolves with the
+eval/view/edit.../eval/submit shape; a fix in two places with a line shift between them; a wrong
+fix plays, does not resolve and is dropped from the BC rows; the BC rows hold exactly the tokens
+of the episode runner's record of the same text; BC trains on debugging demonstrations."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+
+import pytest
+
+from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
+from lit_codeRL.envs.debug.reference import reference_actions as debug_actions
+from lit_codeRL.envs.debug.reference import reference_episode as debug_episode
+from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
+from lit_codeRL.envs.debug.tools import PRESETS, apply_edit, parse_tool_call, stop_strings
+from lit_codeRL.envs.reference import ReferenceEpisode, edit_sites, line_edits
+from lit_codeRL.envs.settings import EnvSettings
+from lit_codeRL.envs.swe.actions import parse_action
+from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+from lit_codeRL.envs.swe.reference import reference_episode as swe_episode
+from lit_codeRL.envs.swe.reference import reference_episodes as swe_episodes
+from lit_codeRL.problems.debug import DebugTask, debug_problem
+from lit_codeRL.problems.registry import load_problems
+from lit_codeRL.problems.swe import to_problem
+from lit_codeRL.rollout.chat import ChatFormat
+from lit_codeRL.rollout.demonstrations import episode_segments, reference_demonstrations
+from lit_codeRL.rollout.episodes import Episode, Turn
+from lit_codeRL.sandbox.workspace import WorkspaceConfig
+from tests.sandbox.conftest import require_bwrap
+
+DEBUG_TASKS = {p.task_id: p for p in load_problems("debug", "all")}
+SWE_TASKS = {p.task_id: p for p in load_problems("swe", "all")}
+
+
+# ------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def debug_settings(tmp_path_factory) -> DebugSettings:
+    return DebugSettings(
+        repo_cache=str(tmp_path_factory.mktemp("debug-cache")), workspace={"backend": "bwrap"}
+    )
+
+
+@pytest.fixture(scope="module")
+def debug_env(debug_settings):
+    require_bwrap()
+    with DebugEnv(debug_settings) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def swe_env(tmp_path_factory):
+    require_bwrap()
+    settings = SWESettings(
+        repo_cache=str(tmp_path_factory.mktemp("swe-cache")), workspace=WorkspaceConfig(backend="bwrap")
+    )
+    with ContainerEnv(None, settings=settings) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def debug_played(debug_env) -> dict[str, ReferenceEpisode]:
+    episodes = debug_episodes(debug_env, list(DEBUG_TASKS.values()))
+    return {e.task_id: e for e in episodes}
+
+
+@pytest.fixture(scope="module")
+def swe_played(swe_env) -> dict[str, ReferenceEpisode]:
+    episodes = swe_episodes(swe_env, list(SWE_TASKS.values()))
+    return {e.task_id: e for e in episodes}
+
+
+@pytest.fixture(scope="module")
+def chat() -> ChatFormat:
+    from lit_codeRL.policy.loading import load_tokenizer
+
+    return ChatFormat(load_tokenizer("tiny-random"))
+
+
+# ------------------------------------------------------------------------------ shapes
+def debug_shape(actions: list[str]) -> str:
+    return " ".join(parse_tool_call(a, PRESETS["debug"]).tool for a in actions)
+
+
+def swe_shape(actions: list[str], test_command: str) -> str:
+    kinds = []
+    for action in actions:
+        parsed = parse_action(action)
+        command = parsed.command
+        kinds.append(
+            "submit"
+            if parsed.kind == "submit"
+            else "test"
+            if command.startswith(test_command)
+            else "view"
+            if command.startswith("sed -n ")
+            else "edit"
+            if command.startswith("python3 - <<'EOF'")
+            else "apply"
+            if command.startswith("git apply")
+            else "other"
+        )
+    return " ".join(kinds)
+
+
+DEBUG_SHAPE = re.compile(r"eval (view (edit )+)+eval submit")
+DEBUG_SHAPE_OUTPUT_SHOWN = re.compile(r"(view (edit )+)+eval submit")
+"""With ``show_initial_eval`` (the default) the first observation already holds the tests' output."""
+SWE_SHAPE = re.compile(r"test (view (edit )+)+test submit")
+
+
+def test_every_shipped_debug_task_resolves_with_the_engineers_shape(debug_played):
+    assert set(debug_played) == set(DEBUG_TASKS)
+    for task_id, episode in debug_played.items():
+        assert episode.resolved and episode.reward == 1.0 and episode.verdict == "passed", (task_id, episode)
+        shape = debug_shape(episode.actions)
+        assert DEBUG_SHAPE_OUTPUT_SHOWN.fullmatch(shape), (task_id, shape)
+        assert len(episode.observations) == len(episode.actions) - 1
+        first, last = episode.prompt, episode.observations[-1]
+        assert "failed" in first and "exit code 1" in first, task_id
+        assert "passed" in last and "failed" not in last and "[exit code 0]" in last, task_id
+        assert "<eval/>" in episode.prompt and debug_env_prompt_tools(episode.prompt)
+
+
+def debug_env_prompt_tools(prompt: str) -> bool:
+    return all(tool in prompt for tool in ("<pdb>", "<view>", "<edit ", "<submit/>"))
+
+
+def test_each_debug_edit_uses_the_line_numbers_its_view_showed(debug_played):
+    """A view lists ``N| line``: the lines an edit replaces are in the view just before it."""
+    for task_id, episode in debug_played.items():
+        shown = ""
+        for action, observation in zip(episode.actions, [*episode.observations, ""], strict=True):
+            call = parse_tool_call(action, PRESETS["debug"])
+            if call.tool == "edit":
+                first, _, last = call.args["lines"].partition("-")
+                for n in (int(first), int(last)):
+                    assert re.search(rf"^ *{n}\| ", shown, re.MULTILINE), (task_id, action, shown)
+            if call.tool == "view":
+                shown = observation
+
+
+def test_the_debug_edits_make_the_fix_line_for_line():
+    """No sandbox: every shipped task's edits, applied in order by the gym's own edit function,
+    turn its files into its fix."""
+    for task_id, problem in DEBUG_TASKS.items():
+        task: DebugTask = problem.metadata["debug_task"]
+        files = dict(task.files)
+        for action in debug_actions(task, PRESETS["debug"]):
+            call = parse_tool_call(action, PRESETS["debug"])
+            if call.tool == "edit":
+                files[call.args["path"]], error = apply_edit(
+                    files[call.args["path"]], call.args["lines"], call.args["content"]
+                )
+                assert error is None, (task_id, error)
+        for path, content in task.fix.items():
+            assert files[path] == content, (task_id, path)
+
+
+def test_the_rewrite_preset_gets_a_rewrite():
+    task = DEBUG_TASKS["debug/median"].metadata["debug_task"]
+    actions = debug_actions(task, PRESETS["rewrite"])
+    tools = [parse_tool_call(a, PRESETS["rewrite"]).tool for a in actions]
+    assert tools == ["eval", "view", "rewrite", "eval", "submit"]
+    # an env that shows the tests' output in its first observation gets no first <eval/>
+    assert debug_actions(task, PRESETS["rewrite"], output_shown=True) == actions[1:]
+    assert parse_tool_call(actions[2], PRESETS["rewrite"]).args["content"] == task.fix["stats.py"]
+
+
+def test_every_shipped_swe_task_resolves_with_targeted_edits(swe_played):
+    assert set(swe_played) == set(SWE_TASKS)
+    for task_id, episode in swe_played.items():
+        task = SWE_TASKS[task_id].metadata["swe_task"]
+        shape = swe_shape(episode.actions, task.test_command)
+        assert episode.resolved and episode.reward == 1.0, (task_id, episode.verdict)
+        assert SWE_SHAPE.fullmatch(shape), (task_id, shape)  # no git apply fallback for these
+        assert len(episode.observations) == len(episode.actions) - 1
+        # the tests run at the start are the F2P tests' files (the hidden tests are not there yet)
+        files = sorted({node.split("::")[0] for node in task.fail_to_pass})
+        assert parse_action(episode.actions[0]).command == f"{task.test_command} -q {' '.join(files)}"
+        assert (
+            episode.observations[0].startswith("Exit code: 0")
+            and "(no changes yet)" in episode.observations[0]
+        )
+        for action, observation in zip(episode.actions, episode.observations, strict=False):
+            if "python3 - <<'EOF'" in action:
+                assert observation.startswith("Exit code: 0\nOutput:\n(no output)"), (task_id, observation)
+
+
+# ------------------------------------------------------------------------------ two places
+TWO_PLACES_OLD = (
+    "def scale(values, factor):\n"
+    '    """Every value times ``factor``."""\n'
+    "    return [v + factor for v in values]\n"
+    + "".join(f"\n\ndef helper_{k}(x):\n    return x + {k}\n" for k in range(5))
+    + "\n\ndef total(values):\n"
+    '    """The sum of the values (0 for none)."""\n'
+    "    return sum(values[1:])\n"
+)
+TWO_PLACES_FIX = TWO_PLACES_OLD.replace(
+    "    return [v + factor for v in values]\n",
+    "    if factor == 0:\n        return [0 for _ in values]\n    return [v * factor for v in values]\n",
+).replace("sum(values[1:])", "sum(values)")
+TWO_PLACES_TESTS = (
+    "from calc import scale, total\n\n\n"
+    "def test_scale():\n    assert scale([1, 2], 3) == [3, 6]\n\n\n"
+    "def test_total():\n    assert total([1, 2, 3]) == 6\n"
+)
+
+
+def two_places_task(fix: str = TWO_PLACES_FIX) -> DebugTask:
+    return DebugTask(
+        "test/two-places" if fix == TWO_PLACES_FIX else "test/two-places-wrong",
+        "scale and total",
+        {"calc.py": TWO_PLACES_OLD, "test_calc.py": TWO_PLACES_TESTS},
+        fix={"calc.py": fix},
+    )
+
+
+def test_a_fix_in_two_places_is_two_views_and_the_second_is_shifted():
+    """The first change grows the file by two lines: the second site's view and edit use the
+    numbers the file has after the first edit (line 28 of the base is line 30 then)."""
+    old = TWO_PLACES_OLD.splitlines(keepends=True)
+    edits = line_edits(old, TWO_PLACES_FIX.splitlines(keepends=True))
+    assert [(e.start, e.end, e.delta) for e in edits] == [(3, 3, 2), (28, 28, 0)]
+    assert len(edit_sites(edits, len(old))) == 2
+    actions = debug_actions(two_places_task(), PRESETS["debug"])
+    assert debug_shape(actions) == "eval view edit view edit eval submit"
+    assert "<view>calc.py 1-6</view>" in actions[1] and 'lines="3-3"' in actions[2]
+    assert "<view>calc.py 27-30</view>" in actions[3] and 'lines="30-30"' in actions[4]
+
+
+def test_a_fix_in_two_places_resolves_when_played(debug_env):
+    episode = debug_episode(debug_env, two_places_task())
+    assert episode.resolved, episode.verdict
+    assert "30|     return sum(values[1:])" in episode.observations[2]  # the shifted view (no first eval)
+
+
+def test_an_swe_fix_in_two_places_views_each(swe_played):
+    """``calckit-1``: a new function inserted near the top, then the loop below it changed; the
+    second view starts 8 lines lower than in the base and shows the line the edit replaces."""
+    episode = swe_played["lit-coderl__calckit-1"]
+    shape = swe_shape(episode.actions, "python -m pytest")
+    assert shape == "test view edit view edit test submit"
+    assert "sed -n '22,28p' calckit/evaluator.py" in episode.actions[3]
+    assert "PRECEDENCE[stack[-1].value] > PRECEDENCE[token.value]" in episode.observations[3]
+
+
+# ------------------------------------------------------------------------------ a wrong fix
+def test_a_wrong_fix_plays_does_not_resolve_and_is_dropped(debug_settings, debug_env, chat, caplog):
+    wrong = two_places_task(TWO_PLACES_FIX.replace("sum(values)", "sum(values) + 1"))
+    episode = debug_episode(debug_env, wrong)
+    assert not episode.resolved and episode.reward == 0.0 and episode.verdict == "unresolved"
+    assert debug_shape(episode.actions) == "view edit view edit eval submit"
+    assert "failed" in episode.observations[-1]
+    problems = [debug_problem(two_places_task()), debug_problem(wrong)]
+    with caplog.at_level(logging.WARNING, logger="lit_codeRL.rollout.demonstrations"):
+        rows = reference_demonstrations(problems, chat, EnvSettings(debug=debug_settings))
+    assert len(rows) == 1
+    (message,) = [r.getMessage() for r in caplog.records if "reference trajectories" in r.getMessage()]
+    assert message.startswith("1 of 2 debug reference trajectories") and "test/two-places-wrong" in message
+
+
+def test_a_wrong_swe_patch_does_not_resolve(swe_env):
+    task = SWE_TASKS["lit-coderl__numkit-1"].metadata["swe_task"]
+    wrong = dataclasses.replace(task, patch=task.patch.replace("ordered[mid]) / 2", "ordered[mid]) / 3"))
+    episode = swe_episode(swe_env, to_problem(wrong))
+    assert swe_shape(episode.actions, task.test_command) == "test view edit test submit"
+    assert not episode.resolved and episode.reward == 0.0
+
+
+# ------------------------------------------------------------------------------ the BC rows
+def runner_record(episode: ReferenceEpisode, chat: ChatFormat, eos_after: set[int]) -> Episode:
+    """The episode runner's own record of the same text: ``Turn`` ids as the sampler would have
+    emitted them (EOS only where ``eos_after`` says), observations through the runner's path."""
+    tokenizer = chat.tokenizer
+    record = Episode(None, 0, chat.prompt_ids(episode.prompt), chat.prompt_text(episode.prompt))
+    for k, action in enumerate(episode.actions):
+        ids = tokenizer(action, add_special_tokens=False)["input_ids"]
+        ids += [tokenizer.eos_token_id] if k in eos_after else []
+        turn = Turn(ids, [0.0] * len(ids), action, "stop")
+        if k < len(episode.observations):
+            turn.observation = episode.observations[k]
+            turn.observation_ids = chat.observation_ids(episode.observations[k], ids)
+        record.turns.append(turn)
+    return record
+
+
+@pytest.mark.parametrize("kind", ["debug", "swe"])
+def test_bc_rows_are_the_runners_tokens_with_only_actions_trainable(kind, debug_played, swe_played, chat):
+    if kind == "debug":
+        episode, stops = debug_played["debug/median"], stop_strings(PRESETS["debug"])
+        eos_after: set[int] = set()  # every call, <submit/> included, ends at a stop string
+    else:
+        episode, stops = swe_played["lit-coderl__numkit-1"], ContainerEnv.stop_strings
+        eos_after = {len(episode.actions) - 1}  # <submit/> is no stop string: the policy ends its turn
+    row = episode_segments(episode, chat, list(stops))
+    want = runner_record(episode, chat, eos_after).segments()
+    assert [(s.ids, s.trainable, s.turn) for s in row] == [(s.ids, s.trainable, s.turn) for s in want]
+    tokenizer = chat.tokenizer
+    assert row[0].ids == tokenizer(chat.prompt_text(episode.prompt), add_special_tokens=False)["input_ids"]
+    actions = [s for s in row if s.trainable]
+    assert [tokenizer.decode(s.ids, skip_special_tokens=True) for s in actions] == episode.actions
+    assert len(actions) == len(episode.actions) and not row[0].trainable
+    ends = [s.ids[-1] == tokenizer.eos_token_id for s in actions]
+    assert ends == [k in eos_after for k in range(len(actions))]
+
+
+# ------------------------------------------------------------------------------ BC trains on them
+def test_bc_trains_on_debugging_demonstrations(debug_settings, tmp_path):
+    from lit_codeRL.problems.files import embedded_data_dir
+    from tests.modules.test_grpo_module import cli, read_metrics
+    from tests.modules.test_reinforce_bc import csv_logger
+
+    rows = [
+        json.loads(line) for line in (embedded_data_dir() / "debug" / "tasks.jsonl").read_text().splitlines()
+    ]
+    source = tmp_path / "tasks.jsonl"
+    source.write_text(
+        "".join(json.dumps(r) + "\n" for r in rows if r["task_name"] in ("debug/median", "debug/cart"))
+    )
+    run = tmp_path / "bc"
+    cli(
+        "fit",
+        "--model",
+        "BCModule",
+        *("--model.init_args.model.name_or_path", "tiny-random"),
+        *("--model.init_args.demonstrations.source", f"debug:{source}"),
+        *("--model.init_args.demonstrations.max_length", "2048"),
+        *("--model.init_args.demonstrations.env.debug.repo_cache", debug_settings.repo_cache),
+        *("--model.init_args.demonstrations.env.debug.workspace.backend", "bwrap"),
+        *("--model.init_args.batch_size", "2"),
+        *("--model.init_args.optimizer.learning_rate", "1e-2"),
+        *("--model.init_args.optimizer.warmup_steps", "0"),
+        *("--model.init_args.optimizer.lr_schedule", "constant"),
+        *("--trainer.max_steps", "10"),
+        *("--trainer.accelerator", "cpu"),
+        *("--trainer.log_every_n_steps", "1"),
+        *csv_logger(run),
+    )
+    losses = [float(r["train/loss"]) for r in read_metrics(run) if r.get("train/loss")]
+    assert len(losses) == 10 and max(losses[-3:]) < 0.8 * losses[0], losses
+    assert (next(run.glob("version_*")) / "hf_model" / "config.json").is_file()
+
+
+# ------------------------------------------------------------------------------ the SWE forms, no sandbox
+def test_an_swe_edit_command_replaces_once_and_fails_loudly(tmp_path):
+    """Content holding the heredoc marker, triple quotes and backslashes still arrives exactly; a
+    second run finds no old text and exits 1 without writing."""
+    import subprocess
+
+    from lit_codeRL.envs.swe.reference import edit_command
+
+    old = "x = 1\nEOF\n"
+    new = "x = '''a\\n'''\nEOF\ny = r'\\d'\n"
+    path = tmp_path / "m.py"
+    path.write_text("a\n" + old + "b\n")
+    command = edit_command("m.py", old, new)
+    assert command.startswith("python3 - <<'EOF_1'\n") and command.endswith("\nEOF_1")
+    run = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert path.read_text() == "a\n" + new + "b\n"
+    again = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True)
+    assert again.returncode == 1 and "exactly once" in again.stderr
+    assert path.read_text() == "a\n" + new + "b\n"
+
+
+def test_an_swe_patch_that_is_no_set_of_text_edits_is_applied_whole():
+    from lit_codeRL.envs.swe.reference import apply_patch_action, reference_actions
+
+    task = SWE_TASKS["lit-coderl__numkit-1"].metadata["swe_task"]
+    new_file = (
+        "diff --git a/numkit/extra.py b/numkit/extra.py\nnew file mode 100644\nindex 0000000..e69de29\n"
+    )
+    new_file += "--- /dev/null\n+++ b/numkit/extra.py\n@@ -0,0 +1 @@\n+X = 1\n"
+    patched = dataclasses.replace(task, patch=task.patch + new_file)
+    actions = reference_actions(patched, lambda path: "" if path.startswith("tests/") else None)
+    assert actions[1] == apply_patch_action(patched.patch)
+    assert swe_shape(actions, task.test_command) == "test apply test submit"
+    # without a test patch the F2P node ids exist at the base: the runs name them
+    bare = dataclasses.replace(patched, test_patch="")
+    command = parse_action(reference_actions(bare, lambda path: None)[0]).command
+    assert command == "python -m pytest -q " + " ".join(task.fail_to_pass)
+
+
+def test_a_fix_holding_a_stop_string_has_no_trajectory(tmp_path):
+    """``</execute>`` in the new text would end a sampled command there: no form can carry it."""
+    from lit_codeRL.envs.swe.reference import reference_actions
+    from lit_codeRL.problems.swe import RepoCache
+
+    task = SWE_TASKS["lit-coderl__numkit-1"].metadata["swe_task"]
+    root = RepoCache(tmp_path).get(task)
+    read = lambda path: (root / path).read_text() if (root / path).is_file() else None  # noqa: E731
+    assert "python3 - <<'EOF'" in reference_actions(task, read)[2]
+    bad = dataclasses.replace(task, patch=task.patch.replace("mid]) / 2\n", "mid]) / 2  # </execute>\n"))
+    with pytest.raises(ValueError, match="stop string"):
+        reference_actions(bad, read)

@@ -1,0 +1,298 @@
+"""Task synthesis (``problems/synth``): candidates, the keep rule, statements, MBPP tasks made at
+run time, a repository synthesized end to end through ``lit-coderl synth`` and read back as SWE
+and debugging tasks that grade both ways in the real sandbox."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from lit_codeRL.problems.synth.candidates import candidates_by_function, unified_diff
+from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement, value_statement
+from lit_codeRL.problems.synth.validate import Baseline, SuiteRun, classify, failure_messages
+from tests.sandbox.conftest import require_bwrap
+
+# ---------------------------------------------------------------------------------------------
+# pure parts
+# ---------------------------------------------------------------------------------------------
+
+CLEAN = Baseline(
+    frozenset({"t.py::a", "t.py::b", "t.py::c", "t.py::flaky"}), ("t.py::a", "t.py::b", "t.py::c")
+)
+
+
+def run(**statuses: str) -> SuiteRun:
+    base = {"t.py::a": "passed", "t.py::b": "passed", "t.py::c": "passed", "t.py::flaky": "failed"}
+    base.update({f"t.py::{k}": v for k, v in statuses.items()})
+    return SuiteRun("unresolved", base)
+
+
+def test_classify_measures_fail_to_pass_and_pass_to_pass_against_the_clean_runs():
+    assert classify(CLEAN, run(a="failed"), 10, 1) == (("t.py::a",), ("t.py::b", "t.py::c"))
+    # an error counts as failing; a test that failed clean (flaky) is neither F2P nor P2P
+    assert classify(CLEAN, run(b="error", flaky="passed"), 10, 1) == (("t.py::b",), ("t.py::a", "t.py::c"))
+
+
+@pytest.mark.parametrize(
+    ("suite", "why"),
+    [
+        (run(), "no test fails"),
+        (run(a="failed", b="failed", c="failed"), "too few tests still pass"),
+        (SuiteRun("unresolved", {"t.py::a": "failed"}), "test ids differ"),
+        (SuiteRun("unresolved", {}, collect_errors=("t.py",)), "collection error"),
+        (SuiteRun("timeout", {}), "timeout"),
+        (SuiteRun("tamper", {}), "run tamper"),
+    ],
+)
+def test_classify_rejects(suite, why):
+    assert classify(CLEAN, suite, 10, 1) == why
+
+
+def test_classify_caps_fail_to_pass():
+    assert classify(CLEAN, run(a="failed", b="failed"), 1, 0) == "too many tests fail"
+    assert classify(CLEAN, run(a="failed", b="failed", c="failed"), 10, 0)[0] == (
+        "t.py::a",
+        "t.py::b",
+        "t.py::c",
+    )
+
+
+def test_each_function_keeps_bugs_with_different_failures_until_it_has_enough():
+    from lit_codeRL.problems.synth.validate import SAME_FAILURES, validate_functions
+
+    files = {"m.py": "def f(a, b):\n    if a < b:\n        return a + b\n    return a - b * 2\n"}
+    groups = candidates_by_function(files)
+    (group,) = groups.values()
+    assert len(group) >= 5
+    # the first two candidates fail test x, the third is rejected, the rest fail test y
+    outcomes = (
+        [(("t.py::x",), ("t.py::z",), {})] * 2 + ["no test fails"] + [(("t.py::y",), ("t.py::z",), {})] * 9
+    )
+    by_key = {c.key: outcome for c, outcome in zip(group, outcomes[: len(group)], strict=True)}
+    bugs, rejected = validate_functions(groups, lambda c: by_key[c.key], 2, 6, 1)
+    assert [b.fail_to_pass for b in bugs] == [("t.py::x",), ("t.py::y",)]
+    assert rejected == {SAME_FAILURES: 1, "no test fails": 1}
+    bugs, rejected = validate_functions(groups, lambda c: by_key[c.key], 3, 3, 1)  # tries cap
+    assert len(bugs) == 1 and sum(rejected.values()) == 2
+
+
+def test_failure_messages_read_the_message_not_the_traceback():
+    junit = b"""<?xml version="1.0"?><testsuites><testsuite>
+    <testcase classname="tests.test_m" name="test_x"><failure message="assert 7 == 3&#10; +  where 7 = f(2)">
+    def f(x):\n&gt;       return x + 5   # the buggy line</failure></testcase>
+    <testcase classname="tests.test_m" name="test_ok"/></testsuite></testsuites>"""
+    out = failure_messages(junit, ["tests/test_m.py::test_x", "tests/test_m.py::test_ok"])
+    assert out == {"tests/test_m.py::test_x": "assert 7 == 3\n +  where 7 = f(2)"}
+    assert failure_messages(b"<not xml", ["a.py::b"]) == {}
+
+
+def test_statements_name_the_test_and_values_and_the_leak_check_catches_the_changed_line():
+    diff = unified_diff("m.py", "def f(x):\n    return x + 1\n", "def f(x):\n    return x - 1\n")
+    text = repository_statement(["tests/test_m.py::test_f"], {"tests/test_m.py::test_f": "assert 1 == 3"}, 4)
+    assert "tests/test_m.py::test_f" in text and "assert 1 == 3" in text and "other 4 test(s) pass" in text
+    assert leaked_lines(text, diff) == []
+    leaky = repository_statement(["t.py::f"], {"t.py::f": "in f: return x - 1"}, 0)
+    assert leaked_lines(leaky, diff) == ["return x - 1"]
+    value = value_statement(
+        "Add one.", "solution.py", "f(2)", "3", "it returns `1`", "test_solution.py::test_1"
+    )
+    assert "`f(2)` should give `3`, but it returns `1`" in value
+
+
+def test_unified_diff_applies_with_git_apply_even_without_a_final_newline(tmp_path):
+    old, new = "def f():\n    return 1", "def f():\n    return 2"
+    (tmp_path / "m.py").write_text(old)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(
+        ["git", "-C", str(tmp_path), "apply", "-"],
+        input=unified_diff("m.py", old, new),
+        text=True,
+        check=True,
+    )
+    assert (tmp_path / "m.py").read_text() == new
+
+
+def test_candidates_are_grouped_by_function_deduplicated_and_skip_tests():
+    files = {
+        "pkg/m.py": "def f(a, b):\n    if a < b:\n        return a + b\n    return a - b\n\n\n"
+        "def g(x):\n    return x * 2\n",
+        "tests/test_m.py": "def test_f():\n    assert 1 < 2\n",
+    }
+    groups = candidates_by_function(files)
+    assert set(groups) == {"pkg/m.py::f", "pkg/m.py::g"}
+    keys = [c.key for g in groups.values() for c in g]
+    assert len(keys) == len(set(keys))
+    for group in groups.values():
+        for c in group:
+            assert c.content != files["pkg/m.py"] and c.diff.startswith("diff --git a/pkg/m.py b/pkg/m.py")
+            compile(c.content, "m.py", "exec")
+    # the order is a seeded shuffle: stable across calls, different for another seed
+    assert [c.key for c in candidates_by_function(files)["pkg/m.py::f"]] == [
+        c.key for c in groups["pkg/m.py::f"]
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# MBPP tasks made at run time
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mbpp_debugging_tasks_are_split_by_mbpp_and_each_bug_fails_a_test(mbpp_dir, tmp_path, monkeypatch):
+    require_bwrap()
+    from lit_codeRL.problems.debug import load_debug_tasks
+    from lit_codeRL.problems.mbpp import load_mbpp
+    from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, bug_rows
+    from lit_codeRL.sandbox import Program, make_sandbox
+
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    problems = load_mbpp(str(mbpp_dir), "train")[:12]
+    rows, stats = bug_rows(problems, MBPPBugSettings(tries=6))
+    assert stats["problems"] == 12 and stats["kept"] == len(rows) >= 8
+    by_number = {p.metadata["mbpp_task_id"]: p for p in problems}
+    programs = []
+    for row in rows:
+        files = {f["path"]: f["content"] for f in row["files"]}
+        fix = {f["path"]: f["content"] for f in row["fix"]}
+        problem = by_number[row["extra_info"]["mbpp_task_id"]]
+        assert files["solution.py"] != fix["solution.py"] and "def test_1():" in files["test_solution.py"]
+        assert row["split"] == "train" and problem.prompt.strip() in row["description"]
+        assert "should give" in row["description"] or "the check" in row["description"]
+        assert not leaked_lines(
+            row["description"], unified_diff("solution.py", fix["solution.py"], files["solution.py"])
+        )
+        programs.append(Program(files["solution.py"], problem.tests, problem.setup_code))
+    with make_sandbox(workers=2) as sandbox:
+        results = sandbox.run_batch(programs)
+    for row, result in zip(rows, results, strict=True):
+        failing = [f"test_solution.py::test_{i + 1}" for i, ok in enumerate(result.test_passed) if not ok]
+        assert failing == row["extra_info"]["failing_tests"]
+    # the loader: MBPP's own splits (a copy holding six problems of each), cached, ids unique
+    lines = (mbpp_dir / "mbpp.jsonl").read_text().splitlines()
+    wanted = {*range(11, 17), *range(601, 607)}
+    subset = tmp_path / "mbpp.jsonl"
+    subset.write_text("\n".join(line for line in lines if json.loads(line)["task_id"] in wanted) + "\n")
+    train = load_debug_tasks(f"mbpp:{subset}", "train")
+    held_out = load_debug_tasks(f"mbpp:{subset}", "test")
+    assert len(train) >= 4 and len(held_out) >= 4
+    assert all(601 <= t.metadata["mbpp_task_id"] <= 606 for t in train)
+    assert all(11 <= t.metadata["mbpp_task_id"] <= 16 for t in held_out)
+    assert {t.split for t in held_out} == {"eval"} and not {t.task_id for t in train} & {
+        t.task_id for t in held_out
+    }
+    assert list((tmp_path / "cache").glob("mbpp-debug-*.json"))
+
+
+# ---------------------------------------------------------------------------------------------
+# a repository, end to end
+# ---------------------------------------------------------------------------------------------
+
+LIB = '''"""Small helpers."""
+
+
+def clamp(x, low, high):
+    """x limited to [low, high]."""
+    if x < low:
+        return low
+    if x > high:
+        return high
+    return x
+
+
+def window_sums(values, size):
+    """Sums of each run of `size` consecutive values."""
+    out = []
+    for i in range(len(values) - size + 1):
+        out.append(sum(values[i : i + size]))
+    return out
+
+
+def initials(name):
+    parts = [p for p in name.split() if p]
+    return "".join(p[0].upper() for p in parts)
+'''
+
+TESTS = """from shelf.lib import clamp, initials, window_sums
+
+
+def test_clamp_inside():
+    assert clamp(5, 0, 10) == 5
+
+
+def test_clamp_low():
+    assert clamp(-3, 0, 10) == 0
+
+
+def test_clamp_high():
+    assert clamp(12, 0, 10) == 10
+
+
+def test_window_sums():
+    assert window_sums([1, 2, 3, 4], 2) == [3, 5, 7]
+
+
+def test_window_whole():
+    assert window_sums([1, 2, 3], 3) == [6]
+
+
+def test_initials():
+    assert initials("ada  lovelace") == "AL"
+"""
+
+
+def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_path):
+    require_bwrap()
+    from lit_codeRL.cli import main
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.debug import load_debug_tasks, validate_debug_tasks
+    from lit_codeRL.problems.swe import RepoCache, load_swe_tasks, prepare_repo
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = tmp_path / "shelf"
+    (repo / "shelf").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "shelf" / "__init__.py").write_text("")
+    (repo / "shelf" / "lib.py").write_text(LIB)
+    (repo / "tests" / "test_lib.py").write_text(TESTS)
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0.5", "--tries", "8"])
+    report = json.loads((out / "report.json").read_text())
+    (source,) = report["sources"]
+    assert source["functions"] == 3 and source["clean_tests"] == 6
+    assert 1 <= source["kept"] <= 3 and report["tasks"] == source["kept"] - len(report["dropped_by_check"])
+    assert sum(source["rejected"].values()) + source["kept"] <= source["validated"] + source["kept"]
+    assert sum(source["kinds"].values()) == source["kept"]
+
+    tasks = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")
+    assert len(tasks) == report["tasks"] >= 1
+    grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    for task in tasks:
+        assert task.fail_to_pass and task.pass_to_pass and task.test_patch == ""
+        assert set(task.fail_to_pass).isdisjoint(task.pass_to_pass)
+        assert "tests/test_lib.py::" in task.problem_statement and "diff" not in task.problem_statement
+        assert grader.grade(task, task.patch).resolved
+        assert not grader.grade(task, "", run_empty=True).resolved
+        # the bugged tree is the workspace's only history: one root commit, no fix anywhere
+        copy = prepare_repo(task, tmp_path / f"copy-{task.base_commit[:8]}")
+        log = subprocess.run(
+            ["git", "-C", str(copy), "log", "--format=%H %P"], capture_output=True, text=True
+        )
+        assert log.stdout.split() == [task.base_commit]
+        assert "lib.py" in task.patch and (copy / "shelf" / "lib.py").read_text() != LIB
+
+    debug = load_debug_tasks(str(out / "debug" / "tasks.jsonl"))
+    assert {t.task_id for t in debug} == {t.instance_id for t in tasks}
+    kept = validate_debug_tasks(debug, grader, root=tmp_path / "debug-cache")
+    assert [t.task_id for t in kept] == [t.task_id for t in debug]
+
+
+def test_synth_refuses_a_repository_without_a_passing_suite(tmp_path, capsys):
+    from lit_codeRL.cli import main
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "m.py").write_text("def f():\n    return 1\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["synth", str(tmp_path / "r"), "--out", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    assert "no test module" in capsys.readouterr().err

@@ -1,0 +1,89 @@
+"""The agent recipe script end to end on a tiny random policy: BC on the generated reference
+trajectories of MBPP debugging tasks (made at run time from a 12-problem MBPP copy) and of SWE
+tasks together, one GRPO step in the debugging gym from the BC policy, and every policy scored by
+`lit-coderl validate` on held-out debugging tasks (MBPP test) and held-out SWE tasks, with the
+verdicts counted, the McNemar comparisons, a picture, and finished evaluations reused on a rerun."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.conftest import require_bwrap
+
+REPO = Path(__file__).resolve().parents[2]
+MBPP = REPO.parent / "shared" / "data" / "mbpp"
+TINY = "--trainer.max_steps 2 --trainer.accelerator cpu --trainer.devices 1"
+BC = f"{TINY} --model.init_args.demonstrations.limit 2 --model.init_args.batch_size 2"
+RL = (
+    "--trainer.max_steps 1 --trainer.accelerator cpu --trainer.devices 1 --model.init_args.problems.limit 2 "
+    "--model.init_args.sampling.max_new_tokens 8 --model.init_args.prompts_per_step 1 "
+    "--model.init_args.num_generations 2 --model.init_args.env.max_turns 2"
+)
+EVAL = (
+    "--model.init_args.max_new_tokens 8 --model.init_args.max_turns 2 --model.init_args.batch_size 2 "
+    "--trainer.accelerator cpu --trainer.devices 1"
+)
+
+
+def run_recipe(tmp_path: Path, data: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "scripts/agent_recipe.py",
+            *("--data", str(data)),
+            *("--out-dir", str(tmp_path / "runs")),
+            *("--out", str(tmp_path / "recipe.json")),
+            *("--base-model", "tiny-random"),
+            *("--swe-tasks", str(REPO / "data" / "swe" / "tasks.jsonl")),
+            *("--debug-heldout", "2", "--swe-heldout", "2"),
+            *("--eval-args", EVAL),
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**__import__("os").environ, "LIT_CODERL_SYNTH_CACHE": str(tmp_path / "synth-cache")},
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MBPP / "mbpp.jsonl").is_file(), reason="needs ../shared/data/mbpp")
+def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_sets(tmp_path):
+    require_bwrap()
+    lines = (MBPP / "mbpp.jsonl").read_text().splitlines()
+    wanted = {*range(11, 17), *range(601, 607)}
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text("\n".join(line for line in lines if json.loads(line)["task_id"] in wanted) + "\n")
+    proc = run_recipe(tmp_path, data, "--rl-minutes", "1", "--bc-args", BC, "--rl-args", RL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "recipe.json").read_text())
+    rows = report["rows"]
+    assert [r["after"] for r in rows] == ["base", "BC", "BC + RL"]
+    for r in rows:
+        assert r["debug"]["num_tasks"] == 2 and r["swe"]["num_tasks"] == 2
+        assert r["debug"]["source"] == f"debug:mbpp:{data}" and r["debug"]["split"] == "test"
+        assert all(t.startswith("mbpp-debug/1") for t in r["debug"]["solved"])  # held out: MBPP 11-16
+        assert sum(r["swe"]["verdicts"].values()) == 2 and "tamper" not in r["debug"]["resolved_verdicts"]
+    bc, rl = report["stages"]
+    assert "--model.init_args.demonstrations.also" in bc["command"] and "swe:" in bc["command"]
+    assert (
+        f"--model.init_args.model.name_or_path {tmp_path / 'runs' / 'bc' / 'run' / 'hf_model'}"
+        in rl["command"]
+    )
+    assert set(report["comparisons"]) == {
+        "BC vs base (debug)", "BC vs base (swe)", "BC + RL vs BC (debug)", "BC + RL vs BC (swe)",
+    }  # fmt: skip
+    assert (tmp_path / "runs" / "agent_recipe.png").is_file()
+    # BC trained on both envs' trajectories: its log says how many rows it kept
+    metrics = (tmp_path / "runs" / "bc" / "run" / "metrics.csv").read_text()
+    assert "train/loss" in metrics
+    # a rerun reuses every stage and evaluation
+    again = run_recipe(tmp_path, data, "--bc-run", bc["log_dir"], "--rl-run", rl["log_dir"])
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "lit-coderl validate" not in again.stdout
