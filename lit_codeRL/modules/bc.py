@@ -12,13 +12,11 @@ any of them: ``--model.init_args.model.name_or_path <bc run>/hf_model``.
 
 from __future__ import annotations
 
-import torch
-
-from lit_codeRL.algorithms.bc import nll_loss
 from lit_codeRL.policy.engine import EngineSettings
 from lit_codeRL.policy.loading import ModelSettings
 from lit_codeRL.rollout.demonstrations import DemonstrationDataset, DemonstrationSettings, load_demonstrations
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
+from lit_codeRL.training.behaviour_cloning import nll_update
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import PolicyModule, as_settings
 
@@ -76,15 +74,7 @@ class BCModule(PolicyModule):
         self.setup_run_dir("demonstrations")
 
     def training_step(self, batch: TrajectoryBatch, batch_idx: int) -> None:
-        batch = batch.to(self.device)
-        start = batch.first_trainable_position()
-        num_tokens = self.loss_normalisers(batch)[1]
-
-        def loss_fn(mb: TrajectoryBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            logps, _ = self.token_logprobs(mb, start)
-            return nll_loss(logps, mb.trainable_mask[:, start:], num_tokens)
-
-        stats, times = self.update(batch, loss_fn, start=start)
+        stats, times = nll_update(self, batch)
         metrics = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
         metrics.update(times)
         metrics["train/tokens"] = float(batch.num_trainable_tokens)

@@ -10,8 +10,11 @@ One training step, as data (``rollout/code_game.py``)::
     program's K-group -> clipped surrogate -> optimizer step
 
 The policy plays both roles in self-play (both trained), or one role against a fixed opponent: a
-frozen copy of the initial policy, or another model. Logged under ``train/game/*`` (validity,
-why programs were refused, accuracy, lengths, rewards) and under the original design's names
+frozen copy of the initial policy, or another model. With ``warm_start.steps`` the run's first
+steps are the predictor's warm start instead of rounds: behavioural cloning on (program, output)
+pairs the gate ran (``rollout/code_game_warmstart.py``), then self-play. Logged under
+``train/game/*`` (validity, why programs were refused, accuracy, lengths, rewards), the warm
+start under ``train/warmstart/*``, and under the original design's names
 ``reward/avg_batch_reward`` and ``reward/successful_predictions_count``; every turn goes to
 ``code_game.jsonl`` and a table of programs, true outputs and predictions to ``samples/``.
 """
@@ -19,6 +22,7 @@ why programs were refused, accuracy, lengths, rewards) and under the original de
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,8 +38,10 @@ from lit_codeRL.rollout.code_game import (
     CodeGameRunner,
     CodeGameSettings,
 )
+from lit_codeRL.rollout.code_game_warmstart import PredictorWarmStart, PredictorWarmStarter
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
+from lit_codeRL.training.behaviour_cloning import mean_nll, nll_update
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import PolicyModule, as_settings
 from lit_codeRL.training.round_logging import log_round
@@ -71,6 +77,8 @@ class CodeGameModule(PolicyModule):
         model: Policy model source, dtype, LoRA and gradient checkpointing.
         game: Rounds, rewards, the validity gate and the prompts.
         opponent: Self-play, or the policy in one role against a fixed opponent.
+        warm_start: The predictor's warm start before self-play: behavioural cloning on the
+            gate's (program, output) pairs (``steps`` 0: none).
         sandbox: Where programs run (the gate).
         sampling: Sampling of both roles (predictions: ``game.prediction_max_new_tokens``).
         engine: Which generation engine samples turns.
@@ -89,6 +97,7 @@ class CodeGameModule(PolicyModule):
         model: ModelSettings = ModelSettings(),  # noqa: B008 - dataclass defaults show up in --print_config
         game: CodeGameSettings = CodeGameSettings(),  # noqa: B008
         opponent: CodeGameOpponent = CodeGameOpponent(),  # noqa: B008
+        warm_start: PredictorWarmStart = PredictorWarmStart(),  # noqa: B008
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
         sampling: SamplingParams = SamplingParams(max_new_tokens=256, temperature=1.0),  # noqa: B008
         engine: EngineSettings = EngineSettings(),  # noqa: B008
@@ -103,6 +112,7 @@ class CodeGameModule(PolicyModule):
     ) -> None:
         game = as_settings(CodeGameSettings, game)
         opponent = as_settings(CodeGameOpponent, opponent)
+        warm_start = as_settings(PredictorWarmStart, warm_start)
         model = as_settings(ModelSettings, model)
         super().__init__(
             model=model,
@@ -136,9 +146,13 @@ class CodeGameModule(PolicyModule):
             if opponent.kind == "self_play"
             else ((WRITER,) if opponent.role == "writer" else (PREDICTOR,))
         )
+        if warm_start.steps and PREDICTOR not in self.roles:
+            raise ConfigError("warm_start trains the predictor, and here the policy only writes")
+        self.warm_start_settings = warm_start
         self.save_hyperparameters()
         self.plain_hparams()
         self.dataset: CodeGameDataset | None = None
+        self.warm_starter: PredictorWarmStarter | None = None
         self.sandbox = None
 
     @property
@@ -165,6 +179,15 @@ class CodeGameModule(PolicyModule):
         rank = self.trainer.global_rank if self._trainer is not None else 0
         self.dataset = CodeGameDataset(runner, self.roles, seed=self.hparams.seed + 7919 * rank)
         self.register_state("code_game", self.dataset)
+        if self.warm_start_settings.steps:
+            self.warm_starter = PredictorWarmStarter(
+                runner,
+                self.warm_start_settings,
+                self.hparams.seed + 7919 * rank + 1,
+                policy_engine.pad_token_id,
+                writes=WRITER in self.roles,
+            )
+            self.register_state("predictor_warm_start", self.warm_starter)
         self.setup_run_dir("code_game")
 
     def on_fit_start(self) -> None:
@@ -178,8 +201,37 @@ class CodeGameModule(PolicyModule):
             self.sandbox.close()
             self.sandbox = None
 
+    def configure_optimizers(self):
+        config = super().configure_optimizers()
+        steps = self.warm_start_settings.steps
+        if not steps:
+            return config
+        # The warm start's steps run at its own learning rate; self-play's schedule (warm-up,
+        # cosine to max_steps) starts after them, as PPO's policy schedule starts after value
+        # pre-training.
+        settings, warm = self.optimizer_settings, self.warm_start_settings.learning_rate
+        total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
+        after = settings.factor(max(total - steps, 0) if total else 0)
+        if warm is not None and settings.learning_rate <= 0:
+            raise ConfigError("warm_start.learning_rate scales optimizer.learning_rate, which is 0")
+        ratio = 1.0 if warm is None else warm / settings.learning_rate
+
+        def policy_factor(step: int) -> float:
+            return ratio if step < steps else after(step - steps)
+
+        scheduler = config["lr_scheduler"]["scheduler"]
+        scheduler.lr_lambdas[0] = policy_factor
+        # LambdaLR set the first learning rate with the factor it was built with
+        config["optimizer"].param_groups[0]["lr"] = scheduler.base_lrs[0] * policy_factor(
+            scheduler.last_epoch
+        )
+        return config
+
     # ------------------------------------------------------------------ step
     def training_step(self, dataloader_iter) -> None:
+        if self.warm_starter is not None and not self.warm_starter.done:
+            self.warm_start_step()  # no round is played: the loader's batch is not taken
+            return
         hp = self.hparams
         item = next(dataloader_iter)
         batch: TrajectoryBatch = (item[0] if isinstance(item, tuple) else item).to(self.device)
@@ -200,6 +252,85 @@ class CodeGameModule(PolicyModule):
 
         stats, times = self.update(batch, loss_fn, start=start)
         self.log_round(batch, stats, times)
+
+    def warm_start_step(self) -> None:
+        """One step of the predictor's warm start (``rollout/code_game_warmstart.py``): the first
+        harvests the pairs and evaluates the predictor on the held-out ones, the last evaluates
+        it again and resets AdamW's moments for self-play."""
+        warm = self.warm_starter
+        assert warm is not None
+        metrics: dict[str, float] = {}
+        if warm.pairs is None:
+            found = warm.harvest()
+            metrics.update(
+                {
+                    "train/warmstart/pairs": found["pairs"],
+                    "train/warmstart/rows": found["rows"],
+                    "train/warmstart/held_out": found["held_out"],
+                    "train/warmstart/pairs_from_writer": found["pairs_from_writer"],
+                    "train/warmstart/pairs_from_seeds": found["pairs_from_seeds"],
+                    "train/warmstart/writer_programs": found["writer_programs"],
+                    "train/warmstart/writer_admitted": found["writer_admitted"],
+                    "time/warmstart_harvest_s": found["harvest_s"],
+                }
+            )
+            if warm.held_out:
+                metrics.update(self._evaluate_predictor("before"))
+            self.release_engines()
+        batch = warm.next_batch()
+        lr = self.optimizers().param_groups[0]["lr"]
+        stats, times = nll_update(self, batch)
+        warm.steps_done += 1
+        if warm.done:
+            # self-play starts from fresh AdamW moments, as a run started from these weights
+            # would: the BC gradients' second moments would otherwise damp its first updates
+            optimizer = self.optimizers().optimizer
+            for param in self.optimizer_groups()[0][0]:
+                optimizer.state.pop(param, None)
+            if warm.held_out:
+                metrics.update(self._evaluate_predictor("after"))
+                self.release_engines()
+        metrics.update(
+            {
+                "train/warmstart/nll": sum(stats["nll"]) / len(stats["nll"]),
+                "train/warmstart/token_prob": sum(stats["token_prob"]) / len(stats["token_prob"]),
+                "train/warmstart/tokens": float(batch.num_trainable_tokens),
+                "train/warmstart/epoch": float(warm.dataset.epoch) if warm.dataset else 0.0,
+                "train/lr": lr,
+                **times,
+            }
+        )
+        size = batch.batch_size
+        self.log("train/warmstart/loss", stats["loss"][0], on_step=True, prog_bar=True, batch_size=size)
+        self.log_dict(metrics, on_step=True, batch_size=size)
+
+    _EVALUATION = {
+        "before": (
+            "train/warmstart/before/accuracy",
+            "train/warmstart/before/format_rate",
+            "train/warmstart/before/answer_tokens",
+            "train/warmstart/before/nll",
+            "time/warmstart_eval_before_s",
+        ),
+        "after": (
+            "train/warmstart/after/accuracy",
+            "train/warmstart/after/format_rate",
+            "train/warmstart/after/answer_tokens",
+            "train/warmstart/after/nll",
+            "time/warmstart_eval_after_s",
+        ),
+    }
+    """The metric names of the held-out evaluation before and after the warm start."""
+
+    def _evaluate_predictor(self, phase: str) -> dict[str, float]:
+        """The predictor on the warm start's held-out pairs (``phase``: before or after): sampled
+        answers graded as in a round (accuracy, format rate, their mean length in tokens), the
+        NLL of the true answers, and the seconds it took."""
+        t0 = time.perf_counter()
+        sampled = self.warm_starter.evaluate()
+        nll = mean_nll(self, self.warm_starter.held_out_batch())
+        values = (sampled["accuracy"], sampled["format_rate"], sampled["answer_tokens"], nll)
+        return dict(zip(self._EVALUATION[phase], (*values, time.perf_counter() - t0), strict=True))
 
     # ------------------------------------------------------------------ logging
     def log_round(

@@ -37,6 +37,7 @@ from torch.utils.data import IterableDataset
 from lit_codeRL.algorithms.grpo import group_advantages
 from lit_codeRL.envs.code_game import (
     NO_PROGRAM_REWARD,
+    REASONS,
     GateResult,
     GateSettings,
     extract_program,
@@ -209,6 +210,12 @@ class CodeGameRunner:
             top_k=sampling.top_k,
         )
 
+    def draw_themes(self, generator: torch.Generator | None = None) -> list[str]:
+        """A round's topics: ``prompts_per_step`` drawn from ``game.themes`` with ``generator``."""
+        s = self.settings
+        picks = torch.randint(0, len(s.themes), (s.prompts_per_step,), generator=generator).tolist()
+        return [s.themes[i] for i in picks]
+
     def writer_prompt(self, theme: str) -> str:
         return self.settings.writer_instruction.format(
             imports=self._imports, max_output=self.settings.gate.max_output_chars, theme=theme
@@ -246,9 +253,13 @@ class CodeGameRunner:
             )
         return turns
 
-    def play(self, themes: Sequence[str], generator: torch.Generator | None = None) -> Round:
+    def write(
+        self, themes: Sequence[str], generator: torch.Generator | None = None
+    ) -> tuple[list[Turn], list[str | None], list[GateResult], dict[str, float]]:
+        """The round's first half: ``programs_per_prompt`` programs per theme, and the gate's
+        verdict on each (``no_program`` where the answer held none). Returns the writer turns, the
+        programs, the verdicts and the seconds spent (``generate_s``, ``gate_s``)."""
         s = self.settings
-        stats: dict[str, float] = {"generate_s": 0.0, "completion_tokens": 0.0, "gate_s": 0.0}
         t0 = time.perf_counter()
         writers = self._generate(
             self.writer_engine,
@@ -259,7 +270,7 @@ class CodeGameRunner:
             WRITER,
             list(range(len(themes))),
         )
-        stats["generate_s"] += time.perf_counter() - t0
+        stats = {"generate_s": time.perf_counter() - t0}
         for i, w in enumerate(writers):
             w.program = i
         programs = [extract_program(w.text) for w in writers]
@@ -269,33 +280,54 @@ class CodeGameRunner:
         gates = [GateResult(False, "no_program", "", {"stage": "extract"}) for _ in writers]
         for i, result in zip(extracted, gated, strict=True):
             gates[i] = result
-        stats["gate_s"] += time.perf_counter() - t0
+        stats["gate_s"] = time.perf_counter() - t0
+        return writers, programs, gates, stats
+
+    def predict(
+        self,
+        programs: Sequence[str],
+        outputs: Sequence[str],
+        groups: Sequence[int],
+        generator: torch.Generator | None = None,
+    ) -> list[Turn]:
+        """``predictions_per_program`` predictions of each admitted program, graded against its
+        true ``outputs`` (reward and ``info``: the parsed prediction, ``correct``, ``parsed``);
+        ``groups``: each program's index in the round."""
+        s = self.settings
+        turns = self._generate(
+            self.predictor_engine,
+            [self.predictor_prompt(p) for p in programs],
+            s.predictions_per_program,
+            self.prediction_sampling,
+            generator,
+            PREDICTOR,
+            list(groups),
+        )
+        true_output = dict(zip(groups, outputs, strict=True))
+        for t in turns:
+            t.program = t.group
+            guess = parse_prediction(t.text)
+            correct = prediction_correct(guess, true_output[t.group])
+            t.reward = predictor_reward(
+                correct, s.reward_mode, parsed=guess is not None, unparsed=s.unparsed_prediction_reward
+            )
+            t.info = {"prediction": guess, "correct": correct, "parsed": guess is not None}
+        return turns
+
+    def play(self, themes: Sequence[str], generator: torch.Generator | None = None) -> Round:
+        s = self.settings
+        writers, programs, gates, stats = self.write(themes, generator)
         admitted = [i for i, g in enumerate(gates) if g.valid]
         predictions: list[Turn] = []
         if admitted:
             t0 = time.perf_counter()
-            predictions = self._generate(
-                self.predictor_engine,
-                [self.predictor_prompt(programs[i]) for i in admitted],
-                s.predictions_per_program,
-                self.prediction_sampling,
-                generator,
-                PREDICTOR,
-                admitted,
+            predictions = self.predict(
+                [programs[i] for i in admitted], [gates[i].output for i in admitted], admitted, generator
             )
             stats["generate_s"] += time.perf_counter() - t0
-            for t in predictions:
-                t.program = t.group
         success: list[float | None] = [None] * len(writers)
         for i in admitted:
             mine = [t for t in predictions if t.group == i]
-            for t in mine:
-                guess = parse_prediction(t.text)
-                correct = prediction_correct(guess, gates[i].output)
-                t.reward = predictor_reward(
-                    correct, s.reward_mode, parsed=guess is not None, unparsed=s.unparsed_prediction_reward
-                )
-                t.info = {"prediction": guess, "correct": correct, "parsed": guess is not None}
             success[i] = sum(t.info["correct"] for t in mine) / len(mine)
         for i, (w, g) in enumerate(zip(writers, gates, strict=True)):
             w.info = {"program": programs[i], "gate": g.reason, "output": g.output if g.valid else ""}
@@ -342,9 +374,15 @@ def round_stats(rnd: Round, mode: str) -> dict[str, float]:
         "game/output_chars": sum(len(g.output) for g in admitted) / max(len(admitted), 1),
     }
     rates = [p for p in rnd.success if p is not None]
+    # 4p(1-p) over the admitted programs whatever reward_mode pays: 0 while the predictor always
+    # or never gets a program right, so it shows whether the writer's shaped reward can move
+    out["game/learnability"] = sum(writer_reward(p, "learnability") for p in rates) / max(len(rates), 1)
     out["game/success_rate_std"] = float(torch.tensor(rates).std()) if len(rates) > 1 else 0.0
-    for reason, count in Counter(g.reason for g in rnd.gates if not g.valid).items():
-        out[f"game/rejected/{reason}"] = count / max(len(writers), 1)
+    # every reason every round, 0 included: a logger repeats a step metric's last value in the
+    # steps that do not log it (Lightning does), which would count old refusals again
+    refused = Counter(g.reason for g in rnd.gates if not g.valid)
+    for reason in (r for r in REASONS if r != "ok"):
+        out[f"game/rejected/{reason}"] = refused[reason] / max(len(writers), 1)
     out["game/writer_groups_with_signal"] = _share_with_signal(graded)
     out["game/predictor_groups_with_signal"] = _share_with_signal(preds)
     # the original design's names: the writer's +-1 reward of the zero-sum game, and the count of
@@ -444,8 +482,7 @@ class CodeGameDataset(IterableDataset):
     def collect(self) -> TrajectoryBatch:
         s = self.runner.settings
         for attempt in range(s.max_rounds):
-            picks = torch.randint(0, len(s.themes), (s.prompts_per_step,), generator=self.generator).tolist()
-            rnd = self.runner.play([s.themes[i] for i in picks], self.generator)
+            rnd = self.runner.play(self.runner.draw_themes(self.generator), self.generator)
             self.rounds += 1
             self.last_round = rnd
             try:

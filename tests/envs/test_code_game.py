@@ -21,6 +21,7 @@ from lit_codeRL.envs.code_game import (
     UNPARSED_PREDICTION_REWARD,
     GateSettings,
     extract_program,
+    format_prediction,
     gate,
     gate_programs,
     normalise_output,
@@ -33,6 +34,7 @@ from lit_codeRL.envs.code_game import (
     writer_rewards,
 )
 from lit_codeRL.envs.code_game.gate import TARGET_HASH_SEED, GateReason, _gate, _judge_runs, static_violation
+from lit_codeRL.envs.code_game.seeds import TEMPLATES, seed_programs
 from lit_codeRL.sandbox import ExecutionResult, Verdict, make_sandbox
 from tests.sandbox.conftest import require_bwrap
 
@@ -462,6 +464,42 @@ def test_normalise_output() -> None:
 )
 def test_prediction_correct(predicted: str | None, actual: str, correct: bool) -> None:
     assert prediction_correct(predicted, actual) is correct
+
+
+@pytest.mark.parametrize(
+    "output, answer",
+    [
+        ("10\n", "[OUTPUT]10[/OUTPUT]"),
+        ("[1, 'a']\n", "[OUTPUT][1, 'a'][/OUTPUT]"),
+        ("a\nb\n", "[OUTPUT]\na\nb\n[/OUTPUT]"),
+        ("  indented\n", "[OUTPUT]\n  indented\n[/OUTPUT]"),  # the one-line form would strip it
+        ("x   \r\n\n\n y\n\n", "[OUTPUT]\nx\n\n\n y\n[/OUTPUT]"),
+        ("\n\n3\n", "[OUTPUT]3[/OUTPUT]"),
+        ("", None),
+        ("   \n", None),
+        ("[/OUTPUT]\n", None),  # a marker in the output: no answer can state it
+        ("a [OUTPUT] b\n", None),
+        ("<think>x</think>\n", None),  # parse_prediction drops a closed think section
+    ],
+)
+def test_format_prediction_is_an_answer_the_grader_takes(output: str, answer: str | None) -> None:
+    assert format_prediction(output) == answer
+    if answer is not None:
+        assert prediction_correct(parse_prediction(answer), output)
+        assert prediction_correct(parse_prediction(f"Let me see.\n{answer}\n"), output)
+
+
+def test_seed_programs_pass_the_gate_and_their_answers_grade_as_right(sandbox) -> None:
+    seeds = seed_programs(2 * len(TEMPLATES), seed=5)
+    assert seed_programs(2 * len(TEMPLATES), seed=5) == seeds  # seeded
+    topics, programs = zip(*seeds, strict=True)
+    assert len(set(programs)) == len(programs) == 2 * len(TEMPLATES)
+    assert sorted(set(topics)) == sorted(TEMPLATES) and all(topics.count(t) == 2 for t in TEMPLATES)
+    programs = list(programs)
+    results = gate_programs(sandbox, programs, GateSettings())
+    assert [r.reason for r in results] == ["ok"] * len(programs)
+    for r in results:
+        assert prediction_correct(parse_prediction(format_prediction(r.output)), r.output)
 
 
 def test_prediction_of_a_call_is_never_evaluated(monkeypatch) -> None:

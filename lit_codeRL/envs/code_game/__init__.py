@@ -16,7 +16,12 @@ from lit_codeRL.envs.code_game.gate import (
     extract_program,
     gate_programs,
 )
-from lit_codeRL.envs.code_game.grading import normalise_output, parse_prediction, prediction_correct
+from lit_codeRL.envs.code_game.grading import (
+    format_prediction,
+    normalise_output,
+    parse_prediction,
+    prediction_correct,
+)
 from lit_codeRL.envs.code_game.rewards import (
     DEFAULT_MODE,
     FORMAT_REASONS,
@@ -45,6 +50,7 @@ __all__ = [
     "GateResult",
     "GateSettings",
     "extract_program",
+    "format_prediction",
     "gate_programs",
     "normalise_output",
     "parse_prediction",

@@ -37,6 +37,25 @@ def parse_prediction(text: str) -> str | None:
     return body.strip() if "\n" not in body else body
 
 
+def format_prediction(output: str) -> str | None:
+    """The answer a predictor that knows ``output`` gives: the inverse of :func:`parse_prediction`
+    (the predictor's behavioural-cloning targets, ``rollout/code_game_warmstart.py``).
+
+    A one-line output is written on the block's line (``[OUTPUT]42[/OUTPUT]``, as CRUXEval's
+    answers are); any other, and a line that the one-line form would change (leading spaces, which
+    :func:`parse_prediction` strips there), between lines of its own (``[OUTPUT]\\n...\\n[/OUTPUT]``).
+    Every answer returned passes :func:`prediction_correct` against ``output`` (checked here);
+    ``None`` when none would: a blank output, or one holding an ``[OUTPUT]``/``[/OUTPUT]`` marker or
+    a ``<think>...</think>`` section, which :func:`parse_prediction` cuts.
+    """
+    text = normalise_output(output)
+    if "\n" not in text and text == text.strip():
+        answer = f"[OUTPUT]{text}[/OUTPUT]"
+    else:
+        answer = f"[OUTPUT]\n{text}\n[/OUTPUT]"
+    return answer if text and prediction_correct(parse_prediction(answer), output) else None
+
+
 def normalise_output(s: str) -> str:
     """``s`` with ``\\r\\n`` turned into ``\\n``, the trailing whitespace of each line removed, and
     the blank lines at the start and the end removed. Leading whitespace of a line, blank lines
@@ -100,4 +119,10 @@ def _typed(value: object) -> object:
     return (kind.__name__, value)
 
 
-__all__ = ["MAX_LITERAL_CHARS", "normalise_output", "parse_prediction", "prediction_correct"]
+__all__ = [
+    "MAX_LITERAL_CHARS",
+    "format_prediction",
+    "normalise_output",
+    "parse_prediction",
+    "prediction_correct",
+]
