@@ -644,8 +644,8 @@ def _needs_mbpp(words: list[str]) -> bool:
 def _subcommand_of(path: Path) -> str:
     """The subcommand the config's own header runs it with (``fit`` when it shows none)."""
     for cmd in config_header_commands(path)[0]:
-        if cmd.program == "lit-coderl" and len(cmd.words) > 1:
-            return cmd.words[1]
+        if cmd.program == "lit-coderl" and len(cmd.words) > 1 and cmd.words[1] in SUBCOMMANDS:
+            return cmd.words[1]  # not `lit-coderl synth ...`: a header may show how its data is made
     return "fit"
 
 
