@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,15 +181,8 @@ def bug_rows(
                     continue
                 rows.append(_row(problem, candidate, failing, statement, (split_of or {}).get(task_id)))
     stats["kept"] = len(rows)
-    stats["kinds"] = _count(row["extra_info"]["bug_kind"] for row in rows)
+    stats["kinds"] = dict(sorted(Counter(row["extra_info"]["bug_kind"] for row in rows).items()))
     return rows, stats
-
-
-def _count(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return dict(sorted(out.items()))
 
 
 def _row(

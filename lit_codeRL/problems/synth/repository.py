@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,10 +147,9 @@ def synthesize_files(
     """Validated tasks of the repository whose files (path -> content) are ``files``."""
     settings = settings or SynthSettings()
     start = time.monotonic()
-    source = repo_name
     modules = sorted(p for p in files if _is_test_path(p) and _is_test_module(p))
     if not modules:
-        raise ConfigError(f"synth: {source} has no test module (test_*.py or *_test.py)")
+        raise ConfigError(f"synth: {repo_name} has no test module (test_*.py or *_test.py)")
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
         clean_dir = Path(tmp) / "clean"
         _build_repo(files, clean_dir)
@@ -170,7 +170,7 @@ def synthesize_files(
         try:
             clean = baseline(grader, task, modules, settings.clean_runs)
         except ValueError as err:
-            raise ConfigError(f"synth: {source}: {err}") from None
+            raise ConfigError(f"synth: {repo_name}: {err}") from None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
         check = workspace_check(
             grader, task, modules, clean, settings.max_fail_to_pass, settings.min_pass_to_pass
@@ -213,15 +213,8 @@ def synthesize_files(
         "validated": validated,
         "kept": len(tasks),
         "rejected": dict(sorted(rejected.items())),
-        "kinds": _count(t.info["bug_kind"] for t in tasks),
+        "kinds": dict(sorted(Counter(t.info["bug_kind"] for t in tasks).items())),
         "clean_tests": len(clean.ids),
         "wall_s": round(time.monotonic() - start, 2),
     }
     return RepoSynthesis(repo_name, tasks, files, stats)
-
-
-def _count(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return dict(sorted(out.items()))
