@@ -9,6 +9,8 @@ PYTEST_ARGS ?=
 export LIT_CODERL_SHARED ?= $(abspath ../shared)
 # llama.cpp's server, for the endpoint-engine test against a real OpenAI-compatible server
 export LIT_CODERL_LLAMA_SERVER ?= $(HOME)/.cache/lit_coderl/bin/llama-server
+# mini-swe-agent in a venv of its own, the agent program of configs/harness_mini_swe_agent.yaml
+export LIT_CODERL_MINI_SWE_AGENT ?= $(HOME)/.cache/lit_coderl/agents/mini-swe-agent
 
 .PHONY: install system-deps test-deps run test lint bench
 
@@ -35,6 +37,12 @@ system-deps:
 # bitsandbytes serves the quantized-policy tests (model.quantization).
 test-deps:
 	$(PIP) install -q -e ".[quant]"
+	@# the harness tests run the real mini-swe-agent in the sandbox: its 78 distributions live in
+	@# their own venv (bound read-only into each episode), never in lit-coderl's
+	@if [ ! -f "$(LIT_CODERL_MINI_SWE_AGENT)/.complete" ]; then \
+	  rm -rf "$(LIT_CODERL_MINI_SWE_AGENT)" && $(PYTHON) -m venv "$(LIT_CODERL_MINI_SWE_AGENT)" && \
+	  "$(LIT_CODERL_MINI_SWE_AGENT)/bin/pip" install -q mini-swe-agent==2.4.6 && touch "$(LIT_CODERL_MINI_SWE_AGENT)/.complete"; \
+	fi
 	@# The munge key is made first: munge's postinst otherwise makes it via `su munge`, which
 	@# fails where / is closed to other users.
 	@if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \

@@ -121,6 +121,7 @@ class CodeRLArgumentParser(LightningArgumentParser):
             text += "\nA finished run's learning curve as a PNG: lit-coderl curves RUN_DIR [--out PNG]\n"
             text += "One dumped episode as readable Markdown: lit-coderl episode ROLLOUTS.jsonl [--best]\n"
             text += "Synthesized, validated SWE and debugging tasks: lit-coderl synth SOURCE... --out DIR\n"
+            text += "The policy behind an OpenAI-compatible API: lit-coderl serve --model M [--port 8000]\n"
         return text
 
 
@@ -282,6 +283,11 @@ def main(args: list[str] | None = None) -> None:
         return
     if argv[:1] == ["episode"]:
         _episode_command(argv[1:])
+        return
+    if argv[:1] == ["serve"]:
+        from lit_codeRL.gateway.cli import command as serve_command
+
+        serve_command(argv[1:])
         return
     if argv[:1] == ["synth"]:
         from lit_codeRL.problems.synth.cli import command as synth_command

@@ -249,6 +249,10 @@ NOT_RUN: dict[str, str] = {
     "tests/scripts/test_code_game_curve_smoke.py",
     "python scripts/bench_ppo_step.py": "a benchmark (PPO vs GRPO step phases, minutes); "
     "tests/scripts/test_bench_ppo_step_smoke.py",
+    "python scripts/bench_gateway.py": "a benchmark (gateway cost per call, batching, agent episodes per "
+    "minute; minutes on the real model); tests/scripts/test_bench_gateway_smoke.py",
+    "python3 -m venv ~/.cache/lit_coderl/agents/mini-swe-agent": "an install (mini-swe-agent's own venv); "
+    "make test-deps runs it, tests/envs/test_harness_mini_swe_agent.py uses it",
     "python scripts/sampler_parity.py": "a measurement: REINFORCE and SPIRAL curves with a bf16 and an fp32 "
     "sampler (an hour on 2 cores); tests/scripts/test_sampler_parity.py",
 }

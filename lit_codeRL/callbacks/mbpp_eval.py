@@ -27,6 +27,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lit_codeRL.callbacks.interval import IntervalEvaluation
 from lit_codeRL.callbacks.progress import EvalProgress
 from lit_codeRL.envs.debug.env import DebugSettings
+from lit_codeRL.envs.harness.env import HarnessSettings
 from lit_codeRL.envs.swe.env import SWESettings
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.evaluation import (
@@ -75,6 +76,8 @@ class MBPPEvalCallback(IntervalEvaluation):
             of a debugging episode (``source: debug``).
         debug: Debugging tasks: the gym's tools, time limits and grading (``env.debug``).
         swe: SWE tasks (``source: swe``): the SWE env's tools, time limits and grading (``env.swe``).
+        harness: SWE or debugging tasks solved by an agent program through the gateway
+            (``env.harness``; ``docs/gateway.md``); unset: the built-in action formats.
         sandbox: Sandbox for grading.
         output_dir: Where per-problem JSON goes; default ``<log_dir>/mbpp_eval``.
     """
@@ -98,6 +101,7 @@ class MBPPEvalCallback(IntervalEvaluation):
         max_turns: int = _D.max_turns,
         debug: DebugSettings = DebugSettings(),  # noqa: B008 - dataclass defaults show in --print_config
         swe: SWESettings = SWESettings(),  # noqa: B008
+        harness: HarnessSettings | None = None,
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
         output_dir: str | None = None,
     ) -> None:
@@ -117,6 +121,7 @@ class MBPPEvalCallback(IntervalEvaluation):
             max_turns=max_turns,
             debug=DebugSettings(**debug) if isinstance(debug, dict) else debug,
             swe=SWESettings(**swe) if isinstance(swe, dict) else swe,
+            harness=HarnessSettings(**harness) if isinstance(harness, dict) else harness,
         )
         self.problem_settings = self.settings.problem_settings()
         self.n_samples = n_samples
@@ -157,6 +162,7 @@ class MBPPEvalCallback(IntervalEvaluation):
                 self.problem_settings.source,
                 self.settings.debug,
                 self.settings.swe,
+                self.settings.harness,
             )
             progress = EvalProgress(f"mbpp_eval step {trainer.global_step}", len(shard), trainer=trainer)
             try:

@@ -9,6 +9,7 @@ from lit_codeRL.envs.base import Executor
 from lit_codeRL.envs.code_execution import CodeExecutionEnv
 from lit_codeRL.envs.code_repair import CodeRepairEnv
 from lit_codeRL.envs.debug.env import DebugSettings
+from lit_codeRL.envs.harness.env import HarnessSettings
 from lit_codeRL.envs.swe.env import SWESettings
 from lit_codeRL.envs.unit_test import UnitTestEnv
 
@@ -17,7 +18,7 @@ from lit_codeRL.envs.unit_test import UnitTestEnv
 class EnvSettings:
     """The rollout environment and its episode limits."""
 
-    name: Literal["unit_test", "code_execution", "code_repair", "swe", "debug"] = "unit_test"
+    name: Literal["unit_test", "code_execution", "code_repair", "swe", "debug", "harness"] = "unit_test"
     """``unit_test``: one answer, reward = fraction of tests passed. ``code_execution``: one
     answer, +1 runs and prints / +0.5 runs / -0.5 syntax error / -1 runtime error. ``code_repair``:
     multi-turn; after a failed attempt the policy sees the verdict and a failing public test and
@@ -26,7 +27,10 @@ class EnvSettings:
     task's hidden tests run on its diff in a fresh workspace (needs ``problems.source: swe``).
     ``debug``: a debugging gym; the agent fixes a buggy program with pdb, view, edit, eval tools and
     ``<submit/>``, rewarded by the tests run on its files in a fresh workspace (needs
-    ``problems.source: debug``)."""
+    ``problems.source: debug``). ``harness``: an unmodified agent program (``env.harness.command``)
+    works on a SWE or debugging task in the workspace sandbox, calling the policy through the
+    OpenAI-compatible gateway as its only network endpoint; its diff is graded as ``swe`` grades
+    it, and its recorded calls are the training rows (``docs/gateway.md``)."""
     max_turns: int = 1
     """Actions per episode at most (single-turn envs end after one anyway)."""
     max_context_tokens: int | None = None
@@ -43,6 +47,9 @@ class EnvSettings:
     """``swe``: tools, command and episode time limits, grading, and the workspace isolation."""
     debug: DebugSettings = field(default_factory=DebugSettings)
     """``debug``: tool preset, per-call and per-episode time limits, grading, the isolation."""
+    harness: HarnessSettings = field(default_factory=HarnessSettings)
+    """``harness``: the agent command, its files and environment, its wall clock, grading and
+    the isolation."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -51,12 +58,14 @@ class EnvSettings:
             self.swe = SWESettings(**self.swe)
         if isinstance(self.debug, dict):
             self.debug = DebugSettings(**self.debug)
+        if isinstance(self.harness, dict):
+            self.harness = HarnessSettings(**self.harness)
 
     @property
     def needs_sandbox(self) -> bool:
         """Whether the env grades programs in the one-program sandbox (the SWE and debugging envs
         bring their own workspaces)."""
-        return self.name not in ("swe", "debug")
+        return self.name not in ("swe", "debug", "harness")
 
 
 def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: int = 1) -> Any:
@@ -69,6 +78,10 @@ def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: i
         from lit_codeRL.envs.debug.env import DebugEnv
 
         return DebugEnv(settings.debug)
+    if settings.name == "harness":
+        from lit_codeRL.envs.harness.env import HarnessEnv
+
+        return HarnessEnv(settings.harness)
     assert sandbox is not None, f"env {settings.name!r} needs a sandbox"
     if settings.name == "unit_test":
         return UnitTestEnv(
@@ -90,5 +103,5 @@ def make_env(settings: EnvSettings, sandbox: Executor | None, num_shown_tests: i
     from lit_codeRL.errors import ConfigError
 
     raise ConfigError(
-        f"unknown env {settings.name!r}; choose unit_test, code_execution, code_repair, swe or debug"
+        f"unknown env {settings.name!r}; choose unit_test, code_execution, code_repair, swe, debug or harness"
     )

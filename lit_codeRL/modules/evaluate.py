@@ -38,10 +38,10 @@ from lightning.pytorch import LightningModule
 
 from lit_codeRL.callbacks.progress import EvalProgress
 from lit_codeRL.envs.debug.env import DebugSettings
+from lit_codeRL.envs.harness.env import HarnessSettings
 from lit_codeRL.envs.swe.env import SWESettings
-from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy.engine import EngineSettings, make_engine
-from lit_codeRL.policy.loading import ModelSettings, load_model
+from lit_codeRL.policy.loading import ModelSettings, load_policy
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.evaluation import (
     CodeEvalSettings,
@@ -107,6 +107,8 @@ class EvaluationModule(LightningModule):
             tool calls of a debugging episode (``source: debug``).
         debug: Debugging tasks: the gym's tools, time limits and grading (``env.debug``).
         swe: SWE tasks (``source: swe``): the SWE env's tools, time limits and grading (``env.swe``).
+        harness: SWE or debugging tasks solved by an agent program through the gateway
+            (``env.harness``; ``docs/gateway.md``); unset: the built-in action formats.
         sandbox: Sandbox for grading (isolating by default).
         output_dir: Where the per-problem JSON goes; default ``<log_dir>/mbpp_eval``.
     """
@@ -130,6 +132,7 @@ class EvaluationModule(LightningModule):
         max_turns: int = _D.max_turns,
         debug: DebugSettings = DebugSettings(),  # noqa: B008
         swe: SWESettings = SWESettings(),  # noqa: B008
+        harness: HarnessSettings | None = None,
         sandbox: SandboxConfig = SandboxConfig(),  # noqa: B008
         output_dir: str | None = None,
     ) -> None:
@@ -149,6 +152,7 @@ class EvaluationModule(LightningModule):
             max_turns=max_turns,
             debug=as_settings(DebugSettings, debug),
             swe=as_settings(SWESettings, swe),
+            harness=as_settings(HarnessSettings, harness) if harness is not None else None,
         )
         self.save_hyperparameters()
         self.problem_settings = self.settings.problem_settings()
@@ -156,7 +160,7 @@ class EvaluationModule(LightningModule):
         self.sampling = self.settings.sampling()
         self.batch_size = self.settings.generation_batch()
         self.sandbox_config = as_settings(SandboxConfig, sandbox)
-        self.policy, self.tokenizer = _load_policy(as_settings(ModelSettings, model), checkpoint)
+        self.policy, self.tokenizer = load_policy(as_settings(ModelSettings, model), checkpoint)
         self.policy.eval().requires_grad_(False)
         self.engine = make_engine(as_settings(EngineSettings, engine), self.tokenizer, self.policy)
         self.sandbox = None
@@ -211,6 +215,7 @@ class EvaluationModule(LightningModule):
             self.problem_settings.source,
             self.settings.debug,
             self.settings.swe,
+            self.settings.harness,
         )
         self.results, self._start = [], time.perf_counter()
         # a live validation bar gets the running pass rate in its description (its own columns
@@ -285,31 +290,3 @@ class EvaluationModule(LightningModule):
 
     def configure_optimizers(self) -> None:
         return None
-
-
-def _load_policy(model: ModelSettings, checkpoint: str | None):
-    """``(policy, tokenizer)`` from the model settings, or from a training checkpoint: the run's
-    own model settings (hparams ``model``), then its ``policy.*`` weights."""
-    if checkpoint is None:
-        return load_model(model)
-    path = Path(checkpoint)
-    if not path.is_file():
-        raise ConfigError(f"checkpoint {checkpoint!r} does not exist")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    saved = (ckpt.get("hyper_parameters") or {}).get("model")
-    if not isinstance(saved, dict) or "name_or_path" not in saved:
-        raise ConfigError(
-            f"{checkpoint} is not a lit-coderl language-policy checkpoint (no model settings in its "
-            "hyper-parameters); evaluate a run's hf_model directory with model.name_or_path instead"
-        )
-    policy, tokenizer = load_model(as_settings(ModelSettings, saved))
-    weights = {k.removeprefix("policy."): v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
-    missing, unexpected = policy.load_state_dict(weights, strict=False)
-    if unexpected or [m for m in missing if "lm_head" not in m]:
-        raise ConfigError(
-            f"{checkpoint}: policy weights do not fit (missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
-    if hasattr(policy, "merge_and_unload"):  # LoRA: evaluate the merged weights
-        policy = policy.merge_and_unload()
-    log.info("evaluating %s (model settings from the checkpoint: %s)", checkpoint, saved.get("name_or_path"))
-    return policy, tokenizer

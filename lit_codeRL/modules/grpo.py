@@ -29,7 +29,13 @@ from lit_codeRL.training import distributed
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
-from lit_codeRL.training.step_setup import attach_policy_old, prepare_step, valid_rows
+from lit_codeRL.training.step_setup import (
+    attach_policy_old,
+    has_extra_rows,
+    per_episode,
+    prepare_step,
+    valid_rows,
+)
 
 
 class GRPOModule(RolloutModule):
@@ -142,8 +148,11 @@ class GRPOModule(RolloutModule):
         batch_std = None
         if hp.scale_rewards == "batch":  # the std of the global batch, whatever the rank count
             batch_std = self.global_std(batch.rewards[valid])
-        seq_adv = group_advantages(
-            batch.rewards, hp.num_generations, hp.scale_rewards, valid=batch.valid, batch_std=batch_std
+        seq_adv = per_episode(
+            batch,
+            lambda rewards, valid: group_advantages(
+                rewards, hp.num_generations, hp.scale_rewards, valid=valid, batch_std=batch_std
+            ),
         )
         setup = prepare_step(
             self,
@@ -179,7 +188,8 @@ class GRPOModule(RolloutModule):
 
         trained: TrajectoryBatch | None = batch
         if hp.skip_zero_advantage_groups and hp.beta == 0:
-            keep = rows_with_signal(batch.advantages, batch.trainable_mask, hp.num_generations)
+            per_group = 0 if has_extra_rows(batch) else hp.num_generations  # 0: keep every row
+            keep = rows_with_signal(batch.advantages, batch.trainable_mask, per_group)
             if not distributed.any_rank(bool(keep.any()), self.device):
                 trained = None  # a zero gradient everywhere: the optimizer steps without a forward
             elif not bool(keep.all()):

@@ -66,6 +66,7 @@ from lit_codeRL.training.rollout_module import RolloutModule
 from lit_codeRL.training.step_setup import (
     StepSetup,
     no_grad_columns,
+    per_episode,
     prepare_step,
     valid_rows,
 )
@@ -369,7 +370,7 @@ class PPOModule(RolloutModule):
         mask = batch.trainable_mask[:, start:]
         valid = valid_rows(batch)
         if hp.advantage == "grpo":
-            seq = group_advantages(batch.rewards, hp.num_generations, "group", valid=batch.valid)
+            seq = per_episode(batch, lambda r, v: group_advantages(r, hp.num_generations, "group", valid=v))
             batch.advantages = broadcast_advantages(seq, batch.trainable_mask)
             return
         assert values is not None

@@ -30,7 +30,7 @@ from lit_codeRL.sandbox import SandboxConfig
 from lit_codeRL.training.optim import OptimizerSettings
 from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
-from lit_codeRL.training.step_setup import prepare_step
+from lit_codeRL.training.step_setup import per_episode, prepare_step
 
 
 class REINFORCEModule(RolloutModule):
@@ -106,7 +106,7 @@ class REINFORCEModule(RolloutModule):
     def training_step(self, dataloader_iter) -> None:
         hp = self.hparams
         batch = self.next_batch(dataloader_iter)
-        seq_adv = reinforce_advantages(batch.rewards, hp.num_generations, hp.baseline, batch.valid)
+        seq_adv = per_episode(batch, lambda r, v: reinforce_advantages(r, hp.num_generations, hp.baseline, v))
         setup = prepare_step(
             self,
             batch,

@@ -444,6 +444,43 @@ def load_model(settings: ModelSettings | None = None, **overrides: Any):
     return model, tokenizer
 
 
+def load_policy(model: ModelSettings, checkpoint: str | None):
+    """``(policy, tokenizer)`` from the model settings, or from a training checkpoint: the run's
+    own model settings (hparams ``model``), then its ``policy.*`` weights."""
+    if checkpoint is None:
+        return load_model(model)
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {checkpoint!r} does not exist")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    saved = (ckpt.get("hyper_parameters") or {}).get("model")
+    if not isinstance(saved, dict) or "name_or_path" not in saved:
+        raise ConfigError(
+            f"{checkpoint} is not a lit-coderl language-policy checkpoint (no model settings in its "
+            "hyper-parameters); evaluate a run's hf_model directory with model.name_or_path instead"
+        )
+    policy, tokenizer = load_model(settings_from_dict(saved))
+    weights = {k.removeprefix("policy."): v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
+    missing, unexpected = policy.load_state_dict(weights, strict=False)
+    if unexpected or [m for m in missing if "lm_head" not in m]:
+        raise ConfigError(
+            f"{checkpoint}: policy weights do not fit (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    if hasattr(policy, "merge_and_unload"):  # LoRA: evaluate the merged weights
+        policy = policy.merge_and_unload()
+    log.info("loaded %s (model settings from the checkpoint: %s)", checkpoint, saved.get("name_or_path"))
+    return policy, tokenizer
+
+
+def settings_from_dict(saved: dict[str, Any]) -> ModelSettings:
+    """A checkpoint's saved model settings (plain dicts) as :class:`ModelSettings` again."""
+    known = {f for f in ModelSettings.__dataclass_fields__}
+    values = {k: v for k, v in saved.items() if k in known}
+    if isinstance(values.get("lora"), dict):
+        values["lora"] = LoraSettings(**values["lora"])
+    return ModelSettings(**values)
+
+
 def _apply_lora(model, lora: LoraSettings):
     from peft import LoraConfig, get_peft_model
 

@@ -46,20 +46,54 @@ class RolloutWriter:
 def episode_batch(
     episodes: list[Episode], pad_token_id: int, stats: dict[str, float] | None = None
 ) -> TrajectoryBatch:
-    """One row per episode; reward = the episode's return (0 for invalid episodes)."""
+    """One row per episode (plus its ``extra_rows``, which share its id, group and reward);
+    reward = the episode's return (0 for invalid episodes)."""
+    rows, records, index = [], [], []
+    for i, e in enumerate(episodes):
+        record = e.record()
+        rows.append(e.segments())
+        records.append(record)
+        index.append(i)
+        for k, segments in enumerate(e.extra_rows, 1):
+            rows.append(segments)
+            records.append(extra_row_record(record, segments, k))
+            index.append(i)
+    at = torch.tensor(index, dtype=torch.long)
     batch = TrajectoryBatch.from_segments(
-        [e.segments() for e in episodes],
+        rows,
         pad_token_id,
-        rewards=torch.tensor([e.episode_return if e.valid else 0.0 for e in episodes], dtype=torch.float32),
-        group_ids=torch.tensor([e.group for e in episodes], dtype=torch.long),
-        records=[e.record() for e in episodes],
-        episode_ids=torch.arange(len(episodes)),
-        terminated=torch.tensor([e.terminated for e in episodes]),
-        truncated=torch.tensor([e.truncated for e in episodes]),
-        valid=torch.tensor([e.valid for e in episodes]),
+        rewards=torch.tensor([e.episode_return if e.valid else 0.0 for e in episodes], dtype=torch.float32)[
+            at
+        ],
+        group_ids=torch.tensor([e.group for e in episodes], dtype=torch.long)[at],
+        records=records,
+        episode_ids=at,
+        terminated=torch.tensor([e.terminated for e in episodes])[at],
+        truncated=torch.tensor([e.truncated for e in episodes])[at],
+        valid=torch.tensor([e.valid for e in episodes])[at],
     )
     batch.stats.update(stats or {})
     return batch
+
+
+def extra_row_record(record: dict[str, Any], segments: list[Any], k: int) -> dict[str, Any]:
+    """The dump record of an episode's ``k``-th extra row: the episode's outcome, this row's ids
+    and trainable spans; ``extra_row`` marks it, so per-episode metrics count the episode once."""
+    ids, spans = [], []
+    for seg in segments:
+        if seg.trainable:
+            spans.append([len(ids), len(ids) + len(seg.ids)])
+        ids += seg.ids
+    keep = ("problem_id", "group", "reward", "verdict", "pass_fraction", "finished", "terminated",
+            "truncated", "end_reason", "valid", "instance_id", "sandbox_s", "success_turn")  # fmt: skip
+    return {
+        **{key: record[key] for key in keep if key in record},
+        "extra_row": k,
+        "num_turns": sum(seg.trainable for seg in segments),
+        "completion_tokens": sum(b - a for a, b in spans),
+        "input_ids": ids,
+        "trainable_spans": spans,
+    }
 
 
 class RolloutDataset(IterableDataset):

@@ -74,6 +74,20 @@ def render_episode(record: dict[str, Any]) -> str:
             out += ["", "**Environment:**", "", _fence(str(feedback))]
         if turn.get("diff"):
             out += ["", "**Diff after this turn:**", "", _fence(turn["diff"], "diff")]
+    gateway = record.get("gateway")
+    if isinstance(gateway, dict):  # an agent program's episode (env.name: harness)
+        out += [
+            "",
+            "## Agent program",
+            "",
+            f"Exit code {record.get('agent_exit_code')}, {record.get('agent_s', 0):g} s"
+            + (", killed at its wall clock" if record.get("agent_timed_out") else "")
+            + f"; {gateway.get('calls', 0)} calls through the gateway, {gateway.get('rows', 0)} training rows "
+            f"({gateway.get('merged_calls', 0)} calls continued a row, {gateway.get('rewritten_calls', 0)} "
+            "started one after a rewritten history)",
+        ]
+        if record.get("agent_log"):
+            out += ["", "Its output (the tail):", "", _fence(record["agent_log"])]
     grade = record.get("grade")
     if record.get("diff") is not None or grade:
         out += ["", "## Result", ""]
@@ -112,7 +126,9 @@ def select(
     chosen = [
         r
         for r in records(path)
-        if (step is None or r.get("step") == step) and (problem is None or r.get("problem_id") == problem)
+        if not r.get("extra_row")  # a further row of an episode already listed (an agent program's)
+        and (step is None or r.get("step") == step)
+        and (problem is None or r.get("problem_id") == problem)
     ]
     if not chosen:
         raise ConfigError(f"no episode in {path} matches step={step} problem={problem}")

@@ -60,6 +60,9 @@ class Episode:
     """False when grading a step failed in the sandbox: no reward, left out of the loss."""
     end_reason: str = ""
     """``terminated``, ``max_turns``, ``context``, ``env_truncated`` or ``sandbox_error``."""
+    extra_rows: list[list[Segment]] = field(default_factory=list)
+    """Further training rows of the same episode, each trained with its return: an agent program
+    that rewrote its history (``rollout/harness.py``). Empty for every other runner."""
 
     @property
     def done(self) -> bool:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from lit_codeRL.algorithms.passk import pass_at_k
 from lit_codeRL.envs import CodeRepairEnv, UnitTestEnv
 from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
+from lit_codeRL.envs.harness.env import HarnessEnv, HarnessSettings
 from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.policy import platform
@@ -28,6 +29,7 @@ from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
 from lit_codeRL.problems import Problem
 from lit_codeRL.problems.mbpp import DATASET_PATH_ENV
 from lit_codeRL.rollout.episodes import Episode, EpisodeRunner
+from lit_codeRL.rollout.harness import HarnessRunner
 from lit_codeRL.rollout.prompts import ProblemSettings
 
 log = logging.getLogger("lit_codeRL")
@@ -78,10 +80,16 @@ class CodeEvalSettings:
     swe: SWESettings = field(default_factory=SWESettings)
     """SWE tasks (``source: swe`` or ``swe:<file>``): the SWE env's tools, time limits and grading
     (``env.swe`` of training)."""
+    harness: HarnessSettings | None = None
+    """SWE or debugging tasks solved by an agent program through the gateway (``env.harness`` of
+    training: its command, files, wall clock, grading); ``None``: the built-in action formats.
+    One agent run per sample; resolve rate = pass@1 (``max_turns`` stays 1)."""
 
     def __post_init__(self) -> None:
         if self.n_samples < 1 or self.max_turns < 1 or (self.batch_size is not None and self.batch_size < 1):
             raise ConfigError("n_samples, batch_size and max_turns must be >= 1")
+        if isinstance(self.harness, dict):
+            self.harness = HarnessSettings(**self.harness)
         if self.n_samples > 1 and self.temperature == 0:
             raise ConfigError("n_samples > 1 needs temperature > 0 (greedy samples are identical)")
 
@@ -150,11 +158,16 @@ def make_eval_runner(
     source: str | None = None,
     debug: DebugSettings | None = None,
     swe: SWESettings | None = None,
-) -> EpisodeRunner:
+    harness: HarnessSettings | None = None,
+) -> EpisodeRunner | HarnessRunner:
     """The episode runner of an evaluation: unit tests (one answer), code repair (``max_turns``),
     the debugging gym (a ``debug`` source) or the SWE env (a ``swe`` source; both episodes of up
     to ``max_turns`` actions). Close its env afterwards (:func:`close_runner`): the agent envs
     hold workspaces."""
+    if harness is not None:
+        if not (is_debug_source(source) or is_swe_source(source)):
+            raise ConfigError("a harness evaluates SWE or debugging tasks: set source to swe... or debug...")
+        return HarnessRunner(engine, HarnessEnv(harness), sampling)
     if is_debug_source(source) or is_swe_source(source):
         if max_turns < 2:
             raise ConfigError("agent tasks are multi-turn episodes: set max_turns >= 2 (e.g. 20)")
@@ -170,8 +183,11 @@ def make_eval_runner(
     return EpisodeRunner(engine, env, sampling, max_turns, system_prompt=system_prompt)
 
 
-def close_runner(runner: EpisodeRunner | None) -> None:
-    """Release what the runner's env holds (the debugging gym's workspaces)."""
+def close_runner(runner: EpisodeRunner | HarnessRunner | None) -> None:
+    """Release what the runner's env holds (the debugging gym's workspaces, a harness's gateway)."""
+    if isinstance(runner, HarnessRunner):
+        runner.close()
+        return
     close = getattr(getattr(runner, "env", None), "close", None)
     if close is not None:
         close()

@@ -20,6 +20,7 @@ from lit_codeRL.policy.engine import SamplingParams
 from lit_codeRL.rollout.dataset import RolloutDataset
 from lit_codeRL.rollout.difficulty import DifficultyFilter
 from lit_codeRL.rollout.episodes import EpisodeRunner
+from lit_codeRL.rollout.harness import HarnessRunner
 from lit_codeRL.rollout.prompts import ProblemSettings, ProblemStream, load_problem_set
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
@@ -80,6 +81,7 @@ class RolloutModule(PolicyModule):
         self.reward_mean = MeanMetric()
         self.pass_rate = MeanMetric()
         self.dataset: RolloutDataset | None = None
+        self.runner: HarnessRunner | None = None
         self.sandbox = None
         self.env: Any = None
 
@@ -91,8 +93,13 @@ class RolloutModule(PolicyModule):
         env = self.env = make_env(self.env_settings, self.sandbox, self.problem_settings.num_shown_tests)
         rank = self.trainer.global_rank if self._trainer is not None else 0
         problems = load_problem_set(self.problem_settings)
+        agent_env = self.env_settings.name == "harness"  # runs SWE and debugging tasks alike
         for kind, env_name in (("swe_task", "swe"), ("debug_task", "debug")):
-            if self.env_settings.name != env_name and any(kind in p.metadata for p in problems):
+            if (
+                not agent_env
+                and self.env_settings.name != env_name
+                and any(kind in p.metadata for p in problems)
+            ):
                 from lit_codeRL.errors import ConfigError
 
                 raise ConfigError(
@@ -107,18 +114,23 @@ class RolloutModule(PolicyModule):
 
                 raise ConfigError("no task left after validation (see the warnings above)")
         stream = ProblemStream(problems, seed=self.rollout_seed, rank=rank)
-        runner = EpisodeRunner(
-            self.engine,
-            env,
-            self.sampling,
-            max_turns=self.env_settings.max_turns,
-            max_context_tokens=context_limit(
-                self.env_settings.max_context_tokens,
-                self.sampling.max_new_tokens,
-                getattr(self.engine, "max_model_len", None),
-            ),
-            system_prompt=self.problem_settings.system_prompt,
+        max_context = context_limit(
+            self.env_settings.max_context_tokens,
+            self.sampling.max_new_tokens,
+            getattr(self.engine, "max_model_len", None),
         )
+        runner: Any
+        if agent_env:  # the agent program drives; the gateway answers it from this engine
+            runner = self.runner = HarnessRunner(self.engine, env, self.sampling, max_context)
+        else:
+            runner = EpisodeRunner(
+                self.engine,
+                env,
+                self.sampling,
+                max_turns=self.env_settings.max_turns,
+                max_context_tokens=max_context,
+                system_prompt=self.problem_settings.system_prompt,
+            )
         self.dataset = RolloutDataset(
             stream,
             runner,
@@ -136,6 +148,9 @@ class RolloutModule(PolicyModule):
 
     def teardown(self, stage: str) -> None:
         super().teardown(stage)  # the engines
+        if getattr(self, "runner", None) is not None:  # the harness's gateway
+            self.runner.close()
+            self.runner = None
         close_env = getattr(getattr(self, "env", None), "close", None)
         if close_env is not None:  # the SWE env's workspaces
             close_env()
@@ -170,11 +185,13 @@ class RolloutModule(PolicyModule):
         self, batch: TrajectoryBatch, stats: dict[str, list[float]], times: dict[str, float]
     ) -> None:
         """Rollout, loss and timing metrics (documented in docs/metrics.md) and the JSONL dump."""
-        records = batch.records
+        # one entry per episode: an agent program's extra rows (``rollout/harness.py``) repeat it
+        first = torch.tensor([not r.get("extra_row") for r in batch.records], dtype=torch.bool)
+        records = [r for r in batch.records if not r.get("extra_row")]
         valid = (
             batch.valid.cpu() if batch.valid is not None else torch.ones(batch.batch_size, dtype=torch.bool)
-        )
-        rewards = batch.rewards.cpu()
+        )[first]
+        rewards = batch.rewards.cpu()[first]
         passed = torch.tensor([r["verdict"] == "passed" for r in records], dtype=torch.float32)
         # torchmetrics sync across ranks in compute(), so every rank logs the same global value.
         for name, metric, values in (
@@ -196,7 +213,7 @@ class RolloutModule(PolicyModule):
         difficulty = {f"train/{k}": v for k, v in batch.stats.items() if k.startswith("difficulty_")}
         zero_std = (
             float(zero_std_groups(rewards, self.num_generations, valid).float().mean())
-            if batch.batch_size % self.num_generations == 0
+            if len(records) % self.num_generations == 0
             else 0.0
         )
         metrics = {
@@ -228,7 +245,7 @@ class RolloutModule(PolicyModule):
         self.log_dict(metrics, on_step=True, batch_size=batch.batch_size)
         self.last_records = records
         if self.writer is not None:
-            self.writer.write(records, step=self.global_step, rank=self.global_rank)
+            self.writer.write(batch.records, step=self.global_step, rank=self.global_rank)
 
 
 GRADE_VERDICTS = (

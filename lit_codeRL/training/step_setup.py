@@ -42,6 +42,27 @@ def valid_rows(batch: TrajectoryBatch) -> Tensor:
     return batch.valid.bool()
 
 
+def has_extra_rows(batch: TrajectoryBatch) -> bool:
+    """Some episode has several rows (an agent program that rewrote its history,
+    ``rollout/harness.py``): rows are then not ``num_generations`` per group."""
+    ids = batch.episode_ids
+    return ids is not None and ids.numel() > 0 and int(ids.unique().numel()) < batch.batch_size
+
+
+def per_episode(batch: TrajectoryBatch, advantages: Callable[[Tensor, Tensor | None], Tensor]) -> Tensor:
+    """``[B]`` sequence advantages from ``advantages(rewards, valid)``, a group-contiguous
+    function of one entry per episode, broadcast to every row of each episode: the group
+    baselines compare episodes, however many rows an episode has."""
+    if not has_extra_rows(batch):
+        return advantages(batch.rewards, batch.valid)
+    ids = batch.episode_ids.to(batch.rewards.device)
+    first = torch.ones_like(ids, dtype=torch.bool)
+    first[1:] = ids[1:] != ids[:-1]  # an episode's rows are contiguous
+    valid = batch.valid[first] if batch.valid is not None else None
+    seq = advantages(batch.rewards[first], valid)
+    return seq[torch.cumsum(first.long(), 0) - 1]
+
+
 @dataclass(frozen=True)
 class StepSetup:
     """What a step's loss needs besides the batch."""
@@ -74,7 +95,7 @@ def prepare_step(
     if sequence_advantages is not None:
         batch.advantages = broadcast_advantages(sequence_advantages, batch.trainable_mask)
     start = batch.first_trainable_position()
-    group = num_generations if share_prompt_forward else 1
+    group = num_generations if share_prompt_forward and not has_extra_rows(batch) else 1
     temperature = loss_temperature(sampling)
     if beta > 0:
         batch.ref_logprobs = module.reference_logprobs(batch, start, temperature, group)

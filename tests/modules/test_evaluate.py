@@ -75,9 +75,7 @@ def test_validate_and_the_interval_callback_share_one_set_of_defaults(monkeypatc
         monkeypatch.delenv(name, raising=False)
     # a copy: EvaluationModule freezes its policy, and tiny_model is shared by the whole session
     policy, tokenizer = tiny_model
-    monkeypatch.setattr(
-        evaluate, "_load_policy", lambda model, checkpoint: (copy.deepcopy(policy), tokenizer)
-    )
+    monkeypatch.setattr(evaluate, "load_policy", lambda model, checkpoint: (copy.deepcopy(policy), tokenizer))
     callback, module = MBPPEvalCallback(), evaluate.EvaluationModule()
     assert callback.settings == module.settings == CodeEvalSettings()
     assert callback.problem_settings == module.problem_settings
@@ -226,12 +224,11 @@ def test_a_non_policy_checkpoint_is_a_clear_error(tmp_path):
     import torch
 
     from lit_codeRL.errors import ConfigError
-    from lit_codeRL.modules.evaluate import _load_policy
-    from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.policy.loading import ModelSettings, load_policy
 
     path = tmp_path / "dqn.ckpt"
     torch.save({"state_dict": {}, "hyper_parameters": {"env": {}}}, path)
     with pytest.raises(ConfigError, match="not a lit-coderl language-policy checkpoint"):
-        _load_policy(ModelSettings(), str(path))
+        load_policy(ModelSettings(), str(path))
     with pytest.raises(ConfigError, match="does not exist"):
-        _load_policy(ModelSettings(), str(tmp_path / "missing.ckpt"))
+        load_policy(ModelSettings(), str(tmp_path / "missing.ckpt"))

@@ -1,0 +1,141 @@
+"""``lit-coderl serve``: the policy behind an OpenAI-compatible API.
+
+    lit-coderl serve --model smollm2-135m-instruct --port 8000
+    lit-coderl serve --checkpoint runs/grpo/version_0/checkpoints/last.ckpt --uds /tmp/policy.sock
+    lit-coderl serve --model runs/grpo/version_0/hf_model --record calls/   # token-exact call log
+
+Any harness that takes a ``--base_url`` then evaluates the checkpoint (``http://HOST:PORT/v1``).
+With ``--record DIR`` every call is appended to ``DIR/calls.jsonl`` with its exact prompt and
+sampled ids and log-probs, keyed by the episode (``/episodes/<key>/v1`` or the API key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+from lit_codeRL.errors import ConfigError
+from lit_codeRL.gateway.requests import ServeLimits
+from lit_codeRL.gateway.server import Gateway, GatewayConfig
+
+log = logging.getLogger("lit_codeRL")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lit-coderl serve", description="Serve a policy through an OpenAI-compatible API."
+    )
+    p.add_argument(
+        "--model",
+        default="smollm2-135m-instruct",
+        help="model.name_or_path: a directory (a run's hf_model), a .gguf, a hub id, smollm2-135m-instruct or tiny-random",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="a lit-coderl training checkpoint (.ckpt): its model settings and weights",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (0: a free one, printed)")
+    p.add_argument("--uds", default=None, help="also listen on this unix socket")
+    p.add_argument("--no-tcp", action="store_true", help="listen on --uds only")
+    p.add_argument(
+        "--served-name", default=None, help="the model name /v1/models lists (default: the model's)"
+    )
+    p.add_argument(
+        "--max-tokens", type=int, default=256, help="completion length of a request that names none"
+    )
+    p.add_argument(
+        "--max-tokens-limit", type=int, default=4096, help="largest max_tokens a request may ask for"
+    )
+    p.add_argument(
+        "--max-context",
+        type=int,
+        default=None,
+        help="prompt + max_tokens at most (default: the model's positions)",
+    )
+    p.add_argument("--max-batch", type=int, default=64, help="sequences per generate call")
+    p.add_argument(
+        "--batch-wait-ms", type=float, default=5.0, help="wait for more requests to batch with the first"
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "model", "float32", "bfloat16", "float16"],
+        help="engine.dtype",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of unseeded requests' sampling")
+    p.add_argument(
+        "--record", default=None, help="append every call's exact ids and log-probs to DIR/calls.jsonl"
+    )
+    return p
+
+
+def command(argv: list[str]) -> None:
+    args = parser().parse_args(argv)
+    try:
+        run(args)
+    except ConfigError as err:
+        print(f"lit-coderl serve: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run(args: argparse.Namespace) -> None:
+    from lit_codeRL.policy.engine import EngineSettings, make_engine
+    from lit_codeRL.policy.loading import ModelSettings, load_policy
+
+    policy, tokenizer = load_policy(ModelSettings(name_or_path=args.model), args.checkpoint)
+    policy.eval()
+    if torch.cuda.is_available():
+        policy.to("cuda")
+    engine = make_engine(EngineSettings(name="hf", dtype=args.dtype), tokenizer, policy)
+    positions = getattr(policy.config, "max_position_embeddings", None)
+    limits = ServeLimits(args.max_tokens, args.max_tokens_limit, args.max_context or positions)
+    name = args.served_name or Path(args.checkpoint or args.model).name
+    gateway = Gateway(
+        tokenizer,
+        GatewayConfig(name, limits, args.max_batch, args.batch_wait_ms, record_all=args.record is not None),
+    )
+    gateway.start(
+        host=None if args.no_tcp else args.host, port=None if args.no_tcp else args.port, uds=args.uds
+    )
+    where = " and ".join(x for x in (gateway.url, args.uds) if x)
+    print(f"lit-coderl serve: {name} on {where}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    writer = _Recorder(gateway, Path(args.record)) if args.record else None
+    generator = torch.Generator().manual_seed(args.seed)
+    with torch.inference_mode():
+        while not stop.is_set():
+            gateway.queue.run_pending(engine, 0.2, generator)
+            if writer is not None:
+                writer.flush()
+    if writer is not None:
+        writer.flush()
+    gateway.stop()
+
+
+class _Recorder:
+    """Appends each episode's new calls to ``calls.jsonl`` as they are recorded."""
+
+    def __init__(self, gateway: Gateway, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.gateway, self.path, self.written = gateway, out / "calls.jsonl", {}
+
+    def flush(self) -> None:
+        lines = []
+        for key, episode in list(self.gateway.episodes.items()):
+            done = self.written.get(key, 0)
+            lines += [json.dumps(c.to_dict()) for c in episode.calls[done:]]
+            self.written[key] = len(episode.calls)
+        if lines:
+            with self.path.open("a") as f:
+                f.write("\n".join(lines) + "\n")

@@ -1,0 +1,218 @@
+"""``HarnessRunner``: episodes of unmodified agent programs, trained on through the gateway's records.
+
+The drop-in for :class:`~lit_codeRL.rollout.episodes.EpisodeRunner` when ``env.name: harness``
+(same ``run`` signature, same :class:`Episode` records, so the rollout dataset, the algorithms,
+the dumps and the evaluation are unchanged). One ``run``:
+
+1. opens one gateway episode per (problem, sample), each on a unix socket of its own in a fresh
+   host directory, and the episode's workspace with that directory bound in (``HarnessEnv.start``);
+2. starts every agent program at once (threads wait on their sandboxes) while this thread, which
+   owns the engine, answers their calls in batches (``Gateway.pump``): the agents sample from the
+   live policy, whose weights the engine follows after every optimizer step;
+3. closes each episode's socket when its agent exits (a late call finds nothing), grades each
+   diff in a fresh workspace, and rebuilds each episode's rows from its recorded calls, exact ids
+   only (``gateway/records.py``): the first row is the :class:`Episode`, rows of a rewritten
+   history are its ``extra_rows``, every row sharing the episode's reward.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_codeRL.envs.harness.bridge import socket_path
+from lit_codeRL.envs.harness.env import HarnessEnv, HarnessState
+from lit_codeRL.gateway.records import CallRecord, Row, build_rows
+from lit_codeRL.gateway.requests import ServeLimits
+from lit_codeRL.gateway.server import Gateway, GatewayConfig
+from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
+from lit_codeRL.problems import Problem
+from lit_codeRL.rollout.chat import ChatFormat
+from lit_codeRL.rollout.episodes import Episode, Turn
+from lit_codeRL.rollout.trajectory import Segment
+
+
+class HarnessRunner:
+    """Runs agent-program episodes of ``env`` against ``engine`` (see the module docstring).
+
+    Args:
+        engine: The engine the gateway samples from (the trainer's, synced after each step).
+        env: The harness env (workspaces, the agent command, grading).
+        sampling: The run's sampling: imposed on every call (temperature, nucleus; ``max_tokens``
+            capped by ``max_new_tokens``), whatever the agent asks for, since the trainer's
+            log-probs assume it.
+        max_context_tokens: A call whose prompt + ``max_tokens`` exceeds it is refused with a
+            ``context_length_exceeded`` 400 (the agent sees it; its episode goes on being graded).
+        system_prompt: Unused by the agent (it brings its own prompts); kept for the runner interface.
+    """
+
+    max_turns = 1
+    """Evaluation counts one agent run as one attempt (its calls are the agent's business)."""
+
+    def __init__(
+        self,
+        engine: GenerationEngine,
+        env: HarnessEnv,
+        sampling: SamplingParams,
+        max_context_tokens: int | None = None,
+        system_prompt: str | None = None,
+        max_batch_rows: int = 64,
+    ) -> None:
+        self.engine, self.env, self.sampling = engine, env, sampling
+        self.chat = ChatFormat(engine.tokenizer, system_prompt)
+        config = GatewayConfig(
+            served_name=env.settings.served_name,
+            limits=ServeLimits(
+                max_tokens=sampling.max_new_tokens,
+                max_context_tokens=max_context_tokens,
+                max_calls_per_episode=env.settings.max_calls,
+            ),
+            max_batch_rows=max_batch_rows,
+            require_episode=True,
+        )
+        self.gateway = Gateway(engine.tokenizer, config, forced_sampling=sampling).start()
+        self.rollouts = 0
+
+    def run(
+        self,
+        problems: list[Problem],
+        num_generations: int = 1,
+        generator: torch.Generator | None = None,
+        stats: dict[str, float] | None = None,
+        first_group: int = 0,
+    ) -> list[Episode]:
+        """``num_generations`` agent episodes per problem, group-contiguous."""
+        stats = stats if stats is not None else {}
+        n, env = num_generations, self.env
+        flat = [p for p in problems for _ in range(n)]
+        statements = [env.statement(p) for p in flat]
+        self.gateway.policy_version = self.rollouts
+        self.rollouts += 1
+        dirs = [Path(tempfile.mkdtemp(prefix="lcrl-gw-", dir="/tmp")) for _ in flat]
+        keys = [self.gateway.open_episode(socket_path=str(socket_path(d))) for d in dirs]
+        logs: dict[str, Any] = {}
+        states: list[HarnessState] = []
+        try:
+            samples = [i % n for i in range(len(flat))]
+            states = env._parallel(env.start, flat, dirs, keys, samples)
+            t0 = time.perf_counter()
+            futures = [
+                env._pool.submit(env.run_agent, s, text) for s, text in zip(states, statements, strict=True)
+            ]
+
+            def all_closed() -> bool:
+                """Close the socket of each episode whose agent exited; True once all have."""
+                for key, future in zip(keys, futures, strict=True):
+                    if future.done() and key not in logs:
+                        logs[key] = self.gateway.close_episode(key)
+                # a reply the agent got just before it exited is recorded a moment later
+                return len(logs) == len(keys) and all(self.gateway.settled(log) for log in logs.values())
+
+            self.gateway.pump(self.engine, all_closed, generator)
+            for future in futures:
+                future.result()
+            stats["generate_s"] = stats.get("generate_s", 0.0) + time.perf_counter() - t0
+            t1 = time.perf_counter()
+            results = env._parallel(env.grade, states)
+            stats["reward_wait_s"] = stats.get("reward_wait_s", 0.0) + time.perf_counter() - t1
+        finally:
+            for key in keys:  # an error above: stop answering every episode of this run
+                if key not in logs:
+                    logs[key] = self.gateway.close_episode(key)
+            for state in states:
+                env._close(state.workspace)
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+        episodes = []
+        for i, (problem, state, key, result) in enumerate(zip(flat, states, keys, results, strict=True)):
+            episode = self._episode(problem, first_group + i // n, statements[i], logs[key], state, result)
+            stats["completion_tokens"] = stats.get("completion_tokens", 0.0) + sum(
+                len(t.action_ids) for t in episode.turns
+            )
+            episodes.append(episode)
+        return episodes
+
+    def _episode(
+        self, problem: Problem, group: int, statement: str, log: Any, state: HarnessState, result: Any
+    ) -> Episode:
+        """The episode's first row as an :class:`Episode`, later rows as its ``extra_rows``, the
+        grade on its last turn (every row is trained with the episode's return)."""
+        laid = build_rows(log.calls)
+        rows = laid.rows
+        tokenizer = self.engine.tokenizer
+        if rows:
+            first = rows[0]
+            episode = Episode(problem, group, first.prompt_ids, tokenizer.decode(first.prompt_ids), state)
+            episode.turns = [self._turn(t.choice, t.observation_ids) for t in first.turns]
+        else:  # the agent never called the model: nothing to train, the grade still counts
+            ids = self.chat.prompt_ids(statement)
+            episode = Episode(problem, group, ids, self.chat.prompt_text(statement), state)
+            episode.turns = [Turn([], [], "", "stop")]
+        episode.extra_rows = [_segments(row) for row in rows[1:]]
+        last = episode.turns[-1]
+        last.reward = float(result.reward)
+        last.info.update(result.info)
+        last.info.setdefault("episode", {}).update(
+            {
+                "gateway": {
+                    "calls": len(log.calls),
+                    "rows": len(rows),
+                    "merged_calls": laid.merged_calls,
+                    "rewritten_calls": laid.rewritten_calls,
+                    "requests": log.requests,
+                    "errors": log.errors,
+                    "replayed_retries": log.replayed_retries,
+                },
+                "calls": [_call_dump(c) for c in log.calls],
+            }
+        )
+        if result.info.get("masked") or result.info.get("sandbox_error"):
+            episode.valid, episode.end_reason = False, str(result.info.get("verdict", "sandbox_error"))
+        elif result.terminated:
+            episode.terminated, episode.end_reason = True, "terminated"
+        else:
+            episode.truncated, episode.end_reason = True, "agent_timeout"
+        return episode
+
+    def _turn(self, choice: Any, observation_ids: list[int]) -> Turn:
+        text = choice.text
+        observation = (
+            self.engine.tokenizer.decode(observation_ids, skip_special_tokens=True) if observation_ids else ""
+        )
+        return Turn(
+            choice.token_ids,
+            choice.logprobs,
+            text,
+            choice.finish_reason,
+            observation=observation,
+            observation_ids=list(observation_ids),
+        )
+
+    def close(self) -> None:
+        self.gateway.stop()
+        self.env.close()
+
+
+def _segments(row: Row) -> list[Segment]:
+    segs = [Segment(list(row.prompt_ids))]
+    for k, turn in enumerate(row.turns):
+        segs.append(Segment(turn.choice.token_ids, True, turn.choice.logprobs, k))
+        if turn.observation_ids:
+            segs.append(Segment(turn.observation_ids, False, None, k))
+    return segs
+
+
+def _call_dump(call: CallRecord) -> dict[str, Any]:
+    """A recorded call in the rollout dump: its exact ids, what the served ids are checked against."""
+    return {
+        "index": call.index,
+        "continued": call.continued,
+        "policy_version": call.policy_version,
+        "prompt_ids": call.prompt_ids,
+        "choices": [{"token_ids": c.token_ids, "finish_reason": c.finish_reason} for c in call.choices],
+    }

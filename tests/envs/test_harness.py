@@ -1,0 +1,223 @@
+"""``env.name: harness`` through the real sandbox, the real gateway and the real grader: an agent
+program calls the policy over HTTP from inside the workspace, its diff is graded like the SWE
+env's, and its training rows hold exactly the ids the gateway served (issue #51).
+
+Classes: the scripted agent solving and failing (rows equal to what the client received, a
+rewritten history as a second row); the sandbox's guarantees for the agent program (no address
+but the gateway, no host secrets, nothing left running, its clock); the SWE env's reward-hack
+cases played by an agent program (each scores 0); an agent that never calls the model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+
+import pytest
+import torch
+
+from lit_codeRL.envs.harness.env import AGENTS_DIR, HarnessEnv, HarnessSettings
+from lit_codeRL.envs.swe.env import SWESettings
+from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
+from lit_codeRL.policy.loading import ModelSettings, load_model
+from lit_codeRL.rollout.dataset import episode_batch
+from lit_codeRL.rollout.harness import HarnessRunner
+from lit_codeRL.rollout.prompts import ProblemSettings, load_problem_set
+from lit_codeRL.sandbox.workspace import WorkspaceConfig
+from tests.envs.test_agent_hacks import SWE_CASES, module_under_test, swe_cases
+from tests.sandbox.conftest import require_bwrap
+
+AGENT = "python3 /opt/lcrl-agent/simple_agent.py --task {task_file} --base-url {base_url} --api-key {api_key}"
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.manual_seed(0)
+    model, tokenizer = load_model(ModelSettings(name_or_path="tiny-random"))
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def problem():
+    require_bwrap()
+    return load_problem_set(ProblemSettings(source="swe", split="train"))[0]
+
+
+@pytest.fixture(scope="module")
+def swe_settings(tmp_path_factory):
+    return SWESettings(
+        repo_cache=str(tmp_path_factory.mktemp("swe-cache")),
+        workspace=WorkspaceConfig(backend="bwrap", disk_mb=96),
+        grade_timeout_s=120,
+    )
+
+
+@pytest.fixture
+def agent_dir(tmp_path, problem):
+    """The shipped agents plus the task's gold patch (a "solver" a command may apply)."""
+    d = tmp_path / "agent"
+    shutil.copytree(AGENTS_DIR, d)
+    (d / "fix.patch").write_text(problem.metadata["swe_task"].patch)
+    return d
+
+
+def run_harness(policy, swe_settings, problems, n, command, agent_dir=None, **settings):
+    model, tokenizer = policy
+    env = HarnessEnv(
+        HarnessSettings(
+            command=command,
+            agent_dir=str(agent_dir) if agent_dir else None,
+            swe=swe_settings,
+            max_log_chars=200_000,
+            **{"timeout_s": 120, **settings},
+        )
+    )
+    engine = make_engine(EngineSettings(dtype="model"), tokenizer, model)
+    runner = HarnessRunner(engine, env, SamplingParams(max_new_tokens=16, temperature=1.0))
+    try:
+        return runner.run(problems, n, torch.Generator().manual_seed(0))
+    finally:
+        runner.close()
+
+
+def client_ids(log: str) -> list[dict]:
+    return [json.loads(line[len("ids: ") :]) for line in log.splitlines() if line.startswith("ids: ")]
+
+
+def test_scripted_agent_solves_and_fails_with_rows_equal_to_the_served_ids(
+    policy, swe_settings, problem, agent_dir
+):
+    command = (
+        AGENT + " --max-steps 3 --rewrite-after 2 --log-ids; "
+        "if [ {sample} = 0 ]; then git apply /opt/lcrl-agent/fix.patch; fi"
+    )
+    episodes = run_harness(policy, swe_settings, [problem], 2, command, agent_dir)
+    solved, failed = (e.record() for e in episodes)
+    assert (solved["verdict"], solved["reward"]) == ("passed", 1.0), solved["grade"]
+    assert (failed["verdict"], failed["reward"]) == ("unresolved", 0.0), failed["grade"]
+    assert solved["grade"]["verdict"] == "resolved" and failed["grade"]["verdict"] == "unresolved"
+    batch = episode_batch(episodes, policy[1].pad_token_id)
+    assert batch.batch_size == 4  # two rows per episode: calls 1-2 merged, call 3 after the rewrite
+    assert batch.episode_ids.tolist() == [0, 0, 1, 1] and batch.rewards.tolist() == [1.0, 1.0, 0.0, 0.0]
+    for e, record in zip(episodes, (solved, failed), strict=True):
+        assert record["gateway"] == {
+            "calls": 3, "rows": 2, "merged_calls": 1, "rewritten_calls": 1,
+            "requests": 3, "errors": 0, "replayed_retries": 0,
+        }  # fmt: skip
+        seen = client_ids(record["agent_log"])  # what the agent program received over HTTP
+        assert len(seen) == 3
+        # row 1: the first prompt, then the two sampled completions with the observation between
+        row1 = record["input_ids"]
+        (a0, b0), (a1, b1) = record["trainable_spans"]
+        assert row1[:a0] == seen[0]["prompt"]
+        assert row1[a0:b0] == seen[0]["completion"] and row1[a1:b1] == seen[1]["completion"]
+        assert row1[:a1] == seen[1]["prompt"]  # the second prompt is the row's context, token for token
+        # row 2: the rewritten history's prompt and its completion
+        (extra,) = e.extra_rows
+        assert extra[0].ids == seen[2]["prompt"] and extra[1].ids == seen[2]["completion"]
+        assert extra[1].trainable and not extra[0].trainable
+        # trainable tokens in the batch are exactly the served completions, log-probs included
+        served = [i for s in seen for i in s["completion"]]
+        rows = [r for r in range(4) if batch.episode_ids[r] == episodes.index(e)]
+        trained = [int(t) for r in rows for t in batch.input_ids[r][batch.trainable_mask[r].bool()]]
+        assert trained == served
+
+
+def test_agent_program_reaches_only_the_gateway_and_leaves_nothing(
+    policy, swe_settings, problem, tmp_path, monkeypatch, agent_dir
+):
+    """The agent cannot reach a host port or an outside address, sees no host variable and no
+    host file, and what it left running is gone after the episode; its clock is enforced."""
+    monkeypatch.setenv("LCRL_HOST_SECRET", "hunter2-host-secret")
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("hunter2-file")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    accepted: list[object] = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    probe = agent_dir / "probe.py"
+    probe.write_text(
+        f"""import os, socket, urllib.request, json
+out = {{}}
+for host, p in (("127.0.0.1", {port}), ("10.0.0.1", 80), ("1.1.1.1", 443)):
+    s = socket.socket(); s.settimeout(2)
+    try:
+        s.connect((host, p)); out[host] = "connected"
+    except OSError as e:
+        out[host] = "refused"
+out["env"] = "hunter2" in json.dumps(dict(os.environ))
+try:
+    out["file"] = open({str(secret)!r}).read()
+except OSError:
+    out["file"] = "unreadable"
+r = urllib.request.urlopen(urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/models", headers={{"Authorization": "Bearer x"}}), timeout=30)
+out["gateway"] = json.loads(r.read())["data"][0]["id"]
+print("probe: " + json.dumps(out))
+"""
+    )
+    command = "python3 /opt/lcrl-agent/probe.py; (setsid sleep 98765 &); nohup sleep 98766 >/dev/null 2>&1 &"
+    try:
+        (episode,) = run_harness(policy, swe_settings, [problem], 1, command, agent_dir)
+    finally:
+        listener.close()
+    record = episode.record()
+    line = next(x for x in record["agent_log"].splitlines() if x.startswith("probe: "))
+    out = json.loads(line[len("probe: ") :])
+    assert out == {
+        "127.0.0.1": "refused",
+        "10.0.0.1": "refused",
+        "1.1.1.1": "refused",
+        "env": False,
+        "file": "unreadable",
+        "gateway": "policy",
+    }
+    assert not accepted
+    left = subprocess.run(["pgrep", "-f", "sleep 9876[56]"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "the agent's processes outlived its episode"
+    assert record["verdict"] == "unresolved" and record["gateway"]["calls"] == 0
+
+
+def test_agent_wall_clock_kills_it_and_grades_the_diff(policy, swe_settings, problem, agent_dir):
+    command = "git apply /opt/lcrl-agent/fix.patch; sleep 60"
+    (episode,) = run_harness(policy, swe_settings, [problem], 1, command, agent_dir, timeout_s=4)
+    record = episode.record()
+    assert record["agent_timed_out"] and episode.truncated and record["end_reason"] == "agent_timeout"
+    assert record["reward"] == 1.0  # graded as it stands, as the SWE env's auto-submit
+    assert record["agent_s"] < 30
+
+
+def test_reward_hacks_score_zero_through_the_harness(policy, swe_settings, problem, agent_dir):
+    """Every reward-hack case of the SWE env (shadowing, plugins, in-process report patching, junit
+    rewriting, the results flood), run by an agent program, alone and beside the real fix."""
+    task = problem.metadata["swe_task"]
+    assert module_under_test(task)
+    cases = swe_cases(task)
+    scripts = []
+    for name in SWE_CASES:
+        commands, verdict = cases[name]
+        for with_fix in (False, True):
+            body = "\n".join(commands) + ("\ngit apply /opt/lcrl-agent/fix.patch\n" if with_fix else "\n")
+            (agent_dir / f"case_{len(scripts)}.sh").write_text(body)
+            scripts.append((name, with_fix, verdict))
+    episodes = run_harness(
+        policy, swe_settings, [problem], len(scripts), "bash /opt/lcrl-agent/case_{sample}.sh", agent_dir
+    )
+    for (name, with_fix, verdict), episode in zip(scripts, episodes, strict=True):
+        record = episode.record()
+        assert record["reward"] == 0.0 and record["grade"]["verdict"] == verdict, (
+            name,
+            with_fix,
+            record["grade"],
+        )
+
+
+def test_agent_that_never_calls_the_model_is_graded_without_tokens(policy, swe_settings, problem):
+    (episode,) = run_harness(policy, swe_settings, [problem], 1, "true")
+    batch = episode_batch([episode], policy[1].pad_token_id)
+    assert batch.num_trainable_tokens == 0 and episode.record()["verdict"] == "unresolved"
+    assert episode.valid
