@@ -124,18 +124,19 @@ def run(args: argparse.Namespace) -> None:
 
 
 class _Recorder:
-    """Appends each episode's new calls to ``calls.jsonl`` as they are recorded."""
+    """Moves each episode's recorded calls to ``calls.jsonl`` (a server that runs for days keeps
+    only what the next call continues from in memory)."""
 
     def __init__(self, gateway: Gateway, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
-        self.gateway, self.path, self.written = gateway, out / "calls.jsonl", {}
+        self.gateway, self.path = gateway, out / "calls.jsonl"
 
     def flush(self) -> None:
         lines = []
-        for key, episode in list(self.gateway.episodes.items()):
-            done = self.written.get(key, 0)
-            lines += [json.dumps(c.to_dict()) for c in episode.calls[done:]]
-            self.written[key] = len(episode.calls)
+        with self.gateway._lock:
+            for episode in self.gateway.episodes.values():
+                lines += [json.dumps(c.to_dict()) for c in episode.calls]
+                episode.calls.clear()
         if lines:
             with self.path.open("a") as f:
                 f.write("\n".join(lines) + "\n")

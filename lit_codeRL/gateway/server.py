@@ -65,6 +65,8 @@ class EpisodeLog:
     socket_path: str | None = None
     last_digest: str | None = None
     last_reply: bytes | None = None
+    recorded: int = 0
+    """Calls recorded so far (``lit-coderl serve --record`` writes ``calls`` out and empties it)."""
     requests: int = 0
     replayed_retries: int = 0
     errors: int = 0
@@ -296,7 +298,7 @@ class Gateway:
             if log is not None:
                 log.requests += 1
                 cap = self.config.limits.max_calls_per_episode
-                if cap is not None and len(log.calls) >= cap:
+                if cap is not None and log.recorded >= cap:
                     raise APIError(404, f"this episode made its {cap} calls", code="episode_call_limit")
                 retry = request.headers.get("x-stainless-retry-count", "0")
                 if retry not in ("", "0") and digest == log.last_digest and log.last_reply is not None:
@@ -433,7 +435,7 @@ class Gateway:
                 log.calls.append(
                     CallRecord(
                         episode=log.key,
-                        index=len(log.calls),
+                        index=log.recorded,
                         kind=parsed.kind,
                         prompt_ids=prompt,
                         choices=choices[i * parsed.n : (i + 1) * parsed.n],
@@ -442,6 +444,7 @@ class Gateway:
                         wall_s=round(wall, 4),
                     )
                 )
+                log.recorded += 1
             log.last_digest, log.last_reply = digest, None if parsed.stream else response[1]
             if parsed.kind == "chat":
                 first = choices[0]

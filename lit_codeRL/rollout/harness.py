@@ -131,8 +131,9 @@ class HarnessRunner:
         episodes = []
         for i, (problem, state, key, result) in enumerate(zip(flat, states, keys, results, strict=True)):
             episode = self._episode(problem, first_group + i // n, statements[i], logs[key], state, result)
+            rows = [episode.segments(), *episode.extra_rows]
             stats["completion_tokens"] = stats.get("completion_tokens", 0.0) + sum(
-                len(t.action_ids) for t in episode.turns
+                len(seg.ids) for row in rows for seg in row if seg.trainable
             )
             episodes.append(episode)
         return episodes

@@ -4,7 +4,7 @@ sandbox, and its diff is graded exactly as the SWE env grades it.
 Per episode: the task's workspace (the repository at its base commit, no network, no host
 environment variables, the usual per-session limits), plus, read-only, the directory holding the
 episode's gateway socket and the task statement (``bridge.py``) and the agent's own files
-(``agent_dir``; Python distributions the agent imports come in through ``agent_toolchain``). The
+(``agent_dir``: its scripts, or a venv it runs from through ``PYTHONPATH``). The
 agent command runs once, wrapped so that ``http://127.0.0.1:<port>/v1`` inside relays to the
 episode's socket and nowhere else, bounded by the episode's wall clock (``timeout_s``: past it the
 whole process tree is killed) and the workspace's command limits. When it exits (or is killed),
@@ -63,15 +63,10 @@ class HarnessSettings:
     task's id, e.g. to name the agent's trajectory file). The default is the shipped
     scripted agent; ``configs/harness_mini_swe_agent.yaml`` runs mini-swe-agent."""
     agent_dir: str | None = None
-    """A host directory bound read-only at ``/opt/lcrl-agent`` (the agent's scripts and configs);
-    ``None``: the shipped agents (``lit_codeRL/envs/harness/agents``)."""
-    agent_toolchain: list[str] = field(default_factory=list)
-    """Python distributions the agent imports, e.g. ``[mini-swe-agent]``: installed for
-    ``agent_python`` on the host, copied read-only into the agent's workspace with their
-    dependencies (never into the grading workspace)."""
-    agent_python: str | None = None
-    """The interpreter whose installed distributions ``agent_toolchain`` names (a venv's python,
-    e.g. one with ``pip install mini-swe-agent``); ``None``: the workspace's."""
+    """A host directory bound read-only at ``/opt/lcrl-agent``: the agent's scripts, or a venv it
+    runs from (``PYTHONPATH=/opt/lcrl-agent/lib/python3.X/site-packages``, the interpreter being
+    the one lit-coderl runs on; ``configs/harness_mini_swe_agent.yaml``); ``None``: the shipped
+    agents (``lit_codeRL/envs/harness/agents``)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables of the agent program (nothing else of the host's is passed).
     ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``LCRL_TASK_FILE`` are always set."""
@@ -156,16 +151,11 @@ class HarnessEnv(WorkspaceEpisodeEnv):
 
     def _agent_workspace_config(self) -> Any:
         s = self.settings
-        config = s.swe.workspace
-        toolchain = (*config.toolchain, *(d for d in s.agent_toolchain if d not in config.toolchain))
-        python = s.agent_python or config.python
         # one command runs the whole agent: its limit is the episode's wall clock
         return dataclasses.replace(
-            config,
-            toolchain=toolchain,
-            python=python,
+            s.swe.workspace,
             command_timeout_s=s.timeout_s,
-            max_output_chars=max(config.max_output_chars, s.max_log_chars),
+            max_output_chars=max(s.swe.workspace.max_output_chars, s.max_log_chars),
         )
 
     def start(self, problem: Problem, socket_dir: Path, key: str, sample: int = 0) -> HarnessState:
