@@ -221,3 +221,18 @@ def test_agent_that_never_calls_the_model_is_graded_without_tokens(policy, swe_s
     batch = episode_batch([episode], policy[1].pad_token_id)
     assert batch.num_trainable_tokens == 0 and episode.record()["verdict"] == "unresolved"
     assert episode.valid
+
+
+def test_debugging_tasks_run_through_the_harness_too(policy, swe_settings, tmp_path, monkeypatch):
+    """A shipped debugging task: its starting files are the workspace, its tests grade the diff."""
+    monkeypatch.setenv("LIT_CODERL_DEBUG_CACHE", str(tmp_path / "debug-cache"))
+    problem = load_problem_set(ProblemSettings(source="debug", split="train"))[0]
+    env = HarnessEnv(HarnessSettings(swe=swe_settings))
+    task = env.task_of(problem)
+    agent = tmp_path / "agent"
+    shutil.copytree(AGENTS_DIR, agent)
+    (agent / "fix.patch").write_text(task.patch)
+    command = AGENT + " --max-steps 1; if [ {sample} = 0 ]; then git apply /opt/lcrl-agent/fix.patch; fi"
+    solved, failed = (e.record() for e in run_harness(policy, swe_settings, [problem], 2, command, agent))
+    assert (solved["reward"], failed["reward"]) == (1.0, 0.0), (solved["grade"], failed["grade"])
+    assert solved["gateway"]["calls"] == failed["gateway"]["calls"] == 1
