@@ -77,6 +77,9 @@ class HarnessRunner:
         )
         self.gateway = Gateway(engine.tokenizer, config, forced_sampling=sampling).start()
         self.rollouts = 0
+        self.policy_version: int | None = None
+        """Stamped on every call of the next rollouts (the trainer sets its optimizer step here);
+        ``None``: the index of the rollout."""
 
     def run(
         self,
@@ -91,7 +94,7 @@ class HarnessRunner:
         n, env = num_generations, self.env
         flat = [p for p in problems for _ in range(n)]
         statements = [env.statement(p) for p in flat]
-        self.gateway.policy_version = self.rollouts
+        self.gateway.policy_version = self.rollouts if self.policy_version is None else self.policy_version
         self.rollouts += 1
         dirs = [Path(tempfile.mkdtemp(prefix="lcrl-gw-", dir="/tmp")) for _ in flat]
         keys = [self.gateway.open_episode(socket_path=str(socket_path(d))) for d in dirs]

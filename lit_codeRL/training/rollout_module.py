@@ -165,6 +165,8 @@ class RolloutModule(PolicyModule):
         Lightning's one-batch prefetch, so every rollout comes from the policy after the
         previous update."""
         batch = None
+        if self.runner is not None:  # an agent program's calls are stamped with the step they sample at
+            self.runner.policy_version = self.global_step
         if self.sp_group is None or self.global_rank == self.sp_leader:
             item = next(dataloader_iter)
             batch = item[0] if isinstance(item, tuple) else item

@@ -92,6 +92,8 @@ def test_two_grpo_steps_on_a_scripted_agent(tmp_path):
         assert r["input_ids"][: r["trainable_spans"][0][0]] == seen[0]["prompt"]
         assert row2["input_ids"][: row2["trainable_spans"][0][0]] == seen[2]["prompt"]
         assert [c["choices"][0]["token_ids"] for c in r["calls"]] == [s["completion"] for s in seen]
+        # sampled after step - 1 optimizer steps (the dump's step is logged after the update)
+        assert {c["policy_version"] for c in r["calls"]} == {r["step"] - 1}
     metrics = list(csv.DictReader((run / "version_0" / "metrics.csv").open()))
     signal = [float(m["train/groups_with_signal"]) for m in metrics if m.get("train/groups_with_signal")]
     assert signal == [1.0, 1.0]
