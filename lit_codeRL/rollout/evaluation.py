@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
@@ -29,8 +29,10 @@ from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
 from lit_codeRL.problems import Problem
 from lit_codeRL.problems.mbpp import DATASET_PATH_ENV
 from lit_codeRL.rollout.episodes import Episode, EpisodeRunner
-from lit_codeRL.rollout.harness import HarnessRunner
 from lit_codeRL.rollout.prompts import ProblemSettings
+
+if TYPE_CHECKING:  # imported where used: the gateway's server (aiohttp) only with a harness
+    from lit_codeRL.rollout.harness import HarnessRunner
 
 log = logging.getLogger("lit_codeRL")
 
@@ -167,6 +169,8 @@ def make_eval_runner(
     if harness is not None:
         if not (is_debug_source(source) or is_swe_source(source)):
             raise ConfigError("a harness evaluates SWE or debugging tasks: set source to swe... or debug...")
+        from lit_codeRL.rollout.harness import HarnessRunner  # the gateway's aiohttp: only here
+
         return HarnessRunner(engine, HarnessEnv(harness), sampling)
     if is_debug_source(source) or is_swe_source(source):
         if max_turns < 2:
@@ -185,7 +189,7 @@ def make_eval_runner(
 
 def close_runner(runner: EpisodeRunner | HarnessRunner | None) -> None:
     """Release what the runner's env holds (the debugging gym's workspaces, a harness's gateway)."""
-    if isinstance(runner, HarnessRunner):
+    if hasattr(runner, "gateway"):  # a HarnessRunner: its gateway and its env
         runner.close()
         return
     close = getattr(getattr(runner, "env", None), "close", None)

@@ -8,7 +8,7 @@ GRPO and REINFORCE differ only in their advantages and loss.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torchmetrics import MeanMetric
@@ -20,11 +20,13 @@ from lit_codeRL.policy.engine import SamplingParams
 from lit_codeRL.rollout.dataset import RolloutDataset
 from lit_codeRL.rollout.difficulty import DifficultyFilter
 from lit_codeRL.rollout.episodes import EpisodeRunner
-from lit_codeRL.rollout.harness import HarnessRunner
 from lit_codeRL.rollout.prompts import ProblemSettings, ProblemStream, load_problem_set
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
 from lit_codeRL.training.policy_module import PolicyModule
+
+if TYPE_CHECKING:  # imported where used: the gateway's server (aiohttp) only for env.name harness
+    from lit_codeRL.rollout.harness import HarnessRunner
 
 
 def context_limit(env_limit: int | None, max_new_tokens: int, engine_limit: int | None) -> int | None:
@@ -121,6 +123,8 @@ class RolloutModule(PolicyModule):
         )
         runner: Any
         if agent_env:  # the agent program drives; the gateway answers it from this engine
+            from lit_codeRL.rollout.harness import HarnessRunner
+
             runner = self.runner = HarnessRunner(self.engine, env, self.sampling, max_context)
         else:
             runner = EpisodeRunner(
