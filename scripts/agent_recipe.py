@@ -113,7 +113,11 @@ def evaluate(
 
 
 def draw(rows: list[dict[str, Any]], sets: dict[str, str], path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # e.g. a GPU image without it: the JSON holds every figure
+        print(f"[agent_recipe] no matplotlib: {path} not drawn")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -141,6 +145,9 @@ def main() -> None:
     parser.add_argument("--out-dir", default="runs/agent_recipe")
     parser.add_argument("--debug-heldout", type=int, default=200, help="MBPP-test debugging tasks scored")
     parser.add_argument("--swe-heldout", type=int, default=0, help="held-out SWE tasks scored (0: all)")
+    parser.add_argument(
+        "--envs", default="debug,swe", help="the envs trained on and scored (debug, swe, or both)"
+    )
     parser.add_argument(
         "--synth-args", default="--per-function 3 --eval-fraction 0.5", help="for lit-coderl synth"
     )
@@ -174,6 +181,10 @@ def main() -> None:
         "debug": (debug_source, "test", args.debug_heldout or None, "MBPP debugging (held out)"),
         "swe": (swe_source, "eval", args.swe_heldout or None, "synthesized SWE (held out)"),
     }
+    envs = {e.strip() for e in args.envs.split(",") if e.strip()}
+    if not envs or envs - set(sets):
+        sys.exit(f"--envs {args.envs!r}: name debug, swe or both")
+    sets = {key: value for key, value in sets.items() if key in envs}
     stages: list[dict[str, Any]] = []
     if args.bc_run:
         bc_dir = Path(args.bc_run).resolve()
@@ -185,8 +196,9 @@ def main() -> None:
             out_dir / "bc",
             [
                 "--model.init_args.model.name_or_path", args.base_model,
-                "--model.init_args.demonstrations.source", debug_source,
-                "--model.init_args.demonstrations.also", json.dumps([swe_source]),
+                "--model.init_args.demonstrations.source", debug_source if "debug" in envs else swe_source,
+                "--model.init_args.demonstrations.also",
+                json.dumps([swe_source] if envs == {"debug", "swe"} else []),
                 *shlex.split(args.bc_args),
             ],
         )  # fmt: skip

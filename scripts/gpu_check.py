@@ -6,6 +6,7 @@ consecutive device calls (the machine stays warm in between; /tmp survives):
     python3 scripts/gpu_check.py stage .gpu1          # carry [".gpu1"]: wheels, debs, MBPP, GGUF half 1
     python3 scripts/gpu_check.py run .gpu2            # carry [".gpu2"]: GGUF half 2, then the checks
     python3 scripts/gpu_check.py run .gpu2 --only quickstart,swe     # a rerun of some checks
+    python3 scripts/gpu_check.py run .gpu2 --only agent_recipe --budget-s 570   # #49, a call alone
     python3 scripts/gpu_check.py run .gpu2 --dry-run  # print every command, run nothing
 
 ``run`` writes ``$OUT/gpu_check.log`` (every check's output, with headers) and rewrites
@@ -222,6 +223,8 @@ def check_env() -> dict[str, str]:
     env["PATH"] = f"{BWRAP_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
     env["LIT_CODERL_SHARED"] = str(STAGE / "shared")
     env["MBPP_DATASET_PATH"] = str(STAGE / "shared" / "data" / "mbpp")
+    if (STAGE / "agent_recipe" / "synth_cache").is_dir():  # the MBPP debugging tasks, made on the dev box
+        env["LIT_CODERL_SYNTH_CACHE"] = str(STAGE / "agent_recipe" / "synth_cache")
     env.update(
         HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false"
     )
@@ -257,7 +260,7 @@ def cmd_stage(folder: Path) -> int:
     t0 = time.time()
     folder = folder.resolve()
     STAGE.mkdir(parents=True, exist_ok=True)
-    for name in ("shared",):
+    for name in ("shared", "agent_recipe"):
         if (folder / name).is_dir():
             shutil.copytree(folder / name, STAGE / name, dirs_exist_ok=True)
     for part in folder.glob("gguf.*"):
@@ -378,10 +381,31 @@ def gpu_test_files() -> list[str]:
     return found or ["tests"]
 
 
+def agent_recipe_cmd(out_dir: Path) -> list[str]:
+    """#49's recipe at full scale (base, BC, BC + RL on 200 held-out MBPP debugging tasks and every
+    held-out synthesized SWE task), on the tasks synthesized on the dev machine where staged."""
+    tasks = STAGE / "agent_recipe" / "synth" / "swe" / "tasks.jsonl"
+    return [
+        sys.executable, "scripts/agent_recipe.py", "--data", str(STAGE / "shared" / "data" / "mbpp"),
+        "--out-dir", str(RUNS / "agent_recipe"), "--rl-minutes", os.environ.get("AGENT_RECIPE_RL_MINUTES", "3"),
+        "--debug-heldout", "200", "--out", str(out_dir / "agent_recipe.json"),
+        *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
+    ]  # fmt: skip
+
+
 def build_checks(out_dir: Path, accelerator: str) -> list[dict]:
-    """Each check: name, cmd, cwd, nominal timeout, minimal share of the budget, parser."""
+    """Each check: name, cmd, cwd, nominal timeout, minimal share of the budget, parser; an
+    ``opt_in`` check runs only when ``--only`` names it."""
     device = "cuda" if accelerator == "gpu" else "cpu"
     return [
+        {
+            "name": "agent_recipe",
+            "opt_in": True,  # a call of its own: ~8 min (stages reused by a rerun on a warm machine)
+            "cmd": agent_recipe_cmd(out_dir),
+            "timeout": 10_000,
+            "min": 120,
+            "json": out_dir / "agent_recipe.json",
+        },
         {"name": "env", "cmd": [sys.executable, "-c", ENV_PROBE], "timeout": 60, "min": 20},
         {
             "name": "cuda_tests",
@@ -577,6 +601,8 @@ def cmd_run(
         if unknown:
             raise SystemExit(f"unknown checks {sorted(unknown)}")
         checks = [c for c in checks if c["name"] in only]
+    else:
+        checks = [c for c in checks if not c.get("opt_in")]
     json_path = out_dir / "gpu_check.json"
     with open(os.devnull if dry_run else out_dir / "gpu_check.log", "a") as log_f:
         for i, check in enumerate(checks):

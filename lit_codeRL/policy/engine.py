@@ -121,6 +121,11 @@ class EngineSettings:
     math in about half the tensor operations per layer, which is what bounds a small model's
     decode step (``policy/fast_decode.py``); on a GPU its decode steps run over static buffers
     (``cuda_graphs``). Off: transformers' forward."""
+    prefix_cache_mib: float = 1024.0
+    """``hf`` with ``fast_decode`` on a CPU: memory (MiB) for the keys/values of finished rows,
+    reused when a later prompt extends one, so that a multi-turn episode's next turn prefills
+    only the observation, not its whole history again (``policy/prefix_cache.py``; the oldest
+    entries dropped first). 0: off."""
     cuda_graphs: bool = True
     """``hf`` with ``fast_decode`` on a GPU: replay each decode step as a CUDA graph captured per
     batch bucket (``policy/graph_decode.py``): one launch a token instead of ~500. Off: the same
@@ -164,6 +169,7 @@ def make_engine(settings: EngineSettings, tokenizer: Any, model: torch.nn.Module
             dtype=settings.dtype,
             fast_decode=settings.fast_decode,
             cuda_graphs=settings.cuda_graphs,
+            prefix_cache_mib=settings.prefix_cache_mib,
         )
     from lit_codeRL.errors import ConfigError
 

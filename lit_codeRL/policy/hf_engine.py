@@ -24,6 +24,7 @@ from lit_codeRL.policy.kv_cache import cache_keyword, decode_cache
 from lit_codeRL.policy.loading import is_quantized
 from lit_codeRL.policy.output import GenerationOutput, left_pad, sampled_output
 from lit_codeRL.policy.precision import generation_dtype, log_generation_dtype
+from lit_codeRL.policy.prefix_cache import PrefixedPrefill, PrefixStore, fill_cache, keep_rows, plan_prefill
 from lit_codeRL.policy.replica import copy_weights, device_of, make_replica
 from lit_codeRL.policy.sampling import SamplingParams, device_generator, draw, stop_string_hits
 
@@ -54,8 +55,13 @@ class HFGenerationEngine:
         dtype: torch.dtype | str | None = None,
         fast_decode: bool = True,
         cuda_graphs: bool = True,
+        prefix_cache_mib: float = 1024.0,
     ):
         self.tokenizer = tokenizer
+        self.prefixes = PrefixStore(int(prefix_cache_mib * 2**20)) if prefix_cache_mib > 0 else None
+        """Keys/values of finished rows, reused by a later prompt that extends one (the lean CPU
+        sampler; ``policy/prefix_cache.py``); ``None``: off."""
+        self._prefix_build: int | None = None
         self.fast_decode = fast_decode
         self.cuda_graphs = cuda_graphs
         """On a GPU, replay each decode step as a captured CUDA graph (off: the same static steps
@@ -221,6 +227,22 @@ class HFGenerationEngine:
         finally:
             torch.set_num_threads(threads)
 
+    def _plan_prefixes(self, lean: fast_decode.LeanLlama, prompts: list[list[int]]) -> PrefixedPrefill | None:
+        """The prefixed prefill of ``prompts`` over the current weights (kept prefixes of an
+        older build of them are dropped first)."""
+        lean.refresh_if_stale()
+        if self._prefix_build != lean.build:
+            self.prefixes.clear()
+            self._prefix_build = lean.build
+        return plan_prefill(self.prefixes, prompts, self.pad_token_id, lean.embed.device)
+
+    @staticmethod
+    def _keep(store, rows, active, prompts, tokens, step, cache, mask) -> None:
+        """Keep cache rows ``rows`` (fed their prompt and ``tokens[:, :step]``) in ``store``."""
+        originals = active[rows].tolist()
+        sequences = [prompts[r] + tokens[r, :step].tolist() for r in originals]
+        keep_rows(store, rows, sequences, cache.k, cache.v, mask.bool())
+
     def _sample(
         self, model, prompt_ids, prompt_mask, sampling, n, generator, on_finished
     ) -> GenerationOutput:
@@ -240,16 +262,28 @@ class HFGenerationEngine:
                 self.stop_token_ids,
                 self.pad_token_id,
             )
+        store = self.prefixes if lean is not None else None
+        prompts: list[list[int]] = []
+        plan = None
+        if store is not None:
+            prompts = [row[m].tolist() for row, m in zip(prompt_ids, prompt_mask.bool(), strict=True)]
+            plan = self._plan_prefixes(lean, prompts)
+        feed_ids, mask = prompt_ids, prompt_mask
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         if lean is not None:
             forward, cache_kw = lean, "cache"
-            cache = lean.new_cache(prompt_ids.size(0), prompt_ids.size(1) + sampling.max_new_tokens + 1)
+            width = plan.attention_mask.size(1) if plan is not None else prompt_ids.size(1)
+            cache = lean.new_cache(prompt_ids.size(0), width + sampling.max_new_tokens + 1)
+            if plan is not None:  # prefill only what follows each row's kept prefix
+                fill_cache(plan, cache.k, cache.v)
+                cache.length = plan.width
+                feed_ids, mask, positions = plan.suffix_ids, plan.attention_mask, plan.position_ids
         else:
             forward, cache_kw = model, cache_keyword(model)
             cache = decode_cache(reserve=sampling.max_new_tokens + 1)
-        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         logits = forward(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
+            input_ids=feed_ids,
+            attention_mask=mask,
             position_ids=positions,
             use_cache=True,
             logits_to_keep=1,
@@ -260,7 +294,9 @@ class HFGenerationEngine:
             logits = logits.repeat_interleave(n, 0)
             prompt_ids = prompt_ids.repeat_interleave(n, 0)
             prompt_mask = prompt_mask.repeat_interleave(n, 0)
+            mask = mask.repeat_interleave(n, 0)
             positions = positions.repeat_interleave(n, 0)
+            prompts = [p for p in prompts for _ in range(n)]
         batch, max_new = prompt_ids.size(0), sampling.max_new_tokens
         tokens = torch.full((batch, max_new), self.pad_token_id, dtype=torch.long, device=device)
         logprobs = torch.zeros(batch, max_new, device=device)
@@ -269,7 +305,6 @@ class HFGenerationEngine:
         stop = torch.tensor(self.stop_token_ids, device=device)
         by_string = torch.zeros(batch, dtype=torch.bool, device=device)
         active = torch.arange(batch, device=device)  # original row of each live cache row
-        mask = prompt_mask
         next_pos = positions[:, -1:] + 1
         with self._decode_threads(device):
             for step in range(max_new):
@@ -288,6 +323,17 @@ class HFGenerationEngine:
                         rows = active[done].tolist()
                         reasons = ["stop_string" if by_string[r] else "stop" for r in rows]
                         on_finished(rows, [tokens[r, : step + 1].tolist() for r in rows], reasons)
+                    if store is not None and step > 0:
+                        self._keep(
+                            store,
+                            done.nonzero().squeeze(-1).tolist(),
+                            active,
+                            prompts,
+                            tokens,
+                            step,
+                            cache,
+                            mask,
+                        )
                     keep = (~done).nonzero().squeeze(-1)
                     if keep.numel() == 0:
                         break
@@ -304,6 +350,8 @@ class HFGenerationEngine:
                     **{cache_kw: cache},
                 ).logits[:, -1, :]
                 next_pos = next_pos + 1
+        if store is not None and step > 0 and not bool(finished.all()):  # rows cut at max_new_tokens
+            self._keep(store, list(range(active.numel())), active, prompts, tokens, step, cache, mask)
         if on_finished is not None and not bool(finished.all()):
             rows = (~finished).nonzero().squeeze(-1).tolist()
             on_finished(rows, [tokens[r].tolist() for r in rows], ["length"] * len(rows))
