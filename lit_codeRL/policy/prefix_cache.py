@@ -7,7 +7,8 @@ first prompt ``k`` times; on a CPU that prefill, not the decode, is most of a tu
 SGLang keep such prefixes in their KV cache; this is the same idea for the lean CPU sampler
 (``policy/fast_decode.py``): when a row finishes, its keys/values (prompt plus every token fed) are
 kept under its token ids; a later prompt that starts with a kept sequence prefills only what
-follows it.
+follows it, and the sequence leaves the store (the row that extends it is kept in its place when it
+finishes, so an episode holds one entry, not one per turn).
 
 The reused keys/values are those the same weights computed for the same tokens at the same
 positions (rotary positions come from the tokens' indices, not from padding), so a turn decodes
@@ -65,6 +66,10 @@ class PrefixStore:
         while self._bytes > self.max_bytes:
             _, dropped = self._entries.popitem(last=False)
             self._bytes -= dropped.nbytes
+
+    def discard(self, tokens: tuple[int, ...]) -> None:
+        old = self._entries.pop(tokens, None)
+        self._bytes -= old.nbytes if old is not None else 0
 
     def longest(self, prompt: list[int]) -> Prefix | None:
         """The longest kept sequence ``prompt`` starts with and goes beyond (at least one of its
@@ -141,6 +146,9 @@ def plan_prefill(
         mask[r, width + steps - len(suffix) :] = 1
         positions[r, steps - len(suffix) :] = torch.arange(k, k + len(suffix))
     store.reused_tokens += sum(kept)
+    for prefix in prefixes:  # the rows that extend it are kept longer when they finish
+        if prefix is not None:
+            store.discard(prefix.tokens)
     return PrefixedPrefill(width, prefixes, ids.to(device), mask.to(device), positions.to(device), sum(kept))
 
 

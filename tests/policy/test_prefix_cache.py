@@ -80,6 +80,7 @@ def test_every_row_of_a_later_turn_is_served_from_its_own_sequence(tiny_model):
     before = engine.prefixes.reused_tokens
     _turn(engine, [p + a + [7, 8] for p, a in zip(prompts, actions, strict=True)] + [[31, 32]])
     assert engine.prefixes.reused_tokens - before == sum(kept)
+    assert len(engine.prefixes) == 3  # one entry per row: the extended sequences replaced theirs
 
 
 def test_a_weight_change_drops_every_kept_prefix(tiny_model):
