@@ -14,6 +14,7 @@ import re
 import pytest
 
 from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
+from lit_codeRL.envs.debug.reference import WHOLE_FILE_LINES
 from lit_codeRL.envs.debug.reference import reference_actions as debug_actions
 from lit_codeRL.envs.debug.reference import reference_episode as debug_episode
 from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
@@ -196,7 +197,7 @@ TWO_PLACES_OLD = (
     "def scale(values, factor):\n"
     '    """Every value times ``factor``."""\n'
     "    return [v + factor for v in values]\n"
-    + "".join(f"\n\ndef helper_{k}(x):\n    return x + {k}\n" for k in range(5))
+    + "".join(f"\n\ndef helper_{k}(x):\n    return x + {k}\n" for k in range(10))  # over 40 lines: windows
     + "\n\ndef total(values):\n"
     '    """The sum of the values (0 for none)."""\n'
     "    return sum(values[1:])\n"
@@ -222,22 +223,51 @@ def two_places_task(fix: str = TWO_PLACES_FIX) -> DebugTask:
 
 
 def test_a_fix_in_two_places_is_two_views_and_the_second_is_shifted():
-    """The first change grows the file by two lines: the second site's view and edit use the
-    numbers the file has after the first edit (line 28 of the base is line 30 then)."""
+    """A file over ``WHOLE_FILE_LINES`` is viewed in windows. The first change grows it by two
+    lines: the second site's view and edit use the numbers the file has after the first edit (line
+    48 of the base is line 50 then)."""
     old = TWO_PLACES_OLD.splitlines(keepends=True)
+    assert len(old) > WHOLE_FILE_LINES
     edits = line_edits(old, TWO_PLACES_FIX.splitlines(keepends=True))
-    assert [(e.start, e.end, e.delta) for e in edits] == [(3, 3, 2), (28, 28, 0)]
+    assert [(e.start, e.end, e.delta) for e in edits] == [(3, 3, 2), (48, 48, 0)]
     assert len(edit_sites(edits, len(old))) == 2
     actions = debug_actions(two_places_task(), PRESETS["debug"])
     assert debug_shape(actions) == "eval view edit view edit eval submit"
     assert "<view>calc.py 1-6</view>" in actions[1] and 'lines="3-3"' in actions[2]
-    assert "<view>calc.py 27-30</view>" in actions[3] and 'lines="30-30"' in actions[4]
+    assert "<view>calc.py 47-50</view>" in actions[3] and 'lines="50-50"' in actions[4]
 
 
 def test_a_fix_in_two_places_resolves_when_played(debug_env):
     episode = debug_episode(debug_env, two_places_task())
     assert episode.resolved, episode.verdict
-    assert "30|     return sum(values[1:])" in episode.observations[2]  # the shifted view (no first eval)
+    assert "50|     return sum(values[1:])" in episode.observations[2]  # the shifted view (no first eval)
+
+
+def short_two_places_task() -> DebugTask:
+    cut = lambda text: text.replace("".join(f"\n\ndef helper_{k}(x):\n    return x + {k}\n" for k in range(10)), "")  # noqa: E731
+    return DebugTask(
+        "test/two-places-short",
+        "scale and total",
+        {"calc.py": cut(TWO_PLACES_OLD), "test_calc.py": TWO_PLACES_TESTS},
+        fix={"calc.py": cut(TWO_PLACES_FIX)},
+    )
+
+
+def test_a_short_file_is_viewed_whole_then_edited_bottom_up_with_the_numbers_it_showed(debug_env):
+    """A short file: one ``<view>PATH</view>`` (the prompt names no line: a window around the fix
+    would be an oracle the policy cannot imitate), then the edits bottom-up, so the lower edit (line
+    8, below the first change's two new lines) keeps the number the view showed."""
+    task = short_two_places_task()
+    assert len(task.files["calc.py"].splitlines()) <= WHOLE_FILE_LINES
+    actions = debug_actions(task, PRESETS["debug"], output_shown=True)
+    assert debug_shape(actions) == "view edit edit eval submit"
+    assert actions[0].endswith("<view>calc.py</view>")
+    assert 'lines="8-8"' in actions[1] and "sum(values)\n" in actions[1]
+    assert 'lines="3-3"' in actions[2] and "v * factor" in actions[2]
+    episode = debug_episode(debug_env, task)
+    assert episode.resolved, episode.verdict
+    assert "\n8|     return sum(values[1:])" in episode.observations[0]  # the whole file, numbered
+    assert "\n1| def scale(values, factor):" in episode.observations[0]
 
 
 def test_an_swe_fix_in_two_places_views_each(swe_played):

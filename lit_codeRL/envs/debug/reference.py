@@ -6,10 +6,12 @@ tool-call format, one call per turn, each after a one-sentence lead-in:
 
 1. ``<eval/>``: the tests' output (left out when the env already shows it in the first
    observation, ``env.debug.show_initial_eval``: a turn and a copy of the output saved);
-2. ``<view>PATH A-B</view>``: the code around the change (``SITE_CONTEXT`` lines above and below;
+2. ``<view>PATH</view>``: the whole file when it has at most ``WHOLE_FILE_LINES`` lines (the
+   prompt names no line, so the policy must learn to look before it edits); a longer file is
+   viewed around each change (``<view>PATH A-B</view>``, ``SITE_CONTEXT`` lines above and below;
    one view per site, nearby changes share one);
-3. ``<edit path="PATH" lines="A-B">NEW LINES</edit>``: each change of the site, bottom-up, so the
-   line numbers the view showed stay valid (later sites are viewed after the earlier edits, with
+3. ``<edit path="PATH" lines="A-B">NEW LINES</edit>``: each change, bottom-up, so the line numbers
+   the view showed stay valid (in a long file, later sites are viewed after the earlier edits, with
    the numbers the file has then). A file whose edits would write as many lines as the whole fixed
    file, or more than ``MAX_EDITS`` of them, is rewritten (``<rewrite>``) instead; so is a new
    file, or every file when the preset has no ``edit`` (``env.debug.tools: rewrite``);
@@ -20,8 +22,8 @@ For example, ``debug/median`` (line 19 divides with ``//``)::
 
     I will run the tests to see what fails.
     <eval/>
-    I will look at stats.py around line 19.
-    <view>stats.py 16-22</view>
+    I will look at stats.py.
+    <view>stats.py</view>
     I will change lines 19-19 of stats.py.
     <edit path="stats.py" lines="19-19">
         return (ordered[middle - 1] + ordered[middle]) / 2
@@ -47,6 +49,9 @@ from lit_codeRL.problems.record import Problem
 
 MAX_EDITS = 6
 """A file needing more targeted edits than this is rewritten whole."""
+WHOLE_FILE_LINES = 40
+"""A file this short is viewed whole (``<view>PATH</view>``); a longer one in windows around each
+change."""
 
 EVAL = "I will run the tests to see what fails.\n<eval/>"
 EVAL_AGAIN = "I will run the tests again.\n<eval/>"
@@ -66,10 +71,24 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str]) ->
     written = sum(len(e.new) for e in edits)
     if "edit" not in tools or len(edits) > MAX_EDITS or written >= max(1, len(new_lines)):
         first, last = sites[0].first, sites[-1].last
-        return [
-            f"I will look at {path} around line {edits[0].start}.\n<view>{path} {first}-{last}</view>",
-            f"I will rewrite {path} with the fix.\n" + _rewrite(path, new),
-        ]
+        view = (
+            f"I will look at {path}.\n<view>{path}</view>"
+            if len(old_lines) <= WHOLE_FILE_LINES
+            else f"I will look at {path} around line {edits[0].start}.\n<view>{path} {first}-{last}</view>"
+        )
+        return [view, f"I will rewrite {path} with the fix.\n" + _rewrite(path, new)]
+    if len(old_lines) <= WHOLE_FILE_LINES:
+        # One view of the whole file, then every edit bottom-up: each line number an edit names is
+        # the one that view showed. The policy sees no line number before it looks, so a window
+        # "around line N" would teach it to guess where the bug is (BC learned to edit line 1).
+        actions = [f"I will look at {path}.\n<view>{path}</view>"]
+        for site in reversed(sites):
+            for edit in site.edits:
+                actions.append(
+                    f"I will change lines {edit.start}-{edit.end} of {path}.\n"
+                    + _edit(path, f"{edit.start}-{edit.end}", "".join(edit.new))
+                )
+        return actions
     actions, shift = [], 0
     for k, site in enumerate(sites):
         lead = "I will look at" if k == 0 else "Next I will look at"
@@ -132,7 +151,7 @@ def _check(actions: list[str], tools: Sequence[str]) -> None:
 def _written(call: ToolCall) -> str:
     args = call.args
     if call.tool == "view":
-        return f"<view>{args['path']} {args['lines']}</view>"
+        return f"<view>{args['path']} {args['lines']}</view>" if args.get("lines") else f"<view>{args['path']}</view>"
     if call.tool == "edit":
         return _edit(args["path"], args["lines"], args["content"])
     if call.tool == "rewrite":
