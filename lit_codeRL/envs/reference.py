@@ -52,6 +52,8 @@ class ReferenceEpisode:
     """The grade resolved the task with the full reward (only such trajectories are kept)."""
     verdict: str = ""
     """The grade's verdict, or why the trajectory was not played (no script, invalid task)."""
+    context: tuple[int, ...] = ()
+    """Actions played but not imitated (BC masks them): a recovery trajectory's wrong edit."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import logging
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,8 @@ class DemonstrationSettings:
     split: str = "train"
     """Split of a problem source (MBPP: train = task ids 601-974)."""
     limit: int | None = None
-    """Use only the first ``limit`` demonstrations."""
+    """Use only the first ``limit`` demonstrations (SWE and debugging sources: play only the first
+    ``limit`` tasks; a task's recovery trajectory is a row beside its reference one)."""
     min_reward: float | None = None
     """Rollout dumps: keep only episodes with at least this return (``None``: all)."""
     max_length: int = 1024
@@ -69,6 +71,12 @@ class DemonstrationSettings:
     """More sources whose demonstrations join ``source``'s, read with the same settings (e.g.
     ``debug:mbpp:<data>`` with ``also: [swe:<tasks.jsonl>]``: one BC over debugging and SWE
     trajectories, each played in its own env). ``limit`` applies to each source."""
+    recoveries: float = 0.0
+    """Debugging sources: the fraction of tasks (chosen by a hash of the task id) that also get a
+    recovery trajectory: a wrong edit of the fix's lines (one mutation of the fixed code; a masked
+    action, context and not a target), the tests seen failing, then the fix. Trajectories of
+    fixes alone never show a failed attempt, and BC on them answers failing tests by submitting.
+    Only a fix that is one edit of one short file has one (``envs/debug/reference.py``)."""
     env: EnvSettings = field(default_factory=EnvSettings)
     """SWE and debugging sources: the env the reference trajectories are played in; only its
     ``swe`` or ``debug`` block is read (``name`` and the turn limits are not). Give it the RL run's
@@ -77,6 +85,8 @@ class DemonstrationSettings:
     policy never sees."""
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.recoveries <= 1.0:
+            raise ConfigError(f"demonstrations.recoveries must be in [0, 1], got {self.recoveries}")
         if isinstance(self.env, dict):  # from a checkpoint's plain hparams
             self.env = EnvSettings(**self.env)
 
@@ -159,23 +169,25 @@ def episode_segments(episode: ReferenceEpisode, chat: ChatFormat, stop_strings: 
         ids = tokenizer(action, add_special_tokens=False)["input_ids"]
         if not ends_at_stop(action, stop_strings):
             ids = ids + eos
-        segs.append(Segment(ids, True, turn=turn))
+        segs.append(Segment(ids, turn not in episode.context, turn=turn))
         if turn < len(episode.observations):
             segs.append(Segment(chat.observation_ids(episode.observations[turn], ids), turn=turn))
     return segs
 
 
 def reference_demonstrations(
-    problems: list[Problem], chat: ChatFormat, env: EnvSettings
+    problems: list[Problem], chat: ChatFormat, env: EnvSettings, recoveries: float = 0.0
 ) -> list[list[Segment]]:
     """The reference trajectory of every SWE or debugging task (see the module docstring), played
-    in the env ``env.swe`` or ``env.debug`` configures, as trajectory rows; those that do not
-    resolve their task are dropped and counted in one warning."""
+    in the env ``env.swe`` or ``env.debug`` configures, as trajectory rows (debugging tasks: also
+    the ``recoveries`` fraction's recovery trajectories); those that do not resolve their task are
+    dropped and counted in one warning."""
     if "debug_task" in problems[0].metadata:
         from lit_codeRL.envs.debug.env import DebugEnv
-        from lit_codeRL.envs.debug.reference import reference_episodes
+        from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
 
         environment: Any = DebugEnv(env.debug)
+        reference_episodes: Any = partial(debug_episodes, recoveries=recoveries)
     else:
         from lit_codeRL.envs.swe.env import ContainerEnv
         from lit_codeRL.envs.swe.reference import reference_episodes
@@ -206,7 +218,7 @@ def load_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[list
 
 
 def _source_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[list[Segment]]:
-    path = Path(settings.source).expanduser()
+    path, limit = Path(settings.source).expanduser(), settings.limit
     if is_rollout_dump(path):
         rows = dump_demonstrations(path, settings.min_reward)
     else:
@@ -214,11 +226,14 @@ def _source_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[l
         chat = ChatFormat(tokenizer, settings.system_prompt)
         if problems and ("swe_task" in problems[0].metadata or "debug_task" in problems[0].metadata):
             # each played trajectory costs sandbox runs: play only as many tasks as are wanted
-            rows = reference_demonstrations(problems[: settings.limit], chat, settings.env)
+            rows = reference_demonstrations(
+                problems[: settings.limit], chat, settings.env, settings.recoveries
+            )
+            limit = None  # the tasks were limited: a task's recovery row is its second
         else:
             rows = problem_demonstrations(problems, chat, settings.num_shown_tests)
     kept = [r for r in rows if sum(len(s.ids) for s in r) <= settings.max_length]
-    too_long, rows = len(rows) - len(kept), kept[: settings.limit]
+    too_long, rows = len(rows) - len(kept), kept[:limit]
     logger.info(
         "demonstrations: %d rows from %s (split %s; %d longer than max_length %d left out)",
         len(rows),

@@ -45,6 +45,10 @@ def base_env(path_head: str, extra: Mapping[str, str]) -> dict[str, str]:
         "PAGER": "cat",
         "GIT_PAGER": "cat",
         "GIT_CONFIG_NOSYSTEM": "1",
+        # No bytecode cache in the workspace: a .pyc counts as fresh while its source keeps its
+        # size and its mtime's second, so an edit that swaps `+` for `*` within a second of the
+        # last test run would run the old code (the tests' output lied; only the fresh grade saw).
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
     for k, v in extra.items():
         env[k] = str(v).replace("$PATH", path)

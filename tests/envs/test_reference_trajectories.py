@@ -14,7 +14,7 @@ import re
 import pytest
 
 from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
-from lit_codeRL.envs.debug.reference import WHOLE_FILE_LINES
+from lit_codeRL.envs.debug.reference import STILL_FAILING, WHOLE_FILE_LINES, recovery_actions, wants_recovery
 from lit_codeRL.envs.debug.reference import reference_actions as debug_actions
 from lit_codeRL.envs.debug.reference import reference_episode as debug_episode
 from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
@@ -25,11 +25,16 @@ from lit_codeRL.envs.swe.actions import parse_action
 from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
 from lit_codeRL.envs.swe.reference import reference_episode as swe_episode
 from lit_codeRL.envs.swe.reference import reference_episodes as swe_episodes
+from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems.debug import DebugTask, debug_problem
 from lit_codeRL.problems.registry import load_problems
 from lit_codeRL.problems.swe import to_problem
 from lit_codeRL.rollout.chat import ChatFormat
-from lit_codeRL.rollout.demonstrations import episode_segments, reference_demonstrations
+from lit_codeRL.rollout.demonstrations import (
+    DemonstrationSettings,
+    episode_segments,
+    reference_demonstrations,
+)
 from lit_codeRL.rollout.episodes import Episode, Turn
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
 from tests.sandbox.conftest import require_bwrap
@@ -244,7 +249,12 @@ def test_a_fix_in_two_places_resolves_when_played(debug_env):
 
 
 def short_two_places_task() -> DebugTask:
-    cut = lambda text: text.replace("".join(f"\n\ndef helper_{k}(x):\n    return x + {k}\n" for k in range(10)), "")  # noqa: E731
+    """The two-places task without its helpers: 8 lines."""
+    helpers = "".join(f"\n\ndef helper_{k}(x):\n    return x + {k}\n" for k in range(10))
+
+    def cut(text: str) -> str:
+        return text.replace(helpers, "")
+
     return DebugTask(
         "test/two-places-short",
         "scale and total",
@@ -301,6 +311,96 @@ def test_a_wrong_swe_patch_does_not_resolve(swe_env):
     episode = swe_episode(swe_env, to_problem(wrong))
     assert swe_shape(episode.actions, task.test_command) == "test view edit test submit"
     assert not episode.resolved and episode.reward == 0.0
+
+
+# ------------------------------------------------------------------------------ recovery
+RECOVERY_TASK = DebugTask(
+    "test/recovery",
+    "scale",
+    {
+        "calc.py": "def scale(values, factor):\n    return [v + factor for v in values]\n",
+        "test_calc.py": "from calc import scale\n\n\ndef test_scale():\n    assert scale([1, 2], 3) == [3, 6]\n",
+    },
+    fix={"calc.py": "def scale(values, factor):\n    return [v * factor for v in values]\n"},
+)
+
+
+def test_a_recovery_trajectory_makes_a_wrong_edit_of_the_fix_lines_then_the_fix():
+    actions, wrong = recovery_actions(RECOVERY_TASK, PRESETS["debug"], output_shown=True)
+    assert debug_shape(actions) == "view edit eval edit eval submit" and wrong == 1
+    first, second = (parse_tool_call(actions[k], PRESETS["debug"]).args for k in (1, 3))
+    assert first["lines"] == second["lines"] == "2-2"
+    assert second["content"] == "    return [v * factor for v in values]\n"  # the fix
+    bad = first["content"]  # one mutation of the fixed line: neither the fix nor the bug
+    assert bad != second["content"] and bad != "    return [v + factor for v in values]\n"
+    assert bad.startswith("    return ") and bad.endswith("\n") and bad.count("\n") == 1
+    assert actions[3].startswith(STILL_FAILING)
+    # the same wrong edit on every call (seeded by the task id); an env without the output shown first
+    assert recovery_actions(RECOVERY_TASK, PRESETS["debug"], output_shown=True) == (actions, 1)
+    assert recovery_actions(RECOVERY_TASK, PRESETS["debug"])[0][1:] == actions
+    with pytest.raises(ValueError, match="not one edit"):
+        recovery_actions(short_two_places_task(), PRESETS["debug"])  # two edits
+    with pytest.raises(ValueError, match="more than 40 lines"):
+        recovery_actions(two_places_task(), PRESETS["debug"])
+    with pytest.raises(ValueError, match="lack edit"):
+        recovery_actions(RECOVERY_TASK, PRESETS["rewrite"])
+
+
+def test_recoveries_are_played_their_wrong_edit_fails_and_bc_does_not_imitate_it(debug_settings, chat):
+    problems = [debug_problem(RECOVERY_TASK), debug_problem(short_two_places_task())]
+    with DebugEnv(debug_settings) as env:
+        episodes = debug_episodes(env, problems, recoveries=1.0)
+    # each task's reference trajectory, then its recovery where it has one (two edits: none)
+    assert [(e.task_id, e.context) for e in episodes] == [
+        ("test/recovery", ()),
+        ("test/recovery", (1,)),
+        ("test/two-places-short", ()),
+        ("test/two-places-short", ()),
+    ]
+    reference, recovery, _, unplayable = episodes
+    assert reference.resolved and recovery.resolved and recovery.verdict == "passed"
+    assert "v / factor" in recovery.observations[1]  # the wrong edit, shown
+    assert "failed" in recovery.observations[2] and "[exit code 1]" in recovery.observations[2]
+    assert "[exit code 0]" in recovery.observations[-1], recovery.observations
+    assert not unplayable.resolved and unplayable.verdict.startswith("recovery: no trajectory")
+    row = episode_segments(recovery, chat, stop_strings(PRESETS["debug"]))
+    actions = row[1::2]  # prompt, then each action and the observation after it
+    assert [chat.tokenizer.decode(s.ids) for s in actions] == recovery.actions
+    assert [s.trainable for s in actions] == [
+        True,
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]  # the wrong edit is context
+    assert not any(s.trainable for s in row[0::2])
+    # the same through the BC source: 1 of 2 tasks has a recovery row; recoveries 0 gives none
+    rows = reference_demonstrations(problems, chat, EnvSettings(debug=debug_settings), recoveries=1.0)
+    assert len(rows) == 3
+    assert len(reference_demonstrations(problems[:1], chat, EnvSettings(debug=debug_settings))) == 1
+
+
+def test_a_recovery_whose_wrong_edit_passes_the_tests_is_dropped(debug_settings, monkeypatch):
+    """An equivalent mutant (the tests cannot tell it from the fix) would show passing tests and
+    then an edit "because they still fail": such a trajectory is never kept."""
+    import lit_codeRL.envs.debug.reference as debug_reference
+
+    monkeypatch.setattr(debug_reference, "_wrong_lines", lambda new_lines, edit, seed: list(edit.new))
+    with DebugEnv(debug_settings) as env:
+        _, recovery = debug_episodes(env, [debug_problem(RECOVERY_TASK)], recoveries=1.0)
+    assert recovery.context == (1,) and not recovery.resolved
+    assert recovery.verdict == "recovery: its wrong edit did not fail the tests"
+
+
+def test_the_recovery_share_is_a_stable_fraction_of_task_ids():
+    ids = [f"mbpp-debug/{k}" for k in range(2000)]
+    share = sum(wants_recovery(i, 0.3) for i in ids) / len(ids)
+    assert 0.26 < share < 0.34
+    assert not any(wants_recovery(i, 0.0) for i in ids) and all(wants_recovery(i, 1.0) for i in ids)
+    assert [wants_recovery(i, 0.3) for i in ids] == [wants_recovery(i, 0.3) for i in ids]
+    with pytest.raises(ConfigError, match="recoveries"):
+        DemonstrationSettings(source="debug", recoveries=1.5)
 
 
 # ------------------------------------------------------------------------------ the BC rows

@@ -155,6 +155,21 @@ def test_read_and_write_files(repo: Path) -> None:
         assert ws.alive  # a failed request is not a dead session
 
 
+def test_an_edit_of_the_same_size_in_the_same_second_runs_the_new_code(repo: Path) -> None:
+    """A .pyc counts as fresh while its source keeps its size and its mtime's second: with a
+    bytecode cache, swapping ``+`` for ``*`` right after a test run ran the old code (a debugging
+    agent saw its correct fix fail). The workspace writes no bytecode."""
+    with open_workspace(CFG, repo) as ws:
+        ws.write_file("calc.py", "def add(a, b):\n    return a + b\n")
+        ws.run("touch -d @1700000000 calc.py")
+        assert ws.run("python3 -c 'import calc; print(calc.add(2, 3))'").output == "5\n"
+        ws.write_file("calc.py", "def add(a, b):\n    return a * b\n")  # the same size
+        ws.run("touch -d @1700000000 calc.py")  # and the same second
+        assert ws.run("python3 -c 'import calc; print(calc.add(2, 3))'").output == "6\n"
+        assert ws.run("python3 -m pytest -q test_calc.py").exit_code == 1  # pytest sees it too
+        assert ws.run("find . -name '*.pyc' | wc -l").output.strip() == "0"
+
+
 def test_diff_new_deleted_binary_and_index_untouched(repo: Path) -> None:
     before = _tree_digest(repo)
     with open_workspace(CFG, repo) as ws:
@@ -168,9 +183,11 @@ def test_diff_new_deleted_binary_and_index_untouched(repo: Path) -> None:
         assert "diff --git a/d/n.txt b/d/n.txt" in d and "+hi" in d
         assert "diff --git a/new.bin b/new.bin" in d and "GIT binary patch" in d
         assert ws.run("git status --porcelain").output == status_before  # index untouched
-        # bytecode that running the code leaves behind is not part of the change
+        # bytecode that running the code leaves behind (the workspace writes none unless asked) is
+        # not part of the change
         ws.run(
-            "python -c 'import calc' && mkdir -p d/__pycache__ && echo x > d/__pycache__/m.pyc && echo y > z.pyc"
+            "env -u PYTHONDONTWRITEBYTECODE python -c 'import calc' && mkdir -p d/__pycache__ && "
+            "echo x > d/__pycache__/m.pyc && echo y > z.pyc"
         )
         assert ws.run("ls __pycache__").output.startswith("calc.")
         assert ws.diff() == d and ".pyc" not in d
@@ -532,9 +549,9 @@ def test_bwrap_argv_flags(repo: Path) -> None:
     assert argv[argv.index("/results") - 2] == "--bind"
     cfg = json.loads(argv[-1])
     assert cfg["pid1"] and cfg["env"]["HOME"] == "/tmp/home" and argv[-2] == SERVER_IN
-    assert not any(
-        k in cfg["env"] for k in os.environ if k not in ("PATH", "HOME", "LANG", "USER", "TERM", "LOGNAME")
-    )
+    own = ("PATH", "HOME", "LANG", "USER", "TERM", "LOGNAME", "PYTHONDONTWRITEBYTECODE")  # set by us
+    assert not any(k in cfg["env"] for k in os.environ if k not in own)
+    assert cfg["env"]["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
 def test_apptainer_argv() -> None:

@@ -39,13 +39,23 @@ when it resolves its task (``rollout/demonstrations.py``).
 
 from __future__ import annotations
 
+import hashlib
+import random
 from collections.abc import Sequence
 
 from lit_codeRL.envs.debug.env import DebugEnv
 from lit_codeRL.envs.debug.tools import ToolCall, parse_tool_call, stop_strings
-from lit_codeRL.envs.reference import ReferenceEpisode, edit_sites, imitable, line_edits, play_references
+from lit_codeRL.envs.reference import (
+    LineEdit,
+    ReferenceEpisode,
+    edit_sites,
+    imitable,
+    line_edits,
+    play_references,
+)
 from lit_codeRL.problems.debug import DebugTask, debug_problem, debug_task
 from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.synth.mutations import apply_mutation, mutation_sites
 
 MAX_EDITS = 6
 """A file needing more targeted edits than this is rewritten whole."""
@@ -56,6 +66,7 @@ change."""
 EVAL = "I will run the tests to see what fails.\n<eval/>"
 EVAL_AGAIN = "I will run the tests again.\n<eval/>"
 SUBMIT = "The tests pass. <submit/>"
+STILL_FAILING = "The tests still fail. "
 
 
 def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str]) -> list[str]:
@@ -151,7 +162,11 @@ def _check(actions: list[str], tools: Sequence[str]) -> None:
 def _written(call: ToolCall) -> str:
     args = call.args
     if call.tool == "view":
-        return f"<view>{args['path']} {args['lines']}</view>" if args.get("lines") else f"<view>{args['path']}</view>"
+        return (
+            f"<view>{args['path']} {args['lines']}</view>"
+            if args.get("lines")
+            else f"<view>{args['path']}</view>"
+        )
     if call.tool == "edit":
         return _edit(args["path"], args["lines"], args["content"])
     if call.tool == "rewrite":
@@ -159,18 +174,120 @@ def _written(call: ToolCall) -> str:
     return f"<{call.tool}/>"
 
 
-def reference_episodes(env: DebugEnv, problems: Sequence[Problem]) -> list[ReferenceEpisode]:
-    """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time.
+def recovery_actions(
+    task: DebugTask, tools: Sequence[str], output_shown: bool = False
+) -> tuple[list[str], int]:
+    """A reference trajectory with a failed attempt: view the file, make a **wrong** edit of the
+    lines the fix changes (the fixed lines with one mutation of ``problems/synth/mutations.py``:
+    plausible code that is neither the bug nor the fix), run the tests and see them fail, replace
+    the same lines with the fix, run the tests again, submit. Returns the actions and the index of
+    the wrong edit: BC keeps it as context, not as a target, so the policy learns to recover from a
+    failed edit, not to make one (trajectories of fixes alone never show failing tests after an
+    edit, and BC on them answered a failing ``<eval/>`` with "The tests pass. <submit/>").
+
+    Only a fix that is one edit of one file of at most ``WHOLE_FILE_LINES`` lines has one; the
+    mutation is drawn in an order seeded by the task id.
+
+    Raises:
+        ValueError: no such trajectory for this task (see above; or no mutation of the fixed lines
+            keeps the file's line count and differs from both the bug and the fix).
+    """
+    if "edit" not in tools or "eval" not in tools or "view" not in tools:
+        raise ValueError(f"the tools {', '.join(tools)} lack edit, eval or view")
+    changed = [path for path in sorted(task.fix) if task.files.get(path) != task.fix[path]]
+    if len(changed) != 1 or task.files.get(changed[0]) is None:
+        raise ValueError("the fix does not change exactly one existing file")
+    path = changed[0]
+    old_lines = task.files[path].splitlines(keepends=True)
+    new_lines = task.fix[path].splitlines(keepends=True)
+    if len(old_lines) > WHOLE_FILE_LINES:
+        raise ValueError(f"{path} has more than {WHOLE_FILE_LINES} lines")
+    edits = line_edits(old_lines, new_lines)
+    if len(edits) != 1 or len(edits[0].new) >= len(new_lines):
+        raise ValueError("the fix is not one edit of part of the file")
+    (edit,) = edits
+    wrong = _wrong_lines(new_lines, edit, task.task_id)
+    a, b, c = edit.start, edit.end, edit.start + len(edit.new) - 1  # c: the fix's last line, in the file then
+    actions = [
+        *([] if output_shown else [EVAL]),
+        f"I will look at {path}.\n<view>{path}</view>",
+        f"I will change lines {a}-{b} of {path}.\n" + _edit(path, f"{a}-{b}", "".join(wrong)),
+        EVAL_AGAIN,
+        f"{STILL_FAILING}I will change lines {a}-{c} of {path} again.\n"
+        + _edit(path, f"{a}-{c}", "".join(edit.new)),
+        EVAL_AGAIN,
+        SUBMIT,
+    ]
+    _check(actions, tools)
+    return actions, 1 if output_shown else 2
+
+
+def _wrong_lines(new_lines: list[str], edit: LineEdit, seed: str) -> list[str]:
+    """The fixed lines of ``edit`` with one mutation inside them: the same count of lines, neither
+    the fix nor the bug, the rest of the file unchanged."""
+    first, count = edit.start - 1, len(edit.new)  # 0-based: the fix's lines in the fixed file
+    source = "".join(new_lines)
+    sites = [site for site in mutation_sites(source) if edit.start <= site.line < edit.start + count]
+    random.Random(hashlib.sha256(seed.encode()).hexdigest()).shuffle(sites)
+    for site in sites:
+        try:
+            mutant = apply_mutation(source, site).splitlines(keepends=True)
+        except ValueError:
+            continue
+        same_rest = (
+            mutant[:first] == new_lines[:first] and mutant[first + count :] == new_lines[first + count :]
+        )
+        wrong = mutant[first : first + count]
+        if len(mutant) == len(new_lines) and same_rest and wrong not in (list(edit.new), list(edit.old)):
+            return wrong
+    raise ValueError("no mutation of the fixed lines is a wrong edit of them")
+
+
+def wants_recovery(task_id: str, fraction: float) -> bool:
+    """Whether ``task_id`` is among the ``fraction`` of tasks that also get a recovery trajectory
+    (by a hash of the id: the same tasks in every run and on every rank)."""
+    return int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) < fraction * 16**8
+
+
+def reference_episodes(
+    env: DebugEnv, problems: Sequence[Problem], recoveries: float = 0.0
+) -> list[ReferenceEpisode]:
+    """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time,
+    and, for the ``recoveries`` fraction of them (:func:`wants_recovery`), its recovery trajectory
+    (:func:`recovery_actions`) right after it.
 
     A task that cannot have one (no fix, nothing failing at its base: ``DebugTaskInvalid``, an
     action that would not be read back as written) gets an unplayed, unresolved episode whose
-    ``verdict`` says why."""
+    ``verdict`` says why. A recovery whose wrong edit passes the tests is unresolved too."""
 
     def script(problem: Problem) -> list[str]:
         env.task_of(problem)  # measures the base once per machine; refuses a task with nothing to fix
         return reference_actions(debug_task(problem), env.tools, env.settings.show_initial_eval)
 
-    return play_references(env, problems, script, env.settings.parallel)
+    episodes = play_references(env, problems, script, env.settings.parallel)
+    chosen = [p for p in problems if wants_recovery(p.task_id, recoveries)]
+    if not chosen:
+        return episodes
+    wrong_at: dict[str, int] = {}
+
+    def recovery(problem: Problem) -> list[str]:
+        env.task_of(problem)
+        actions, wrong_at[problem.task_id] = recovery_actions(
+            debug_task(problem), env.tools, env.settings.show_initial_eval
+        )
+        return actions
+
+    recovered = {}
+    for episode in play_references(env, chosen, recovery, env.settings.parallel):
+        wrong = wrong_at.get(episode.task_id)
+        if wrong is not None:
+            episode.context = (wrong,)
+            seen = episode.observations[wrong + 1] if len(episode.observations) > wrong + 1 else ""
+            if "[exit code 0]" in seen or "failed" not in seen:
+                episode.resolved, episode.verdict = False, "its wrong edit did not fail the tests"
+        episode.verdict = f"recovery: {episode.verdict}" if not episode.resolved else episode.verdict
+        recovered[episode.task_id] = episode
+    return [e for first in episodes for e in (first, recovered.get(first.task_id)) if e is not None]
 
 
 def reference_episode(env: DebugEnv, problem: Problem | DebugTask) -> ReferenceEpisode:
