@@ -83,7 +83,7 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str]) ->
     if "edit" not in tools or len(edits) > MAX_EDITS or written >= max(1, len(new_lines)):
         first, last = sites[0].first, sites[-1].last
         view = (
-            f"I will look at {path}.\n<view>{path}</view>"
+            _whole_view(path)
             if len(old_lines) <= WHOLE_FILE_LINES
             else f"I will look at {path} around line {edits[0].start}.\n<view>{path} {first}-{last}</view>"
         )
@@ -92,7 +92,7 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str]) ->
         # One view of the whole file, then every edit bottom-up: each line number an edit names is
         # the one that view showed. The policy sees no line number before it looks, so a window
         # "around line N" would teach it to guess where the bug is (BC learned to edit line 1).
-        actions = [f"I will look at {path}.\n<view>{path}</view>"]
+        actions = [_whole_view(path)]
         for site in reversed(sites):
             for edit in site.edits:
                 actions.append(
@@ -114,6 +114,10 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str]) ->
             )
         shift += site.delta
     return actions
+
+
+def _whole_view(path: str) -> str:
+    return f"I will look at {path}.\n<view>{path}</view>"
 
 
 def _edit(path: str, lines: str, content: str) -> str:
@@ -210,7 +214,7 @@ def recovery_actions(
     a, b, c = edit.start, edit.end, edit.start + len(edit.new) - 1  # c: the fix's last line, in the file then
     actions = [
         *([] if output_shown else [EVAL]),
-        f"I will look at {path}.\n<view>{path}</view>",
+        _whole_view(path),
         f"I will change lines {a}-{b} of {path}.\n" + _edit(path, f"{a}-{b}", "".join(wrong)),
         EVAL_AGAIN,
         f"{STILL_FAILING}I will change lines {a}-{c} of {path} again.\n"
