@@ -405,6 +405,8 @@ def build_checks(out_dir: Path, accelerator: str) -> list[dict]:
             "timeout": 10_000,
             "min": 120,
             "json": out_dir / "agent_recipe.json",
+            # every stage's small files come back even when the call's time runs out mid-recipe
+            "collect": (RUNS / "agent_recipe", out_dir / "agent_recipe_runs"),
         },
         {"name": "env", "cmd": [sys.executable, "-c", ENV_PROBE], "timeout": 60, "min": 20},
         {
@@ -494,6 +496,29 @@ def build_checks(out_dir: Path, accelerator: str) -> list[dict]:
     ]
 
 
+COLLECT_SUFFIXES = (".json", ".csv", ".jsonl", ".yaml", ".txt", ".png")
+
+
+def collect_small(src: Path, dst: Path, max_file_bytes: int = 8 << 20, max_total: int = 40 << 20) -> int:
+    """Copy ``src``'s reports, metrics and rollouts (no weights, no checkpoints) under ``dst``,
+    smallest first, within a total that the device call can bring back; returns the bytes copied."""
+    files = [
+        p for p in src.rglob("*")
+        if p.is_file() and p.suffix in COLLECT_SUFFIXES and p.stat().st_size <= max_file_bytes
+        and "hf_model" not in p.parts and "checkpoints" not in p.parts
+    ]  # fmt: skip
+    total = 0
+    for p in sorted(files, key=lambda f: f.stat().st_size):
+        size = p.stat().st_size
+        if total + size > max_total:
+            break
+        target = dst / p.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, target)
+        total += size
+    return total
+
+
 def run_one(check: dict, env: dict, timeout: float, log_f) -> dict:
     t0 = time.time()
     cwd = check.get("cwd", REPO)
@@ -547,6 +572,8 @@ def run_one(check: dict, env: dict, timeout: float, log_f) -> dict:
                     k: data.get(k) for k in ("summary", "device", "versions", "workload", "table", "partial")
                 }
             res["parsed"] = data
+    if "collect" in check and check["collect"][0].is_dir():
+        res["collected_bytes"] = collect_small(*check["collect"])
     if "runs" in check:
         res["parsed"] = parse_metrics(check["runs"])
         if name == "quickstart":
