@@ -23,6 +23,7 @@ import json
 import lzma
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -390,6 +391,8 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
         "--out-dir", str(RUNS / "agent_recipe"), "--rl-minutes", os.environ.get("AGENT_RECIPE_RL_MINUTES", "3"),
         "--debug-heldout", "200", "--out", str(out_dir / "agent_recipe.json"),
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
+        # a reduced run on a short device budget, e.g. "--envs debug --debug-heldout 30 --rl-minutes 0"
+        *shlex.split(os.environ.get("AGENT_RECIPE_ARGS", "")),
     ]  # fmt: skip
 
 
@@ -512,7 +515,8 @@ def collect_small(src: Path, dst: Path, max_file_bytes: int = 8 << 20, max_total
         size = p.stat().st_size
         if total + size > max_total:
             break
-        target = dst / p.relative_to(src)
+        # flat names: the device call brings back no file nested more than a folder or two deep
+        target = dst / "__".join(p.relative_to(src).parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(p, target)
         total += size

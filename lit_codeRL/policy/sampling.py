@@ -79,7 +79,10 @@ def inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     token = torch.searchsorted(cdf, u[:, None].to(cdf.dtype) * total, right=True)
     # u * total can round up to total; the first index reaching total is the last positive entry.
     last = torch.searchsorted(cdf, total, right=False)
-    return torch.minimum(token, last).squeeze(-1)
+    # A NaN row (a policy whose weights went NaN) finds no entry: an index past the vocabulary
+    # would then fail a gather or an embedding (a device-side assert on a GPU); the last id is
+    # drawn instead, with the NaN log-prob that tells the trainer.
+    return torch.minimum(token, last).clamp_(max=probs.size(-1) - 1).squeeze(-1)
 
 
 def draw(

@@ -8,6 +8,8 @@ A mixin of :class:`~lit_codeRL.training.policy_module.PolicyModule`: it reads th
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +20,8 @@ from lit_codeRL.policy.precision import default_micro_batch_size
 from lit_codeRL.rollout.trajectory import TrajectoryBatch
 from lit_codeRL.training import distributed
 from lit_codeRL.training.optim import OptimizerSettings, build_optimizer
+
+log = logging.getLogger("lit_codeRL")
 
 LossFn = Callable[[TrajectoryBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -130,6 +134,8 @@ class MicroBatchedUpdates:
             if freeze_policy:
                 for p in self.policy.parameters():
                     p.grad = None
+            # for the warning of a skipped step: a NaN loss (the forward) or a NaN gradient alone
+            self._last_loss_finite = all(math.isfinite(v) for v in stats.get("loss", []))
             opt_s += self.optimizer_step(sync=not freeze_policy)
         times = {
             "time/forward_backward_s": fwd_bwd_s,
@@ -147,15 +153,64 @@ class MicroBatchedUpdates:
 
     def optimizer_step(self, sync: bool = True) -> float:
         """Step, zero the gradients, advance the schedule, refresh the engine (``sync``: the
-        policy changed); returns seconds."""
+        policy changed); returns seconds. A step whose gradient is not finite is skipped instead
+        (:meth:`_gradient_is_finite`): one NaN would otherwise reach every weight through AdamW,
+        and a policy with NaN weights samples garbage token ids (a device-side assert on a GPU)."""
         t0 = time.perf_counter()
         opt, sched = self.optimizers(), self.lr_schedulers()
+        if not self._gradient_is_finite():
+            opt.zero_grad(set_to_none=True)
+            return time.perf_counter() - t0
         opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
         if sync:
             self.engine.sync_weights(self.policy)
         return time.perf_counter() - t0
+
+    def _gradient_is_finite(self) -> bool:
+        """False (and a warning) when some gradient holds a NaN or inf, on any rank; raises
+        :class:`DivergedError` after ``max_nonfinite_steps`` such steps in a row. Lightning counts
+        only the steps taken, so a skipped one leaves ``global_step`` and the schedule where they
+        were. Under ``16-mixed`` the grad scaler does this itself (its scaled gradients overflow
+        by design)."""
+        if _uses_grad_scaler(self.trainer):
+            return True
+        grads = [
+            p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # an FSDP2 shard: this rank's part
+            for group in self.optimizers().param_groups
+            for p in group["params"]
+            if p.grad is not None
+        ]
+        # one fused norm per tensor: NaN and inf survive a norm, and nothing syncs but the flag
+        finite = not grads or bool(
+            torch.stack([n.float() for n in torch._foreach_norm(grads)]).isfinite().all()
+        )
+        if distributed.world_size() > 1:
+            finite = not distributed.any_rank(not finite, self.device)
+        if finite:
+            self._nonfinite_in_a_row = 0
+            return True
+        self._nonfinite_in_a_row = getattr(self, "_nonfinite_in_a_row", 0) + 1
+        limit = self.optimizer_settings.max_nonfinite_steps
+        if self._nonfinite_in_a_row > limit:
+            from lit_codeRL.errors import DivergedError
+
+            raise DivergedError(
+                f"{self._nonfinite_in_a_row} optimizer steps in a row had a non-finite gradient "
+                f"(NaN/inf loss) at step {self.global_step}: lower optimizer.learning_rate, train in "
+                "precision 32-true, or look for a batch row without trainable tokens "
+                "(optimizer.max_nonfinite_steps allows more skipped steps)"
+            )
+        log.warning(
+            "step %d: the gradient is not finite (NaN/inf; the loss %s); the optimizer step is skipped "
+            "(%d in a row, optimizer.max_nonfinite_steps = %d)",
+            self.global_step,
+            "too" if not getattr(self, "_last_loss_finite", True) else "was finite",
+            self._nonfinite_in_a_row,
+            limit,
+        )
+        return False
 
     def on_before_optimizer_step(self, optimizer) -> None:
         # Here (not in training_step) gradients are already unscaled under 16-mixed. Each

@@ -212,3 +212,28 @@ def test_supports_only_what_it_implements(tiny_model):
     peft = pytest.importorskip("peft")
     lora = peft.get_peft_model(copy.deepcopy(model), peft.LoraConfig(r=2, target_modules=["q_proj"]))
     assert not supports(lora)
+
+
+def test_an_engine_built_under_inference_mode_samples_there_and_after_it(tiny_model):
+    """``trainer.validate`` runs its hooks under ``torch.inference_mode``: an engine whose sampling
+    replica (another dtype than the policy's) is first made there must still decode there, and
+    decode the trained weights after a training step outside it (the GPU recipe's evaluation of an
+    fp32 BC policy with a bf16 engine failed: inference tensors keep no version counter)."""
+    model, tokenizer = tiny_model
+    live = copy.deepcopy(model)  # fp32 policy, bf16 engine: a replica
+    engine = HFGenerationEngine(tokenizer, live, dtype=torch.float32)
+    engine.dtype_setting = torch.bfloat16
+    ids, mask = _left_padded()
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    with torch.inference_mode():
+        engine.sync_weights(live)
+        assert engine._lean is not None
+        before = engine.generate(ids, mask, params, num_generations=1).completion_ids
+    with torch.no_grad():
+        for p in live.parameters():
+            p.mul_(-1.0)
+    engine.sync_weights(live)  # outside inference mode: the replica's weights are written in place
+    after = engine.generate(ids, mask, params, num_generations=1).completion_ids
+    fresh = HFGenerationEngine(tokenizer, copy.deepcopy(live), dtype=torch.bfloat16)
+    assert not torch.equal(after, before)
+    torch.testing.assert_close(after, fresh.generate(ids, mask, params, num_generations=1).completion_ids)

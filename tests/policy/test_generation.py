@@ -155,6 +155,20 @@ def test_sample_categorical_matches_distribution_and_skips_zero_mass():
     assert inverse_cdf(edge, torch.tensor([0.49, 0.51])).tolist() == [1, 2]
 
 
+def test_a_nan_distribution_draws_an_id_inside_the_vocabulary_with_a_nan_logprob():
+    """NaN logits (a policy whose weights went NaN) must not draw an id past the vocabulary: the
+    gather of its log-prob, and the next step's embedding, would fail with a device-side assert
+    on a GPU. The NaN log-prob is what reaches the trainer."""
+    from lit_codeRL.policy.sampling import draw
+
+    logits = torch.randn(3, 7)
+    logits[1] = float("nan")
+    for sampling in (SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9)):
+        token, logprob = draw(logits, sampling, torch.Generator().manual_seed(0))
+        assert ((token >= 0) & (token < 7)).all(), token
+        assert torch.isnan(logprob[1]) and torch.isfinite(logprob[[0, 2]]).all()
+
+
 def test_cache_passes_by_the_keyword_the_model_takes_so_no_deprecation_per_call(tiny_model):
     """transformers >= 5.24 renamed ``past_key_values`` to ``cache`` and warns on every call with
     the old name (46 warnings in one quickstart): the engine's transformers path and the shared-

@@ -168,3 +168,65 @@ def test_in_process_train_loader_gets_no_advice_to_add_workers(tmp_path):
         module, tmp_path, train_dataloaders=DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
     )
     assert [m for m in theirs if m.startswith("The 'train_dataloader' does not have many workers")], theirs
+
+
+def _fit_poisoned(tmp_path, poisoned: set[int], max_steps: int, max_nonfinite_steps: int):
+    """A BC fit whose loss is NaN on the ``poisoned`` batches (0-based); returns the module, the
+    trainer and the batches it took."""
+    import lightning as L
+
+    from lit_codeRL.modules.bc import BCModule
+    from lit_codeRL.policy.loading import ModelSettings
+    from lit_codeRL.rollout.demonstrations import DemonstrationSettings
+
+    class Poisoned(BCModule):
+        batches = 0
+
+        def training_step(self, batch, batch_idx):
+            self.poison = Poisoned.batches in poisoned
+            Poisoned.batches += 1
+            return super().training_step(batch, batch_idx)
+
+        def token_logprobs(self, *args, **kwargs):
+            logps, *rest = super().token_logprobs(*args, **kwargs)
+            return (logps * float("nan") if self.poison else logps), *rest
+
+    module = Poisoned(
+        model=ModelSettings(name_or_path="tiny-random"),
+        demonstrations=DemonstrationSettings(source="embedded"),
+        batch_size=2,
+        optimizer=OptimizerSettings(learning_rate=1e-3, max_nonfinite_steps=max_nonfinite_steps),
+        save_hf_model=False,
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    return module, trainer, Poisoned
+
+
+def test_a_step_with_a_nan_gradient_is_skipped_and_training_goes_on(tmp_path):
+    """One NaN loss must not reach the weights through AdamW (a policy with NaN weights then
+    samples out-of-vocabulary ids: a device-side assert on a GPU): the step is skipped, the
+    weights, the schedule and ``global_step`` stay, and the next batches train."""
+    module, trainer, poisoned = _fit_poisoned(tmp_path, {1, 2}, max_steps=3, max_nonfinite_steps=2)
+    trainer.fit(module)
+    assert poisoned.batches == 5 and trainer.global_step == 3  # 2 batches skipped, 3 steps taken
+    assert all(torch.isfinite(p).all() for p in module.policy.parameters())
+    assert trainer.lr_scheduler_configs[0].scheduler.last_epoch == 3
+
+
+def test_nan_gradients_in_a_row_past_the_limit_stop_training_with_a_clear_error(tmp_path):
+    from lit_codeRL.errors import DivergedError
+
+    module, trainer, poisoned = _fit_poisoned(tmp_path, {1, 2, 3}, max_steps=5, max_nonfinite_steps=2)
+    with pytest.raises(DivergedError, match="3 optimizer steps in a row had a non-finite gradient"):
+        trainer.fit(module)
+    assert poisoned.batches == 4
+    with pytest.raises(ValueError, match="max_nonfinite_steps must be >= 0"):
+        OptimizerSettings(max_nonfinite_steps=-1)
