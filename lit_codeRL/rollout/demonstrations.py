@@ -41,6 +41,7 @@ from lit_codeRL.problems import Problem
 from lit_codeRL.problems.prompts import format_prompt
 from lit_codeRL.rollout.chat import ChatFormat
 from lit_codeRL.rollout.prompts import ProblemSettings, load_problem_set
+from lit_codeRL.rollout.reference_cache import cached_episodes
 from lit_codeRL.rollout.trajectory import Segment, TrajectoryBatch
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,10 @@ class DemonstrationSettings:
     action, context and not a target), the tests seen failing, then the fix. Trajectories of
     fixes alone never show a failed attempt, and BC on them answers failing tests by submitting.
     Only a fix that is one edit of one short file has one (``envs/debug/reference.py``)."""
+    cache: bool = True
+    """SWE and debugging sources: reuse trajectories played before for the same tasks, env
+    settings, recovery fraction and env code (``rollout/reference_cache.py``, under
+    ``$LIT_CODERL_SYNTH_CACHE``); playing them runs each task's tests several times."""
     env: EnvSettings = field(default_factory=EnvSettings)
     """SWE and debugging sources: the env the reference trajectories are played in; only its
     ``swe`` or ``debug`` block is read (``name`` and the turn limits are not). Give it the RL run's
@@ -176,13 +181,18 @@ def episode_segments(episode: ReferenceEpisode, chat: ChatFormat, stop_strings: 
 
 
 def reference_demonstrations(
-    problems: list[Problem], chat: ChatFormat, env: EnvSettings, recoveries: float = 0.0
+    problems: list[Problem],
+    chat: ChatFormat,
+    env: EnvSettings,
+    recoveries: float = 0.0,
+    cache: bool = False,
 ) -> list[list[Segment]]:
     """The reference trajectory of every SWE or debugging task (see the module docstring), played
     in the env ``env.swe`` or ``env.debug`` configures, as trajectory rows (debugging tasks: also
     the ``recoveries`` fraction's recovery trajectories); those that do not resolve their task are
-    dropped and counted in one warning."""
-    if "debug_task" in problems[0].metadata:
+    dropped and counted in one warning. ``cache``: episodes played before come from disk."""
+    debug = "debug_task" in problems[0].metadata
+    if debug:
         from lit_codeRL.envs.debug.env import DebugEnv
         from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
 
@@ -193,8 +203,16 @@ def reference_demonstrations(
         from lit_codeRL.envs.swe.reference import reference_episodes
 
         environment = ContainerEnv(data_name_or_path=None, settings=env.swe)
-    with environment:
-        episodes = reference_episodes(environment, problems)
+
+    def play() -> list[ReferenceEpisode]:
+        with environment:
+            return reference_episodes(environment, problems)
+
+    if cache:
+        kind, settings = ("debug", env.debug) if debug else ("swe", env.swe)
+        episodes = cached_episodes(kind, problems, settings, recoveries if debug else 0.0, play)
+    else:
+        episodes = play()
     dropped = [f"{e.task_id} ({e.verdict or 'unresolved'})" for e in episodes if not e.resolved]
     if dropped:
         logger.warning(
@@ -227,7 +245,7 @@ def _source_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[l
         if problems and ("swe_task" in problems[0].metadata or "debug_task" in problems[0].metadata):
             # each played trajectory costs sandbox runs: play only as many tasks as are wanted
             rows = reference_demonstrations(
-                problems[: settings.limit], chat, settings.env, settings.recoveries
+                problems[: settings.limit], chat, settings.env, settings.recoveries, settings.cache
             )
             limit = None  # the tasks were limited: a task's recovery row is its second
         else:

@@ -529,3 +529,60 @@ def test_a_fix_holding_a_stop_string_has_no_trajectory(tmp_path):
     bad = dataclasses.replace(task, patch=task.patch.replace("mid]) / 2\n", "mid]) / 2  # </execute>\n"))
     with pytest.raises(ValueError, match="stop string"):
         reference_actions(bad, read)
+
+
+# ------------------------------------------------------------------------------ the cache
+def test_played_trajectories_are_cached_and_played_again_when_what_they_depend_on_changes(
+    debug_settings, chat, tmp_path, monkeypatch
+):
+    """A second BC over the same tasks replays nothing (the same rows, no env started); other
+    settings, another recovery fraction, other env code or a torn file play them again; where a
+    task's repository lies is not part of the key."""
+    from lit_codeRL.rollout import reference_cache
+
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path))
+    problems = [debug_problem(RECOVERY_TASK), debug_problem(short_two_places_task())]
+    env = EnvSettings(debug=debug_settings)
+    first = reference_demonstrations(problems, chat, env, recoveries=1.0, cache=True)
+    (stored,) = (tmp_path / "reference").glob("debug-*.json.gz")
+    assert len(first) == 3
+
+    class Played(Exception):
+        pass
+
+    def refuse(self):
+        raise Played
+
+    monkeypatch.setattr(DebugEnv, "__enter__", refuse)
+    again = reference_demonstrations(problems, chat, env, recoveries=1.0, cache=True)
+    assert [[(s.ids, s.trainable) for s in row] for row in again] == [
+        [(s.ids, s.trainable) for s in row] for row in first
+    ]
+    for changed in (
+        lambda: reference_demonstrations(problems, chat, env, recoveries=0.5, cache=True),
+        lambda: reference_demonstrations(
+            problems,
+            chat,
+            EnvSettings(debug=dataclasses.replace(debug_settings, max_output_chars=100)),
+            recoveries=1.0,
+            cache=True,
+        ),
+        lambda: reference_demonstrations(problems, chat, env, recoveries=1.0, cache=False),
+    ):
+        with pytest.raises(Played):
+            changed()
+    monkeypatch.setattr(reference_cache, "code_digest", lambda: "another version of the env")
+    with pytest.raises(Played):
+        reference_demonstrations(problems, chat, env, recoveries=1.0, cache=True)
+    monkeypatch.undo()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path))
+    monkeypatch.setattr(DebugEnv, "__enter__", refuse)
+    stored.write_bytes(b"torn")
+    with pytest.raises(Played):
+        reference_demonstrations(problems, chat, env, recoveries=1.0, cache=True)
+    # where the files lie is not what they are
+    swe = SWE_TASKS["lit-coderl__numkit-1"]
+    moved = to_problem(dataclasses.replace(swe.metadata["swe_task"], repo_source="/elsewhere/numkit.bundle"))
+    assert reference_cache.cache_key("swe", [swe], SWESettings(), 0.0) == reference_cache.cache_key(
+        "swe", [moved], SWESettings(repo_cache="/elsewhere"), 0.0
+    )

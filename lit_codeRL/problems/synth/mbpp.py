@@ -26,11 +26,11 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lit_codeRL.problems.mbpp import HUB_ID, SPLITS, load_mbpp
 from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.synth.cache_dir import cache_root
 from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import assertion_statement, leaked_lines, value_statement
@@ -44,8 +44,6 @@ SCREEN_TIMEOUT_S = 2.0
 """A mutant whose asserts take longer (an off-by-one that never ends a loop) is dropped."""
 GENERATOR_VERSION = 1
 """Part of the cache key: bump when what is generated for the same settings changes."""
-CACHE_ENV = "LIT_CODERL_SYNTH_CACHE"
-DEFAULT_CACHE = Path("~") / ".cache" / "lit-coderl" / "synth"
 
 
 @dataclass(frozen=True)
@@ -222,10 +220,6 @@ def mbpp_split_of(number: object) -> str:
     return next(
         (name for name, (low, high) in SPLITS.items() if name != "all" and low <= number <= high), "train"
     )
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser().resolve()
 
 
 def parse_source(source: str) -> str:
