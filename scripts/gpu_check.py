@@ -257,6 +257,18 @@ print(json.dumps(out, indent=1))
 """
 
 
+def reuse_staged_evaluations() -> list[str]:
+    """Evaluations finished on the dev box (the base policy's: no GPU needed) into the recipe's run
+    dir, where ``scripts/agent_recipe.py`` reuses a finished evaluation instead of running it."""
+    staged = STAGE / "agent_recipe" / "eval"
+    if not staged.is_dir():
+        return []
+    shutil.copytree(staged, RUNS / "agent_recipe" / "eval", dirs_exist_ok=True)
+    found = sorted(str(p.parent.relative_to(staged)) for p in staged.rglob("result.json"))
+    log(f"reused evaluations: {found}")
+    return found
+
+
 def cmd_stage(folder: Path) -> int:
     t0 = time.time()
     folder = folder.resolve()
@@ -267,6 +279,7 @@ def cmd_stage(folder: Path) -> int:
     for part in folder.glob("gguf.*"):
         shutil.copy2(part, STAGE / part.name)
     log(f"copied {folder} -> {STAGE}: {sorted(p.name for p in STAGE.iterdir())}")
+    reuse_staged_evaluations()
     wheels = unpack_wheels(folder)
     log(f"wheels: {[p.name for p in wheels['wheels']]}; fallbacks: {[p.name for p in wheels['extra']]}")
     env = check_env()
@@ -409,7 +422,7 @@ def build_checks(out_dir: Path, accelerator: str) -> list[dict]:
             "min": 120,
             "json": out_dir / "agent_recipe.json",
             # every stage's small files come back even when the call's time runs out mid-recipe
-            "collect": (RUNS / "agent_recipe", out_dir / "agent_recipe_runs"),
+            "collect": (RUNS / "agent_recipe", out_dir / "agent_recipe_runs.tar.gz"),
         },
         {"name": "env", "cmd": [sys.executable, "-c", ENV_PROBE], "timeout": 60, "min": 20},
         {
@@ -502,24 +515,24 @@ def build_checks(out_dir: Path, accelerator: str) -> list[dict]:
 COLLECT_SUFFIXES = (".json", ".csv", ".jsonl", ".yaml", ".txt", ".png")
 
 
-def collect_small(src: Path, dst: Path, max_file_bytes: int = 8 << 20, max_total: int = 40 << 20) -> int:
-    """Copy ``src``'s reports, metrics and rollouts (no weights, no checkpoints) under ``dst``,
-    smallest first, within a total that the device call can bring back; returns the bytes copied."""
+def collect_small(src: Path, archive: Path, max_file_bytes: int = 8 << 20, max_total: int = 40 << 20) -> int:
+    """``src``'s reports, metrics and rollouts (no weights, no checkpoints), smallest first within
+    ``max_total``, as one ``.tar.gz``: a device call brings back only a few files, none nested
+    deep. Returns the bytes archived (uncompressed)."""
     files = [
         p for p in src.rglob("*")
         if p.is_file() and p.suffix in COLLECT_SUFFIXES and p.stat().st_size <= max_file_bytes
         and "hf_model" not in p.parts and "checkpoints" not in p.parts
     ]  # fmt: skip
     total = 0
-    for p in sorted(files, key=lambda f: f.stat().st_size):
-        size = p.stat().st_size
-        if total + size > max_total:
-            break
-        # flat names: the device call brings back no file nested more than a folder or two deep
-        target = dst / "__".join(p.relative_to(src).parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(p, target)
-        total += size
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for p in sorted(files, key=lambda f: f.stat().st_size):
+            size = p.stat().st_size
+            if total + size > max_total:
+                break
+            tar.add(p, arcname=str(p.relative_to(src)))
+            total += size
     return total
 
 

