@@ -155,6 +155,11 @@ def main() -> None:
     parser.add_argument("--bc-run", default=None, help="a finished BC stage's log dir to reuse")
     parser.add_argument("--rl-run", default=None, help="a finished RL stage's log dir to reuse")
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the stages already finished under --out-dir (a rerun after a timeout)",
+    )
+    parser.add_argument(
         "--rl-minutes", type=float, default=40.0, help="RL wall-clock budget; 0 skips stage 2"
     )
     parser.add_argument("--bc-args", default="", help="extra overrides for stage 1")
@@ -186,6 +191,15 @@ def main() -> None:
         sys.exit(f"--envs {args.envs!r}: name debug, swe or both")
     sets = {key: value for key, value in sets.items() if key in envs}
     stages: list[dict[str, Any]] = []
+    if args.resume:  # a stage is finished once it saved its policy and its record
+        for name in ("bc", "rl"):
+            done = out_dir / name / "run"
+            if (
+                getattr(args, f"{name}_run") is None
+                and (done / "stage.json").exists()
+                and (done / "hf_model").is_dir()
+            ):
+                setattr(args, f"{name}_run", str(done))
     if args.bc_run:
         bc_dir = Path(args.bc_run).resolve()
         stages.append(reused_stage("bc", bc_dir))

@@ -402,7 +402,7 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
     return [
         sys.executable, "scripts/agent_recipe.py", "--data", str(STAGE / "shared" / "data" / "mbpp"),
         "--out-dir", str(RUNS / "agent_recipe"), "--rl-minutes", os.environ.get("AGENT_RECIPE_RL_MINUTES", "3"),
-        "--debug-heldout", "200", "--out", str(out_dir / "agent_recipe.json"),
+        "--debug-heldout", "200", "--out", str(out_dir / "agent_recipe.json"), "--resume",
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
         # a reduced run on a short device budget, e.g. "--envs debug --debug-heldout 30 --rl-minutes 0"
         *shlex.split(os.environ.get("AGENT_RECIPE_ARGS", "")),

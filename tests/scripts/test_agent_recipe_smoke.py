@@ -83,7 +83,9 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     # BC trained on both envs' trajectories: its log says how many rows it kept
     metrics = (tmp_path / "runs" / "bc" / "run" / "metrics.csv").read_text()
     assert "train/loss" in metrics
-    # a rerun reuses every stage and evaluation
-    again = run_recipe(tmp_path, data, "--bc-run", bc["log_dir"], "--rl-run", rl["log_dir"])
+    # a rerun (after a device call ran out of time) reuses every finished stage and evaluation
+    again = run_recipe(tmp_path, data, "--resume", "--rl-minutes", "1")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "lit-coderl validate" not in again.stdout
+    ran = [line for line in again.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl")]
+    assert ran == []
+    assert json.loads((tmp_path / "recipe.json").read_text())["rows"] == rows
