@@ -10,6 +10,23 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def quiet_trainer(root, steps: int, **overrides):
+    """A CPU ``Trainer`` for ``steps`` steps without logger, checkpoints, progress bar or summary
+    (``overrides``: other ``Trainer`` arguments, e.g. callbacks)."""
+    from lightning import Trainer
+
+    quiet = dict(
+        accelerator="cpu",
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+    )
+    return Trainer(**{**quiet, **overrides})
+
+
 def shared_dir() -> Path:
     """``$LIT_CODERL_SHARED`` or ``<repo>/../shared`` (where CI puts MBPP)."""
     return Path(os.environ.get("LIT_CODERL_SHARED", REPO.parent / "shared")).resolve()

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import quiet_trainer
+
 REPO = Path(__file__).resolve().parents[2]
 SMALL_RUN = [
     "--model.init_args.prompts_per_step",
@@ -55,21 +57,6 @@ def undocumented_metrics(names: list[str]) -> list[str]:
     metrics_doc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(metrics_doc)
     return metrics_doc.undocumented(names)
-
-
-def quiet_trainer(root, steps: int):
-    """A CPU ``Trainer`` without logger, checkpoints, progress bar or summary."""
-    from lightning import Trainer
-
-    return Trainer(
-        accelerator="cpu",
-        max_steps=steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-    )
 
 
 def test_fit_two_steps_through_the_cli(tmp_path):
@@ -151,7 +138,7 @@ def test_grpo_raises_the_training_reward_of_the_real_model(tmp_path):
     disagree and there is signal), every step samples both, seeded: the curve is reproducible."""
     from statistics import mean
 
-    from lightning.pytorch import Callback, Trainer, seed_everything
+    from lightning.pytorch import Callback, seed_everything
 
     from lit_codeRL.modules.grpo import GRPOModule
     from lit_codeRL.policy.loading import ModelSettings
@@ -177,16 +164,7 @@ def test_grpo_raises_the_training_reward_of_the_real_model(tmp_path):
         save_hf_model=False,
         seed=0,
     )
-    Trainer(
-        accelerator="cpu",
-        max_steps=LEARNING_STEPS,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=[RecordReward()],
-    ).fit(module)
+    quiet_trainer(tmp_path, LEARNING_STEPS, callbacks=[RecordReward()]).fit(module)
     assert len(rewards) == LEARNING_STEPS
     first, last = mean(rewards[:4]), mean(rewards[-4:])
     # A step's reward is a mean over 8 samples (std ~0.15): 4-step windows make 0.15 a real rise.
@@ -223,15 +201,7 @@ def test_resumed_run_matches_uninterrupted(tmp_path):
         )
 
     def trainer(steps: int, root: Path, **kw) -> Trainer:
-        return Trainer(
-            accelerator="cpu",
-            max_steps=steps,
-            logger=False,
-            enable_progress_bar=False,
-            default_root_dir=root,
-            enable_model_summary=False,
-            **kw,
-        )
+        return quiet_trainer(root, steps, **{"enable_checkpointing": True, **kw})
 
     seed_everything(0)
     full = module()

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from tests.conftest import quiet_trainer
 from tests.modules.test_grpo_module import cli, read_metrics
 from tests.modules.test_reinforce_bc import csv_logger
 
@@ -77,17 +78,7 @@ def _module(**kw):
 
 
 def _trainer(steps: int, root, **kw):
-    from lightning.pytorch import Trainer
-
-    return Trainer(
-        accelerator="cpu",
-        max_steps=steps,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-        **kw,
-    )
+    return quiet_trainer(root, steps, **{"enable_checkpointing": True, **kw})
 
 
 def test_resumed_run_matches_uninterrupted_baselines_and_weights(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lit_codeRL.training.optim import OptimizerSettings, lr_factor
+from tests.conftest import quiet_trainer
 
 
 def test_lr_factor_by_hand():
@@ -173,8 +174,6 @@ def test_in_process_train_loader_gets_no_advice_to_add_workers(tmp_path):
 def _fit_poisoned(tmp_path, poisoned: set[int], max_steps: int, max_nonfinite_steps: int):
     """A BC fit whose loss is NaN on the ``poisoned`` batches (0-based); returns the module, the
     trainer and the batches it took."""
-    import lightning as L
-
     from lit_codeRL.modules.bc import BCModule
     from lit_codeRL.policy.loading import ModelSettings
     from lit_codeRL.rollout.demonstrations import DemonstrationSettings
@@ -198,16 +197,7 @@ def _fit_poisoned(tmp_path, poisoned: set[int], max_steps: int, max_nonfinite_st
         optimizer=OptimizerSettings(learning_rate=1e-3, max_nonfinite_steps=max_nonfinite_steps),
         save_hf_model=False,
     )
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
-    return module, trainer, Poisoned
+    return module, quiet_trainer(tmp_path, max_steps), Poisoned
 
 
 def test_a_step_with_a_nan_gradient_is_skipped_and_training_goes_on(tmp_path):
