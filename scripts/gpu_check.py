@@ -404,6 +404,8 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
         "--out-dir", str(RUNS / "agent_recipe"), "--rl-minutes", os.environ.get("AGENT_RECIPE_RL_MINUTES", "3"),
         "--debug-heldout", "200", "--out", str(out_dir / "agent_recipe.json"), "--resume",
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
+        # 20 episodes a batch leave a GPU idle between sandbox steps; 100 keep 16 cores of sandboxes busy
+        "--eval-args", "--model.init_args.batch_size 100",
         # a reduced run on a short device budget, e.g. "--envs debug --debug-heldout 30 --rl-minutes 0"
         *shlex.split(os.environ.get("AGENT_RECIPE_ARGS", "")),
     ]  # fmt: skip

@@ -58,15 +58,17 @@ def load_debug_tasks(
         split: ``train``, ``eval`` (``test``, ``validation``, ``val``, ``dev`` mean ``eval``),
             ``all`` or ``None`` for every row. Rows without a ``split`` field belong to every split.
             For ``mbpp:<MBPP file, directory or hub id>`` (single-file tasks made at run time
-            from MBPP's reference solutions, ``problems/synth/mbpp.py``) MBPP's own splits:
-            ``train``, ``test`` (``eval``), ``validation``, ``all``.
+            from MBPP's reference solutions, ``problems/synth/mbpp.py``; ``?per_problem=3`` for
+            three bugs a problem, with ``tries`` and ``seed``) MBPP's own splits: ``train``,
+            ``test`` (``eval``), ``validation``, ``all``.
         limit: Keep the first ``limit`` tasks.
 
     Raises:
         ConfigError: a missing source, a malformed row (naming the file, the row and the field),
             a repeated task id, or a split no row has.
     """
-    if source == "mbpp" or source.startswith("mbpp:"):
+    where = source.partition("?")[0]
+    if where == "mbpp" or where.startswith("mbpp:"):
         return _mbpp_tasks(source, split, limit)
     wanted = _canonical_split(split) if split is not None else None
     files = _source_files(source)
@@ -97,14 +99,33 @@ def load_debug_tasks(
     return tasks
 
 
+MBPP_BUG_OPTIONS = ("per_problem", "tries", "seed")
+"""``mbpp:<path>?per_problem=3&tries=12&seed=1``: fields of ``MBPPBugSettings``."""
+
+
 def _mbpp_tasks(source: str, split: str | None, limit: int | None) -> list[DebugTask]:
     """Tasks made at run time from MBPP's reference solutions (``problems/synth/mbpp.py``), of
-    MBPP's own split (``train``, ``test``/``eval``, ``validation``, ``all``)."""
+    MBPP's own split (``train``, ``test``/``eval``, ``validation``, ``all``); options after ``?``
+    set how many bugs a problem gets (``per_problem``), of how many candidates (``tries``), in
+    which order (``seed``)."""
     from lit_codeRL.problems.mbpp import canonical_split
-    from lit_codeRL.problems.synth.mbpp import mbpp_bug_rows, mbpp_split_of
+    from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, mbpp_bug_rows, mbpp_split_of
 
+    where, _, query = source.partition("?")
+    options: dict[str, int] = {}
+    for part in filter(None, query.split("&")):
+        key, _, value = part.partition("=")
+        if key not in MBPP_BUG_OPTIONS or not value.isdigit() or int(value) < (key != "seed"):
+            raise ConfigError(
+                f"debug:{source}: {part!r} is not an option; give per_problem=N and tries=N (N >= 1) "
+                "or seed=N, joined by '&'"
+            )
+        options[key] = int(value)
+    settings = MBPPBugSettings(**options)
+    if settings.tries < settings.per_problem:
+        raise ConfigError(f"debug:{source}: tries ({settings.tries}) < per_problem ({settings.per_problem})")
     # every split from one screening (cached): a later run of another split costs nothing
-    rows, _ = mbpp_bug_rows(source, "all")
+    rows, _ = mbpp_bug_rows(where, "all", settings)
     wanted = canonical_split(split or "all")
     rows = [row for row in rows if wanted in ("all", mbpp_split_of(row["extra_info"]["mbpp_task_id"]))]
     tasks = [task_from_row(row, f"{source}: {row['task_name']}", row["split"]) for row in rows]

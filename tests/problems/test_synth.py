@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems.synth.candidates import candidates_by_function, unified_diff
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement, value_statement
 from lit_codeRL.problems.synth.validate import Baseline, SuiteRun, classify, failure_messages
@@ -182,6 +183,14 @@ def test_mbpp_debugging_tasks_are_split_by_mbpp_and_each_bug_fails_a_test(mbpp_d
         t.task_id for t in held_out
     }
     assert list((tmp_path / "cache").glob("mbpp-debug-*.json"))
+    # more bugs a problem from the source string: the one-bug tasks among them, ids unique
+    more = load_debug_tasks(f"mbpp:{subset}?per_problem=3&tries=9", "train")
+    assert len(more) > len(train) and len({t.task_id for t in more}) == len(more)
+    assert {t.task_id for t in train} <= {t.task_id for t in more}
+    assert max(sum(t.metadata["mbpp_task_id"] == n for t in more) for n in range(601, 607)) == 3
+    for bad in ("per_problem=0", "per_problem=3&tries=2", "bugs=3", "per_problem=x"):
+        with pytest.raises(ConfigError, match=r"per_problem|tries"):
+            load_debug_tasks(f"mbpp:{subset}?{bad}", "train")
 
 
 # ---------------------------------------------------------------------------------------------
