@@ -257,6 +257,13 @@ print(json.dumps(out, indent=1))
 """
 
 
+def unpack_task_caches() -> None:
+    """The recipe's task caches, which ``gpu_stage.sh`` xz'd to fit a call, as the JSON they were."""
+    for packed in (STAGE / "agent_recipe").rglob("*.json.xz"):
+        packed.with_suffix("").write_bytes(lzma.decompress(packed.read_bytes()))
+        packed.unlink()
+
+
 def reuse_staged_evaluations() -> list[str]:
     """Evaluations finished on the dev box (the base policy's: no GPU needed) into the recipe's run
     dir, where ``scripts/agent_recipe.py`` reuses a finished evaluation instead of running it."""
@@ -279,6 +286,7 @@ def cmd_stage(folder: Path) -> int:
     for part in folder.glob("gguf.*"):
         shutil.copy2(part, STAGE / part.name)
     log(f"copied {folder} -> {STAGE}: {sorted(p.name for p in STAGE.iterdir())}")
+    unpack_task_caches()
     reuse_staged_evaluations()
     wheels = unpack_wheels(folder)
     log(f"wheels: {[p.name for p in wheels['wheels']]}; fallbacks: {[p.name for p in wheels['extra']]}")

@@ -130,6 +130,8 @@ if [ -f "$RECIPE_SYNTH/swe/tasks.jsonl" ]; then
   mkdir -p "$G1/agent_recipe"
   cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"
   [ -d "$SYNTH_CACHE" ] && cp -r "$SYNTH_CACHE" "$G1/agent_recipe/synth_cache"
+  # the task caches are JSON (4 MB for three bugs an MBPP problem): xz'd here, unpacked by `stage`
+  find "$G1/agent_recipe" -name '*.json' -size +100k -exec xz -9 {} +
 fi
 # Evaluations the dev machine finished (the base policy's, which needs no GPU), with the same
 # settings as the GPU run's: only each result.json travels (the recipe reuses it), not the rollouts.

@@ -3,6 +3,7 @@ its own, run only when named, on the tasks staged from the dev machine."""
 
 from __future__ import annotations
 
+import lzma
 import os
 import subprocess
 import sys
@@ -47,6 +48,11 @@ def test_staged_evaluations_are_reused_and_the_recipe_files_come_back_flat(tmp_p
     staged = tmp_path / "stage" / "agent_recipe" / "eval" / "base" / "debug" / "result.json"
     staged.parent.mkdir(parents=True)
     staged.write_text('{"resolved": 0}')
+    packed = tmp_path / "stage" / "agent_recipe" / "synth_cache" / "mbpp-debug-1.json.xz"
+    packed.parent.mkdir(parents=True)
+    packed.write_bytes(lzma.compress(b'{"rows": []}'))
+    gpu_check.unpack_task_caches()
+    assert [p.name for p in packed.parent.iterdir()] == ["mbpp-debug-1.json"]
     assert gpu_check.reuse_staged_evaluations() == ["base/debug"]
     assert (tmp_path / "runs" / "agent_recipe" / "eval" / "base" / "debug" / "result.json").is_file()
     run = tmp_path / "runs" / "agent_recipe"
