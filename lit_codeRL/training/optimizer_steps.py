@@ -198,7 +198,8 @@ class MicroBatchedUpdates:
 
             raise DivergedError(
                 f"{self._nonfinite_in_a_row} optimizer steps in a row had a non-finite gradient "
-                f"(NaN/inf loss) at step {self.global_step}: lower optimizer.learning_rate, train in "
+                f"(the last one's loss {'too' if not getattr(self, '_last_loss_finite', True) else 'was finite'}) "
+                f"at step {self.global_step}: lower optimizer.learning_rate, train in "
                 "precision 32-true, or look for a batch row without trainable tokens "
                 "(optimizer.max_nonfinite_steps allows more skipped steps)"
             )

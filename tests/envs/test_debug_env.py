@@ -152,6 +152,35 @@ def test_the_tool_time_budget_masks_the_episode(tmp_path, median):
         env.close()
 
 
+def test_a_hanging_edit_costs_a_multiple_of_the_reference_run_not_the_whole_limit(tmp_path, median):
+    """A validated task's eval tool and grading are cut at ``grade_timeout_factor`` times its
+    reference run (``grade_min_timeout_s`` at least), not at ``eval_timeout_s`` /
+    ``grade_timeout_s``: an RL batch waits seconds for an edit that hangs the tests."""
+    import time
+
+    require_bwrap()
+    settings = DebugSettings(
+        repo_cache=str(tmp_path), workspace={"backend": "bwrap"}, show_initial_eval=False,
+        eval_timeout_s=90, grade_timeout_s=90, grade_timeout_factor=2, grade_min_timeout_s=3,
+    )  # fmt: skip
+    env = DebugEnv(settings)
+    try:
+        assert env.validate_problems([median]) == [median]
+        limit = env.grader.time_limit(env.task_of(median))
+        assert 3 <= limit < 30
+        _, state = start(env, median)
+        step(env, state, '<edit path="stats.py" lines="1-1">import time; time.sleep(600)\n</edit>')
+        t0 = time.monotonic()
+        out = step(env, state, "<eval/>")
+        assert time.monotonic() - t0 < limit + 10 and not out.terminated
+        t0 = time.monotonic()
+        out = step(env, state, "<submit/>")
+        assert out.terminated and out.reward == 0.0 and out.info["verdict"] == "timeout"
+        assert time.monotonic() - t0 < limit + 15
+    finally:
+        env.close()
+
+
 def test_rewrite_only_preset(tmp_path, median):
     require_bwrap()
     tools = PRESETS["rewrite"]

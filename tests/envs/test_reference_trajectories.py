@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 
 import pytest
@@ -554,7 +555,9 @@ def test_played_trajectories_are_cached_and_played_again_when_what_they_depend_o
         raise Played
 
     monkeypatch.setattr(DebugEnv, "__enter__", refuse)
+    os.utime(stored, (1, 1))
     again = reference_demonstrations(problems, chat, env, recoveries=1.0, cache=True)
+    assert stored.stat().st_mtime > 1, "a file read is marked used (gpu_stage.sh ships only those)"
     assert [[(s.ids, s.trainable) for s in row] for row in again] == [
         [(s.ids, s.trainable) for s in row] for row in first
     ]
@@ -583,6 +586,9 @@ def test_played_trajectories_are_cached_and_played_again_when_what_they_depend_o
     # where the files lie is not what they are
     swe = SWE_TASKS["lit-coderl__numkit-1"]
     moved = to_problem(dataclasses.replace(swe.metadata["swe_task"], repo_source="/elsewhere/numkit.bundle"))
-    assert reference_cache.cache_key("swe", [swe], SWESettings(), 0.0) == reference_cache.cache_key(
-        "swe", [moved], SWESettings(repo_cache="/elsewhere"), 0.0
+    elsewhere = SWESettings(
+        repo_cache="/elsewhere", workspace=WorkspaceConfig(python="/opt/venv/bin/python3")
     )
+    assert reference_cache.cache_key("swe", [swe], SWESettings(), 0.0) == reference_cache.cache_key(
+        "swe", [moved], elsewhere, 0.0
+    ), "the GPU machine's interpreter and caches lie elsewhere"

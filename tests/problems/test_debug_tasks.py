@@ -489,3 +489,29 @@ def test_a_bug_that_breaks_the_import_is_collected_with_the_fix(debug_sandbox):
     swe = task.to_swe_task(root, grader)
     assert sorted(swe.fail_to_pass) == ["test_half.py::test_even", "test_half.py::test_odd"]
     assert validate_debug_tasks([task], grader, root) == [task]
+
+
+def test_a_hanging_edit_is_cut_at_a_multiple_of_the_reference_run(
+    shipped, validated, debug_sandbox, tmp_path
+):
+    """The grading run of a validated task gets ``timeout_factor`` times its reference run (the
+    time ``validate`` measured), not the whole ``timeout_s``: a policy's edit that hangs the tests
+    costs the batch seconds. The real fix still resolves under that limit."""
+    grader, root = debug_sandbox
+    task = _task(shipped, "cart")
+    swe = task.to_swe_task(root, grader)
+    tight = SWEGrader(grader.workspace, grader.repos, timeout_s=120, timeout_factor=3, min_timeout_s=4)
+    gold_s = tight.reference_seconds(swe)
+    assert gold_s is not None and 0 < gold_s < 30, "validate recorded the reference run's wall time"
+    limit = tight.time_limit(swe)
+    assert limit == max(4.0, 3 * gold_s) < 120
+    hang = {path: "import time\ntime.sleep(600)\n" + content for path, content in task.fix.items()}
+    grade = tight.grade(swe, _diff(swe, hang, tmp_path / "hang"))
+    assert grade.verdict == "timeout" and grade.reward == 0.0
+    assert grade.wall_s < limit + 15, (limit, grade.wall_s)
+    assert f"did not finish in {limit:g} s" in grade.reason and "reference patch" in grade.reason
+    assert tight.grade(swe, _diff(swe, task.fix, tmp_path / "fix")).resolved
+    # Unvalidated tasks and timeout_factor 0 keep the whole limit.
+    unknown = dataclasses.replace(swe, instance_id="debug/never-validated")
+    assert tight.time_limit(unknown) == 120
+    assert SWEGrader(grader.workspace, grader.repos, timeout_s=120, timeout_factor=0).time_limit(swe) == 120

@@ -89,6 +89,12 @@ class DebugSettings:
     """Reward the fraction of initially failing tests that pass (when no passing test broke)."""
     grade_timeout_s: float = 120.0
     """Time limit of one grading run."""
+    grade_timeout_factor: float = 10.0
+    """A task validated on this machine is graded within this many times its reference patch's
+    grading run (at least ``grade_min_timeout_s``, at most ``grade_timeout_s``), so an edit that
+    hangs the tests stalls the batch for seconds; ``0``: always ``grade_timeout_s``."""
+    grade_min_timeout_s: float = 20.0
+    """The floor of that scaled limit (sandboxes start slower on a loaded machine)."""
     tamper_reward: float = 0.0
     """Reward of an episode graded ``tamper`` (``docs/swe.md``: the same grader as the SWE env);
     default the failure reward, negative for a penalty."""
@@ -108,6 +114,8 @@ class DebugSettings:
         for name in ("pdb_timeout_s", "eval_timeout_s", "command_timeout_s", "trajectory_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"env.debug.{name} must be > 0")
+        if self.grade_timeout_factor < 0 or self.grade_min_timeout_s <= 0:
+            raise ValueError("env.debug.grade_timeout_factor must be >= 0 and grade_min_timeout_s > 0")
         if self.parallel < 1:
             raise ValueError("env.debug.parallel must be >= 1")
 
@@ -160,9 +168,7 @@ class DebugEnv(WorkspaceEpisodeEnv):
         self.tools = s.tool_names
         self.stop_strings = stop_strings(self.tools)
         self.repos = RepoCache(s.cache_root() / "prepared")
-        grader = grader or SWEGrader(
-            s.workspace, self.repos, s.grade_timeout_s, s.partial_credit, s.tamper_reward
-        )
+        grader = grader or SWEGrader.from_settings(s, self.repos)
         super().__init__(grader, s.parallel, s.grade_on_truncation)
         self._swe: dict[str, SWETask] = {}
         self._initial: dict[str, str] = {}
@@ -304,8 +310,9 @@ class DebugEnv(WorkspaceEpisodeEnv):
             elif result.ended:
                 text += "\n[the debugger exited; it restarts at your next pdb command]"
             return text, {"wall_s": round(result.wall_s, 3), "breakpoints": list(state.pdb.locations)}
-        if call.tool == "eval":
-            return self._run(state, self._test_command(task), s.eval_timeout_s), {}
+        if call.tool == "eval":  # as long as a grading run may take, at most eval_timeout_s
+            limit = min(s.eval_timeout_s, self.grader.time_limit(state.task))
+            return self._run(state, self._test_command(task), limit), {}
         if call.tool == "bash":
             return self._run(state, args["command"], s.command_timeout_s), {}
         if call.tool == "listdir":

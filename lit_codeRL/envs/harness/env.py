@@ -123,9 +123,7 @@ class HarnessEnv(WorkspaceEpisodeEnv):
     def __init__(self, settings: HarnessSettings | None = None) -> None:
         self.settings = s = settings or HarnessSettings()
         self.repos = RepoCache(s.swe.repo_cache)
-        grader = SWEGrader(
-            s.swe.workspace, self.repos, s.swe.grade_timeout_s, s.swe.partial_credit, s.swe.tamper_reward
-        )
+        grader = SWEGrader.from_settings(s.swe, self.repos)
         super().__init__(grader, s.swe.parallel, grade_on_truncation=True)
         self.agent_dir = Path(s.agent_dir).expanduser().resolve() if s.agent_dir else AGENTS_DIR
         if not self.agent_dir.is_dir():

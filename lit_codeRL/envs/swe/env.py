@@ -68,6 +68,12 @@ class SWESettings:
     """Reward the fraction of FAIL_TO_PASS tests passed when every PASS_TO_PASS test passes."""
     grade_timeout_s: float = 300.0
     """Time limit of one grading run (apply the diff, restore tests, run them)."""
+    grade_timeout_factor: float = 10.0
+    """A task validated on this machine is graded within this many times its reference patch's
+    grading run (at least ``grade_min_timeout_s``, at most ``grade_timeout_s``), so an edit that
+    hangs the tests stalls the batch for seconds; ``0``: always ``grade_timeout_s``."""
+    grade_min_timeout_s: float = 20.0
+    """The floor of that scaled limit (sandboxes start slower on a loaded machine)."""
     tamper_reward: float = 0.0
     """Reward of an episode graded ``tamper`` (its diff shadows the toolchain, adds packaging
     metadata or reaches for reporter internals, or the run forged a pass: ``docs/swe.md``). The
@@ -89,6 +95,8 @@ class SWESettings:
         for name in ("command_timeout_s", "max_episode_command_s", "grade_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"env.swe.{name} must be > 0")
+        if self.grade_timeout_factor < 0 or self.grade_min_timeout_s <= 0:
+            raise ValueError("env.swe.grade_timeout_factor must be >= 0 and grade_min_timeout_s > 0")
         if self.parallel < 1:
             raise ValueError("env.swe.parallel must be >= 1")
 
@@ -148,9 +156,7 @@ class ContainerEnv(WorkspaceEpisodeEnv):
         self.settings = s = dataclasses.replace(s, **overrides) if overrides else s
         self.tools: list[ToolBundle] = load_tools(s.tools, s.tools_path)
         self.repos = RepoCache(s.repo_cache)
-        grader = grader or SWEGrader(
-            s.workspace, self.repos, s.grade_timeout_s, s.partial_credit, s.tamper_reward
-        )
+        grader = grader or SWEGrader.from_settings(s, self.repos)
         super().__init__(grader, s.parallel, s.grade_on_truncation)
         self.data_name_or_path, self.split = data_name_or_path, split
         self._tasks: list[SWETask] | None = None
