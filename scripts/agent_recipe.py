@@ -151,6 +151,13 @@ def main() -> None:
     parser.add_argument(
         "--synth-args", default="--per-function 3 --eval-fraction 0.5", help="for lit-coderl synth"
     )
+    parser.add_argument(
+        "--train-per-problem",
+        type=int,
+        default=1,
+        help="bugs made a MBPP-train problem for BC and RL (3: about 3x the training tasks; held-out "
+        "tasks stay one a problem)",
+    )
     parser.add_argument("--swe-tasks", default=None, help="an SWE tasks.jsonl to use instead of synthesizing")
     parser.add_argument("--bc-run", default=None, help="a finished BC stage's log dir to reuse")
     parser.add_argument("--rl-run", default=None, help="a finished RL stage's log dir to reuse")
@@ -181,7 +188,10 @@ def main() -> None:
     data = str(Path(args.data).resolve())
     out_dir = (REPO / args.out_dir).resolve()
     start = time.time()
-    debug_source = f"debug:mbpp:{data}"
+    debug_source = f"debug:mbpp:{data}"  # held out: one bug a problem, the same tasks whatever trains
+    train_source = debug_source + (
+        f"?per_problem={args.train_per_problem}" if args.train_per_problem > 1 else ""
+    )
     if args.swe_tasks:
         synth_report: dict[str, Any] = {"reused": str(Path(args.swe_tasks).resolve())}
         swe_source = f"swe:{Path(args.swe_tasks).resolve()}"
@@ -208,7 +218,7 @@ def main() -> None:
                 setattr(args, f"{name}_run", str(done))
     bc_extra = [
         "--model.init_args.model.name_or_path", args.base_model,
-        "--model.init_args.demonstrations.source", debug_source if "debug" in envs else swe_source,
+        "--model.init_args.demonstrations.source", train_source if "debug" in envs else swe_source,
         "--model.init_args.demonstrations.also", json.dumps([swe_source] if envs == {"debug", "swe"} else []),
         *shlex.split(args.bc_args),
     ]  # fmt: skip
@@ -240,7 +250,7 @@ def main() -> None:
             out_dir / "rl",
             [
                 "--model.init_args.model.name_or_path", str(bc_dir / "hf_model"),
-                "--model.init_args.problems.source", debug_source,
+                "--model.init_args.problems.source", train_source,
                 "--trainer.max_time", f"00:{minutes // 60:02d}:{minutes % 60:02d}:00",
                 *shlex.split(args.rl_args),
             ],

@@ -62,13 +62,15 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     data.write_text("\n".join(line for line in lines if json.loads(line)["task_id"] in wanted) + "\n")
     # --prepare (what scripts/gpu_stage.sh runs before a device session) plays the BC stage's
     # reference trajectories into the cache and trains nothing; the BC stage then plays none
-    prepared = run_recipe(tmp_path, data, "--prepare", "--bc-args", BC)
+    prepared = run_recipe(tmp_path, data, "--prepare", "--bc-args", BC, "--train-per-problem", "2")
     assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-3000:]
     assert "playing the debug reference trajectories" in prepared.stderr
     assert "playing the swe reference trajectories" in prepared.stderr
     assert not (tmp_path / "runs" / "bc").exists() and not (tmp_path / "recipe.json").exists()
     assert not (tmp_path / "runs" / "prepare" / "run" / "hf_model").exists(), "no optimizer step"
-    proc = run_recipe(tmp_path, data, "--rl-minutes", "1", "--bc-args", BC, "--rl-args", RL)
+    proc = run_recipe(
+        tmp_path, data, "--rl-minutes", "1", "--bc-args", BC, "--rl-args", RL, "--train-per-problem", "2"
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "playing the" not in proc.stderr and "swe reference trajectories from" in proc.stderr
     report = json.loads((tmp_path / "recipe.json").read_text())
@@ -81,6 +83,9 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
         assert sum(r["swe"]["verdicts"].values()) == 2 and "tamper" not in r["debug"]["resolved_verdicts"]
     bc, rl = report["stages"]
     assert "--model.init_args.demonstrations.also" in bc["command"] and "swe:" in bc["command"]
+    # two bugs a training problem for BC and RL; the held-out tasks stay one a problem (above)
+    assert f"demonstrations.source 'debug:mbpp:{data}?per_problem=2'" in bc["command"]
+    assert f"problems.source 'debug:mbpp:{data}?per_problem=2'" in rl["command"]
     assert (
         f"--model.init_args.model.name_or_path {tmp_path / 'runs' / 'bc' / 'run' / 'hf_model'}"
         in rl["command"]
