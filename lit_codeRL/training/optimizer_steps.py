@@ -193,12 +193,13 @@ class MicroBatchedUpdates:
             return True
         self._nonfinite_in_a_row = getattr(self, "_nonfinite_in_a_row", 0) + 1
         limit = self.optimizer_settings.max_nonfinite_steps
+        loss = "was finite" if getattr(self, "_last_loss_finite", True) else "too"
         if self._nonfinite_in_a_row > limit:
             from lit_codeRL.errors import DivergedError
 
             raise DivergedError(
                 f"{self._nonfinite_in_a_row} optimizer steps in a row had a non-finite gradient "
-                f"(the last one's loss {'too' if not getattr(self, '_last_loss_finite', True) else 'was finite'}) "
+                f"(the last one's loss {loss}) "
                 f"at step {self.global_step}: lower optimizer.learning_rate, train in "
                 "precision 32-true, or look for a batch row without trainable tokens "
                 "(optimizer.max_nonfinite_steps allows more skipped steps)"
@@ -207,7 +208,7 @@ class MicroBatchedUpdates:
             "step %d: the gradient is not finite (NaN/inf; the loss %s); the optimizer step is skipped "
             "(%d in a row, optimizer.max_nonfinite_steps = %d)",
             self.global_step,
-            "too" if not getattr(self, "_last_loss_finite", True) else "was finite",
+            loss,
             self._nonfinite_in_a_row,
             limit,
         )
