@@ -154,9 +154,9 @@ def main() -> None:
     parser.add_argument(
         "--train-per-problem",
         type=int,
-        default=1,
-        help="bugs made a MBPP-train problem for BC and RL (3: about 3x the training tasks; held-out "
-        "tasks stay one a problem)",
+        default=3,
+        help="bugs made a MBPP-train problem for BC and RL (3: 1,058 training tasks, 1: 373; the "
+        "held-out tasks stay one a problem)",
     )
     parser.add_argument("--swe-tasks", default=None, help="an SWE tasks.jsonl to use instead of synthesizing")
     parser.add_argument("--bc-run", default=None, help="a finished BC stage's log dir to reuse")
@@ -222,11 +222,25 @@ def main() -> None:
         "--model.init_args.demonstrations.also", json.dumps([swe_source] if envs == {"debug", "swe"} else []),
         *shlex.split(args.bc_args),
     ]  # fmt: skip
-    if args.prepare:  # the BC stage's setup loads (plays, caches) every demonstration; no step runs
+    rl_extra = [
+        "--model.init_args.problems.source", train_source,
+        "--trainer.max_time", f"00:{round(args.rl_minutes) // 60:02d}:{round(args.rl_minutes) % 60:02d}:00",
+        *shlex.split(args.rl_args),
+    ]  # fmt: skip
+    if args.prepare:
+        # The BC stage's setup loads (plays, caches) every demonstration, the RL stage's validates
+        # every training task (markers beside the task repositories); no step runs in either.
         prepared = train_stage(
             "prepare", "agent_recipe_bc.yaml", out_dir / "prepare", [*bc_extra, "--trainer.max_steps", "0"]
         )
-        print(f"[agent_recipe] prepared in {prepared['wall_s']:.0f} s: {json.dumps(synth_report)[:300]}")
+        wall = prepared["wall_s"]
+        if args.rl_minutes > 0 and "debug" in envs:
+            rl_setup = [*rl_extra, "--model.init_args.model.name_or_path", args.base_model]
+            rl_setup += ["--trainer.max_steps", "0"]
+            wall += train_stage("prepare_rl", "agent_recipe_rl.yaml", out_dir / "prepare_rl", rl_setup)[
+                "wall_s"
+            ]
+        print(f"[agent_recipe] prepared in {wall:.0f} s: {json.dumps(synth_report)[:300]}")
         return
     if args.bc_run:
         bc_dir = Path(args.bc_run).resolve()
@@ -243,18 +257,12 @@ def main() -> None:
         rl_dir = Path(args.rl_run).resolve()
         stages.append(reused_stage("rl", rl_dir))
     elif args.rl_minutes > 0:
-        minutes = int(round(args.rl_minutes))
         rl = train_stage(
             "rl",
             "agent_recipe_rl.yaml",
             out_dir / "rl",
-            [
-                "--model.init_args.model.name_or_path", str(bc_dir / "hf_model"),
-                "--model.init_args.problems.source", train_source,
-                "--trainer.max_time", f"00:{minutes // 60:02d}:{minutes % 60:02d}:00",
-                *shlex.split(args.rl_args),
-            ],
-        )  # fmt: skip
+            ["--model.init_args.model.name_or_path", str(bc_dir / "hf_model"), *rl_extra],
+        )
         stages.append(rl)
         rl_dir = Path(rl["log_dir"])
     if rl_dir is not None:

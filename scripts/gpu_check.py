@@ -226,6 +226,8 @@ def check_env() -> dict[str, str]:
     env["MBPP_DATASET_PATH"] = str(STAGE / "shared" / "data" / "mbpp")
     if (STAGE / "agent_recipe" / "synth_cache").is_dir():  # the MBPP debugging tasks, made on the dev box
         env["LIT_CODERL_SYNTH_CACHE"] = str(STAGE / "agent_recipe" / "synth_cache")
+    if (STAGE / "agent_recipe" / "debug_tasks").is_dir():  # their records and validation markers
+        env["LIT_CODERL_DEBUG_CACHE"] = str(STAGE / "agent_recipe" / "debug_tasks")
     env.update(
         HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false"
     )
@@ -258,10 +260,16 @@ print(json.dumps(out, indent=1))
 
 
 def unpack_task_caches() -> None:
-    """The recipe's task caches, which ``gpu_stage.sh`` xz'd to fit a call, as the JSON they were."""
+    """The recipe's task caches, which ``gpu_stage.sh`` xz'd to fit a call, as the JSON they were;
+    the debugging tasks' records and validation markers into the cache the run is pointed at."""
     for packed in (STAGE / "agent_recipe").rglob("*.json.xz"):
         packed.with_suffix("").write_bytes(lzma.decompress(packed.read_bytes()))
         packed.unlink()
+    records = STAGE / "agent_recipe" / "debug_tasks.tar.xz"
+    if records.is_file():
+        with tarfile.open(records) as tar:
+            tar.extractall(STAGE / "agent_recipe" / "debug_tasks", filter="data")
+        records.unlink()
 
 
 def reuse_staged_evaluations() -> list[str]:

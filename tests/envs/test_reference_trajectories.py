@@ -537,7 +537,7 @@ def test_played_trajectories_are_cached_and_played_again_when_what_they_depend_o
     debug_settings, chat, tmp_path, monkeypatch
 ):
     """A second BC over the same tasks replays nothing (the same rows, no env started); other
-    settings, another recovery fraction, other env code or a torn file play them again; where a
+    settings, another recovery fraction, lead-ins that name the bug, other env code or a torn file play them again; where a
     task's repository lies is not part of the key."""
     from lit_codeRL.rollout import reference_cache
 
@@ -571,6 +571,7 @@ def test_played_trajectories_are_cached_and_played_again_when_what_they_depend_o
             cache=True,
         ),
         lambda: reference_demonstrations(problems, chat, env, recoveries=1.0, cache=False),
+        lambda: reference_demonstrations(problems, chat, env, recoveries=1.0, cache=True, explain=True),
     ):
         with pytest.raises(Played):
             changed()

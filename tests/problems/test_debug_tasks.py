@@ -392,6 +392,50 @@ def test_base_commit_is_the_same_on_every_build(shipped, validated, debug_sandbo
     assert (again.fail_to_pass, again.pass_to_pass) == (first.fail_to_pass, first.pass_to_pass)
 
 
+def test_records_and_markers_alone_travel_no_test_runs_again(
+    shipped, validated, debug_sandbox, tmp_path, monkeypatch, caplog
+):
+    """What ``scripts/gpu_stage.sh`` ships to a GPU machine: the task records and the validation
+    markers, not the git directories. There the repository is rebuilt with the recorded base
+    commit, the task counts as validated, and no test runs; a record whose base commit is not
+    what the files build is measured again."""
+    import shutil
+
+    from lit_codeRL.problems.debug import DebugTask as Task
+
+    grader, root = debug_sandbox
+    task = _task(shipped, "median")
+    here = task.to_swe_task(root, grader)
+    moved_root, moved_prepared = tmp_path / "tasks", tmp_path / "prepared"
+    moved_root.mkdir()
+    moved_prepared.mkdir()
+    for record in root.glob("*.json"):
+        shutil.copy(record, moved_root / record.name)
+    for marker in grader.repos.root.glob("*.valid-*"):
+        shutil.copy(marker, moved_prepared / marker.name)
+    moved = SWEGrader(grader.workspace, RepoCache(moved_prepared), timeout_s=120)
+
+    def no_test_run(*args, **kwargs):
+        raise AssertionError("a test ran: the record was not used")
+
+    with monkeypatch.context() as m:
+        m.setattr(Task, "_measure", no_test_run)
+        m.setattr(SWEGrader, "grade", no_test_run)
+        with caplog.at_level(logging.INFO, logger="lit_codeRL.problems.debug"):
+            assert [t.task_id for t in validate_debug_tasks([task], moved, moved_root)] == [task.task_id]
+        there = task.to_swe_task(moved_root, moved)
+    assert "validated 1 debug tasks: 1 on this machine before, the other 0" in caplog.text
+    assert there.base_commit == here.base_commit and there.patch == here.patch
+    assert Path(there.repo_source) != Path(here.repo_source) and (Path(there.repo_source) / ".git").is_dir()
+    assert moved.grade(there, _diff(there, task.fix, tmp_path / "fix")).resolved
+    # a record from other files (its base commit is not what these files build): measured again
+    other = _task(shipped, "cart")
+    (stale,) = moved_root.glob(f"*{other.content_key()}.json")  # copied above, its directory not
+    stale.write_text(json.dumps({**json.loads(stale.read_text()), "base_commit": "0" * 40}))
+    assert other.to_swe_task(moved_root, moved).base_commit == other.to_swe_task(root, grader).base_commit
+    assert json.loads(stale.read_text())["base_commit"] != "0" * 40
+
+
 def test_fixing_one_of_two_files_does_not_resolve(shipped, validated, debug_sandbox, tmp_path):
     grader, root = debug_sandbox
     task = _task(shipped, "gradebook")

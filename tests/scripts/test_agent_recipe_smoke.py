@@ -62,17 +62,20 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     data.write_text("\n".join(line for line in lines if json.loads(line)["task_id"] in wanted) + "\n")
     # --prepare (what scripts/gpu_stage.sh runs before a device session) plays the BC stage's
     # reference trajectories into the cache and trains nothing; the BC stage then plays none
-    prepared = run_recipe(tmp_path, data, "--prepare", "--bc-args", BC, "--train-per-problem", "2")
+    # and validates the RL stage's training tasks; the BC stage then plays none, RL validates none
+    recipe = ("--rl-minutes", "1", "--bc-args", BC, "--rl-args", RL, "--train-per-problem", "2")
+    prepared = run_recipe(tmp_path, data, "--prepare", *recipe)
     assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-3000:]
     assert "playing the debug reference trajectories" in prepared.stderr
     assert "playing the swe reference trajectories" in prepared.stderr
+    assert "validated 2 debug tasks" in prepared.stderr
     assert not (tmp_path / "runs" / "bc").exists() and not (tmp_path / "recipe.json").exists()
-    assert not (tmp_path / "runs" / "prepare" / "run" / "hf_model").exists(), "no optimizer step"
-    proc = run_recipe(
-        tmp_path, data, "--rl-minutes", "1", "--bc-args", BC, "--rl-args", RL, "--train-per-problem", "2"
-    )
+    for stage in ("prepare", "prepare_rl"):
+        assert not (tmp_path / "runs" / stage / "run" / "hf_model").exists(), "no optimizer step"
+    proc = run_recipe(tmp_path, data, *recipe)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "playing the" not in proc.stderr and "swe reference trajectories from" in proc.stderr
+    assert "validated 2 debug tasks: 2 on this machine before, the other 0" in proc.stderr
     report = json.loads((tmp_path / "recipe.json").read_text())
     rows = report["rows"]
     assert [r["after"] for r in rows] == ["base", "BC", "BC + RL"]

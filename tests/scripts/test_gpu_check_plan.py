@@ -51,8 +51,21 @@ def test_staged_evaluations_are_reused_and_the_recipe_files_come_back_flat(tmp_p
     packed = tmp_path / "stage" / "agent_recipe" / "synth_cache" / "mbpp-debug-1.json.xz"
     packed.parent.mkdir(parents=True)
     packed.write_bytes(lzma.compress(b'{"rows": []}'))
+    # the debugging tasks' records and validation markers, as gpu_stage.sh tars them
+    records = tmp_path / "dev-cache"
+    (records / "prepared").mkdir(parents=True)
+    (records / "mbpp-debug_11-x.json").write_text('{"base_commit": "abc"}')
+    (records / "prepared" / "mbpp-debug_11-x-1.valid-2").write_text('{"gold_s": 0.4}')
+    with tarfile.open(tmp_path / "stage" / "agent_recipe" / "debug_tasks.tar.xz", "w:xz") as tar:
+        tar.add(records / "mbpp-debug_11-x.json", "./mbpp-debug_11-x.json")
+        tar.add(records / "prepared" / "mbpp-debug_11-x-1.valid-2", "./prepared/mbpp-debug_11-x-1.valid-2")
     gpu_check.unpack_task_caches()
     assert [p.name for p in packed.parent.iterdir()] == ["mbpp-debug-1.json"]
+    cache = tmp_path / "stage" / "agent_recipe" / "debug_tasks"
+    assert (cache / "prepared" / "mbpp-debug_11-x-1.valid-2").read_text() == '{"gold_s": 0.4}'
+    assert (cache / "mbpp-debug_11-x.json").is_file()
+    assert not (tmp_path / "stage" / "agent_recipe" / "debug_tasks.tar.xz").exists()
+    assert gpu_check.check_env()["LIT_CODERL_DEBUG_CACHE"] == str(cache)
     assert gpu_check.reuse_staged_evaluations() == ["base/debug"]
     assert (tmp_path / "runs" / "agent_recipe" / "eval" / "base" / "debug" / "result.json").is_file()
     run = tmp_path / "runs" / "agent_recipe"

@@ -14,7 +14,9 @@ tool-call format, one call per turn, each after a one-sentence lead-in:
    the view showed stay valid (in a long file, later sites are viewed after the earlier edits, with
    the numbers the file has then). A file whose edits would write as many lines as the whole fixed
    file, or more than ``MAX_EDITS`` of them, is rewritten (``<rewrite>``) instead; so is a new
-   file, or every file when the preset has no ``edit`` (``env.debug.tools: rewrite``);
+   file, or every file when the preset has no ``edit`` (``env.debug.tools: rewrite``). With
+   ``explain``, an edit's lead-in first names the bug (``envs/reference.py``'s ``edit_reason``:
+   ``In line 19, `//` should be `/`.``);
 4. ``<eval/>`` again;
 5. ``<submit/>``.
 
@@ -39,6 +41,7 @@ when it resolves its task (``rollout/demonstrations.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Sequence
@@ -48,6 +51,7 @@ from lit_codeRL.envs.debug.tools import ToolCall, parse_tool_call, stop_strings
 from lit_codeRL.envs.reference import (
     LineEdit,
     ReferenceEpisode,
+    edit_reason,
     edit_sites,
     imitable,
     line_edits,
@@ -69,7 +73,7 @@ SUBMIT = "The tests pass. <submit/>"
 STILL_FAILING = "The tests still fail. "
 
 
-def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str]) -> list[str]:
+def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str], explain: bool) -> list[str]:
     """The view and edit calls (or the view and one rewrite) that turn ``old`` into ``new``."""
     if old is None:  # a new file
         return [f"I will create {path}.\n" + _rewrite(path, new)]
@@ -95,10 +99,7 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str]) ->
         actions = [_whole_view(path)]
         for site in reversed(sites):
             for edit in site.edits:
-                actions.append(
-                    f"I will change lines {edit.start}-{edit.end} of {path}.\n"
-                    + _edit(path, f"{edit.start}-{edit.end}", "".join(edit.new))
-                )
+                actions.append(_change(path, edit, explain))
         return actions
     actions, shift = [], 0
     for k, site in enumerate(sites):
@@ -108,12 +109,19 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str]) ->
             f"{lead} {path} around line {line}.\n<view>{path} {site.first + shift}-{site.last + shift}</view>"
         )
         for edit in site.edits:  # bottom-up: the view's numbers stay valid
-            a, b = edit.start + shift, edit.end + shift
-            actions.append(
-                f"I will change lines {a}-{b} of {path}.\n" + _edit(path, f"{a}-{b}", "".join(edit.new))
-            )
+            at = dataclasses.replace(edit, start=edit.start + shift, end=edit.end + shift)
+            actions.append(_change(path, at, explain))
         shift += site.delta
     return actions
+
+
+def _change(path: str, edit: LineEdit, explain: bool, again: str = "") -> str:
+    """The lead-in and the ``<edit>`` that writes ``edit.new`` over its lines; with ``explain``
+    the lead-in names the bug first, where there is a short way to say it."""
+    reason = edit_reason(edit) if explain else None
+    lead = f"{reason} " if reason else ""
+    lines = f"{edit.start}-{edit.end}"
+    return f"{lead}I will change lines {lines} of {path}{again}.\n" + _edit(path, lines, "".join(edit.new))
 
 
 def _whole_view(path: str) -> str:
@@ -128,9 +136,12 @@ def _rewrite(path: str, content: str) -> str:
     return f'<rewrite path="{path}">\n{content}</rewrite>'
 
 
-def reference_actions(task: DebugTask, tools: Sequence[str], output_shown: bool = False) -> list[str]:
+def reference_actions(
+    task: DebugTask, tools: Sequence[str], output_shown: bool = False, explain: bool = False
+) -> list[str]:
     """The reference trajectory's actions (see the module docstring) with the enabled ``tools``;
-    ``output_shown``: the first observation holds the tests' output (no first ``<eval/>``).
+    ``output_shown``: the first observation holds the tests' output (no first ``<eval/>``);
+    ``explain``: each edit's lead-in names the bug first.
 
     Raises:
         ValueError: the task has no fix, the fix changes nothing, or an action would not be read
@@ -144,7 +155,7 @@ def reference_actions(task: DebugTask, tools: Sequence[str], output_shown: bool 
     for path in sorted(task.fix):
         old, new = task.files.get(path), task.fix[path]
         if old != new:
-            middle += _file_actions(path, old, new, tools)
+            middle += _file_actions(path, old, new, tools, explain)
     if not middle:
         raise ValueError("the fix changes nothing")
     actions = [*([] if output_shown else [EVAL]), *middle, EVAL_AGAIN, SUBMIT]
@@ -179,7 +190,7 @@ def _written(call: ToolCall) -> str:
 
 
 def recovery_actions(
-    task: DebugTask, tools: Sequence[str], output_shown: bool = False
+    task: DebugTask, tools: Sequence[str], output_shown: bool = False, explain: bool = False
 ) -> tuple[list[str], int]:
     """A reference trajectory with a failed attempt: view the file, make a **wrong** edit of the
     lines the fix changes (the fixed lines with one mutation of ``problems/synth/mutations.py``:
@@ -215,10 +226,9 @@ def recovery_actions(
     actions = [
         *([] if output_shown else [EVAL]),
         _whole_view(path),
-        f"I will change lines {a}-{b} of {path}.\n" + _edit(path, f"{a}-{b}", "".join(wrong)),
+        _change(path, LineEdit(a, b, edit.old, tuple(wrong)), explain),
         EVAL_AGAIN,
-        f"{STILL_FAILING}I will change lines {a}-{c} of {path} again.\n"
-        + _edit(path, f"{a}-{c}", "".join(edit.new)),
+        STILL_FAILING + _change(path, LineEdit(a, c, tuple(wrong), edit.new), explain, again=" again"),
         EVAL_AGAIN,
         SUBMIT,
     ]
@@ -254,7 +264,7 @@ def wants_recovery(task_id: str, fraction: float) -> bool:
 
 
 def reference_episodes(
-    env: DebugEnv, problems: Sequence[Problem], recoveries: float = 0.0
+    env: DebugEnv, problems: Sequence[Problem], recoveries: float = 0.0, explain: bool = False
 ) -> list[ReferenceEpisode]:
     """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time,
     and, for the ``recoveries`` fraction of them (:func:`wants_recovery`), its recovery trajectory
@@ -262,11 +272,12 @@ def reference_episodes(
 
     A task that cannot have one (no fix, nothing failing at its base: ``DebugTaskInvalid``, an
     action that would not be read back as written) gets an unplayed, unresolved episode whose
-    ``verdict`` says why. A recovery whose wrong edit passes the tests is unresolved too."""
+    ``verdict`` says why. A recovery whose wrong edit passes the tests is unresolved too.
+    ``explain``: each edit's lead-in names the bug first (:func:`reference_actions`)."""
 
     def script(problem: Problem) -> list[str]:
         env.task_of(problem)  # measures the base once per machine; refuses a task with nothing to fix
-        return reference_actions(debug_task(problem), env.tools, env.settings.show_initial_eval)
+        return reference_actions(debug_task(problem), env.tools, env.settings.show_initial_eval, explain)
 
     episodes = play_references(env, problems, script, env.settings.parallel)
     chosen = [p for p in problems if wants_recovery(p.task_id, recoveries)]
@@ -277,7 +288,7 @@ def reference_episodes(
     def recovery(problem: Problem) -> list[str]:
         env.task_of(problem)
         actions, wrong_at[problem.task_id] = recovery_actions(
-            debug_task(problem), env.tools, env.settings.show_initial_eval
+            debug_task(problem), env.tools, env.settings.show_initial_eval, explain
         )
         return actions
 
@@ -294,6 +305,7 @@ def reference_episodes(
     return [e for first in episodes for e in (first, recovered.get(first.task_id)) if e is not None]
 
 
-def reference_episode(env: DebugEnv, problem: Problem | DebugTask) -> ReferenceEpisode:
+def reference_episode(env: DebugEnv, problem: Problem | DebugTask, explain: bool = False) -> ReferenceEpisode:
     """The reference trajectory of one task, played in ``env``."""
-    return reference_episodes(env, [problem if isinstance(problem, Problem) else debug_problem(problem)])[0]
+    problem = problem if isinstance(problem, Problem) else debug_problem(problem)
+    return reference_episodes(env, [problem], explain=explain)[0]

@@ -11,7 +11,8 @@ one shell command per turn in ``<execute>``, each after a one-sentence lead-in:
    view per site, nearby changes share one);
 3. each change as a targeted edit: a ``python3 - <<'EOF'`` script that replaces the exact old text
    (the changed lines, widened by neighbouring lines until they occur once in the file) with the
-   new text, and exits non-zero unless the old text occurs exactly once;
+   new text, and exits non-zero unless the old text occurs exactly once (with ``explain``, its
+   lead-in first names the bug: ``envs/reference.py``'s ``edit_reason``);
 4. the tests again;
 5. ``<submit/>``.
 
@@ -56,7 +57,15 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from lit_codeRL.envs.reference import ReferenceEpisode, edit_sites, imitable, line_edits, play_references
+from lit_codeRL.envs.reference import (
+    LineEdit,
+    ReferenceEpisode,
+    edit_reason,
+    edit_sites,
+    imitable,
+    line_edits,
+    play_references,
+)
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
 from lit_codeRL.envs.swe.env import ContainerEnv, swe_task
 from lit_codeRL.problems.record import Problem
@@ -250,7 +259,7 @@ def _unique_edit(lines: list[str], start: int, end: int, new: Sequence[str]) -> 
     raise ValueError(f"lines {start}-{end} do not become unique within {MAX_WIDEN} neighbouring lines")
 
 
-def _file_actions(path: str, old_text: str, new_text: str) -> tuple[list[str], int]:
+def _file_actions(path: str, old_text: str, new_text: str, explain: bool) -> tuple[list[str], int]:
     """The views and targeted edits that turn ``old_text`` into ``new_text``, and how many edits."""
     lines = old_text.splitlines(keepends=True)
     sites = edit_sites(line_edits(lines, new_text.splitlines(keepends=True)), len(lines))
@@ -263,7 +272,9 @@ def _file_actions(path: str, old_text: str, new_text: str) -> tuple[list[str], i
         for edit in site.edits:  # bottom-up, as the lines list is edited
             a, b = edit.start + shift, edit.end + shift
             old, new = _unique_edit(lines, a, b, edit.new)
-            actions.append(f"I will edit {path}.\n<execute>{edit_command(path, old, new)}</execute>")
+            reason = edit_reason(LineEdit(a, b, edit.old, edit.new)) if explain else None
+            lead = f"{reason} " if reason else ""
+            actions.append(f"{lead}I will edit {path}.\n<execute>{edit_command(path, old, new)}</execute>")
             lines[a - 1 : b] = edit.new
         shift += site.delta
     if "".join(lines) != new_text:
@@ -279,12 +290,15 @@ def tests_to_run(task: SWETask, exists: Callable[[str], bool]) -> list[str]:
     return [f for f in files if exists(f)]
 
 
-def reference_actions(task: SWETask, read_base: Callable[[str], str | None]) -> list[str]:
+def reference_actions(
+    task: SWETask, read_base: Callable[[str], str | None], explain: bool = False
+) -> list[str]:
     """The reference trajectory's actions (see the module docstring).
 
     Args:
         task: The task; its ``patch`` is the fix.
         read_base: A file's text at the base commit (``None``: absent or not UTF-8).
+        explain: Each targeted edit's lead-in names the bug first.
 
     Raises:
         ValueError: an action would not be read back as written (``</execute>`` in the patch).
@@ -292,7 +306,7 @@ def reference_actions(task: SWETask, read_base: Callable[[str], str | None]) -> 
     targets = tests_to_run(task, lambda path: read_base(path) is not None)
     tests = " ".join([task.test_command, "-q", *map(shlex.quote, targets)])
     try:
-        middle = _targeted_edits(task.patch, read_base)
+        middle = _targeted_edits(task.patch, read_base, explain)
     except ValueError:
         middle = [apply_patch_action(task.patch)]
     actions = [RUN_TESTS.format(tests), *middle, RUN_AGAIN.format(tests), SUBMIT_ACTION]
@@ -305,7 +319,7 @@ def reference_actions(task: SWETask, read_base: Callable[[str], str | None]) -> 
     return actions
 
 
-def _targeted_edits(patch: str, read_base: Callable[[str], str | None]) -> list[str]:
+def _targeted_edits(patch: str, read_base: Callable[[str], str | None], explain: bool) -> list[str]:
     files = parse_patch(patch)
     if not files or not all(f.plain for f in files):
         raise ValueError("not a set of text edits")
@@ -314,7 +328,7 @@ def _targeted_edits(patch: str, read_base: Callable[[str], str | None]) -> list[
         old = read_base(f.path)
         if old is None or "\r" in old:
             raise ValueError(f"{f.path}: absent at the base, not UTF-8, or with CR line ends")
-        more, n = _file_actions(f.path, old, apply_hunks(old, f.hunks))
+        more, n = _file_actions(f.path, old, apply_hunks(old, f.hunks), explain)
         actions, edits = actions + more, edits + n
     if edits > MAX_EDITS:
         raise ValueError(f"{edits} edits: more than {MAX_EDITS}")
@@ -338,15 +352,18 @@ def _base_reader(env: ContainerEnv, task: SWETask) -> Callable[[str], str | None
     return read
 
 
-def reference_episodes(env: ContainerEnv, problems: Sequence[Problem]) -> list[ReferenceEpisode]:
-    """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time.
+def reference_episodes(
+    env: ContainerEnv, problems: Sequence[Problem], explain: bool = False
+) -> list[ReferenceEpisode]:
+    """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time
+    (``explain``: each targeted edit's lead-in names the bug first).
 
     A task whose trajectory cannot be written (``</execute>`` in its patch, a repository that
     cannot be prepared) gets an unplayed, unresolved episode whose ``verdict`` says why."""
 
     def script(problem: Problem) -> list[str]:
         task = swe_task(problem)
-        return reference_actions(task, _base_reader(env, task))
+        return reference_actions(task, _base_reader(env, task), explain)
 
     return play_references(env, problems, script, env.settings.parallel)
 
