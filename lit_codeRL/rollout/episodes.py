@@ -26,7 +26,7 @@ from lit_codeRL.envs.protocol import Action, TextEnv
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.chat import ChatFormat
-from lit_codeRL.rollout.trajectory import Segment
+from lit_codeRL.rollout.trajectory import Segment, interaction_segments
 
 
 @dataclass
@@ -80,12 +80,9 @@ class Episode:
 
     def segments(self) -> list[Segment]:
         """One row for the whole episode: prompt, then (action, observation) per turn."""
-        segs = [Segment(self.prompt_ids)]
-        for k, t in enumerate(self.turns):
-            segs.append(Segment(t.action_ids, True, t.logprobs, k))
-            if t.observation_ids:
-                segs.append(Segment(t.observation_ids, False, None, k))
-        return segs
+        return interaction_segments(
+            self.prompt_ids, [(t.action_ids, t.logprobs, t.observation_ids) for t in self.turns]
+        )
 
     def first_success_turn(self) -> int | None:
         """1-based turn whose action passed every test, if any."""

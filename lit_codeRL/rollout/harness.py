@@ -34,7 +34,7 @@ from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.chat import ChatFormat
 from lit_codeRL.rollout.episodes import Episode, Turn
-from lit_codeRL.rollout.trajectory import Segment
+from lit_codeRL.rollout.trajectory import Segment, interaction_segments
 
 
 class HarnessRunner:
@@ -203,12 +203,9 @@ class HarnessRunner:
 
 
 def _segments(row: Row) -> list[Segment]:
-    segs = [Segment(list(row.prompt_ids))]
-    for k, turn in enumerate(row.turns):
-        segs.append(Segment(turn.choice.token_ids, True, turn.choice.logprobs, k))
-        if turn.observation_ids:
-            segs.append(Segment(turn.observation_ids, False, None, k))
-    return segs
+    return interaction_segments(
+        row.prompt_ids, [(t.choice.token_ids, t.choice.logprobs, t.observation_ids) for t in row.turns]
+    )
 
 
 def _call_dump(call: CallRecord) -> dict[str, Any]:

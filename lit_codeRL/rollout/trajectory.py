@@ -32,6 +32,20 @@ class Segment:
     """Turn index (-1 for the prompt)."""
 
 
+def interaction_segments(
+    prompt_ids: Sequence[int], turns: Sequence[tuple[Sequence[int], list[float] | None, Sequence[int]]]
+) -> list[Segment]:
+    """One row of a multi-turn interaction: the prompt, then each turn's ``(action ids, their
+    sampling log-probs, observation ids)`` as a trainable action and (where not empty) the
+    observation after it, both tagged with the turn's index."""
+    segs = [Segment(list(prompt_ids))]
+    for k, (action_ids, logprobs, observation_ids) in enumerate(turns):
+        segs.append(Segment(list(action_ids), True, logprobs, k))
+        if observation_ids:
+            segs.append(Segment(list(observation_ids), False, None, k))
+    return segs
+
+
 @dataclass
 class TrajectoryBatch:
     """A batch of trajectories; tensors are ``[B, L]`` unless noted."""
