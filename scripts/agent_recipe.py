@@ -93,6 +93,7 @@ def evaluate(
                 resolved_verdicts[verdict] = resolved_verdicts.get(verdict, 0) + 1
             turns.append(s.get("num_turns", 0))
     solved = sorted(p["task_id"] for p in problems if p["num_correct"] > 0)
+    behaviour = debug_behaviour(source, split, problems) if source.startswith("debug") else None
     result = {
         "source": source,
         "split": split,
@@ -104,12 +105,30 @@ def evaluate(
         "verdicts": dict(sorted(verdicts.items())),
         "resolved_verdicts": resolved_verdicts,
         "mean_turns": sum(turns) / max(1, len(turns)),
+        **({"behaviour": behaviour} if behaviour else {}),
         "eval_s": wall,
         "command": shown,
         "report": str(report),
     }
     done.write_text(json.dumps(result, indent=1))
     return result
+
+
+def debug_behaviour(source: str, split: str, problems: list[dict[str, Any]]) -> dict[str, int]:
+    """What the first edit of every episode did against its task's fix (``envs/debug/behaviour.py``:
+    on the buggy line, the right line, the bug named): the skill a resolve rate hides."""
+    from lit_codeRL.envs.debug.behaviour import behaviour_counts, first_edit, transcript_actions
+    from lit_codeRL.envs.debug.tools import PRESETS
+    from lit_codeRL.problems import load_problems
+    from lit_codeRL.problems.debug import debug_task
+
+    tasks = {p.task_id: debug_task(p) for p in load_problems(source, split=split)}
+    return behaviour_counts(
+        first_edit(tasks[p["task_id"]], transcript_actions(s["completion"]), PRESETS["full"])
+        for p in problems
+        if p["task_id"] in tasks
+        for s in p["samples"]
+    )
 
 
 def draw(rows: list[dict[str, Any]], sets: dict[str, str], path: Path) -> None:
@@ -305,6 +324,8 @@ def main() -> None:
             print(
                 f"[agent_recipe] {r['after']} {k} verdicts: {r[k]['verdicts']} (resolved: {r[k]['resolved_verdicts']})"
             )
+            if r[k].get("behaviour"):
+                print(f"[agent_recipe] {r['after']} {k} first edits: {r[k]['behaviour']}")
     print("\n| stage | wall | command |\n|---|---|---|")
     for s in stages:
         wall = f"{s['wall_s'] / 60:.1f} min" if s.get("wall_s") is not None else "reused"

@@ -84,6 +84,7 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
         assert r["debug"]["source"] == f"debug:mbpp:{data}" and r["debug"]["split"] == "test"
         assert all(t.startswith("mbpp-debug/1") for t in r["debug"]["solved"])  # held out: MBPP 11-16
         assert sum(r["swe"]["verdicts"].values()) == 2 and "tamper" not in r["debug"]["resolved_verdicts"]
+        assert r["debug"]["behaviour"]["episodes"] == 2 and "behaviour" not in r["swe"]  # first edits
     bc, rl = report["stages"]
     assert "--model.init_args.demonstrations.also" in bc["command"] and "swe:" in bc["command"]
     # two bugs a training problem for BC and RL; the held-out tasks stay one a problem (above)

@@ -1,0 +1,100 @@
+"""What a debugging episode's first edit did against the task's fix (``envs/debug/behaviour.py``):
+hand-made episodes of each kind, the reference trajectories of every shipped task (whose first
+edit is right and names the bug by construction), and episodes read back from a dumped transcript."""
+
+from __future__ import annotations
+
+import pytest
+
+from lit_codeRL.envs.debug.behaviour import FirstEdit, behaviour_counts, first_edit, transcript_actions
+from lit_codeRL.envs.debug.reference import reference_actions
+from lit_codeRL.envs.debug.tools import PRESETS
+from lit_codeRL.problems.debug import debug_task
+from lit_codeRL.problems.registry import load_problems
+from tests.envs.test_reference_trajectories import RECOVERY_TASK
+
+TOOLS = PRESETS["debug"]
+VIEW = "I will look at calc.py.\n<view>calc.py</view>"
+
+
+def edit(lines: str, content: str, lead: str = "") -> str:
+    return f'{lead}I will change lines {lines} of calc.py.\n<edit path="calc.py" lines="{lines}">\n{content}\n</edit>'
+
+
+@pytest.mark.parametrize(
+    ("actions", "expected"),
+    [
+        ([VIEW, "<eval/>"], FirstEdit()),
+        (
+            [VIEW, edit("2-2", "    return [v * factor for v in values]", "In line 2, `+` should be `*`. ")],
+            FirstEdit(edited=True, on_bug_line=True, right=True, named=True, named_right=True),
+        ),
+        (  # the right line without a reason
+            [VIEW, edit("2-2", "    return [v * factor for v in values]")],
+            FirstEdit(edited=True, on_bug_line=True, right=True),
+        ),
+        (  # the buggy line, the wrong fix, a wrong reason
+            [edit("2-2", "    return [v - factor for v in values]", "In line 2, `+` should be `-`. ")],
+            FirstEdit(edited=True, on_bug_line=True, named=True),
+        ),
+        (  # the wrong line; only the first edit counts
+            [
+                edit("1-1", "def scale(values, factor=1):"),
+                edit("2-2", "    return [v * factor for v in values]"),
+            ],
+            FirstEdit(edited=True),
+        ),
+        ([edit("9-9", "    pass")], FirstEdit(edited=True)),  # outside the file
+        (  # a whole-file rewrite with the fix
+            [
+                '<rewrite path="calc.py">\ndef scale(values, factor):\n'
+                "    return [v * factor for v in values]\n</rewrite>"
+            ],
+            FirstEdit(edited=True, on_bug_line=True, right=True),
+        ),
+        (['<edit path="other.py" lines="1-1">\nx = 1\n</edit>'], FirstEdit(edited=True)),  # not a fixed file
+    ],
+)
+def test_the_first_edit_is_measured_against_the_fix(actions, expected):
+    assert first_edit(RECOVERY_TASK, actions, TOOLS) == expected
+
+
+def test_every_shipped_reference_trajectory_edits_right_and_names_the_bug():
+    """The reference trajectories with ``explain``: the first edit of a one-edit fix is the fix
+    and its lead-in is the reason the reference gives (the measure agrees with what BC imitates)."""
+    seen = 0
+    for problem in load_problems("debug", "all"):
+        task = debug_task(problem)
+        actions = reference_actions(task, TOOLS, output_shown=True, explain=True)
+        edits = [a for a in actions if "<edit" in a or "<rewrite" in a]
+        measured = first_edit(task, actions, TOOLS)
+        assert measured.edited and measured.on_bug_line, task.task_id
+        if len(edits) == 1:
+            seen += 1
+            assert measured.right, task.task_id
+            assert measured.named_right == edits[0].startswith(("In line", "After line")), task.task_id
+    assert seen >= 8
+
+
+def test_actions_come_back_from_a_dumped_transcript_and_are_counted():
+    right = edit("2-2", "    return [v * factor for v in values]")
+    transcript = (
+        f"[turn 1]\n{VIEW}\n[feedback]\n1| def scale(values, factor):\n[turn 2]\n{right}\n[feedback]\nok"
+    )
+    assert transcript_actions(transcript) == [VIEW, right]
+    assert transcript_actions("<eval/>") == ["<eval/>"]
+    counts = behaviour_counts(
+        [
+            first_edit(RECOVERY_TASK, transcript_actions(transcript), TOOLS),
+            FirstEdit(),
+            FirstEdit(edited=True),
+        ]
+    )
+    assert counts == {
+        "episodes": 3,
+        "edited": 2,
+        "on_bug_line": 1,
+        "right": 1,
+        "named": 0,
+        "named_right": 0,
+    }
