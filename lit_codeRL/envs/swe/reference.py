@@ -8,7 +8,8 @@ one shell command per turn in ``<execute>``, each after a one-sentence lead-in:
    (at most ``MAX_NODE_IDS``), else their test files that exist at the base (the hidden tests are
    not there yet), else the whole suite;
 2. ``sed -n 'A,Bp' PATH``: the code around the change (``SITE_CONTEXT`` lines above and below; one
-   view per site, nearby changes share one);
+   view per site, nearby changes share one); with the ``edit`` tool bundle, ``view PATH A-B`` (the
+   lines numbered) and step 3's edits are ``edit PATH A-B <<'EOF'`` (line ranges, bottom-up);
 3. each change as a targeted edit: a ``python3 - <<'EOF'`` script that replaces the exact old text
    (the changed lines, widened by neighbouring lines until they occur once in the file) with the
    new text, and exits non-zero unless the old text occurs exactly once (with ``explain``, its
@@ -259,22 +260,43 @@ def _unique_edit(lines: list[str], start: int, end: int, new: Sequence[str]) -> 
     raise ValueError(f"lines {start}-{end} do not become unique within {MAX_WIDEN} neighbouring lines")
 
 
-def _file_actions(path: str, old_text: str, new_text: str, explain: bool) -> tuple[list[str], int]:
-    """The views and targeted edits that turn ``old_text`` into ``new_text``, and how many edits."""
+def lines_command(path: str, first: int, last: int, new: Sequence[str]) -> str:
+    """The ``edit`` bundle's command (``env/tools/edit``) that replaces lines ``first..last`` of
+    ``path`` with ``new`` (lines with their endings), through a heredoc."""
+    marker, n = EDIT_MARKER, 0
+    while marker in [line.rstrip("\n") for line in new]:
+        n += 1
+        marker = f"{EDIT_MARKER}_{n}"
+    return f"edit {shlex.quote(path)} {first}-{last} <<'{marker}'\n{''.join(new)}{marker}"
+
+
+def _file_actions(
+    path: str, old_text: str, new_text: str, explain: bool, line_tools: bool
+) -> tuple[list[str], int]:
+    """The views and targeted edits that turn ``old_text`` into ``new_text``, and how many edits
+    (``line_tools``: the ``edit`` bundle's numbered ``view`` and line-range ``edit``, else ``sed``
+    and a ``python3`` replacement of the exact old text)."""
     lines = old_text.splitlines(keepends=True)
     sites = edit_sites(line_edits(lines, new_text.splitlines(keepends=True)), len(lines))
     actions, shift = [], 0
     quoted = shlex.quote(path)
     for site in sites:
         line = site.edits[-1].start + shift
-        view = f"sed -n '{site.first + shift},{site.last + shift}p' {quoted}"
+        first, last = site.first + shift, site.last + shift
+        view = f"view {quoted} {first}-{last}" if line_tools else f"sed -n '{first},{last}p' {quoted}"
         actions.append(f"I will look at {path} around line {line}.\n<execute>{view}</execute>")
         for edit in site.edits:  # bottom-up, as the lines list is edited
             a, b = edit.start + shift, edit.end + shift
-            old, new = _unique_edit(lines, a, b, edit.new)
             reason = edit_reason(LineEdit(a, b, edit.old, edit.new)) if explain else None
             lead = f"{reason} " if reason else ""
-            actions.append(f"{lead}I will edit {path}.\n<execute>{edit_command(path, old, new)}</execute>")
+            if line_tools:
+                command = lines_command(path, a, b, edit.new)
+                actions.append(f"{lead}I will change lines {a}-{b} of {path}.\n<execute>{command}</execute>")
+            else:
+                old, new = _unique_edit(lines, a, b, edit.new)
+                actions.append(
+                    f"{lead}I will edit {path}.\n<execute>{edit_command(path, old, new)}</execute>"
+                )
             lines[a - 1 : b] = edit.new
         shift += site.delta
     if "".join(lines) != new_text:
@@ -291,7 +313,10 @@ def tests_to_run(task: SWETask, exists: Callable[[str], bool]) -> list[str]:
 
 
 def reference_actions(
-    task: SWETask, read_base: Callable[[str], str | None], explain: bool = False
+    task: SWETask,
+    read_base: Callable[[str], str | None],
+    explain: bool = False,
+    tools: Sequence[str] = (),
 ) -> list[str]:
     """The reference trajectory's actions (see the module docstring).
 
@@ -299,6 +324,8 @@ def reference_actions(
         task: The task; its ``patch`` is the fix.
         read_base: A file's text at the base commit (``None``: absent or not UTF-8).
         explain: Each targeted edit's lead-in names the bug first.
+        tools: The env's tool bundles: with ``edit``, views and edits are its numbered ``view``
+            and line-range ``edit`` commands (the debugging gym's tools, as commands).
 
     Raises:
         ValueError: an action would not be read back as written (``</execute>`` in the patch).
@@ -306,7 +333,7 @@ def reference_actions(
     targets = tests_to_run(task, lambda path: read_base(path) is not None)
     tests = " ".join([task.test_command, "-q", *map(shlex.quote, targets)])
     try:
-        middle = _targeted_edits(task.patch, read_base, explain)
+        middle = _targeted_edits(task.patch, read_base, explain, "edit" in tools)
     except ValueError:
         middle = [apply_patch_action(task.patch)]
     actions = [RUN_TESTS.format(tests), *middle, RUN_AGAIN.format(tests), SUBMIT_ACTION]
@@ -319,7 +346,9 @@ def reference_actions(
     return actions
 
 
-def _targeted_edits(patch: str, read_base: Callable[[str], str | None], explain: bool) -> list[str]:
+def _targeted_edits(
+    patch: str, read_base: Callable[[str], str | None], explain: bool, line_tools: bool
+) -> list[str]:
     files = parse_patch(patch)
     if not files or not all(f.plain for f in files):
         raise ValueError("not a set of text edits")
@@ -328,7 +357,7 @@ def _targeted_edits(patch: str, read_base: Callable[[str], str | None], explain:
         old = read_base(f.path)
         if old is None or "\r" in old:
             raise ValueError(f"{f.path}: absent at the base, not UTF-8, or with CR line ends")
-        more, n = _file_actions(f.path, old, apply_hunks(old, f.hunks), explain)
+        more, n = _file_actions(f.path, old, apply_hunks(old, f.hunks), explain, line_tools)
         actions, edits = actions + more, edits + n
     if edits > MAX_EDITS:
         raise ValueError(f"{edits} edits: more than {MAX_EDITS}")
@@ -363,7 +392,7 @@ def reference_episodes(
 
     def script(problem: Problem) -> list[str]:
         task = swe_task(problem)
-        return reference_actions(task, _base_reader(env, task), explain)
+        return reference_actions(task, _base_reader(env, task), explain, env.settings.tools)
 
     return play_references(env, problems, script, env.settings.parallel)
 

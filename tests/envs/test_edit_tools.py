@@ -1,0 +1,113 @@
+"""The ``edit`` tool bundle (``env/tools/edit``: the debugging gym's ``view`` and ``edit`` as shell
+commands for the SWE env): numbered views, line-range replacements and insertions, and a defined
+refusal (nothing written) for every bad input; then every shipped SWE task's reference trajectory
+made with these commands, played for real in the sandbox, resolves."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lit_codeRL.envs.swe.tools import load_tools
+from tests.sandbox.conftest import require_bwrap
+
+BIN = Path(__file__).resolve().parents[2] / "env" / "tools" / "edit" / "bin"
+
+
+def tool(name: str, *args: str, stdin: bytes = b"", cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BIN / name), *args], input=stdin, cwd=cwd, capture_output=True, timeout=30
+    )
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    (tmp_path / "m.py").write_text("def f(x):\n    y = x + 1\n    return y\n")
+    return tmp_path
+
+
+def test_the_bundle_loads_with_its_usage():
+    (bundle,) = load_tools(["edit"])
+    assert "view PATH [A-B]" in bundle.help_text() and "edit PATH A-B" in bundle.help_text()
+
+
+def test_view_numbers_the_lines(code):
+    assert (
+        tool("view", "m.py", cwd=code).stdout.decode() == "1| def f(x):\n2|     y = x + 1\n3|     return y\n"
+    )
+    assert tool("view", "m.py", "2-9", cwd=code).stdout.decode() == "2|     y = x + 1\n3|     return y\n"
+    assert tool("view", "m.py", "3", cwd=code).stdout.decode() == "3|     return y\n"
+    long = code / "long.py"
+    long.write_text("".join(f"x{k} = {k}\n" for k in range(1, 251)))
+    out = tool("view", "long.py", cwd=code).stdout.decode().splitlines()
+    assert len(out) == 201 and out[0] == "  1| x1 = 1" and out[-1] == "[50 more lines: view long.py 201-250]"
+
+
+def test_edit_replaces_inserts_and_deletes_lines(code):
+    done = tool("edit", "m.py", "2-2", stdin=b"    y = x * 2\n", cwd=code)
+    assert done.returncode == 0 and "2|     y = x * 2" in done.stdout.decode()
+    assert (code / "m.py").read_text() == "def f(x):\n    y = x * 2\n    return y\n"
+    assert tool("edit", "m.py", "2-1", stdin=b"    # doubled\n", cwd=code).returncode == 0  # insert
+    assert (
+        tool("edit", "m.py", "5-4", stdin=b"print(f(1))", cwd=code).returncode == 0
+    )  # append, newline added
+    assert tool("edit", "m.py", "2-2", cwd=code).returncode == 0  # no lines: the range is deleted
+    assert (code / "m.py").read_text() == "def f(x):\n    y = x * 2\n    return y\nprint(f(1))\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "rc", "said"),
+    [
+        (("m.py", "0-1"), 1, "has 3 lines"),
+        (("m.py", "3-9"), 1, "has 3 lines"),
+        (("m.py", "x-y"), 2, "is not A-B"),
+        (("m.py",), 2, "usage"),
+        (("missing.py", "1-1"), 1, "No such file"),
+        (("bytes.py", "1-1"), 1, "not UTF-8"),
+        ((".", "1-1"), 1, "directory"),
+    ],
+)
+def test_a_bad_edit_changes_nothing_and_says_why(code, args, rc, said):
+    (code / "bytes.py").write_bytes(b"x = '\xff\xfe'\n")
+    before = {p.name: p.read_bytes() for p in code.iterdir() if p.is_file()}
+    done = tool("edit", *args, stdin=b"y = 1\n", cwd=code)
+    assert done.returncode == rc and said in done.stderr.decode(), done.stderr
+    assert {p.name: p.read_bytes() for p in code.iterdir() if p.is_file()} == before
+
+
+def test_view_shows_bytes_that_are_not_utf8_and_refuses_bad_ranges(code):
+    (code / "bytes.py").write_bytes(b"x = '\xff'\n")
+    assert tool("view", "bytes.py", cwd=code).stdout.decode() == "1| x = '\ufffd'\n"
+    assert tool("view", "m.py", "7-9", cwd=code).returncode == 1
+    assert tool("view", "nope.py", cwd=code).returncode == 1
+
+
+def test_swe_reference_trajectories_with_the_line_tools_resolve(tmp_path_factory):
+    """Every shipped SWE task, its fix made with ``view`` and ``edit`` (the lead-ins naming the
+    bug), played in the real sandbox with the bundle on PATH: each one resolves."""
+    require_bwrap()
+    from lit_codeRL.envs.swe.actions import parse_action
+    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+    from lit_codeRL.envs.swe.reference import reference_episodes
+    from lit_codeRL.problems.registry import load_problems
+    from lit_codeRL.sandbox.workspace import WorkspaceConfig
+
+    settings = SWESettings(
+        tools=["edit"],
+        repo_cache=str(tmp_path_factory.mktemp("swe-cache")),
+        workspace=WorkspaceConfig(backend="bwrap"),
+    )
+    problems = load_problems("swe", "all")
+    with ContainerEnv(None, settings=settings) as env:
+        episodes = reference_episodes(env, problems, explain=True)
+    assert all(e.resolved for e in episodes), [(e.task_id, e.verdict) for e in episodes if not e.resolved]
+    commands = [parse_action(a).command or "" for e in episodes for a in e.actions]
+    edits = [c for c in commands if c.startswith("edit ")]
+    assert len(edits) >= 8 and not any(c.startswith(("sed ", "python3 -")) for c in commands)
+    numkit = next(e for e in episodes if e.task_id == "lit-coderl__numkit-2")
+    assert any(a.startswith("In line 8, `<` should be `<=`. I will change lines 8-8") for a in numkit.actions)
+    view = next(o for a, o in zip(numkit.actions, numkit.observations, strict=False) if "<execute>view " in a)
+    assert " 8|         if merged and start < merged[-1][1]:" in view
