@@ -65,10 +65,21 @@ def evaluate(
     extra: list[str],
 ) -> dict[str, Any]:
     """Resolve rate of ``policy`` on ``source``/``split`` (one episode per task), with every
-    episode's verdict counted; reuses a finished evaluation under ``run_dir``."""
+    episode's verdict counted; reuses a finished evaluation under ``run_dir`` when it scored the
+    same tasks (a task set made on another machine may differ: a mutation whose tests time out
+    there is not a task)."""
     done = run_dir / "result.json"
     if done.exists():
-        return json.loads(done.read_text())
+        result = json.loads(done.read_text())
+        scored, wanted = result.get("task_ids"), heldout_ids(source, split, limit)
+        if scored is None or scored == wanted:
+            return result
+        print(
+            f"[agent_recipe] {done} scored other tasks ({len(set(scored) ^ set(wanted))} differ): "
+            "evaluating again",
+            flush=True,
+        )
+        done.rename(done.with_name("result.other_tasks.json"))
     args = [
         "validate", "--config", "configs/agent_recipe_eval.yaml", *logger_args(run_dir),
         "--model.init_args.model.name_or_path", policy,
@@ -102,6 +113,7 @@ def evaluate(
         "resolved": len(solved),
         "resolve_rate": len(solved) / max(1, len(problems)),
         "solved": solved,
+        "task_ids": [p["task_id"] for p in problems],
         "verdicts": dict(sorted(verdicts.items())),
         "resolved_verdicts": resolved_verdicts,
         "mean_turns": sum(turns) / max(1, len(turns)),
@@ -112,6 +124,13 @@ def evaluate(
     }
     done.write_text(json.dumps(result, indent=1))
     return result
+
+
+def heldout_ids(source: str, split: str, limit: int | None) -> list[str]:
+    """The ids of the tasks an evaluation of ``source``/``split`` scores (the first ``limit``)."""
+    from lit_codeRL.problems import load_problems
+
+    return [p.task_id for p in load_problems(source, split=split)[:limit]]
 
 
 def debug_behaviour(source: str, split: str, problems: list[dict[str, Any]]) -> dict[str, int]:

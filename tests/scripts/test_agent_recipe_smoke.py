@@ -107,3 +107,13 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     ran = [line for line in again.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl")]
     assert ran == []
     assert json.loads((tmp_path / "recipe.json").read_text())["rows"] == rows
+    # an evaluation made on other tasks (another machine's task set) is not reused: made again
+    base = tmp_path / "runs" / "eval" / "base" / "debug" / "result.json"
+    assert json.loads(base.read_text())["task_ids"] == rows[0]["debug"]["task_ids"] != []
+    base.write_text(json.dumps({**json.loads(base.read_text()), "task_ids": ["mbpp-debug/999-x"]}))
+    other = run_recipe(tmp_path, data, "--resume", "--rl-minutes", "1")
+    assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
+    ran = [line for line in other.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl")]
+    assert len(ran) == 1 and "validate" in ran[0] and "scored other tasks (3 differ)" in other.stdout
+    assert base.with_name("result.other_tasks.json").is_file()
+    assert json.loads(base.read_text())["task_ids"] == rows[0]["debug"]["task_ids"]
