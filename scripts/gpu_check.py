@@ -415,13 +415,18 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
     """#49's recipe at full scale (base, BC, BC + RL on 200 held-out MBPP debugging tasks and every
     held-out synthesized SWE task), on the tasks synthesized on the dev machine where staged."""
     tasks = STAGE / "agent_recipe" / "synth" / "swe" / "tasks.jsonl"
+    cores = max(8, min(32, os.cpu_count() or 8))
     return [
         sys.executable, "scripts/agent_recipe.py", "--data", str(STAGE / "shared" / "data" / "mbpp"),
         "--out-dir", str(RUNS / "agent_recipe"), "--rl-minutes", os.environ.get("AGENT_RECIPE_RL_MINUTES", "3"),
         "--debug-heldout", "200", "--out", str(out_dir / "agent_recipe.json"), "--resume",
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
-        # 20 episodes a batch leave a GPU idle between sandbox steps; 100 keep 16 cores of sandboxes busy
-        "--eval-args", "--model.init_args.batch_size 100",
+        # 20 episodes a batch leave a GPU idle between sandbox steps; 100 keep 16 cores of sandboxes
+        # busy, with as many workspace operations at once as there are cores (the envs' default is 8)
+        "--eval-args", f"--model.init_args.batch_size 100 --model.init_args.debug.parallel {cores} "
+        f"--model.init_args.swe.parallel {cores}",
+        # (an --rl-args in AGENT_RECIPE_ARGS replaces this one)
+        "--rl-args", f"--model.init_args.env.debug.parallel {cores}",
         # a reduced run on a short device budget, e.g. "--envs debug --debug-heldout 30 --rl-minutes 0"
         *shlex.split(os.environ.get("AGENT_RECIPE_ARGS", "")),
     ]  # fmt: skip

@@ -80,3 +80,6 @@ def test_staged_evaluations_are_reused_and_the_recipe_files_come_back_flat(tmp_p
     monkeypatch.setenv("AGENT_RECIPE_ARGS", "--envs debug --rl-args '--trainer.max_steps 2'")
     cmd = gpu_check.agent_recipe_cmd(out)
     assert cmd[-4:] == ["--envs", "debug", "--rl-args", "--trainer.max_steps 2"]
+    cores = max(8, min(32, os.cpu_count() or 8))  # as many workspace operations at once as cores
+    assert f"--model.init_args.debug.parallel {cores}" in cmd[cmd.index("--eval-args") + 1]
+    assert cmd[cmd.index("--rl-args") + 1] == f"--model.init_args.env.debug.parallel {cores}"
