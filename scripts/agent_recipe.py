@@ -193,7 +193,7 @@ def main() -> None:
         "--train-per-problem",
         type=int,
         default=3,
-        help="bugs made a MBPP-train problem for BC and RL (3: 1,058 training tasks, 1: 373; the "
+        help="bugs made a MBPP-train problem for BC and RL (3: about 1,050 training tasks, 1: 373; the "
         "held-out tasks stay one a problem)",
     )
     parser.add_argument("--swe-tasks", default=None, help="an SWE tasks.jsonl to use instead of synthesizing")
