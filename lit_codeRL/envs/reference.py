@@ -176,6 +176,13 @@ def edit_reason(edit: LineEdit) -> str | None:
     return f"In line {line}, `{right}` is missing after `{ta[p - 1]}`."
 
 
+def reason_lead(edit: LineEdit, explain: bool) -> str:
+    """The start of an edit's lead-in: :func:`edit_reason` and a space with ``explain`` (where
+    there is a short way to say it), else nothing."""
+    reason = edit_reason(edit) if explain else None
+    return f"{reason} " if reason else ""
+
+
 def ends_at_stop(action: str, stop_strings: Sequence[str]) -> bool:
     """Whether the first stop string in ``action`` ends exactly where the action ends."""
     ends = [action.find(s) + len(s) for s in stop_strings if s in action]

@@ -51,11 +51,11 @@ from lit_codeRL.envs.debug.tools import ToolCall, parse_tool_call, stop_strings
 from lit_codeRL.envs.reference import (
     LineEdit,
     ReferenceEpisode,
-    edit_reason,
     edit_sites,
     imitable,
     line_edits,
     play_references,
+    reason_lead,
 )
 from lit_codeRL.problems.debug import DebugTask, debug_problem, debug_task
 from lit_codeRL.problems.record import Problem
@@ -118,8 +118,7 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str], ex
 def _change(path: str, edit: LineEdit, explain: bool, again: str = "") -> str:
     """The lead-in and the ``<edit>`` that writes ``edit.new`` over its lines; with ``explain``
     the lead-in names the bug first, where there is a short way to say it."""
-    reason = edit_reason(edit) if explain else None
-    lead = f"{reason} " if reason else ""
+    lead = reason_lead(edit, explain)
     lines = f"{edit.start}-{edit.end}"
     return f"{lead}I will change lines {lines} of {path}{again}.\n" + _edit(path, lines, "".join(edit.new))
 

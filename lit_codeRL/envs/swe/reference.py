@@ -61,11 +61,11 @@ from dataclasses import dataclass, field
 from lit_codeRL.envs.reference import (
     LineEdit,
     ReferenceEpisode,
-    edit_reason,
     edit_sites,
     imitable,
     line_edits,
     play_references,
+    reason_lead,
 )
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
 from lit_codeRL.envs.swe.env import ContainerEnv, swe_task
@@ -287,8 +287,7 @@ def _file_actions(
         actions.append(f"I will look at {path} around line {line}.\n<execute>{view}</execute>")
         for edit in site.edits:  # bottom-up, as the lines list is edited
             a, b = edit.start + shift, edit.end + shift
-            reason = edit_reason(LineEdit(a, b, edit.old, edit.new)) if explain else None
-            lead = f"{reason} " if reason else ""
+            lead = reason_lead(LineEdit(a, b, edit.old, edit.new), explain)
             if line_tools:
                 command = lines_command(path, a, b, edit.new)
                 actions.append(f"{lead}I will change lines {a}-{b} of {path}.\n<execute>{command}</execute>")
