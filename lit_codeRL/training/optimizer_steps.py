@@ -30,6 +30,10 @@ class MicroBatchedUpdates:
     """Optimizer steps over micro-batches (see the module docstring)."""
 
     _auto_micro_batch_tokens: int | None = None
+    _grad_norm: float | None = None
+    """The policy's gradient norm before clipping at the last optimizer step (``train/grad_norm``)."""
+    _clip_norms: list[torch.Tensor] | None = None
+    """Each parameter group's gradient norm, from the finiteness check to the clipping."""
 
     def micro_batch_rows(self, batch: TrajectoryBatch, group_size: int = 1) -> int:
         """Rows per forward/backward chunk: the configured size or a free-memory hint (the same on
@@ -137,6 +141,8 @@ class MicroBatchedUpdates:
             # for the warning of a skipped step: a NaN loss (the forward) or a NaN gradient alone
             self._last_loss_finite = all(math.isfinite(v) for v in stats.get("loss", []))
             opt_s += self.optimizer_step(sync=not freeze_policy)
+            if self._grad_norm is not None:
+                stats.setdefault("grad_norm", []).append(self._grad_norm)
         times = {
             "time/forward_backward_s": fwd_bwd_s,
             "time/optimizer_s": opt_s,
@@ -173,19 +179,39 @@ class MicroBatchedUpdates:
         :class:`DivergedError` after ``max_nonfinite_steps`` such steps in a row. Lightning counts
         only the steps taken, so a skipped one leaves ``global_step`` and the schedule where they
         were. Under ``16-mixed`` the grad scaler does this itself (its scaled gradients overflow
-        by design)."""
+        by design).
+
+        The check is each parameter group's global L2 norm, the one clipping needs: kept for
+        :meth:`on_before_optimizer_step` (which then reads no gradient again) and logged as
+        ``train/grad_norm`` (the policy's, before clipping). Not under FSDP2, where a rank holds
+        a shard and its norm is a part: clipping there computes the global norm itself."""
+        self._grad_norm, self._clip_norms = None, None
         if _uses_grad_scaler(self.trainer):
             return True
-        grads = [
-            p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # an FSDP2 shard: this rank's part
-            for group in self.optimizers().param_groups
-            for p in group["params"]
-            if p.grad is not None
-        ]
-        # one fused norm per tensor: NaN and inf survive a norm, and nothing syncs but the flag
-        finite = not grads or bool(
-            torch.stack([n.float() for n in torch._foreach_norm(grads)]).isfinite().all()
-        )
+        local_grads: list[list[torch.Tensor]] = []
+        sharded = False
+        for group in self.optimizers().param_groups:
+            grads = [p.grad for p in group["params"] if p.grad is not None]
+            sharded = sharded or any(hasattr(g, "to_local") for g in grads)
+            local_grads.append([g.to_local() if hasattr(g, "to_local") else g for g in grads])
+        flat = [g for grads in local_grads for g in grads]
+        finite = True
+        if flat:
+            # one fused norm per tensor, a norm of those per group, one sync for all of them
+            per_tensor = iter(torch._foreach_norm(flat))
+            norms = torch.stack(
+                [
+                    torch.linalg.vector_norm(torch.stack([next(per_tensor).float() for _ in grads]))
+                    if grads
+                    else torch.zeros((), device=flat[0].device)
+                    for grads in local_grads
+                ]
+            )
+            values = norms.tolist()
+            finite = all(math.isfinite(v) for v in values)
+            if finite and not sharded:
+                self._clip_norms = list(norms)
+                self._grad_norm = values[0]
         if distributed.world_size() > 1:
             finite = not distributed.any_rank(not finite, self.device)
         if finite:
@@ -218,15 +244,21 @@ class MicroBatchedUpdates:
         # Here (not in training_step) gradients are already unscaled under 16-mixed. Each
         # parameter group (the policy's; a critic's) is clipped to its own max_grad_norm.
         groups = optimizer.param_groups
-        for group, (_, settings) in zip(groups, self.optimizer_groups(), strict=False):
-            self.clip_grad_norm(optimizer, settings.max_grad_norm, group["params"])
+        norms, self._clip_norms = self._clip_norms, None
+        for i, (group, (_, settings)) in enumerate(zip(groups, self.optimizer_groups(), strict=False)):
+            norm = norms[i] if norms is not None and i < len(norms) else None
+            self.clip_grad_norm(optimizer, settings.max_grad_norm, group["params"], norm)
 
     def clip_grad_norm(
-        self, optimizer: torch.optim.Optimizer, max_norm: float, params: list | None = None
+        self,
+        optimizer: torch.optim.Optimizer,
+        max_norm: float,
+        params: list | None = None,
+        total_norm: torch.Tensor | None = None,
     ) -> None:
         """Clip the gradients of ``params`` (default: all of ``optimizer``'s) to global L2 norm
         ``max_norm`` (0: no clipping), unscaled first when a grad scaler (``16-mixed``) scaled
-        them."""
+        them. ``total_norm``: their norm, already computed (:meth:`_gradient_is_finite`)."""
         if max_norm <= 0:
             return
         if _uses_grad_scaler(self.trainer):
@@ -244,7 +276,11 @@ class MicroBatchedUpdates:
             # step for a 135M model on 2 CPU cores).
             if params is None:
                 params = [p for group in optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
+            with_grad = [p for p in params if p.grad is not None]
+            if total_norm is None:
+                torch.nn.utils.clip_grad_norm_(with_grad, max_norm)
+            else:
+                torch.nn.utils.clip_grads_with_norm_(with_grad, max_norm, total_norm)
 
     # ------------------------------------------------------------------ optimizer
     def optimizer_groups(self) -> list[tuple[list[torch.nn.Parameter], OptimizerSettings]]:

@@ -80,22 +80,34 @@ def test_state_registry_restores_before_or_after_registration():
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
-def test_gradients_are_clipped_and_adamw_stays_fused_without_a_grad_scaler(tmp_path, precision):
+def test_gradients_are_clipped_and_adamw_stays_fused_without_a_grad_scaler(tmp_path, precision, monkeypatch):
     """bf16-mixed has no grad scaler: clipping works on the true gradients and the optimizer
-    stays fused (Lightning's own clip refuses fused optimizers under any mixed precision)."""
+    stays fused (Lightning's own clip refuses fused optimizers under any mixed precision). The
+    gradient norm is computed once a step (the finiteness check's, reused to clip) and logged
+    as ``train/grad_norm``, before clipping."""
     import lightning as L
 
     from lit_codeRL.modules.bc import BCModule
     from lit_codeRL.policy.loading import ModelSettings
     from lit_codeRL.rollout.demonstrations import DemonstrationSettings
 
+    def global_norm(policy) -> float:
+        grads = [p.grad for p in policy.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads])))
+
     norms: list[float] = []
+    before: list[float] = []
 
     class Probed(BCModule):
         def on_before_optimizer_step(self, optimizer):
+            before.append(global_norm(self.policy))
             super().on_before_optimizer_step(optimizer)  # clips
-            grads = [p.grad for p in self.policy.parameters() if p.grad is not None]
-            norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+            norms.append(global_norm(self.policy))
+
+    def second_norm(*args, **kwargs):
+        raise AssertionError("the gradient norm was computed again to clip")
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", second_norm)
 
     module = Probed(
         model=ModelSettings(name_or_path="tiny-random"),
@@ -116,6 +128,8 @@ def test_gradients_are_clipped_and_adamw_stays_fused_without_a_grad_scaler(tmp_p
     trainer.fit(module)
     assert trainer.optimizers[0].defaults["fused"] is True
     assert len(norms) == 2 and all(n <= 1e-3 * 1.01 for n in norms), norms
+    assert before[-1] > 1e-2  # so the clip did something
+    assert float(trainer.callback_metrics["train/grad_norm"]) == pytest.approx(before[-1], rel=1e-4)
 
 
 def _fit_one_step(module, tmp_path, **fit_kwargs) -> list[str]:
