@@ -28,16 +28,64 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from lit_codeRL.envs.protocol import Action, PendingSteps, StepResult
 from lit_codeRL.grading import SWEGrade, SWEGrader
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import SWETask
-from lit_codeRL.sandbox.workspace import Workspace, WorkspaceDead, WorkspaceError
+from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, WorkspaceDead, WorkspaceError
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkspaceEnvSettings:
+    """The knobs every agent env on workspace sessions has (``env.swe``, ``env.debug``): how an
+    episode is graded, the isolation, the repository cache and the parallelism. Each env's
+    settings class adds its own and sets its defaults (``grade_timeout_s``, ``repo_cache``)."""
+
+    config_key: ClassVar[str] = "env"
+    """Where the settings sit in a config, for the messages of :meth:`__post_init__`."""
+
+    grade_on_truncation: bool = True
+    """An episode cut by the runner's turn or context limit is graded on its files as they stand
+    (auto-submit); off: it gets reward 0 without grading."""
+    partial_credit: bool = False
+    """Reward the fraction of the failing tests (FAIL_TO_PASS) that pass, when every passing
+    test (PASS_TO_PASS) still passes."""
+    grade_timeout_s: float = 300.0
+    """Time limit of one grading run (apply the diff, restore the tests, run them)."""
+    grade_timeout_factor: float = 10.0
+    """A task validated on this machine is graded within this many times its reference patch's
+    grading run (at least ``grade_min_timeout_s``, at most ``grade_timeout_s``), so an edit that
+    hangs the tests stalls the batch for seconds; ``0``: always ``grade_timeout_s``."""
+    grade_min_timeout_s: float = 20.0
+    """The floor of that scaled limit (sandboxes start slower on a loaded machine)."""
+    tamper_reward: float = 0.0
+    """Reward of an episode graded ``tamper`` (its diff shadows the toolchain, adds packaging
+    metadata or reaches for reporter internals, or the run forged a pass: ``docs/swe.md``). The
+    default is the failure reward; a negative value makes tampering a penalty."""
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    """The isolation backend and per-session limits (the agent's and the grading workspaces)."""
+    repo_cache: str | None = None
+    """Where the tasks' git repositories are prepared; ``None``: the env's default cache."""
+    parallel: int = 8
+    """Workspace operations (resets, tool calls, commands, gradings) running at once."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workspace, dict):  # from YAML without a class path
+            self.workspace = WorkspaceConfig(**self.workspace)
+        key = self.config_key
+        if self.grade_timeout_s <= 0:
+            raise ValueError(f"{key}.grade_timeout_s must be > 0")
+        if self.grade_timeout_factor < 0:
+            raise ValueError(f"{key}.grade_timeout_factor must be >= 0 (0: always grade_timeout_s)")
+        if self.grade_min_timeout_s <= 0:
+            raise ValueError(f"{key}.grade_min_timeout_s must be > 0")
+        if self.parallel < 1:
+            raise ValueError(f"{key}.parallel must be >= 1")
 
 
 @dataclass

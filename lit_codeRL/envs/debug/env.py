@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from lit_codeRL.envs.debug.pdb_session import PdbSession
 from lit_codeRL.envs.debug.tools import (
@@ -42,14 +42,13 @@ from lit_codeRL.envs.debug.tools import (
 from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
 from lit_codeRL.envs.swe.prompt import cut_middle
 from lit_codeRL.envs.text import clean_text
-from lit_codeRL.envs.workspace_episodes import WorkspaceEpisodeEnv, WorkspaceState
+from lit_codeRL.envs.workspace_episodes import WorkspaceEnvSettings, WorkspaceEpisodeEnv, WorkspaceState
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.debug import DebugTask, cache_root, debug_task, validate_debug_tasks
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import RepoCache, SWETask
 from lit_codeRL.sandbox.workspace import (
     Workspace,
-    WorkspaceConfig,
     WorkspaceDead,
     WorkspaceError,
     open_workspace,
@@ -62,8 +61,11 @@ READ_LIMIT = 1 << 20
 
 
 @dataclass
-class DebugSettings:
-    """Knobs of :class:`DebugEnv` (``env.debug`` in configs)."""
+class DebugSettings(WorkspaceEnvSettings):
+    """Knobs of :class:`DebugEnv` (``env.debug`` in configs); the grading, isolation and
+    parallelism knobs are every workspace env's (:class:`WorkspaceEnvSettings`)."""
+
+    config_key: ClassVar[str] = "env.debug"
 
     tools: Literal["debug", "rewrite", "full"] = "debug"
     """Tool preset: ``debug`` (pdb, view, edit, rewrite, eval, listdir, submit), ``rewrite``
@@ -83,41 +85,19 @@ class DebugSettings:
     """Lines ``view`` shows at most."""
     show_initial_eval: bool = True
     """Put the tests' output at the start into the first observation."""
-    grade_on_truncation: bool = True
-    """An episode cut by the runner (turns, context) is graded on its files as they stand."""
-    partial_credit: bool = False
-    """Reward the fraction of initially failing tests that pass (when no passing test broke)."""
     grade_timeout_s: float = 120.0
-    """Time limit of one grading run."""
-    grade_timeout_factor: float = 10.0
-    """A task validated on this machine is graded within this many times its reference patch's
-    grading run (at least ``grade_min_timeout_s``, at most ``grade_timeout_s``), so an edit that
-    hangs the tests stalls the batch for seconds; ``0``: always ``grade_timeout_s``."""
-    grade_min_timeout_s: float = 20.0
-    """The floor of that scaled limit (sandboxes start slower on a loaded machine)."""
-    tamper_reward: float = 0.0
-    """Reward of an episode graded ``tamper`` (``docs/swe.md``: the same grader as the SWE env);
-    default the failure reward, negative for a penalty."""
-    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
-    """The isolation backend and per-session limits (the agent's and the grading workspaces)."""
+    """Time limit of one grading run (apply the diff, restore the tests, run them)."""
     repo_cache: str | None = None
     """Where the tasks' git repositories are prepared; ``None``: ``$LIT_CODERL_DEBUG_CACHE`` or
     ``~/.cache/lit-coderl/debug-tasks``."""
-    parallel: int = 8
-    """Workspace operations (resets, tool calls, gradings) running at once."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.workspace, dict):
-            self.workspace = WorkspaceConfig(**self.workspace)
+        super().__post_init__()
         if self.tools not in PRESETS:
             raise ValueError(f"env.debug.tools must be one of {sorted(PRESETS)}, got {self.tools!r}")
         for name in ("pdb_timeout_s", "eval_timeout_s", "command_timeout_s", "trajectory_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"env.debug.{name} must be > 0")
-        if self.grade_timeout_factor < 0 or self.grade_min_timeout_s <= 0:
-            raise ValueError("env.debug.grade_timeout_factor must be >= 0 and grade_min_timeout_s > 0")
-        if self.parallel < 1:
-            raise ValueError("env.debug.parallel must be >= 1")
 
     @property
     def tool_names(self) -> tuple[str, ...]:

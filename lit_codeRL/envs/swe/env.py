@@ -29,13 +29,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
 from lit_codeRL.envs.swe.prompt import FEEDBACK, IGNORED_NOTE, command_observation, task_prompt
 from lit_codeRL.envs.swe.tools import ToolBundle, load_tools
-from lit_codeRL.envs.workspace_episodes import WorkspaceEpisodeEnv, WorkspaceState
+from lit_codeRL.envs.workspace_episodes import WorkspaceEnvSettings, WorkspaceEpisodeEnv, WorkspaceState
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.record import Problem
@@ -46,8 +46,11 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class SWESettings:
-    """Knobs of :class:`ContainerEnv` (``env.swe`` in configs)."""
+class SWESettings(WorkspaceEnvSettings):
+    """Knobs of :class:`ContainerEnv` (``env.swe`` in configs); the grading, isolation and
+    parallelism knobs are every workspace env's (:class:`WorkspaceEnvSettings`)."""
+
+    config_key: ClassVar[str] = "env.swe"
 
     tools: list[str] = field(default_factory=lambda: ["search"])
     """Tool bundles installed into every workspace (``<tools_path>/<name>/{bin,config.yaml,install.sh}``)."""
@@ -61,44 +64,18 @@ class SWESettings:
     """Command output shown per turn (head and tail kept, the middle cut with a marker)."""
     max_diff_chars: int = 2000
     """``git diff`` shown per turn (head and tail kept)."""
-    grade_on_truncation: bool = True
-    """An episode cut by the runner's turn or context limit is graded on its diff as it stands
-    (auto-submit); off: it gets reward 0 without grading."""
-    partial_credit: bool = False
-    """Reward the fraction of FAIL_TO_PASS tests passed when every PASS_TO_PASS test passes."""
-    grade_timeout_s: float = 300.0
-    """Time limit of one grading run (apply the diff, restore tests, run them)."""
-    grade_timeout_factor: float = 10.0
-    """A task validated on this machine is graded within this many times its reference patch's
-    grading run (at least ``grade_min_timeout_s``, at most ``grade_timeout_s``), so an edit that
-    hangs the tests stalls the batch for seconds; ``0``: always ``grade_timeout_s``."""
-    grade_min_timeout_s: float = 20.0
-    """The floor of that scaled limit (sandboxes start slower on a loaded machine)."""
-    tamper_reward: float = 0.0
-    """Reward of an episode graded ``tamper`` (its diff shadows the toolchain, adds packaging
-    metadata or reaches for reporter internals, or the run forged a pass: ``docs/swe.md``). The
-    default is the failure reward; a negative value makes tampering a penalty."""
-    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
-    """The isolation backend and per-session limits (shared by the agent's and grading workspaces)."""
     sif_folder: str | None = None
     """Apptainer users: a folder of per-instance images (``<instance_id>.sif`` or the file name of
     the task's ``image``); a task with an image there runs in it (backend apptainer)."""
     repo_cache: str | None = None
     """Where prepared (history-cut) repositories are cached; ``None``: ``$LIT_CODERL_SWE_CACHE`` or
     ``~/.cache/lit-coderl/swe-repos``."""
-    parallel: int = 8
-    """Workspace operations (resets, commands, gradings) running at once."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.workspace, dict):  # from YAML without a class path
-            self.workspace = WorkspaceConfig(**self.workspace)
-        for name in ("command_timeout_s", "max_episode_command_s", "grade_timeout_s"):
+        super().__post_init__()
+        for name in ("command_timeout_s", "max_episode_command_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"env.swe.{name} must be > 0")
-        if self.grade_timeout_factor < 0 or self.grade_min_timeout_s <= 0:
-            raise ValueError("env.swe.grade_timeout_factor must be >= 0 and grade_min_timeout_s > 0")
-        if self.parallel < 1:
-            raise ValueError("env.swe.parallel must be >= 1")
 
 
 @dataclass
