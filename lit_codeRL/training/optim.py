@@ -46,7 +46,9 @@ class OptimizerSettings:
     max_nonfinite_steps: int = 3
     """Optimizer steps in a row whose gradient is not finite (NaN/inf: a bf16 overflow, a bad
     row) that are skipped, weights, moments and schedule untouched, before training stops with
-    an error; 0 stops at the first. Under ``16-mixed`` the grad scaler skips such steps itself."""
+    an error; 0 stops at the first. Under ``16-mixed`` the grad scaler skips such steps itself.
+    A step is one for every trained network (a critic's group too), so the policy's value is
+    the one read; a critic's ``optimizer`` block leaves it unused."""
     fused: bool = True
     """Use the fused AdamW kernel where the parameters' device supports it (one kernel per step;
     0.41 -> 0.13 s a step for 135M parameters on CPU). Off by itself under ``16-mixed`` with
