@@ -13,7 +13,9 @@ The full threat model, the test shapes whose expected values never enter the pro
 backend are in ``docs/sandbox.md``. In short:
 
 - containment is the backend's job; every backend adds rlimits, a pids cgroup when writable, a
-  wall-clock timeout and a kill of every process a program leaves;
+  wall-clock timeout and a kill of every process a program leaves; a root trainer without a pids
+  cgroup runs bwrap programs as a host uid that is not root (``userns.py``), so the process
+  rlimit binds them;
 - no program affects a later one: after each program the server cleans its scratch space and
   checks its own health (scratch intact, no process left, its own limits unchanged); a damaged
   worker is replaced;

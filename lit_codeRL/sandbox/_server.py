@@ -500,6 +500,13 @@ def _child_main(cfg: dict, workdir: str, jfd: int, wfd: int) -> None:
             if sig not in (signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(sig, signal.SIG_DFL)
         os.setsid()  # own session and process group: killpg reaches everything it starts
+        if cfg.get("drop_to") is not None:
+            # The server's uid switch left this process non-dumpable, so its /proc/self files
+            # belong to the namespace's root, which the program is not here (elsewhere it is
+            # their owner): make them its own again, as they are for any program.
+            import ctypes
+
+            ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE = 1
         os.chdir(workdir)
         baseline = _baseline()
         data = bytearray()
@@ -1142,11 +1149,21 @@ SIGKILL/SIGSTOP remain, and the pool replaces a server that dies or stops answer
 signals stay default: the kernel forces them anyway when they are real.)"""
 
 
+def _drop_to(uid: int | None) -> None:
+    """Become ``uid`` (as gid too, no groups) before anything else, where the trainer gave this
+    sandbox a user namespace of its own (``userns.py``); the capabilities that allow it go too."""
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+
 def main() -> None:
     if sys.argv[1:] == ["--layout"]:
         print(json.dumps(_layout()))
         return
     cfg = json.loads(sys.argv[1])
+    _drop_to(cfg.get("drop_to"))
     _set_subreaper()
     # One working directory per worker, emptied after every program (see _reset_work_root).
     cfg["workdir"] = os.path.join(cfg["work_root"], "w")

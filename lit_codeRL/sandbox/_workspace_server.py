@@ -943,8 +943,18 @@ def _harden() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
 
+def _drop_to(uid: int | None) -> None:
+    """Become ``uid`` (as gid too, no groups) before anything else, in a session the trainer gave
+    a user namespace of its own (``userns.py``): the capabilities that allow it go with it."""
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
+    _drop_to(cfg.get("drop_to"))
     _harden()
     os.umask(0o022)
     session = Session(cfg)

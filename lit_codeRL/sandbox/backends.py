@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.sandbox import userns
 from lit_codeRL.sandbox.config import SandboxConfig
 
 logger = logging.getLogger(__name__)
@@ -46,12 +47,16 @@ SHM_BYTES = 16 << 20
 """Size cap of the private /dev/shm in a bwrap worker."""
 
 
-def server_config(cfg: SandboxConfig, work_root: str, scratch: tuple[str, ...] = ()) -> str:
+def server_config(
+    cfg: SandboxConfig, work_root: str, scratch: tuple[str, ...] = (), drop_to: int | None = None
+) -> str:
     """The JSON argument the fork server reads (limits it applies to every child). ``scratch``:
     directories that belong to this worker alone (a container's /tmp): emptied after every
-    program except for ``work_root``, and part of the worker's health check."""
+    program except for ``work_root``, and part of the worker's health check. ``drop_to``: the
+    uid the server becomes first (a sandbox in a user namespace of its own: ``userns.py``)."""
     return json.dumps(
         {
+            "drop_to": drop_to,
             "work_root": work_root,
             "scratch": list(scratch),
             "memory_mb": int(cfg.memory_mb),
@@ -162,9 +167,25 @@ BWRAP_ISOLATION = (
 workspaces alike)."""
 
 
-def bwrap_system_binds(interp: Interpreter) -> list[str]:
+def bwrap_open_parents(targets: Iterable[str]) -> list[str]:
+    """Directories ``0755`` made in bwrap's root before ``targets`` are bound under them: bwrap
+    would give them the host's modes (``/root`` is ``0700``), which only a sandbox uid that is
+    host root can pass, not one in a user namespace of its own (``userns.py``). Those under
+    :data:`SYSTEM_DIRS` are the host's own, bound whole."""
+    made: dict[str, None] = {}
+    for target in targets:
+        parts = Path(target).parent.parts[1:]
+        for i in range(1, len(parts) + 1):
+            d = "/" + "/".join(parts[:i])
+            if not _under(d, SYSTEM_DIRS):
+                made[d] = None
+    return [arg for d in made for arg in ("--perms", "0755", "--dir", d)]
+
+
+def bwrap_system_binds(interp: Interpreter, open_parents: bool = False) -> list[str]:
     """Read-only ``/usr`` (``/bin``, ``/lib*``, ``/sbin`` as the symlinks or dirs they are here)
-    plus exactly the interpreter's own files, with its ``site-packages`` masked."""
+    plus exactly the interpreter's own files, with its ``site-packages`` masked; ``open_parents``:
+    the directories above them made passable first (:func:`bwrap_open_parents`)."""
     argv = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin"):
         p = Path("/") / name
@@ -172,6 +193,8 @@ def bwrap_system_binds(interp: Interpreter) -> list[str]:
             argv += ["--symlink", os.readlink(p), str(p)]
         elif p.is_dir():
             argv += ["--ro-bind", str(p), str(p)]
+    if open_parents:
+        argv += bwrap_open_parents([*interp.binds, SERVER_MOUNT])
     for path in interp.binds:
         argv += ["--ro-bind", path, path]
     for path in interp.masks:
@@ -192,10 +215,27 @@ def bwrap_executable() -> str:
     return shutil.which("bwrap") or "bwrap"
 
 
-def bwrap_argv(cfg: SandboxConfig, bwrap: str | None = None) -> list[str]:
-    """bubblewrap command line for one worker (unit-tested; see the module docstring)."""
+def bwrap_isolation(userns_fd: int | None) -> list[str]:
+    """:data:`BWRAP_ISOLATION`, or with ``userns_fd`` the flags of a sandbox in that user
+    namespace (``userns.py``: a root trainer's programs as a host uid that is not root)."""
+    return list(BWRAP_ISOLATION) if userns_fd is None else userns.bwrap_isolation(userns_fd)
+
+
+def bwrap_tmpfs(userns_fd: int | None, size: int, path: str) -> list[str]:
+    """A size-capped tmpfs at ``path``; in a user namespace of its own it belongs to the
+    namespace's root, so it is made world-writable (sticky) for the sandbox uid."""
+    return [*(["--perms", "1777"] if userns_fd is not None else []), "--size", str(size), "--tmpfs", path]
+
+
+def bwrap_argv(cfg: SandboxConfig, bwrap: str | None = None, userns_fd: int | None = None) -> list[str]:
+    """bubblewrap command line for one worker (unit-tested; see the module docstring);
+    ``userns_fd``: in that user namespace (:func:`bwrap_isolation`)."""
     interp = interpreter(cfg.python)
-    argv = [bwrap or bwrap_executable(), *BWRAP_ISOLATION, *bwrap_system_binds(interp)]
+    argv = [
+        bwrap or bwrap_executable(),
+        *bwrap_isolation(userns_fd),
+        *bwrap_system_binds(interp, open_parents=userns_fd is not None),
+    ]
     argv += [
         "--ro-bind",
         str(SERVER_PATH.parent),
@@ -206,14 +246,8 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str | None = None) -> list[str]:
         "/dev",
         # /dev is bwrap's own unbounded tmpfs: give shared memory a small one of its own (the
         # server empties it after every program)
-        "--size",
-        str(SHM_BYTES),
-        "--tmpfs",
-        "/dev/shm",
-        "--size",
-        str(BWRAP_TMPFS_BYTES),
-        "--tmpfs",
-        "/tmp",
+        *bwrap_tmpfs(userns_fd, SHM_BYTES, "/dev/shm"),
+        *bwrap_tmpfs(userns_fd, BWRAP_TMPFS_BYTES, "/tmp"),
         # bwrap's root and /dev are tmpfs mounts of its own, writable by the sandbox uid and without
         # a size: read-only once every mount point above exists, or a program could fill memory
         # through them and leave files there for the next program (the server empties only its
@@ -230,7 +264,12 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str | None = None) -> list[str]:
         "-S",
         "-B",
         f"{SERVER_MOUNT}/{SERVER_PATH.name}",
-        server_config(cfg, CONTAINER_WORK_ROOT, scratch=("/tmp", "/dev/shm")),
+        server_config(
+            cfg,
+            CONTAINER_WORK_ROOT,
+            scratch=("/tmp", "/dev/shm"),
+            drop_to=None if userns_fd is None else userns.SANDBOX_ID,
+        ),
     ]
     return argv
 

@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
+from lit_codeRL.sandbox.userns import check_base_uid
+
 BackendName = Literal["auto", "local", "bwrap", "apptainer"]
 
 WORKERS_CAP = 8
@@ -88,6 +90,15 @@ class SandboxConfig:
     use_pids_cgroup: bool = True
     """Put each worker into its own pids cgroup (v1 or v2) when one is writable: the fork-bomb
     guard that also works when running as root (where RLIMIT_NPROC is not enforced)."""
+    root_program_uid: int | None = 100000
+    """Where the trainer runs as root and no pids cgroup bounds a worker (most containers), a
+    bwrap worker runs as a host uid that is not root, in a user namespace of its own, so that
+    RLIMIT_NPROC (``max_processes``; the kernel exempts root) bounds a fork bomb: this uid plus
+    an offset per process and worker (``sandbox/userns.py``). ``None``: as root, bounded by
+    nothing but the timeout (warned)."""
+
+    def __post_init__(self) -> None:
+        check_base_uid("sandbox.root_program_uid", self.root_program_uid)
 
     def worker_count(self) -> int:
         """``workers``, or where it is 0 the rule of :func:`default_workers` for this host."""

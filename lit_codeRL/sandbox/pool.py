@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
-from lit_codeRL.sandbox import backends, grading
+from lit_codeRL.sandbox import backends, grading, userns
 from lit_codeRL.sandbox.backends import FIX, SandboxUnavailable
 from lit_codeRL.sandbox.config import SandboxConfig
 from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
@@ -43,20 +43,22 @@ class WorkerStartError(RuntimeError):
 class _Worker:
     """One fork server process (maybe inside a container) and the pipes to it."""
 
-    def __init__(self, cfg: SandboxConfig, backend: str) -> None:
+    def __init__(self, cfg: SandboxConfig, backend: str, own_userns: bool = False) -> None:
         self.cfg = cfg
         self.backend = backend
+        self.own_userns = own_userns
+        """bwrap in a user namespace of its own, as a host uid that is not root (``userns.py``)."""
         self.proc: subprocess.Popen | None = None
         self.cgroup: backends.PidsCgroup | None = None
         self.work_root: str | None = None
         self.jobs = 0
 
-    def _argv(self) -> list[str]:
+    def _argv(self, userns_fd: int | None) -> list[str]:
         if self.backend == "local":
             self.work_root = tempfile.mkdtemp(prefix="lcrl-sandbox-")
             return backends.local_argv(self.cfg, self.work_root)
         if self.backend == "bwrap":
-            return backends.bwrap_argv(self.cfg)
+            return backends.bwrap_argv(self.cfg, userns_fd=userns_fd)
         if self.backend == "apptainer":
             image = backends.apptainer_image(self.cfg)
             if image is None:
@@ -65,7 +67,28 @@ class _Worker:
         raise ValueError(f"unknown sandbox backend {self.backend!r}")
 
     def start(self) -> None:
-        argv = self._argv()
+        userns_fd = None
+        if self.own_userns:
+            assert self.cfg.root_program_uid is not None
+            try:
+                userns_fd = userns.make(userns.host_uid(self.cfg.root_program_uid))
+            except OSError as e:
+                raise WorkerStartError(f"no user namespace for a bwrap worker: {e}") from e
+        try:
+            self._spawn(self._argv(userns_fd), () if userns_fd is None else (userns_fd,))
+        finally:
+            if userns_fd is not None:
+                os.close(userns_fd)  # bwrap holds the namespace from here on
+        try:
+            reply = self._recv(time.monotonic() + _START_TIMEOUT_S)
+        except (WorkerDied, ValueError) as e:
+            self.stop()
+            raise WorkerStartError(f"{self.backend} worker did not start: {e}") from e
+        if not reply.get("ready"):
+            self.stop()
+            raise WorkerStartError(f"{self.backend} worker did not start: {reply}")
+
+    def _spawn(self, argv: list[str], pass_fds: tuple[int, ...]) -> None:
         if self.cfg.use_pids_cgroup:
             # +8: the server itself, bwrap's two processes, slack for a child being reaped
             self.cgroup = backends.PidsCgroup(self.cfg.max_processes + 8)
@@ -81,16 +104,9 @@ class _Worker:
             env=env,
             start_new_session=True,
             close_fds=True,
+            pass_fds=pass_fds,
             cwd="/",  # the repo path must not leak into the sandbox's environment
         )
-        try:
-            reply = self._recv(time.monotonic() + _START_TIMEOUT_S)
-        except (WorkerDied, ValueError) as e:
-            self.stop()
-            raise WorkerStartError(f"{self.backend} worker did not start: {e}") from e
-        if not reply.get("ready"):
-            self.stop()
-            raise WorkerStartError(f"{self.backend} worker did not start: {reply}")
 
     def _recv(self, deadline: float) -> dict:
         assert self.proc is not None and self.proc.stdout is not None
@@ -221,18 +237,19 @@ def _grade(
     return res
 
 
-def probe_backend(config: SandboxConfig, backend: str) -> str | None:
+def probe_backend(config: SandboxConfig, backend: str, own_userns: bool = False) -> str | None:
     """Start one real worker of ``backend`` with ``config`` (the pool's own command line and start
-    path) and grade one program through it. ``None`` when it works, else why not. Cached."""
-    key = (replace(config, workers=1, backend=backend), backend)
+    path; ``own_userns``: a bwrap one in a user namespace of its own) and grade one program
+    through it. ``None`` when it works, else why not. Cached."""
+    key = (replace(config, workers=1, backend=backend), backend, own_userns)
     with _PROBE_LOCK:
         if key not in _PROBED:
             _PROBED[key] = _probe(*key)
         return _PROBED[key]
 
 
-def _probe(config: SandboxConfig, backend: str) -> str | None:
-    worker = _Worker(config, backend)
+def _probe(config: SandboxConfig, backend: str, own_userns: bool) -> str | None:
+    worker = _Worker(config, backend, own_userns)
     try:
         worker.start()
         job, expected = _job(
@@ -280,6 +297,19 @@ def bwrap_works(python: str = sys.executable) -> bool:
     return bwrap_problem(SandboxConfig(python=python)) is None
 
 
+def own_user_namespaces(cfg: SandboxConfig) -> bool:
+    """Do ``cfg``'s bwrap workers get a user namespace of their own (``userns.py``)? Where the
+    trainer is root and no pids cgroup bounds a worker, ``root_program_uid`` is set, and a probe
+    worker started that way grades a program; a probe that fails is warned about once."""
+    if cfg.root_program_uid is None or backends.unbounded_processes(cfg) is None:
+        return False
+    problem = probe_backend(cfg, "bwrap", own_userns=True)
+    if problem is not None and ("userns", problem) not in _ANNOUNCED:
+        logger.warning("sandbox: programs cannot run as a uid that is not root here: %s", problem)
+        _ANNOUNCED.add(("userns", problem))
+    return problem is None
+
+
 def resolve_backend(cfg: SandboxConfig) -> str:
     """The backend ``cfg.backend`` means on this machine, checked to work.
 
@@ -325,9 +355,11 @@ class Sandbox:
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
         self.backend = resolve_backend(config)  # raises SandboxUnavailable
+        self.own_userns = self.backend == "bwrap" and own_user_namespaces(config)
+        """Programs run as a host uid that is not root though the trainer is root (``userns.py``)."""
         self.workers = config.worker_count()
         self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._all = [_Worker(config, self.backend) for _ in range(self.workers)]
+        self._all = [_Worker(config, self.backend, self.own_userns) for _ in range(self.workers)]
         self._pending = threading.BoundedSemaphore(config.max_pending or 64 * self.workers)
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
         self._closed = False
@@ -365,7 +397,15 @@ class Sandbox:
             *setting,
         )
         _ANNOUNCED.add(setting)
-        gap = backends.unbounded_processes(config)
+        if self.own_userns and ("userns", True) not in _ANNOUNCED:
+            logger.info(
+                "sandbox: root without a pids cgroup: each bwrap worker has a user namespace of its "
+                "own and runs its programs as a host uid from %d, bounded to %d processes",
+                config.root_program_uid,
+                config.max_processes,
+            )
+            _ANNOUNCED.add(("userns", True))
+        gap = None if self.own_userns else backends.unbounded_processes(config)
         if gap is not None and ("unbounded", gap) not in _ANNOUNCED:
             # a degraded mode of the machine, not of this pool: said once per process
             logger.warning(

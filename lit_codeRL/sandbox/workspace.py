@@ -36,6 +36,7 @@ thread, what a session holds on the host) and ``workspace_session`` (the :class:
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
@@ -45,7 +46,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from lit_codeRL.sandbox import backends
+from lit_codeRL.sandbox import backends, userns
 from lit_codeRL.sandbox.workspace_argv import (
     APPTAINER_PYTHON,
     MOUNT,
@@ -70,6 +71,8 @@ from lit_codeRL.sandbox.workspace_process import _popen, _Resources
 from lit_codeRL.sandbox.workspace_session import IO_TIMEOUT_S, START_TIMEOUT_S, Workspace
 from lit_codeRL.sandbox.workspace_toolchain import toolchain_dir
 from lit_codeRL.sandbox.workspace_types import CommandResult, PtyResult, WorkspaceDead, WorkspaceError
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "APPTAINER_PYTHON",
@@ -134,16 +137,20 @@ def open_workspace(
     backends.sweep_stale_cgroups()
     res = _Resources()
     # +8: the server, bwrap's processes, slack for a child being reaped
-    pids = backends.PidsCgroup(config.max_processes + 8)
+    pids = backends.PidsCgroup(config.max_processes + 8) if config.use_pids_cgroup else None
     mem_mb = config.memory_mb + config.disk_mb + config.tmp_mb + OVERHEAD_MB + (sum(scratch.values()) >> 20)
     mem = backends.MemoryCgroup(mem_mb << 20)
-    res.cgroups = [cg for cg in (pids, mem) if cg.path is not None]
+    res.cgroups = [cg for cg in (pids, mem) if cg is not None and cg.path is not None]
     for cg in (pids, mem):
-        if cg.path is None:
+        if cg is not None and cg.path is None:
             cg.remove()
+    bounded = os.getuid() != 0 or (pids is not None and pids.path is not None)
+    userns_fd = None
     ws: Workspace | None = None
     try:
         if backend == "bwrap":
+            if not bounded and config.root_program_uid is not None and _USERNS_PROBLEM.get("bwrap") is None:
+                userns_fd = _own_user_namespace(config.root_program_uid)
             argv = bwrap_workspace_argv(
                 config,
                 repo,
@@ -152,24 +159,62 @@ def open_workspace(
                 writable_binds=writable_binds,
                 scratch=scratch,
                 env=env,
+                userns_fd=userns_fd,
             )
         else:
             argv = _start_apptainer(config, repo, res, binds=binds, writable_binds=writable_binds, env=env)
         argv = backends.join_cgroups_argv([cg.procs for cg in res.cgroups], argv)
-        res.proc = _popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None if os.environ.get("LCRL_SANDBOX_DEBUG") else subprocess.DEVNULL,
-        )
+        try:
+            res.proc = _popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=None if os.environ.get("LCRL_SANDBOX_DEBUG") else subprocess.DEVNULL,
+                pass_fds=() if userns_fd is None else (userns_fd,),
+            )
+        finally:
+            if userns_fd is not None:
+                os.close(userns_fd)  # bwrap holds the namespace from here on
         ws = Workspace(config, backend, res)
         ws._start()
+        if userns_fd is not None:
+            _USERNS_PROBLEM.setdefault("bwrap", None)  # it works here: a later failure is the session's
         return ws
-    except BaseException:
+    except BaseException as e:
         if ws is not None:
             ws.close()
         res.release()
+        if userns_fd is not None and "bwrap" not in _USERNS_PROBLEM and isinstance(e, Exception):
+            # the first session in a namespace of its own did not start: say why once, and run
+            # this one and every later one as before
+            _refuse_user_namespaces(f"{type(e).__name__}: {e}")
+            return open_workspace(
+                config, repo, binds=binds, writable_binds=writable_binds, scratch=scratch, env=env
+            )
         raise
+
+
+_USERNS_PROBLEM: dict[str, str | None] = {}
+"""Why sessions in a user namespace of their own do not start here (``None``: they do), once
+known: the first such session decides, for the rest of the process."""
+
+
+def _own_user_namespace(base_uid: int) -> int | None:
+    """An fd of a new user namespace for a session (``userns.py``), or ``None`` (warned once)."""
+    try:
+        return userns.make(userns.host_uid(base_uid))
+    except OSError as e:
+        _refuse_user_namespaces(str(e))
+        return None
+
+
+def _refuse_user_namespaces(why: str) -> None:
+    _USERNS_PROBLEM["bwrap"] = why
+    logger.warning(
+        "workspace sessions cannot run as a uid that is not root here (%s): a fork bomb in one "
+        "is bounded by its command's timeout only",
+        why,
+    )
 
 
 def _start_apptainer(

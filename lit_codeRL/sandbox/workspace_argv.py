@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from lit_codeRL.sandbox import backends
+from lit_codeRL.sandbox import backends, userns
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 
 SERVER_FILE = Path(__file__).with_name("_workspace_server.py")
@@ -56,11 +56,18 @@ def base_env(path_head: str, extra: Mapping[str, str]) -> dict[str, str]:
 
 
 def server_config(
-    config: WorkspaceConfig, env: Mapping[str, str], *, pid1: bool, repo_src: str | None
+    config: WorkspaceConfig,
+    env: Mapping[str, str],
+    *,
+    pid1: bool,
+    repo_src: str | None,
+    drop_to: int | None = None,
 ) -> str:
-    """The JSON the in-sandbox server reads: where things are and the per-command limits."""
+    """The JSON the in-sandbox server reads: where things are and the per-command limits;
+    ``drop_to``: the uid it becomes first (a session in a user namespace of its own)."""
     return json.dumps(
         {
+            "drop_to": drop_to,
             "repo": REPO,
             "repo_src": repo_src,
             "state_dir": STATE_DIR,
@@ -69,7 +76,7 @@ def server_config(
             "memory_mb": int(config.memory_mb),
             "disk_mb": int(config.disk_mb),
             # RLIMIT_NPROC counts the uid's processes and is ignored for root: only then useful
-            "nproc": int(config.max_processes) if os.getuid() != 0 else 0,
+            "nproc": int(config.max_processes) if os.getuid() != 0 or drop_to is not None else 0,
         }
     )
 
@@ -84,18 +91,23 @@ def bwrap_workspace_argv(
     scratch: Mapping[str, int] = {},
     env: Mapping[str, str] = {},
     bwrap: str | None = None,
+    userns_fd: int | None = None,
 ) -> list[str]:
     """bubblewrap command line of one session: the program sandbox's isolation flags and system
     binds, the server as PID 1, the workspace, /tmp and every ``scratch`` path (sandbox path ->
-    bytes) on size-capped tmpfs."""
+    bytes) on size-capped tmpfs; ``userns_fd``: in that user namespace, the server dropping to
+    its sandbox uid (``backends.bwrap_isolation``)."""
     interp = backends.interpreter(config.python)
     cmd_env = base_env(f"{TOOLS_IN}/bin", {"PYTHONPATH": f"{TOOLS_IN}/site", **env})
+    own = userns_fd is not None
     argv = [
         bwrap or backends.bwrap_executable(),
-        *backends.BWRAP_ISOLATION,
+        *backends.bwrap_isolation(userns_fd),
         "--as-pid-1",
-        *backends.bwrap_system_binds(interp),
+        *backends.bwrap_system_binds(interp, open_parents=own),
     ]
+    if own:
+        argv += backends.bwrap_open_parents([SERVER_IN, *binds.values(), *writable_binds.values()])
     argv += ["--ro-bind", f"{toolchain}/etc", "/etc", "--ro-bind", toolchain, TOOLS_IN]
     argv += ["--ro-bind", str(SERVER_FILE), SERVER_IN, "--ro-bind", repo, REPO_SRC_IN]
     argv += ["--proc", "/proc", "--dev", "/dev"]
@@ -106,7 +118,7 @@ def bwrap_workspace_argv(
         (int(config.disk_mb) << 20, "/workspace"),
         *((int(n), p) for p, n in scratch.items()),
     ):
-        argv += ["--size", str(size), "--tmpfs", path]
+        argv += backends.bwrap_tmpfs(userns_fd, size, path)
     for host, inside in binds.items():
         argv += ["--ro-bind", str(host), inside]
     for host, inside in writable_binds.items():
@@ -129,7 +141,8 @@ def bwrap_workspace_argv(
         "-B",
         SERVER_IN,
     ]
-    argv.append(server_config(config, cmd_env, pid1=True, repo_src=REPO_SRC_IN))
+    drop_to = userns.SANDBOX_ID if own else None
+    argv.append(server_config(config, cmd_env, pid1=True, repo_src=REPO_SRC_IN, drop_to=drop_to))
     return argv
 
 

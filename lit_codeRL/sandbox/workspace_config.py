@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
+from lit_codeRL.sandbox.userns import check_base_uid
+
 
 @dataclass(frozen=True)
 class WorkspaceConfig:
@@ -21,7 +23,17 @@ class WorkspaceConfig:
     """Per command (RLIMIT_AS); the session's memory cgroup, where writable, gets this plus the
     tmpfs sizes (their pages are charged to it) plus a fixed overhead."""
     max_processes: int = 128
-    """Pids cgroup per session where writable (+ RLIMIT_NPROC when the trainer is not root)."""
+    """Pids cgroup per session where writable (+ RLIMIT_NPROC when the trainer is not root, or
+    runs commands as ``root_program_uid``)."""
+    use_pids_cgroup: bool = True
+    """Put each session into its own pids cgroup when one is writable (the fork-bomb guard that
+    also works for a root trainer)."""
+    root_program_uid: int | None = 100000
+    """Where the trainer runs as root and no pids cgroup bounds a session (most containers), a
+    bwrap session runs its server and commands as a host uid that is not root, in a user
+    namespace of its own, so that RLIMIT_NPROC (``max_processes``; the kernel exempts root)
+    bounds a fork bomb: this uid plus an offset per process and session
+    (``sandbox/userns.py``). ``None``: as root, bounded by nothing but the command's timeout."""
     disk_mb: int = 512
     """Size bound of ``/workspace`` (bwrap: tmpfs ``--size``); also each file's RLIMIT_FSIZE."""
     grace_s: float = 5.0
@@ -41,3 +53,4 @@ class WorkspaceConfig:
             raise ValueError(f"unknown workspace backend {self.backend!r} (auto, bwrap, apptainer)")
         if min(self.command_timeout_s, self.memory_mb, self.disk_mb, self.max_processes) <= 0:
             raise ValueError("workspace limits must be positive")
+        check_base_uid("workspace.root_program_uid", self.root_program_uid)

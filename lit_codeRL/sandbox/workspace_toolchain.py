@@ -74,6 +74,8 @@ def _build_toolchain(python: str, dists: tuple[str, ...]) -> Path:
     )
     dest = cache / hashlib.sha256(listing.encode()).hexdigest()[:16]
     if (dest / ".complete").exists():
+        if dest.stat().st_mode & 0o755 != 0o755:  # built before it was opened to every uid
+            dest.chmod(0o755)
         return dest
     cache.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
@@ -92,6 +94,9 @@ def _build_toolchain(python: str, dists: tuple[str, ...]) -> Path:
         _write_launchers(build / "bin", exe, "pytest" in [d.lower() for d in found["dists"]])
         _write_etc(build / "etc")
         (build / ".complete").write_text(listing)
+        # mkdtemp's 0700 would hide it from a session whose uid is not the trainer's
+        # (``WorkspaceConfig.root_program_uid``); it is read-only inside and holds nothing private
+        build.chmod(0o755)
         try:
             build.rename(dest)
         except OSError:  # another process finished first

@@ -16,6 +16,10 @@ BACKENDS = ["local"] + (["bwrap"] if shutil.which("bwrap") else [])
 """Every backend installed here (apptainer has its own marked tests). bwrap is in the list as soon
 as the binary exists: if it then does not work (a venv interpreter it cannot see, user namespaces
 off), its tests fail with the reason instead of silently disappearing."""
+if "bwrap" in BACKENDS and os.getuid() == 0:
+    BACKENDS.append("bwrap-userns")
+    """bwrap as a root trainer without a pids cgroup runs it: each worker in a user namespace of
+    its own, programs as a host uid that is not root (``sandbox/userns.py``)."""
 
 BWRAP_PROBLEM = bwrap_problem(SandboxConfig()) if shutil.which("bwrap") else "bubblewrap is not installed"
 
@@ -84,9 +88,13 @@ def bwrap_ok() -> None:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def sandbox(request) -> Sandbox:
-    if request.param == "bwrap":
+    if request.param.startswith("bwrap"):
         require_bwrap()
-    sb = make_sandbox(backend=request.param, workers=2, timeout_s=3.0, memory_mb=512)
+    if request.param == "bwrap-userns":
+        sb = make_sandbox(backend="bwrap", workers=2, timeout_s=3.0, memory_mb=512, use_pids_cgroup=False)
+        assert sb.own_userns, "a root trainer without a pids cgroup must run programs as another uid"
+    else:
+        sb = make_sandbox(backend=request.param, workers=2, timeout_s=3.0, memory_mb=512)
     yield sb
     sb.close()
 

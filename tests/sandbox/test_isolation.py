@@ -139,8 +139,8 @@ def test_probe_starts_the_real_worker(monkeypatch, bwrap_ok):
     monkeypatch.setattr(pool, "_PROBED", {})
     real = backends.bwrap_argv
 
-    def broken(cfg, bwrap="bwrap"):
-        argv = real(cfg, bwrap)
+    def broken(cfg, bwrap="bwrap", userns_fd=None):
+        argv = real(cfg, bwrap, userns_fd)
         i = argv.index("--")
         return argv[: i + 1] + ["/nonexistent/python", *argv[i + 2 :]]
 

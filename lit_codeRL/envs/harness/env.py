@@ -149,11 +149,14 @@ class HarnessEnv(WorkspaceEpisodeEnv):
 
     def _agent_workspace_config(self) -> Any:
         s = self.settings
-        # one command runs the whole agent: its limit is the episode's wall clock
+        # One command runs the whole agent: its limit is the episode's wall clock. The gateway's
+        # socket is the trainer's (in a 0700 directory): a root trainer's session reaches it only
+        # as root's uid, never as a uid of its own (``WorkspaceConfig.root_program_uid``).
         return dataclasses.replace(
             s.swe.workspace,
             command_timeout_s=s.timeout_s,
             max_output_chars=max(s.swe.workspace.max_output_chars, s.max_log_chars),
+            root_program_uid=None,
         )
 
     def start(self, problem: Problem, socket_dir: Path, key: str, sample: int = 0) -> HarnessState:
