@@ -184,10 +184,12 @@ def open_workspace(
         if ws is not None:
             ws.close()
         res.release()
-        if userns_fd is not None and "bwrap" not in _USERNS_PROBLEM and isinstance(e, Exception):
-            # the first session in a namespace of its own did not start: say why once, and run
-            # this one and every later one as before
-            _refuse_user_namespaces(f"{type(e).__name__}: {e}")
+        if userns_fd is not None and isinstance(e, Exception) and _USERNS_PROBLEM.get("bwrap", "?"):
+            # Sessions in namespaces of their own are not known to start here, and this one did
+            # not: say why once, and run this one and every later one as before (a session that
+            # fails where others started in one is its own failure, raised).
+            if "bwrap" not in _USERNS_PROBLEM:
+                _refuse_user_namespaces(f"{type(e).__name__}: {e}")
             return open_workspace(
                 config, repo, binds=binds, writable_binds=writable_binds, scratch=scratch, env=env
             )
