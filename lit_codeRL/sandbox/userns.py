@@ -18,14 +18,11 @@ namespace (``user.max_user_namespaces`` 0 inside it; bwrap's ``--disable-userns`
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import select
 import shutil
 import subprocess
 import time
-
-logger = logging.getLogger(__name__)
 
 SANDBOX_ID = 65534
 """The uid and gid a sandbox runs as inside its namespace (bwrap's ``--uid``/``--gid`` elsewhere)."""
@@ -92,6 +89,9 @@ def make(outer: int, timeout_s: float = 10.0) -> int:
     finally:
         holder.kill()
         holder.wait()
+        for pipe in (holder.stdin, holder.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def bwrap_isolation(fd: int) -> list[str]:

@@ -219,3 +219,14 @@ def test_a_base_uid_that_is_root_or_leaves_no_room_is_refused(bad):
     with pytest.raises(ValueError, match="workspace.root_program_uid"):
         WorkspaceConfig(root_program_uid=bad)
     assert SandboxConfig(root_program_uid=None).root_program_uid is None
+
+
+@ROOT_ONLY
+def test_making_namespaces_leaves_no_process_or_descriptor_behind(leak_check):
+    if not shutil.which("unshare", path="/usr/bin:/bin"):
+        pytest.skip("util-linux unshare is needed here")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        os.close(userns.make(userns.host_uid(100000)))
+    assert len(os.listdir("/proc/self/fd")) == before
+    leak_check("sleep 60")
