@@ -182,10 +182,11 @@ def bwrap_open_parents(targets: Iterable[str]) -> list[str]:
     return [arg for d in made for arg in ("--perms", "0755", "--dir", d)]
 
 
-def bwrap_system_binds(interp: Interpreter, open_parents: bool = False) -> list[str]:
+def bwrap_system_binds(interp: Interpreter, open_parents: Iterable[str] | None = None) -> list[str]:
     """Read-only ``/usr`` (``/bin``, ``/lib*``, ``/sbin`` as the symlinks or dirs they are here)
-    plus exactly the interpreter's own files, with its ``site-packages`` masked; ``open_parents``:
-    the directories above them made passable first (:func:`bwrap_open_parents`)."""
+    plus exactly the interpreter's own files, with its ``site-packages`` masked; ``open_parents``
+    (in a user namespace of its own): the directories above those files and above these other
+    sandbox paths made passable first (:func:`bwrap_open_parents`)."""
     argv = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin"):
         p = Path("/") / name
@@ -193,8 +194,8 @@ def bwrap_system_binds(interp: Interpreter, open_parents: bool = False) -> list[
             argv += ["--symlink", os.readlink(p), str(p)]
         elif p.is_dir():
             argv += ["--ro-bind", str(p), str(p)]
-    if open_parents:
-        argv += bwrap_open_parents([*interp.binds, SERVER_MOUNT])
+    if open_parents is not None:
+        argv += bwrap_open_parents([*interp.binds, *open_parents])
     for path in interp.binds:
         argv += ["--ro-bind", path, path]
     for path in interp.masks:
@@ -234,7 +235,7 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str | None = None, userns_fd: int | No
     argv = [
         bwrap or bwrap_executable(),
         *bwrap_isolation(userns_fd),
-        *bwrap_system_binds(interp, open_parents=userns_fd is not None),
+        *bwrap_system_binds(interp, open_parents=None if userns_fd is None else [SERVER_MOUNT]),
     ]
     argv += [
         "--ro-bind",

@@ -104,10 +104,10 @@ def bwrap_workspace_argv(
         bwrap or backends.bwrap_executable(),
         *backends.bwrap_isolation(userns_fd),
         "--as-pid-1",
-        *backends.bwrap_system_binds(interp, open_parents=own),
+        *backends.bwrap_system_binds(
+            interp, open_parents=[SERVER_IN, *binds.values(), *writable_binds.values()] if own else None
+        ),
     ]
-    if own:
-        argv += backends.bwrap_open_parents([SERVER_IN, *binds.values(), *writable_binds.values()])
     argv += ["--ro-bind", f"{toolchain}/etc", "/etc", "--ro-bind", toolchain, TOOLS_IN]
     argv += ["--ro-bind", str(SERVER_FILE), SERVER_IN, "--ro-bind", repo, REPO_SRC_IN]
     argv += ["--proc", "/proc", "--dev", "/dev"]
