@@ -32,6 +32,7 @@ import json
 import shlex
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,8 @@ import recipe_stages as stages  # scripts/ is on sys.path when a script runs
 from recipe_stages import REPO, logger_args, paired, reused_stage
 
 
-def cli(args: list[str]) -> tuple[str, float]:
-    return stages.cli(args, "agent_recipe")
+def cli(args: list[str], log: Path | None = None) -> tuple[str, float]:
+    return stages.cli(args, "agent_recipe", log)
 
 
 def train_stage(name: str, config: str, run_dir: Path, extra: list[str]) -> dict[str, Any]:
@@ -63,11 +64,12 @@ def evaluate(
     temperature: float,
     run_dir: Path,
     extra: list[str],
+    log: Path | None = None,
 ) -> dict[str, Any]:
     """Resolve rate of ``policy`` on ``source``/``split`` (one episode per task), with every
     episode's verdict counted; reuses a finished evaluation under ``run_dir`` when it scored the
     same tasks (a task set made on another machine may differ: a mutation whose tests time out
-    there is not a task)."""
+    there is not a task). ``log``: where the evaluation's output goes (see ``cli``)."""
     done = run_dir / "result.json"
     if done.exists():
         result = json.loads(done.read_text())
@@ -89,7 +91,8 @@ def evaluate(
         *(["--model.init_args.limit", str(limit)] if limit else []),
         *extra,
     ]  # fmt: skip
-    shown, wall = cli(args)
+    started = time.time()
+    shown, wall = cli(args, log)
     (report,) = (run_dir / "run" / "mbpp_eval").glob("*.json")
     data = json.loads(report.read_text())
     problems = data["problems"]
@@ -119,6 +122,7 @@ def evaluate(
         "mean_turns": sum(turns) / max(1, len(turns)),
         **({"behaviour": behaviour} if behaviour else {}),
         "eval_s": wall,
+        "started_at": started,
         "command": shown,
         "report": str(report),
     }
@@ -219,6 +223,13 @@ def main() -> None:
         help="only make what the stages read from caches (tasks, played reference trajectories), "
         "train nothing: scripts/gpu_stage.sh runs this so a GPU session plays no trajectory",
     )
+    parser.add_argument(
+        "--overlap-eval",
+        action="store_true",
+        help="score the BC policy while the RL stage trains (one GPU has room for both, and a "
+        "device session saves the minutes of BC's evaluations; on a CPU the two share its cores); "
+        "its output goes to <out-dir>/eval/bc/overlapped.log",
+    )
     parser.add_argument("--skip-base", action="store_true")
     parser.add_argument("--base-model", default="smollm2-135m-instruct")
     parser.add_argument("--out", default=str(REPO / "bench_results" / "agent_recipe.json"))
@@ -287,40 +298,54 @@ def main() -> None:
         bc = train_stage("bc", "agent_recipe_bc.yaml", out_dir / "bc", bc_extra)
         stages.append(bc)
         bc_dir = Path(bc["log_dir"])
-    policies = [("base", args.base_model), ("BC", str(bc_dir / "hf_model"))]
+    rows = [{"after": "base", "policy": args.base_model}, {"after": "BC", "policy": str(bc_dir / "hf_model")}]
     if args.skip_base:
-        policies = policies[1:]
+        rows = rows[1:]
+    extra = shlex.split(args.eval_args)
+
+    def score(row: dict[str, Any], key: str, log: Path | None = None) -> None:
+        """``row``'s policy on the held-out tasks of env ``key`` (greedy, and sampled if asked)."""
+        source, split, limit, _ = sets[key]
+        name = row["after"].replace(" + ", "_").lower()
+        row[key] = evaluate(
+            row["policy"], source, split, limit, 0.0, out_dir / "eval" / name / key, extra, log
+        )
+        if args.sampled_temperature > 0:
+            row[f"{key}_sampled"] = evaluate(
+                row["policy"], source, split, limit, args.sampled_temperature,
+                out_dir / "eval" / name / f"{key}_t{args.sampled_temperature:g}", extra, log,
+            )  # fmt: skip
+
     rl_dir: Path | None = None
     if args.rl_run:
         rl_dir = Path(args.rl_run).resolve()
         stages.append(reused_stage("rl", rl_dir))
     elif args.rl_minutes > 0:
-        rl = train_stage(
-            "rl",
-            "agent_recipe_rl.yaml",
-            out_dir / "rl",
-            ["--model.init_args.model.name_or_path", str(bc_dir / "hf_model"), *rl_extra],
-        )
+        with ThreadPoolExecutor(1) as pool:  # leaving it waits for the overlapped evaluations
+            bc_row = next(r for r in rows if r["after"] == "BC")
+            log = out_dir / "eval" / "bc" / "overlapped.log"
+            overlapped = [pool.submit(score, bc_row, key, log) for key in sets] if args.overlap_eval else []
+            rl = train_stage(
+                "rl",
+                "agent_recipe_rl.yaml",
+                out_dir / "rl",
+                ["--model.init_args.model.name_or_path", str(bc_dir / "hf_model"), *rl_extra],
+            )
+        for done in overlapped:
+            done.result()  # an evaluation that failed fails the recipe, as it would alone
         stages.append(rl)
         rl_dir = Path(rl["log_dir"])
     if rl_dir is not None:
-        policies.append(("BC + RL", str(rl_dir / "hf_model")))
+        rows.append({"after": "BC + RL", "policy": str(rl_dir / "hf_model")})
 
-    extra = shlex.split(args.eval_args)
-    rows = [{"after": after, "policy": policy} for after, policy in policies]
-    # env by env (debugging first), every policy on one env before the next env: a run that runs
-    # out of time (a device session) has finished the base / BC / BC + RL comparison on one env
-    for key, (source, split, limit, _) in sets.items():
-        for row in rows:
-            name = row["after"].replace(" + ", "_").lower()
-            row[key] = evaluate(
-                row["policy"], source, split, limit, 0.0, out_dir / "eval" / name / key, extra
-            )
-            if args.sampled_temperature > 0:
-                row[f"{key}_sampled"] = evaluate(
-                    row["policy"], source, split, limit, args.sampled_temperature,
-                    out_dir / "eval" / name / f"{key}_t{args.sampled_temperature:g}", extra,
-                )  # fmt: skip
+    # the trained policies env by env (debugging first), the base policy last: a run that runs out
+    # of time (a device session) has the comparison the recipe is for (BC + RL vs BC) on the first
+    # env, and the base's zero is the figure a previous run most likely measured already
+    order = [(row, key) for key in sets for row in rows if row["after"] != "base"]
+    order += [(row, key) for key in sets for row in rows if row["after"] == "base"]
+    for row, key in order:
+        if key not in row:  # (scored beside the RL stage)
+            score(row, key)
     comparisons: dict[str, Any] = {}
     for i in range(1, len(rows)):
         for key in sets:

@@ -420,6 +420,9 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
         sys.executable, "scripts/agent_recipe.py", "--data", str(STAGE / "shared" / "data" / "mbpp"),
         "--out-dir", str(RUNS / "agent_recipe"), "--rl-minutes", os.environ.get("AGENT_RECIPE_RL_MINUTES", "3"),
         "--debug-heldout", "200", "--out", str(out_dir / "agent_recipe.json"), "--resume",
+        # BC is scored while RL trains: a 135M policy leaves the GPU room for both, and the call
+        # saves the minutes BC's evaluations would take alone
+        "--overlap-eval",
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
         # 20 episodes a batch leave a GPU idle between sandbox steps; 100 keep 16 cores of sandboxes
         # busy, with as many workspace operations at once as there are cores (the envs' default is 8)
@@ -535,7 +538,7 @@ def build_checks(out_dir: Path, accelerator: str) -> list[dict]:
     ]
 
 
-COLLECT_SUFFIXES = (".json", ".csv", ".jsonl", ".yaml", ".txt", ".png")
+COLLECT_SUFFIXES = (".json", ".csv", ".jsonl", ".yaml", ".txt", ".png", ".log")
 
 
 def collect_small(src: Path, archive: Path, max_file_bytes: int = 8 << 20, max_total: int = 40 << 20) -> int:

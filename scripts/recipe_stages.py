@@ -16,13 +16,20 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def cli(args: list[str], tag: str) -> tuple[str, float]:
-    """Run ``lit-coderl <args>`` in its own process; returns the shown command and wall time."""
+def cli(args: list[str], tag: str, log: Path | None = None) -> tuple[str, float]:
+    """Run ``lit-coderl <args>`` in its own process; returns the shown command and wall time.
+    ``log``: where its output goes (a stage running beside another), instead of this process's."""
     shown = shlex.join(["lit-coderl", *args])
-    print(f"\n[{tag}] {shown}", flush=True)
+    print(f"\n[{tag}] {shown}" + (f"  (output: {log})" if log else ""), flush=True)
     start = time.time()
     command = [sys.executable, "-m", "lit_codeRL.cli", *args]
-    subprocess.run(command, cwd=REPO, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if log is None:
+        subprocess.run(command, cwd=REPO, check=True, env=env)
+    else:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as out:
+            subprocess.run(command, cwd=REPO, check=True, env=env, stdout=out, stderr=subprocess.STDOUT)
     return shown, time.time() - start
 
 
@@ -40,7 +47,10 @@ def logger_args(run_dir: Path) -> list[str]:
 def train_stage(name: str, config: str, run_dir: Path, extra: list[str], tag: str) -> dict[str, Any]:
     """Train one stage through the CLI; returns its command, wall time and log directory."""
     shown, wall = cli(["fit", "--config", f"configs/{config}", *logger_args(run_dir), *extra], tag)
-    stage = {"stage": name, "command": shown, "wall_s": wall, "log_dir": str(run_dir / "run")}
+    stage = {
+        "stage": name, "command": shown, "wall_s": wall, "log_dir": str(run_dir / "run"),
+        "finished_at": time.time(),
+    }  # fmt: skip
     (run_dir / "run" / "stage.json").write_text(json.dumps(stage, indent=1))  # for --bc-run/--rl-run
     return stage
 

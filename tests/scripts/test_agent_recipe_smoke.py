@@ -72,10 +72,26 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     assert not (tmp_path / "runs" / "bc").exists() and not (tmp_path / "recipe.json").exists()
     for stage in ("prepare", "prepare_rl"):
         assert not (tmp_path / "runs" / stage / "run" / "hf_model").exists(), "no optimizer step"
-    proc = run_recipe(tmp_path, data, *recipe)
+    proc = run_recipe(tmp_path, data, *recipe, "--overlap-eval")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "playing the" not in proc.stderr and "swe reference trajectories from" in proc.stderr
     assert "validated 2 debug tasks: 2 on this machine before, the other 0" in proc.stderr
+    # BC is scored while RL trains (--overlap-eval, its output in a log of its own); then the
+    # trained policies env by env, the base last (a device call that runs out of time has BC + RL
+    # vs BC)
+    scored = [
+        line for line in proc.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl validate")
+    ]
+    policy = "--model.init_args.model.name_or_path "
+    assert [(line.split(policy)[1].split()[0].split("/")[-2:], "swe:" in line) for line in scored] == [
+        (["run", "hf_model"], False), (["run", "hf_model"], True),  # BC (bc/run/hf_model)
+        (["run", "hf_model"], False), (["run", "hf_model"], True),  # BC + RL
+        (["tiny-random"], False), (["tiny-random"], True),
+    ]  # fmt: skip
+    assert all("/bc/run/" in line and "overlapped.log" in line for line in scored[:2])
+    assert all("/rl/run/" in line and "overlapped.log" not in line for line in scored[2:4])
+    overlapped = (tmp_path / "runs" / "eval" / "bc" / "overlapped.log").read_text()
+    assert overlapped.count("| source / split ") == 2 and "| swe:" in overlapped
     report = json.loads((tmp_path / "recipe.json").read_text())
     rows = report["rows"]
     assert [r["after"] for r in rows] == ["base", "BC", "BC + RL"]
@@ -86,6 +102,11 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
         assert sum(r["swe"]["verdicts"].values()) == 2 and "tamper" not in r["debug"]["resolved_verdicts"]
         assert r["debug"]["behaviour"]["episodes"] == 2 and "behaviour" not in r["swe"]  # first edits
     bc, rl = report["stages"]
+    # BC's evaluations (one after the other) started with the RL stage; BC + RL's after both
+    bc_debug, bc_swe = rows[1]["debug"], rows[1]["swe"]
+    assert bc_debug["started_at"] - (rl["finished_at"] - rl["wall_s"]) < min(10, rl["wall_s"] / 2)
+    assert bc_swe["started_at"] >= bc_debug["started_at"] + bc_debug["eval_s"]
+    assert rows[2]["debug"]["started_at"] >= max(rl["finished_at"], bc_swe["started_at"] + bc_swe["eval_s"])
     assert "--model.init_args.demonstrations.also" in bc["command"] and "swe:" in bc["command"]
     # two bugs a training problem for BC and RL; the held-out tasks stay one a problem (above)
     assert f"demonstrations.source 'debug:mbpp:{data}?per_problem=2'" in bc["command"]

@@ -29,6 +29,7 @@ def test_the_agent_recipe_runs_only_when_named_and_reads_the_staged_tasks(tmp_pa
         line for line in alone.splitlines() if line.startswith("# agent_recipe")
     ]
     assert "scripts/agent_recipe.py" in alone and "--debug-heldout 200" in alone
+    assert "--overlap-eval" in alone  # BC is scored while RL trains: the GPU has room for both
     assert "--swe-tasks" not in alone  # nothing staged: the recipe synthesizes its own
     tasks = tmp_path / "lcr_stage" / "agent_recipe" / "synth" / "swe" / "tasks.jsonl"
     tasks.parent.mkdir(parents=True)
