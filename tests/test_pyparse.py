@@ -40,3 +40,18 @@ def test_parses_from_many_threads_never_overlap(monkeypatch):
     assert split == [(f"(\nf({i})\n)", i + 1) for i in range(64)]
     assert all(isinstance(t, ast.Module) for t in trees)
     assert most == 1, f"{most} parses ran at once"
+
+
+def test_the_parsed_source_s_own_warnings_reach_no_one():
+    """A task program's ``'\\w'`` escape or ``x is 1`` is data, not the user's code: no warning is
+    shown (Python 3.12 printed one per program into a GPU run's log) and, under ``-W error``, no
+    parse fails; the caller's warning filters are as they were."""
+    import warnings
+
+    source = "import re\npattern = re.compile('\\w+')\nsame = pattern is 1\n"
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("error")
+        before = list(warnings.filters)
+        tree = pyparse.parse(source)
+        assert list(warnings.filters) == before
+    assert shown == [] and isinstance(tree.body[2], ast.Assign)

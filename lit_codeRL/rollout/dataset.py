@@ -12,6 +12,7 @@ policy).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,7 @@ class RolloutDataset(IterableDataset):
     def collect(self) -> TrajectoryBatch:
         """One batch: ``prompts_per_step`` groups of ``num_generations`` episodes."""
         n = self.num_generations
+        start = time.perf_counter()
         episodes: list[Episode] = []
         stats: dict[str, float] = {"generate_s": 0.0, "reward_wait_s": 0.0, "filtered_groups": 0.0}
         kept, rounds = 0, 0
@@ -165,6 +167,7 @@ class RolloutDataset(IterableDataset):
             if kept >= self.prompts_per_step or rounds > self.max_refill_rounds:
                 break
         stats["rollout_rounds"] = rounds
+        stats["rollout_s"] = time.perf_counter() - start
         if self.difficulty is not None:
             stats.update({f"difficulty_{k}": v for k, v in self.difficulty.counts().items()})
         return episode_batch(episodes, self.runner.engine.pad_token_id, stats)

@@ -193,10 +193,14 @@ class EpisodeRunner:
     ) -> list[Episode]:
         """``num_generations`` episodes per problem, group-contiguous (group ids from ``first_group``).
 
-        ``stats`` accumulates ``generate_s`` and ``reward_wait_s``."""
+        ``stats`` accumulates ``generate_s`` and ``reward_wait_s``, and the env's own time outside
+        the turns: ``env_reset_s`` (an agent env opens a workspace per episode) and
+        ``env_finish_s`` (it grades an episode cut at its last turn, then closes it)."""
         stats = stats if stats is not None else {}
         n = num_generations
+        t0 = time.perf_counter()
         starts = self.env.reset_batch([p for p in problems for _ in range(n)])
+        stats["env_reset_s"] = stats.get("env_reset_s", 0.0) + time.perf_counter() - t0
         episodes = []
         for i, start in enumerate(starts):
             ids, text = self._prompt(start.observation)
@@ -213,7 +217,9 @@ class EpisodeRunner:
                 self._turn(
                     live, [e.context_ids() for e in live], 1, generator, stats, turn == self.max_turns - 1
                 )
+        t0 = time.perf_counter()
         self._finish(episodes)
+        stats["env_finish_s"] = stats.get("env_finish_s", 0.0) + time.perf_counter() - t0
         return episodes
 
     def _finish(self, episodes: list[Episode]) -> None:

@@ -234,6 +234,17 @@ class RolloutModule(PolicyModule):
             "sandbox/errors": batch.stats.get("sandbox_errors", 0.0),
             "time/generate_s": gen_s,
             "time/reward_wait_s": batch.stats.get("reward_wait_s", 0.0),
+            # the whole rollout's wall time: what generation and the reward wait leave out (an
+            # agent env's workspaces opened and graded, refill rounds) is the difference
+            "time/rollout_s": batch.stats.get("rollout_s", 0.0),
+            **(
+                {
+                    "time/env_reset_s": batch.stats["env_reset_s"],
+                    "time/env_finish_s": batch.stats["env_finish_s"],
+                }
+                if "env_reset_s" in batch.stats
+                else {}
+            ),
             "train/lr": self.optimizers().param_groups[0]["lr"],
             **times,
         }

@@ -34,7 +34,8 @@ def test_scripted_debug_episodes_are_graded_dumped_and_readable(tmp_path, tiny_m
     with DebugEnv(DebugSettings(repo_cache=str(tmp_path / "cache"), workspace={"backend": "bwrap"})) as env:
         runner = EpisodeRunner(engine, env, SamplingParams(max_new_tokens=4000), max_turns=6)
         assert "</pdb>" in runner.sampling.stop and "<submit/>" in runner.sampling.stop
-        episodes = runner.run([debug_problem(median)], num_generations=3)
+        stats: dict[str, float] = {}
+        episodes = runner.run([debug_problem(median)], num_generations=3, stats=stats)
 
     assert [e.episode_return for e in episodes] == [1.0, 0.0, 1.0]
     assert [e.end_reason for e in episodes] == ["terminated", "terminated", "max_turns"]
@@ -47,6 +48,9 @@ def test_scripted_debug_episodes_are_graded_dumped_and_readable(tmp_path, tiny_m
     assert [t["tool"] for t in first["turns"][:5]] == ["pdb", "pdb", "pdb", "edit", "eval"]
     assert "stats.py(19)median()" in first["turns"][1]["output"]
     assert first["grade"]["resolved"] and first["num_edits"] == 1 and "+    return" in first["diff"]
+    # the env's own time outside the turns is counted: three workspaces opened, and the episode
+    # cut at its last turn graded when the runner finished it
+    assert stats["env_reset_s"] > 0 and stats["env_finish_s"] >= batch.records[2]["grade"]["wall_s"] > 0
 
     dump = tmp_path / "rollouts.jsonl"
     RolloutWriter(dump).write(batch.records, step=0, rank=0)

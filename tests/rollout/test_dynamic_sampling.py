@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 from lit_codeRL.problems import Problem
@@ -49,3 +50,21 @@ def test_groups_without_signal_are_dropped_and_refilled():
     assert runner.calls == [["same", "one_valid"], ["mixed", "mixed_too"]]
     assert batch.stats["filtered_groups"] == 2.0
     assert [r["problem_id"] for r in batch.records] == ["mixed", "mixed", "mixed_too", "mixed_too"]
+
+
+def test_a_batch_counts_its_whole_rollout_time():
+    """``rollout_s`` is the batch's wall time over every refill round, beside the parts the runner
+    times itself (generation, the reward wait): the rest is the env's own (workspaces, grading)."""
+
+    class SlowRunner(ScriptedRunner):
+        def run(self, problems, n, generator=None, stats=None):
+            time.sleep(0.05)  # an env opening and grading workspaces, untimed by the runner
+            stats["generate_s"] += 0.01
+            return super().run(problems, n, generator, stats)
+
+    returns = {"same": [1.0, 1.0], "mixed": [0.0, 1.0], "mixed_too": [0.5, 0.0]}
+    runner = SlowRunner(returns)
+    stream = ProblemStream([Problem(task_id=t, prompt=t) for t in returns], shuffle=False)
+    batch = RolloutDataset(stream, runner, 2, 2, filter_zero_std_groups=True).collect()
+    assert len(runner.calls) == batch.stats["rollout_rounds"] == 2
+    assert batch.stats["rollout_s"] >= 0.1 > batch.stats["generate_s"] + batch.stats["reward_wait_s"]

@@ -42,12 +42,12 @@ from __future__ import annotations
 import ast
 import re
 import secrets
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from lit_codeRL import pyparse
 from lit_codeRL.envs.base import Executor
 from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 
@@ -295,9 +295,7 @@ def extract_program(text: str) -> str | None:
     if not body:
         return None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(body)
+        pyparse.parse(body)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return body + "\n"
@@ -385,9 +383,7 @@ def _precheck(source: str, settings: GateSettings, static_check: bool) -> GateRe
     if not static_check:
         return None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarnings ("is" with a literal...) are no verdict
-            tree = ast.parse(source)
+        tree = pyparse.parse(source)  # (its SyntaxWarnings, "is" with a literal..., are no verdict)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         return _refusal("syntax_error", error=f"{type(e).__name__}: {e}"[:300])
     found = static_violation(tree, settings.allowed_imports)
