@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -26,6 +27,9 @@ from lit_codeRL.gateway.requests import ServeLimits
 from lit_codeRL.gateway.server import Gateway, GatewayConfig
 
 log = logging.getLogger("lit_codeRL")
+
+_DRAIN_S = 30.0
+"""On SIGTERM/SIGINT, how long calls already being answered may take to finish and be recorded."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -118,9 +122,14 @@ def run(args: argparse.Namespace) -> None:
             gateway.queue.run_pending(engine, 0.2, generator)
             if writer is not None:
                 writer.flush()
+        # A call's record exists only after its reply is written: a client may have its reply (and
+        # stop the server) before then. Answer and record what is in flight before leaving.
+        deadline = time.monotonic() + _DRAIN_S
+        while gateway.answering() and time.monotonic() < deadline:
+            gateway.queue.run_pending(engine, 0.05, generator)
+    gateway.stop()
     if writer is not None:
         writer.flush()
-    gateway.stop()
 
 
 class _Recorder:

@@ -203,6 +203,11 @@ class Gateway:
             self._call(self._add_site(socket_path))
         return key
 
+    def answering(self) -> int:
+        """Calls of any episode still being answered (their records do not exist yet)."""
+        with self._lock:
+            return sum(log.inflight for log in self.episodes.values())
+
     def settled(self, log: EpisodeLog) -> bool:
         """No call of the episode is still being answered: its ``calls`` are final once closed."""
         with self._lock:

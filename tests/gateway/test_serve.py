@@ -229,11 +229,21 @@ def test_episode_calls_merge_into_one_row_with_exact_ids(tiny_policy):
     assert tokenizer.decode(row.turns[0].observation_ids).count("output 0") == 1
 
 
+# The server records a call a moment after its reply is written; stretching that moment makes the
+# client's stop arrive first every time, as it sometimes does on a loaded machine.
+SLOW_RECORD = (
+    "import time; from lit_codeRL.gateway.server import Gateway; record = Gateway._record; "
+    "Gateway._record = lambda *a: (time.sleep(1.0), record(*a))[1]; "
+    "from lit_codeRL.cli import main; main()"
+)
+
+
 def test_serve_command_answers_the_openai_client(tmp_path):
-    """The real ``lit-coderl serve`` process on a free port, with ``--record``."""
+    """The real ``lit-coderl serve`` process on a free port, with ``--record``; stopped the moment
+    the client has its reply, it still records the call."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from lit_codeRL.cli import main; main()", "serve", "--model", "tiny-random",
+        [sys.executable, "-c", SLOW_RECORD, "serve", "--model", "tiny-random",
          "--port", "0", "--dtype", "model", "--record", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
