@@ -11,9 +11,10 @@ This module holds the parts that do not depend on the env's action format:
 * :func:`edit_sites`: the edits of one file grouped into the windows an engineer would look at
   (``SITE_CONTEXT`` lines around each edit, overlapping windows merged), each site's edits
   bottom-up so that the line numbers of the site's view stay valid while it is edited;
-* :func:`play_scripts`: fixed action lists played through any env's batched interface
+* :func:`play_scripts`: action lists played through any env's batched interface
   (``reset_batch``/``step_batch``/``finish_batch``, the one the episode runner drives), in lockstep,
-  so the observations are the env's own and the grade is the env's real one; :func:`play_references`
+  so the observations are the env's own and the grade is the env's real one (a step may be a
+  function of the observation before it, :data:`Step`); :func:`play_references`
   writes each problem's script and plays them, a batch of ``parallel`` at a time;
 * :func:`edit_reason`: one sentence naming what is wrong in an edit's lines and what it should be
   (the smallest span of code tokens the edit changes), for the edit's lead-in;
@@ -199,30 +200,43 @@ def imitable(actions: Sequence[str], stop_strings: Sequence[str]) -> None:
         raise ValueError(f"action {k + 1} holds a stop string before its end: generation would stop there")
 
 
+Step = str | Callable[[str], list[str]]
+"""A reference action, or a function of the env's last observation that writes the next actions
+(the SWE trajectory's first look at the code follows the file the tests' traceback names). Such a
+function must not raise: where the observation does not say, it writes what it would otherwise."""
+
+
 def play_scripts(
-    env: Any, problems: Sequence[Problem], scripts: Sequence[Sequence[str]]
+    env: Any, problems: Sequence[Problem], scripts: Sequence[Sequence[Step]]
 ) -> list[ReferenceEpisode]:
     """Play ``scripts[i]`` on ``problems[i]`` through ``env``'s batched interface, all episodes in
     lockstep (the env runs a batch's steps in parallel), as the episode runner would: each action
-    is stepped until the env ends the episode; then ``finish_batch`` releases what is left. The
-    reward is the sum of the steps' rewards (the env's grade of ``<submit/>``)."""
+    is stepped until the env ends the episode; then ``finish_batch`` releases what is left. A step
+    that is a function is called with the observation before it and its actions take its place.
+    The reward is the sum of the steps' rewards (the env's grade of ``<submit/>``)."""
     starts = env.reset_batch(list(problems))
     episodes = [ReferenceEpisode(p.task_id, s.observation) for p, s in zip(problems, starts, strict=True)]
+    pending = [list(script) for script in scripts]
+    last = [s.observation for s in starts]
     done = [False] * len(problems)
     infos: list[dict[str, Any]] = [{} for _ in problems]
-    for turn in range(max((len(s) for s in scripts), default=0)):
-        live = [i for i, script in enumerate(scripts) if not done[i] and turn < len(script)]
+    while True:
+        for i, steps in enumerate(pending):
+            while not done[i] and steps and not isinstance(steps[0], str):
+                steps[:1] = steps[0](last[i])
+        live = [i for i, steps in enumerate(pending) if not done[i] and steps]
         if not live:
             break
-        actions = [Action(scripts[i][turn]) for i in live]
-        results = env.step_batch([starts[i].state for i in live], actions).result()
-        for i, result in zip(live, results, strict=True):
+        texts = [str(pending[i].pop(0)) for i in live]
+        results = env.step_batch([starts[i].state for i in live], [Action(t) for t in texts]).result()
+        for i, text, result in zip(live, texts, results, strict=True):
             episode = episodes[i]
-            episode.actions.append(scripts[i][turn])
+            episode.actions.append(text)
             episode.reward += float(result.reward)
             infos[i] = dict(result.info)
             done[i] = bool(result.terminated or result.truncated)
-            if not done[i] and turn < len(scripts[i]) - 1:
+            last[i] = result.observation
+            if not done[i] and pending[i]:
                 episode.observations.append(result.observation)
     finish = getattr(env, "finish_batch", None)
     if finish is not None:  # closes what is still open (an episode whose script did not submit)
@@ -234,7 +248,7 @@ def play_scripts(
 
 
 def play_references(
-    env: Any, problems: Sequence[Problem], script_of: Callable[[Problem], list[str]], parallel: int
+    env: Any, problems: Sequence[Problem], script_of: Callable[[Problem], list[Step]], parallel: int
 ) -> list[ReferenceEpisode]:
     """Every problem's reference trajectory (``script_of(problem)``, written ``parallel`` at a
     time: it may prepare the task's repository) played in ``env``, ``parallel`` episodes at a time
@@ -242,7 +256,7 @@ def play_references(
     ``script_of`` raises: no fix, an action the env would not read back as written, a task that
     cannot be prepared) gets an unplayed, unresolved episode whose ``verdict`` says why."""
 
-    def write(problem: Problem) -> list[str] | str:
+    def write(problem: Problem) -> list[Step] | str:
         try:
             return script_of(problem)
         except Exception as err:  # noqa: BLE001 - one task without a trajectory does not stop the rest

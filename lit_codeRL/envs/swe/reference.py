@@ -4,17 +4,20 @@ Derived from the task's gold patch alone (``SWETask.patch``, a unified git diff:
 applied to its text at the base, then the changed line ranges by difflib, ``envs/reference.py``),
 one shell command per turn in ``<execute>``, each after a one-sentence lead-in:
 
-1. ``{test_command} -q TARGETS``: the FAIL_TO_PASS node ids when the task has no ``test_patch``
-   (at most ``MAX_NODE_IDS``), else their test files that exist at the base (the hidden tests are
-   not there yet), else the whole suite;
+1. ``{test_command} -q TARGET``: the first FAIL_TO_PASS node id (the one a synthesized issue
+   names) when the task has no ``test_patch``, else the FAIL_TO_PASS tests' files that exist at the
+   base (the hidden tests are not there yet), else the whole suite;
 2. ``sed -n 'A,Bp' PATH``: the code around the change (``SITE_CONTEXT`` lines above and below; one
    view per site, nearby changes share one); with the ``edit`` tool bundle, ``view PATH A-B`` (the
-   lines numbered) and step 3's edits are ``edit PATH A-B <<'EOF'`` (line ranges, bottom-up);
+   lines numbered) and step 3's edits are ``edit PATH A-B <<'EOF'`` (line ranges, bottom-up).
+   The first view is written from step 1's output (``envs/swe/locate.py``): its lead-in quotes the
+   traceback's last frame in the file, or a ``grep`` for the definition of a function the output
+   shows being called comes first, so the path it opens is one the agent has seen;
 3. each change as a targeted edit: a ``python3 - <<'EOF'`` script that replaces the exact old text
    (the changed lines, widened by neighbouring lines until they occur once in the file) with the
    new text, and exits non-zero unless the old text occurs exactly once (with ``explain``, its
    lead-in first names the bug: ``envs/reference.py``'s ``edit_reason``);
-4. the tests again;
+4. the tests again: the FAIL_TO_PASS tests' files, so the tests that passed are seen to pass;
 5. ``<submit/>``.
 
 A patch that is not a set of small text edits (a new, deleted, renamed or binary file, a mode
@@ -56,11 +59,12 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lit_codeRL.envs.reference import (
     LineEdit,
     ReferenceEpisode,
+    Step,
     edit_sites,
     imitable,
     line_edits,
@@ -69,6 +73,7 @@ from lit_codeRL.envs.reference import (
 )
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
 from lit_codeRL.envs.swe.env import ContainerEnv, swe_task
+from lit_codeRL.envs.swe.locate import FirstLook, defined_functions
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import SWETask, to_problem
 
@@ -88,8 +93,6 @@ EDIT_MARKER = "EOF"
 """The heredoc marker of an edit script (``EOF_1``, ``EOF_2``... when a line of it is ``EOF``)."""
 MAX_EDITS = 8
 """A patch needing more targeted edits than this is applied whole."""
-MAX_NODE_IDS = 4
-"""The first test run names node ids up to this many, else their files."""
 MAX_WIDEN = 6
 """Neighbouring lines an edit's old text may take on to become unique in its file."""
 
@@ -271,20 +274,23 @@ def lines_command(path: str, first: int, last: int, new: Sequence[str]) -> str:
 
 
 def _file_actions(
-    path: str, old_text: str, new_text: str, explain: bool, line_tools: bool
-) -> tuple[list[str], int]:
+    path: str, old_text: str, new_text: str, explain: bool, line_tools: bool, look: bool
+) -> tuple[list[Step], int]:
     """The views and targeted edits that turn ``old_text`` into ``new_text``, and how many edits
     (``line_tools``: the ``edit`` bundle's numbered ``view`` and line-range ``edit``, else ``sed``
-    and a ``python3`` replacement of the exact old text)."""
+    and a ``python3`` replacement of the exact old text). With ``look`` the first view is a
+    :class:`FirstLook`, written from the test output before it."""
     lines = old_text.splitlines(keepends=True)
     sites = edit_sites(line_edits(lines, new_text.splitlines(keepends=True)), len(lines))
-    actions, shift = [], 0
-    quoted = shlex.quote(path)
-    for site in sites:
+    actions: list[Step] = []
+    shift = 0
+    for k, site in enumerate(sites):
         line = site.edits[-1].start + shift
-        first, last = site.first + shift, site.last + shift
-        view = f"view {quoted} {first}-{last}" if line_tools else f"sed -n '{first},{last}p' {quoted}"
-        actions.append(f"I will look at {path} around line {line}.\n<execute>{view}</execute>")
+        view = FirstLook(path, line, site.first + shift, site.last + shift, line_tools)
+        if look and k == 0:
+            actions.append(replace(view, names=defined_functions(old_text, line)))
+        else:
+            actions.append(view.fallback())
         for edit in site.edits:  # bottom-up, as the lines list is edited
             a, b = edit.start + shift, edit.end + shift
             lead = reason_lead(LineEdit(a, b, edit.old, edit.new), explain)
@@ -303,12 +309,12 @@ def _file_actions(
     return actions, sum(len(site.edits) for site in sites)
 
 
-def tests_to_run(task: SWETask, exists: Callable[[str], bool]) -> list[str]:
-    """What the test runs name (see the module docstring, step 1)."""
-    if not task.test_patch and 0 < len(task.fail_to_pass) <= MAX_NODE_IDS:
-        return list(task.fail_to_pass)
-    files = dict.fromkeys(node.split("::")[0] for node in task.fail_to_pass)
-    return [f for f in files if exists(f)]
+def tests_to_run(task: SWETask, exists: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+    """What the first and the second test run name (see the module docstring, steps 1 and 4)."""
+    files = [f for f in dict.fromkeys(node.split("::")[0] for node in task.fail_to_pass) if exists(f)]
+    if not task.test_patch and task.fail_to_pass:
+        return [task.fail_to_pass[0]], files
+    return files, files
 
 
 def reference_actions(
@@ -316,8 +322,9 @@ def reference_actions(
     read_base: Callable[[str], str | None],
     explain: bool = False,
     tools: Sequence[str] = (),
-) -> list[str]:
-    """The reference trajectory's actions (see the module docstring).
+) -> list[Step]:
+    """The reference trajectory's actions (see the module docstring); the first view is a
+    :class:`FirstLook` (a function of the first test run's output) where the fix is targeted edits.
 
     Args:
         task: The task; its ``patch`` is the fix.
@@ -329,15 +336,17 @@ def reference_actions(
     Raises:
         ValueError: an action would not be read back as written (``</execute>`` in the patch).
     """
-    targets = tests_to_run(task, lambda path: read_base(path) is not None)
-    tests = " ".join([task.test_command, "-q", *map(shlex.quote, targets)])
+    first, again = tests_to_run(task, lambda path: read_base(path) is not None)
     try:
         middle = _targeted_edits(task.patch, read_base, explain, "edit" in tools)
     except ValueError:
         middle = [apply_patch_action(task.patch)]
-    actions = [RUN_TESTS.format(tests), *middle, RUN_AGAIN.format(tests), SUBMIT_ACTION]
-    imitable(actions, STOP_STRINGS)
-    for action in actions[:-1]:
+    run = " ".join([task.test_command, "-q", *map(shlex.quote, first)])
+    rerun = " ".join([task.test_command, "-q", *map(shlex.quote, again)])
+    actions = [RUN_TESTS.format(run), *middle, RUN_AGAIN.format(rerun), SUBMIT_ACTION]
+    written = [a.fallback() if isinstance(a, FirstLook) else a for a in actions]
+    imitable(written, STOP_STRINGS)
+    for action in written[:-1]:
         command = action[action.index("<execute>") + len("<execute>") : -len("</execute>")]
         parsed = parse_action(action)
         if parsed.kind != "execute" or parsed.command != command or parsed.ignored_text:
@@ -347,16 +356,17 @@ def reference_actions(
 
 def _targeted_edits(
     patch: str, read_base: Callable[[str], str | None], explain: bool, line_tools: bool
-) -> list[str]:
+) -> list[Step]:
     files = parse_patch(patch)
     if not files or not all(f.plain for f in files):
         raise ValueError("not a set of text edits")
-    actions, edits = [], 0
-    for f in files:
+    actions: list[Step] = []
+    edits = 0
+    for k, f in enumerate(files):
         old = read_base(f.path)
         if old is None or "\r" in old:
             raise ValueError(f"{f.path}: absent at the base, not UTF-8, or with CR line ends")
-        more, n = _file_actions(f.path, old, apply_hunks(old, f.hunks), explain, line_tools)
+        more, n = _file_actions(f.path, old, apply_hunks(old, f.hunks), explain, line_tools, k == 0)
         actions, edits = actions + more, edits + n
     if edits > MAX_EDITS:
         raise ValueError(f"{edits} edits: more than {MAX_EDITS}")
@@ -389,7 +399,7 @@ def reference_episodes(
     A task whose trajectory cannot be written (``</execute>`` in its patch, a repository that
     cannot be prepared) gets an unplayed, unresolved episode whose ``verdict`` says why."""
 
-    def script(problem: Problem) -> list[str]:
+    def script(problem: Problem) -> list[Step]:
         task = swe_task(problem)
         return reference_actions(task, _base_reader(env, task), explain, env.settings.tools)
 

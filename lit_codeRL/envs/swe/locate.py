@@ -1,0 +1,149 @@
+"""The SWE reference trajectory's first look at the code, written from what the tests printed.
+
+A policy imitates what it can copy. A first view that names the gold file and line ("I will look
+at numkit/stats.py around line 20") copies nothing the agent has seen, and BC learned to guess a
+path from the package's name (``calckit.py``) on held-out tasks. So the first view of a reference
+trajectory (``envs/swe/reference.py``) is written after the first test run, from its output:
+
+1. the traceback's last frame in a repository source file (pytest's ``path:line:`` lines, or
+   Python's ``File "...", line N``; test files are skipped) is the file being fixed: the lead-in
+   quotes it and the view covers the frame's line when it is near the change;
+2. else, a function the output shows being called (``name(``) that the file being fixed defines
+   (the changed function first): ``grep`` finds where it is defined, then the view of that file;
+3. else the view as before: the output does not say where to look.
+
+Of the 140 tasks ``lit-coderl synth swe debug --per-function 3`` writes (one failing node id
+run first), 57 first looks follow a traceback frame, 66 a ``grep``, 17 neither.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from dataclasses import dataclass
+
+from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
+from lit_codeRL.sandbox.workspace_argv import REPO
+
+NEAR_FRAME = 12
+"""A frame line at most this many lines from the change widens the view to show it."""
+
+_PYTEST_FRAME = re.compile(r"^([\w./-]+\.py):(\d+): ", re.M)
+_PYTHON_FRAME = re.compile(r'^\s*File "([^"\n]+\.py)", line (\d+)', re.M)
+_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(|\.([A-Za-z_]\w*)\(")
+
+
+def is_test_file(path: str) -> bool:
+    """``tests/...``, ``test_*.py``, ``*_test.py`` and ``conftest.py``: not the code being fixed."""
+    parts = path.split("/")
+    name = parts[-1]
+    return (
+        any(p in ("test", "tests", "testing") for p in parts[:-1])
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )
+
+
+def last_source_frame(output: str) -> tuple[str, int] | None:
+    """The last traceback frame in ``output`` in a repository file that is not a test file, as
+    ``(path relative to the repository, line)``; ``None`` when there is none."""
+    frames: list[tuple[int, str, int]] = []
+    for pattern in (_PYTEST_FRAME, _PYTHON_FRAME):
+        for match in pattern.finditer(output):
+            path = match.group(1)
+            if path.startswith(REPO + "/"):
+                path = path[len(REPO) + 1 :]
+            if path.startswith("./"):
+                path = path[2:]
+            if path.startswith("/") or ".." in path.split("/") or is_test_file(path):
+                continue
+            frames.append((match.start(), path, int(match.group(2))))
+    if not frames:
+        return None
+    _, path, line = max(frames)
+    return path, line
+
+
+def defined_functions(source: str, line: int) -> tuple[str, ...]:
+    """The functions and methods ``source`` defines (no dunders), the innermost one holding
+    ``line`` first; nothing when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    holding = [n for n in defs if n.lineno <= line <= (n.end_lineno or n.lineno)]
+    ordered = sorted(holding, key=lambda n: -n.lineno)[:1] + sorted(defs, key=lambda n: n.lineno)
+    return tuple(dict.fromkeys(n.name for n in ordered if not n.name.startswith("__")))
+
+
+def called_name(output: str, names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` (in their order) that ``output`` shows being called."""
+    called = {a or b for a, b in _CALL.findall(output)}
+    return next((n for n in names if n in called), None)
+
+
+@dataclass(frozen=True)
+class FirstLook:
+    """The first view of the code, as a step of ``envs/reference.py``'s ``play_scripts``: called
+    with the first test run's observation, it writes the actions that open ``path`` there."""
+
+    path: str
+    line: int
+    """The line the lead-in names when the output names none (the change's)."""
+    first: int
+    last: int
+    """The view's lines, around the change."""
+    line_tools: bool
+    """The ``edit`` bundle's numbered ``view`` (else ``sed -n``)."""
+    names: tuple[str, ...] = ()
+    """The functions ``path`` defines at the base, the changed one first (:func:`defined_functions`)."""
+
+    def _view(self, first: int, last: int) -> str:
+        quoted = shlex.quote(self.path)
+        return f"view {quoted} {first}-{last}" if self.line_tools else f"sed -n '{first},{last}p' {quoted}"
+
+    def fallback(self) -> str:
+        """The view when the output does not say where to look."""
+        return f"I will look at {self.path} around line {self.line}.\n<execute>{self._view(self.first, self.last)}</execute>"
+
+    def __call__(self, observation: str) -> list[str]:
+        return self.actions(observation)
+
+    def actions(self, observation: str) -> list[str]:
+        frame = last_source_frame(observation)
+        if frame is not None and frame[0] == self.path:
+            at = frame[1]
+            first, last = self.first, self.last
+            if abs(at - self.line) <= NEAR_FRAME:
+                first, last = min(first, at), max(last, at)
+                where = f"I will look at the code around it, lines {first}-{last}."
+            else:
+                where = f"I will look at {self.path} around line {self.line}, where it goes wrong."
+            lead = f"The traceback ends in {self.path} at line {at}. {where}"
+            return _checked([f"{lead}\n<execute>{self._view(first, last)}</execute>"], self.fallback())
+        name = called_name(observation, self.names)
+        if name is not None:
+            find = f"grep -rn --include='*.py' 'def {name}(' ."
+            return _checked(
+                [
+                    f"The test calls `{name}`. I will find where it is defined.\n<execute>{find}</execute>",
+                    self.fallback(),
+                ],
+                self.fallback(),
+            )
+        return [self.fallback()]
+
+
+def _checked(actions: list[str], fallback: str) -> list[str]:
+    """``actions`` when the env would run each as written and stop where it ends, else ``fallback``."""
+    for action in actions:
+        command = action[action.index("<execute>") + len("<execute>") : -len("</execute>")]
+        parsed = parse_action(action)
+        stops = [action.find(s) + len(s) for s in STOP_STRINGS if s in action]
+        ends = min(stops, default=-1) == len(action)
+        if parsed.kind != "execute" or parsed.command != command or parsed.ignored_text or not ends:
+            return [fallback]
+    return actions
