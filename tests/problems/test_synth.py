@@ -140,6 +140,27 @@ def test_candidates_are_grouped_by_function_deduplicated_and_skip_tests():
 # ---------------------------------------------------------------------------------------------
 
 
+def test_the_mbpp_test_module_imports_the_solutions_underscore_names_too(tmp_path):
+    """``from solution import *`` skips ``_sum`` (MBPP 798), which the asserts call: without the
+    explicit import the gold solution fails its own tests in the workspace."""
+    import sys
+
+    from lit_codeRL.problems.record import Problem
+    from lit_codeRL.problems.synth.mbpp import private_names, solution_source, test_module
+
+    code = (
+        "_BASE = 0\n__version__ = '1'\nclass _Acc:\n    pass\n\ndef _sum(arr):\n    return _BASE + sum(arr)\n"
+    )
+    assert private_names(code) == ["_Acc", "_BASE", "_sum"]
+    assert private_names("def f(:\n") == [] and private_names("def total(a):\n    return a\n") == []
+    problem = Problem("798", "sum an array", tests=("assert _sum([1, 2, 3]) == 6",), reference_solution=code)
+    (tmp_path / "solution.py").write_text(solution_source(problem))
+    (tmp_path / "test_solution.py").write_text(test_module(problem))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout
+
+
 def test_mbpp_debugging_tasks_are_split_by_mbpp_and_each_bug_fails_a_test(mbpp_dir, tmp_path, monkeypatch):
     require_bwrap()
     from lit_codeRL.problems.debug import load_debug_tasks

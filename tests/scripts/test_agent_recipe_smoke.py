@@ -108,6 +108,10 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     assert bc_swe["started_at"] >= bc_debug["started_at"] + bc_debug["eval_s"]
     assert rows[2]["debug"]["started_at"] >= max(rl["finished_at"], bc_swe["started_at"] + bc_swe["eval_s"])
     assert "--model.init_args.demonstrations.also" in bc["command"] and "swe:" in bc["command"]
+    # MBPP-train bugs as one-file SWE repositories (stage 0b) are SWE demonstrations too
+    mbpp_swe = tmp_path / "runs" / "synth_mbpp" / "swe" / "tasks.jsonl"
+    assert report["synth"]["mbpp_swe"]["tasks"] >= 1 and f"swe:{mbpp_swe}" in bc["command"]
+    assert {json.loads(line)["split"] for line in mbpp_swe.read_text().splitlines()} == {"train"}
     # two bugs a training problem for BC and RL; the held-out tasks stay one a problem (above)
     assert f"demonstrations.source 'debug:mbpp:{data}?per_problem=2'" in bc["command"]
     assert f"problems.source 'debug:mbpp:{data}?per_problem=2'" in rl["command"]

@@ -34,7 +34,12 @@ def test_the_agent_recipe_runs_only_when_named_and_reads_the_staged_tasks(tmp_pa
     tasks = tmp_path / "lcr_stage" / "agent_recipe" / "synth" / "swe" / "tasks.jsonl"
     tasks.parent.mkdir(parents=True)
     tasks.write_text("")
-    assert f"--swe-tasks {tasks}" in _plan(tmp_path, "--only", "agent_recipe")
+    plan = _plan(tmp_path, "--only", "agent_recipe")
+    assert f"--swe-tasks {tasks}" in plan and "--swe-mbpp-tasks" not in plan
+    mbpp_swe = tmp_path / "lcr_stage" / "agent_recipe" / "synth_mbpp" / "swe" / "tasks.jsonl"
+    mbpp_swe.parent.mkdir(parents=True)
+    mbpp_swe.write_text("")
+    assert f"--swe-mbpp-tasks {mbpp_swe}" in _plan(tmp_path, "--only", "agent_recipe")
 
 
 def test_staged_evaluations_are_reused_and_the_recipe_files_come_back_flat(tmp_path, monkeypatch):

@@ -110,9 +110,6 @@ class FirstLook:
         return f"I will look at {self.path} around line {self.line}.\n<execute>{self._view(self.first, self.last)}</execute>"
 
     def __call__(self, observation: str) -> list[str]:
-        return self.actions(observation)
-
-    def actions(self, observation: str) -> list[str]:
         frame = last_source_frame(observation)
         if frame is not None and frame[0] == self.path:
             at = frame[1]

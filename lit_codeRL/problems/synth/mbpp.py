@@ -19,6 +19,7 @@ bugs is cached per MBPP file and settings, so every run of a config trains on th
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -42,7 +43,7 @@ SOLUTION = "solution.py"
 TESTS = "test_solution.py"
 SCREEN_TIMEOUT_S = 2.0
 """A mutant whose asserts take longer (an off-by-one that never ends a loop) is dropped."""
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 """Part of the cache key: bump when what is generated for the same settings changes."""
 
 
@@ -60,9 +61,31 @@ class MBPPBugSettings:
     """Seeds the order in which each problem's candidates are tried."""
 
 
+def private_names(source: str) -> list[str]:
+    """The top-level names ``source`` defines that start with one underscore: ``import *`` leaves
+    them out, though a test of the program run with its asserts (MBPP 798's ``_sum``) calls them."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return sorted({n for n in names if n.startswith("_") and not n.startswith("__")})
+
+
 def test_module(problem: Problem) -> str:
-    """``test_solution.py``: the setup code, then one test function per assert."""
-    lines = ["from solution import *  # noqa: F403", ""]
+    """``test_solution.py``: every name of the solution, the setup code, then one test function
+    per assert."""
+    lines = ["from solution import *  # noqa: F403"]
+    private = private_names(solution_source(problem))
+    if private:
+        lines.append(f"from solution import {', '.join(private)}")
+    lines.append("")
     if problem.setup_code.strip():
         lines += [problem.setup_code.strip(), ""]
     for index, test in enumerate(problem.tests, 1):
