@@ -85,17 +85,22 @@ def test_the_called_function_is_one_the_file_defines_the_changed_one_first():
 
 
 def test_the_first_look_reads_the_output_and_falls_back_to_the_plain_view():
-    look = FirstLook("calckit/evaluator.py", 60, 57, 63, True, ("_apply", "evaluate"))
-    (near,) = look(PYTEST_RAISED)
-    assert near.startswith("The traceback ends in calckit/evaluator.py at line 63.")
-    assert parse_action(near).command == "view calckit/evaluator.py 57-63"
-    far = FirstLook("calckit/evaluator.py", 28, 25, 31, False)
-    (action,) = far(PYTEST_RAISED)
+    look = FirstLook("calckit/evaluator.py", 60, 57, 63, True, ("_apply", "evaluate"), (60, 60), 70)
+    (near,) = look(PYTEST_RAISED)  # the frame is line 63: the view is 63 - 7 to 63 + 3
+    assert near.startswith(
+        "The traceback ends in calckit/evaluator.py at line 63. I will look at lines 56-66,"
+    )
+    assert parse_action(near).command == "view calckit/evaluator.py 56-66"
+    at_the_end = FirstLook("calckit/evaluator.py", 63, 60, 64, True, (), (63, 63), 64)(PYTEST_RAISED)[0]
+    assert parse_action(at_the_end).command == "view calckit/evaluator.py 56-64"  # not past the last line
+    far = FirstLook("calckit/evaluator.py", 28, 25, 31, False, (), (28, 28), 70)
+    (action,) = far(PYTEST_RAISED)  # the change is outside the frame's window: the change's own
+    assert action.startswith("The traceback ends in calckit/evaluator.py at line 63. I will look at")
     assert (
         "around line 28" in action and parse_action(action).command == "sed -n '25,31p' calckit/evaluator.py"
     )
-    widened = FirstLook("calckit/evaluator.py", 55, 52, 58, True)(PYTEST_RAISED)[0]
-    assert parse_action(widened).command == "view calckit/evaluator.py 52-63"  # shows the frame's line too
+    below = FirstLook("calckit/evaluator.py", 66, 63, 69, True, (), (66, 67), 70)(PYTEST_RAISED)[0]
+    assert parse_action(below).command == "view calckit/evaluator.py 63-69"  # line 67 is past 63 + 3
     find, view = look(PYTEST_ASSERTED)
     assert (
         parse_action(find).command == "grep -rn --include='*.py' 'def evaluate(' ." and "`evaluate`" in find
@@ -228,4 +233,6 @@ def test_played_trajectories_open_only_paths_their_observations_showed(tmp_path,
             assert commands[1] == "grep -rn --include='*.py' 'def normalise(' ."
             assert "normalise(" in episode.observations[0] and "shapes/lib.py" not in episode.observations[0]
         else:
-            assert episode.actions[1].startswith("The traceback ends in shapes/lib.py at line 16.")
+            assert episode.actions[1].startswith(
+                "The traceback ends in shapes/lib.py at line 16. I will look at lines 9-19,"
+            )

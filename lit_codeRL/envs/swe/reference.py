@@ -288,7 +288,9 @@ def _file_actions(
         line = site.edits[-1].start + shift
         view = FirstLook(path, line, site.first + shift, site.last + shift, line_tools)
         if look and k == 0:
-            actions.append(replace(view, names=defined_functions(old_text, line)))
+            changed = (min(e.start for e in site.edits), max(max(e.end, e.start) for e in site.edits))
+            names = defined_functions(old_text, line)
+            actions.append(replace(view, names=names, changed=changed, num_lines=len(lines)))
         else:
             actions.append(view.fallback())
         for edit in site.edits:  # bottom-up, as the lines list is edited
