@@ -228,9 +228,13 @@ NOT_RUN: dict[str, str] = {
     "trains on one",
     "python scripts/agent_recipe.py": "a measurement: synthesis, BC, RL and held-out agent evaluations "
     "(hours on 2 cores); tests/scripts/test_agent_recipe_smoke.py",
+    "lit-coderl synth mbpp:../shared/data/mbpp --mbpp-split train --no-check --out "
+    "runs/agent_recipe/synth_mbpp": "the recipe's stage 0b (minutes: screens the MBPP-train solutions); "
+    "tests/scripts/test_agent_recipe_smoke.py runs the recipe",
     "lit-coderl fit --config configs/agent_recipe_bc.yaml --model.init_args.demonstrations.source "
-    "debug:mbpp:../shared/data/mbpp --model.init_args.demonstrations.also "
-    "[swe:runs/agent_recipe/synth/swe/tasks.jsonl]": "the recipe's stage 1; tests/scripts/test_agent_recipe_smoke.py",
+    "debug:mbpp:../shared/data/mbpp?per_problem=3 --model.init_args.demonstrations.also "
+    "[swe:runs/agent_recipe/synth/swe/tasks.jsonl, swe:runs/agent_recipe/synth_mbpp/swe/tasks.jsonl]": "the "
+    "recipe's stage 1; tests/scripts/test_agent_recipe_smoke.py",
     "lit-coderl fit --config configs/agent_recipe_rl.yaml --model.init_args.model.name_or_path "
     "runs/agent_recipe/bc/run/hf_model": "the recipe's stage 2; tests/scripts/test_agent_recipe_smoke.py",
     "lit-coderl validate --config configs/agent_recipe_eval.yaml --model.init_args.source "
