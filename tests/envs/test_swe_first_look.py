@@ -16,10 +16,10 @@ from lit_codeRL.envs.swe.locate import (
     FirstLook,
     called_name,
     defined_functions,
-    is_test_file,
     last_source_frame,
 )
 from lit_codeRL.envs.swe.reference import reference_episodes
+from lit_codeRL.grading._scan import is_test_path as is_test_file
 from lit_codeRL.problems.swe import SWETask, to_problem
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
 from tests.sandbox.conftest import require_bwrap

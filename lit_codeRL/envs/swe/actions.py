@@ -50,3 +50,14 @@ def parse_action(text: str, cut_off: bool = False) -> ParsedAction:
     if not command:
         return ParsedAction("empty_command", ignored_text=more)
     return ParsedAction("execute", command, ignored_text=more)
+
+
+def runs_as_written(action: str) -> bool:
+    """Whether the env would run the command between ``action``'s ``<execute>`` tags exactly as
+    written, and nothing else (a reference action must read back as the one it imitates)."""
+    start = action.find(EXECUTE_OPEN)
+    if start < 0 or not action.endswith(EXECUTE_CLOSE):
+        return False
+    parsed = parse_action(action)
+    command = action[start + len(EXECUTE_OPEN) : -len(EXECUTE_CLOSE)]
+    return parsed.kind == "execute" and parsed.command == command and not parsed.ignored_text

@@ -25,7 +25,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
+from lit_codeRL.envs.reference import ends_at_stop
+from lit_codeRL.envs.swe.actions import STOP_STRINGS, runs_as_written
+from lit_codeRL.grading._scan import is_test_path
 from lit_codeRL.sandbox.workspace_argv import REPO
 
 ABOVE_FRAME = 7
@@ -40,18 +42,6 @@ _PYTHON_FRAME = re.compile(r'^\s*File "([^"\n]+\.py)", line (\d+)', re.M)
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(|\.([A-Za-z_]\w*)\(")
 
 
-def is_test_file(path: str) -> bool:
-    """``tests/...``, ``test_*.py``, ``*_test.py`` and ``conftest.py``: not the code being fixed."""
-    parts = path.split("/")
-    name = parts[-1]
-    return (
-        any(p in ("test", "tests", "testing") for p in parts[:-1])
-        or name.startswith("test_")
-        or name.endswith("_test.py")
-        or name == "conftest.py"
-    )
-
-
 def last_source_frame(output: str) -> tuple[str, int] | None:
     """The last traceback frame in ``output`` in a repository file that is not a test file, as
     ``(path relative to the repository, line)``; ``None`` when there is none."""
@@ -63,7 +53,7 @@ def last_source_frame(output: str) -> tuple[str, int] | None:
                 path = path[len(REPO) + 1 :]
             if path.startswith("./"):
                 path = path[2:]
-            if path.startswith("/") or ".." in path.split("/") or is_test_file(path):
+            if path.startswith("/") or ".." in path.split("/") or is_test_path(path):
                 continue
             frames.append((match.start(), path, int(match.group(2))))
     if not frames:
@@ -146,11 +136,6 @@ class FirstLook:
 
 def _checked(actions: list[str], fallback: str) -> list[str]:
     """``actions`` when the env would run each as written and stop where it ends, else ``fallback``."""
-    for action in actions:
-        command = action[action.index("<execute>") + len("<execute>") : -len("</execute>")]
-        parsed = parse_action(action)
-        stops = [action.find(s) + len(s) for s in STOP_STRINGS if s in action]
-        ends = min(stops, default=-1) == len(action)
-        if parsed.kind != "execute" or parsed.command != command or parsed.ignored_text or not ends:
-            return [fallback]
-    return actions
+    if all(runs_as_written(a) and ends_at_stop(a, STOP_STRINGS) for a in actions):
+        return actions
+    return [fallback]

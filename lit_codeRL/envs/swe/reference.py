@@ -71,7 +71,7 @@ from lit_codeRL.envs.reference import (
     play_references,
     reason_lead,
 )
-from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
+from lit_codeRL.envs.swe.actions import STOP_STRINGS, runs_as_written
 from lit_codeRL.envs.swe.env import ContainerEnv, swe_task
 from lit_codeRL.envs.swe.locate import FirstLook, defined_functions
 from lit_codeRL.problems.record import Problem
@@ -349,10 +349,8 @@ def reference_actions(
     written = [a.fallback() if isinstance(a, FirstLook) else a for a in actions]
     imitable(written, STOP_STRINGS)
     for action in written[:-1]:
-        command = action[action.index("<execute>") + len("<execute>") : -len("</execute>")]
-        parsed = parse_action(action)
-        if parsed.kind != "execute" or parsed.command != command or parsed.ignored_text:
-            raise ValueError(f"the env would not run {command[:80]!r} as written")
+        if not runs_as_written(action):
+            raise ValueError(f"the env would not run {action.partition('<execute>')[2][:80]!r} as written")
     return actions
 
 
