@@ -255,6 +255,8 @@ NOT_RUN: dict[str, str] = {
     "tests/scripts/test_bench_ppo_step_smoke.py",
     "python scripts/bench_gateway.py": "a benchmark (gateway cost per call, batching, agent episodes per "
     "minute; minutes on the real model); tests/scripts/test_bench_gateway_smoke.py",
+    "python scripts/bench_debug_step.py": "a benchmark (a debugging-gym RL step with and without the "
+    "CPU-time limit, minutes); tests/scripts/test_bench_debug_step_smoke.py",
     "python3 -m venv ~/.cache/lit_coderl/agents/mini-swe-agent": "an install (mini-swe-agent's own venv); "
     "make test-deps runs it, tests/envs/test_harness_mini_swe_agent.py uses it",
     "python scripts/sampler_parity.py": "a measurement: REINFORCE and SPIRAL curves with a bf16 and an fp32 "

@@ -35,6 +35,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import signal
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -42,7 +43,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, WorkspaceError, open_workspace
+from lit_codeRL.sandbox.workspace import (
+    CPU_LIMIT_EXIT,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceError,
+    open_workspace,
+)
 
 RUNNER = Path(__file__).with_name("_runner.py")
 SCANNER = Path(__file__).with_name("_scan.py")
@@ -54,6 +61,8 @@ MAX_PATCH_BYTES = 16 << 20
 """Largest diff graded; a larger one is ``patch_failed`` without a run."""
 RESULTS_TMPFS_BYTES = 2 * MAX_PATCH_BYTES + 2 * MAX_RESULT_BYTES
 """Size cap of the results tmpfs: the graded code can write no more than this there."""
+CPU_LIMIT_REASON = "a process of the tests used up its CPU time"
+"""The ``timeout`` reason :func:`judge` gives a run a CPU-time limit stopped (the grader names the limit)."""
 
 
 class GradedTask(Protocol):
@@ -98,6 +107,8 @@ class SWEGrade:
     """Why the verdict is ``tamper`` (``shadows pytest: pytest.py``, ``internals: m.py: name
     get_objects``, ``canary: ...``)."""
     wall_s: float = 0.0
+    cpu_s: float | None = None
+    """CPU time of the grading run's processes (``None``: no run, or not known)."""
 
     @property
     def infra_error(self) -> bool:
@@ -118,6 +129,8 @@ class GradeRun:
     junit: bytes | None
     output: str = ""
     """The runner's own output (its errors; the tests' output goes to junit, never read)."""
+    cpu_s: float | None = None
+    """CPU time of every process of the run (``None``: not known)."""
 
 
 TAMPER_KINDS = ("shadows", "metadata", "native code", "bytecode", "internals", "run time", "canary")
@@ -201,9 +214,12 @@ def judge(
 
     ``report``: the runner's verified record (``None`` when missing or its signature is wrong);
     ``junit``: the junit XML bytes (``None`` when missing); ``exit_code``: the runner's exit code
-    as the sandbox observed it (``None``: killed at the time limit)."""
+    as the sandbox observed it (``None``: killed at the time limit). A run whose tests (or the
+    runner itself) a CPU-time limit stopped is a ``timeout`` too, unless it tampered."""
     if exit_code is None:
         return SWEGrade("timeout", 0.0, reason="the tests did not finish in time")
+    if report is None and exit_code == CPU_LIMIT_EXIT:
+        return SWEGrade("timeout", 0.0, reason=CPU_LIMIT_REASON)
     if report is None:
         return SWEGrade("no_results", 0.0, reason=f"no valid record of the run (exit code {exit_code})")
     try:
@@ -235,6 +251,8 @@ def _judge(
         return SWEGrade(verdict, 0.0, reason=str(report.get("detail", ""))[:500], restored=restored)
     if tamper:
         return tampered([])
+    if stage == "tests_finished" and report.get("returned") == -signal.SIGXCPU:
+        return SWEGrade("timeout", 0.0, reason=CPU_LIMIT_REASON, restored=restored)
     if stage != "tests_finished":
         return SWEGrade("no_results", 0.0, reason=f"the run stopped at stage {stage!r}", restored=restored)
     returned, exitstatus = report.get("returned"), report.get("exitstatus")
@@ -331,6 +349,11 @@ class SWEGrader:
             edit that makes the tests hang costs seconds, not ``timeout_s`` of the whole batch's
             wait. ``0`` grades every task with ``timeout_s``.
         min_timeout_s: The floor of that scaled limit (a loaded machine starts sandboxes slower).
+        min_cpu_s: Such a task's run also has a CPU-time limit per process: ``timeout_factor``
+            times the reference run's wall time, at least ``min_cpu_s``, at most the wall limit. A
+            loop that never ends burns CPU, so it stops there however loaded the machine is (the
+            wall-clock floor must leave room for slow sandbox starts; CPU time does not count
+            them). ``0``: no CPU limit.
         partial_credit: Reward the fraction of FAIL_TO_PASS tests passed when every PASS_TO_PASS
             test passes (``resolved`` still needs all).
         tamper_reward: Reward of the ``tamper`` verdict (default the failure reward, 0; a
@@ -346,22 +369,23 @@ class SWEGrader:
         tamper_reward: float = 0.0,
         timeout_factor: float = 10.0,
         min_timeout_s: float = 20.0,
+        min_cpu_s: float = 5.0,
     ) -> None:
         self.workspace = workspace or WorkspaceConfig()
         self.repos = repos
         self.timeout_s, self.partial_credit, self.tamper_reward = timeout_s, partial_credit, tamper_reward
-        self.timeout_factor, self.min_timeout_s = timeout_factor, min_timeout_s
-        self._reference_s: dict[Path, float | None] = {}
+        self.timeout_factor, self.min_timeout_s, self.min_cpu_s = timeout_factor, min_timeout_s, min_cpu_s
+        self._reference_s: dict[Path, tuple[float | None, float | None]] = {}
 
     @classmethod
     def from_settings(cls, settings: Any, repos: RepoSource) -> SWEGrader:
         """The grader an env's settings describe (``SWESettings``, ``DebugSettings``: their
         ``workspace``, ``grade_timeout_s``, ``grade_timeout_factor``, ``grade_min_timeout_s``,
-        ``partial_credit`` and ``tamper_reward``)."""
+        ``grade_min_cpu_s``, ``partial_credit`` and ``tamper_reward``)."""
         s = settings
         return cls(
             s.workspace, repos, s.grade_timeout_s, s.partial_credit, s.tamper_reward,
-            s.grade_timeout_factor, s.grade_min_timeout_s,
+            s.grade_timeout_factor, s.grade_min_timeout_s, s.grade_min_cpu_s,
         )  # fmt: skip
 
     def time_limit(self, task: GradedTask) -> float:
@@ -371,17 +395,36 @@ class SWEGrader:
             return self.timeout_s
         return min(self.timeout_s, max(self.min_timeout_s, self.timeout_factor * gold_s))
 
+    def cpu_limit(self, task: GradedTask) -> float | None:
+        """CPU seconds each process of one grading run of ``task`` may use (see ``min_cpu_s``):
+        ``timeout_factor`` times the CPU time of the reference run (its wall time is stretched by
+        whatever else the machine ran then), at least ``min_cpu_s``, at most the wall limit;
+        ``None``: no limit (the task was not validated here, or the limit is off)."""
+        gold_cpu_s = self.reference_cpu_seconds(task)
+        if gold_cpu_s is None or self.timeout_factor <= 0 or self.min_cpu_s <= 0:
+            return None
+        return min(self.time_limit(task), max(self.min_cpu_s, self.timeout_factor * gold_cpu_s))
+
     def reference_seconds(self, task: GradedTask) -> float | None:
         """Wall time of the reference patch's grading run when :meth:`validate` passed ``task`` on
         this machine (read from its marker), else ``None``."""
+        return self._reference(task)[0]
+
+    def reference_cpu_seconds(self, task: GradedTask) -> float | None:
+        """CPU time of that run's processes (see :meth:`reference_seconds`)."""
+        return self._reference(task)[1]
+
+    def _reference(self, task: GradedTask) -> tuple[float | None, float | None]:
+        """The wall and CPU seconds of the reference run its validation marker records."""
         marker = self._validation_marker(task)
         if marker not in self._reference_s:
             try:
-                gold_s = json.loads(marker.read_text()).get("gold_s")
+                record = json.loads(marker.read_text())
+                times = record.get("gold_s"), record.get("gold_cpu_s")
             except (OSError, ValueError, AttributeError):
-                return None  # not validated yet: asked again after validation
-            self._reference_s[marker] = (
-                float(gold_s) if isinstance(gold_s, int | float) and gold_s > 0 else None
+                return None, None  # not validated yet: asked again after validation
+            self._reference_s[marker] = tuple(  # type: ignore[assignment]
+                float(t) if isinstance(t, int | float) and t > 0 else None for t in times
             )
         return self._reference_s[marker]
 
@@ -399,16 +442,21 @@ class SWEGrader:
                 "patch_failed", 0.0, reason=f"the diff is {len(patch)} bytes (> {MAX_PATCH_BYTES})"
             )
         start = time.monotonic()
-        limit = self.time_limit(task)
+        limit, cpu = self.time_limit(task), self.cpu_limit(task)
         try:
-            run = self.run(task, patch, test_files(task), limit)
+            run = self.run(task, patch, test_files(task), limit, cpu)
         except WorkspaceError as e:  # the grading sandbox did not start: ours, not the agent's
             grade = SWEGrade("infra_error", 0.0, reason=f"{type(e).__name__}: {e}"[:500])
         else:
             grade = judge(task, run.exit_code, run.report, run.junit, self.partial_credit, self.tamper_reward)
+            grade.cpu_s = run.cpu_s
             if grade.verdict == "no_results" and run.output.strip():
                 grade.reason = f"{grade.reason}: {run.output.strip()[-300:]}"
-            if grade.verdict == "timeout":
+            if grade.verdict == "timeout" and grade.reason == CPU_LIMIT_REASON:
+                grade.reason = (
+                    f"a process of the tests used its {cpu:g} s of CPU time (a loop that never ends?)"
+                )
+            elif grade.verdict == "timeout":
                 grade.reason = f"the tests did not finish in {limit:g} s"
                 if limit < self.timeout_s:
                     gold_s = self.reference_seconds(task)
@@ -416,9 +464,17 @@ class SWEGrader:
         grade.wall_s = time.monotonic() - start
         return grade
 
-    def run(self, task: Any, patch: bytes, tests: Sequence[str], timeout_s: float | None = None) -> GradeRun:
+    def run(
+        self,
+        task: Any,
+        patch: bytes,
+        tests: Sequence[str],
+        timeout_s: float | None = None,
+        cpu_s: float | None = None,
+    ) -> GradeRun:
         """One grading run of ``patch`` (bytes) on ``task`` running the test files ``tests``,
-        killed after ``timeout_s`` (``None``: the grader's ``timeout_s``).
+        killed after ``timeout_s`` (``None``: the grader's ``timeout_s``); ``cpu_s``: each of its
+        processes stopped after that many CPU seconds (``None``: no such limit).
 
         Raises:
             WorkspaceError: the grading sandbox did not start (an infrastructure failure).
@@ -454,12 +510,15 @@ class SWEGrader:
                 f"python -I -S {RUNNER_MOUNT}/{RUNNER.name} {RESULTS_MOUNT}",
                 timeout=self.timeout_s if timeout_s is None else timeout_s,
                 max_output=2000,
+                cpu_s=cpu_s,
             )
             # every process of the run is gone now (the server kills them after each command):
             # what is on the results tmpfs stays as it is while it is read
             report = verify_report(_read_result(ws, "report.json"), key)
             junit = _read_result(ws, "junit.xml")
-        return GradeRun(None if out.timed_out else out.exit_code, report, junit, out.output[-1000:])
+        return GradeRun(
+            None if out.timed_out else out.exit_code, report, junit, out.output[-1000:], out.cpu_s
+        )
 
     def validate(self, task: GradedTask) -> str | None:
         """Why ``task`` cannot be trained on (``None``: it can): its reference patch must resolve
@@ -476,7 +535,8 @@ class SWEGrader:
         base = self.grade(task, "", run_empty=True)
         if base.resolved or base.infra_error:
             return f"the unchanged base commit is {base.verdict}"
-        marker.write_text(json.dumps({"gold_s": round(gold.wall_s, 3)}))
+        cpu = None if gold.cpu_s is None else round(gold.cpu_s, 3)
+        marker.write_text(json.dumps({"gold_s": round(gold.wall_s, 3), "gold_cpu_s": cpu}))
         return None
 
     def is_validated(self, task: GradedTask) -> bool:
@@ -501,8 +561,9 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 2
-"""Part of the validation cache key: bump when grading changes what a run decides."""
+VALIDATION_VERSION = 3
+"""Part of the validation cache key: bump when grading changes what a run decides (3: the marker
+records the reference run's CPU time, which the CPU-time limit scales)."""
 
 
 def _read_result(ws: Workspace, name: str) -> bytes | None:

@@ -35,6 +35,7 @@ import errno
 import fcntl
 import heapq
 import json
+import math
 import os
 import posixpath
 import re
@@ -153,16 +154,26 @@ def _kill_all(cfg: dict) -> None:
         time.sleep(0.001)
 
 
-def _limits(cfg: dict) -> None:
-    """In the forked child, before exec: the per-command rlimits."""
+def _limits(cfg: dict, cpu_s: float | None = None) -> None:
+    """In the forked child, before exec: the per-command rlimits. ``cpu_s``: CPU seconds each of
+    the command's processes may use (RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL a second
+    later), so a loop that never ends is stopped by the CPU it burns, not by a wall clock that a
+    loaded machine stretches."""
     mem = int(cfg["memory_mb"]) << 20
     disk = int(cfg["disk_mb"]) << 20
-    wanted = [(resource.RLIMIT_AS, mem), (resource.RLIMIT_FSIZE, disk), (resource.RLIMIT_CORE, 0)]
+    wanted = [
+        (resource.RLIMIT_AS, mem, mem),
+        (resource.RLIMIT_FSIZE, disk, disk),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
     if cfg.get("nproc"):
-        wanted.append((resource.RLIMIT_NPROC, int(cfg["nproc"])))
-    for res, value in wanted:
+        wanted.append((resource.RLIMIT_NPROC, int(cfg["nproc"]), int(cfg["nproc"])))
+    if cpu_s:
+        soft = max(1, math.ceil(cpu_s))
+        wanted.append((resource.RLIMIT_CPU, soft, soft + 1))
+    for res, soft, hard in wanted:
         try:
-            resource.setrlimit(res, (value, value))
+            resource.setrlimit(res, (soft, hard))
         except (ValueError, OSError):
             pass
 
@@ -361,6 +372,9 @@ class Session:
         self._pty_end()  # a debugger must not run (or write files) beside the command
         self.seq += 1
         self._home()
+        # every process of the command is reaped before it answers (by its parent, or by us as
+        # PID 1 / subreaper), so this delta is the CPU time of the command's whole tree
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
         state = os.path.join(self.cfg["state_dir"], f"s{self.seq}")
         _remove(state)  # a FIFO an earlier command planted at this path would hang the EXIT trap
         r, w = os.pipe()
@@ -380,7 +394,7 @@ class Session:
                 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 os.chdir(cwd)
-                _limits(self.cfg)
+                _limits(self.cfg, req.get("cpu_s"))
                 os.execve(argv[0], argv, env)
             except BaseException as e:  # noqa: BLE001 - never return into the server's loop
                 try:
@@ -422,6 +436,8 @@ class Session:
             pipe_open, total = _drain(r, head, tail, keep, total)
         os.close(r)
         wall = time.monotonic() - t0
+        now = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (now.ru_utime - used.ru_utime) + (now.ru_stime - used.ru_stime)
         if not timed_out:
             self._load_state(state)
         _remove(state)
@@ -436,6 +452,7 @@ class Session:
             "tail": base64.b64encode(bytes(tail)).decode(),
             "output_bytes": total,
             "wall_s": wall,
+            "cpu_s": cpu,
         }
 
     def _load_state(self, path: str) -> None:

@@ -70,11 +70,18 @@ from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 from lit_codeRL.sandbox.workspace_process import _popen, _Resources
 from lit_codeRL.sandbox.workspace_session import IO_TIMEOUT_S, START_TIMEOUT_S, Workspace
 from lit_codeRL.sandbox.workspace_toolchain import toolchain_dir
-from lit_codeRL.sandbox.workspace_types import CommandResult, PtyResult, WorkspaceDead, WorkspaceError
+from lit_codeRL.sandbox.workspace_types import (
+    CPU_LIMIT_EXIT,
+    CommandResult,
+    PtyResult,
+    WorkspaceDead,
+    WorkspaceError,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CPU_LIMIT_EXIT",
     "APPTAINER_PYTHON",
     "IO_TIMEOUT_S",
     "MOUNT",

@@ -107,12 +107,21 @@ class Workspace:
 
     # -- API -------------------------------------------------------------------------------------
 
-    def run(self, cmd: str, timeout: float | None = None, max_output: int | None = None) -> CommandResult:
+    def run(
+        self,
+        cmd: str,
+        timeout: float | None = None,
+        max_output: int | None = None,
+        cpu_s: float | None = None,
+    ) -> CommandResult:
         """Run ``cmd`` with ``bash -c`` in the session (cwd and exported variables carry over).
 
         Past ``timeout`` the command's whole process tree is killed (``exit_code`` None,
         ``timed_out``); past ``timeout + grace_s`` without an answer the whole session is killed:
-        the result says so and every later call raises :class:`WorkspaceDead`."""
+        the result says so and every later call raises :class:`WorkspaceDead`. ``cpu_s``: each of
+        the command's processes is stopped after that many CPU seconds (rounded up; SIGXCPU, so a
+        process it ends reports ``128 + SIGXCPU``, :data:`CPU_LIMIT_EXIT`), however loaded the
+        machine is; ``None``: only the wall clock."""
         t = float(timeout if timeout is not None else self.config.command_timeout_s)
         keep = int(max_output if max_output is not None else self.config.max_output_chars)
         t0 = time.monotonic()
@@ -120,9 +129,10 @@ class Workspace:
             if not self.alive:
                 raise WorkspaceDead(f"the workspace is dead: {self.dead_reason or 'closed'}")
             try:
-                reply = self._request(
-                    {"op": "run", "cmd": cmd, "timeout": t, "max_output": keep}, t + self.config.grace_s
-                )
+                request = {"op": "run", "cmd": cmd, "timeout": t, "max_output": keep}
+                if cpu_s:
+                    request["cpu_s"] = float(cpu_s)
+                reply = self._request(request, t + self.config.grace_s)
             except WorkspaceDead as e:
                 # the outer wall clock fired (timed out) or the server died under the command
                 outer = isinstance(e.__cause__, TimeoutError)
@@ -139,6 +149,7 @@ class Workspace:
             truncated=truncated,
             output_bytes=int(reply["output_bytes"]),
             wall_s=float(reply["wall_s"]),
+            cpu_s=float(reply["cpu_s"]) if "cpu_s" in reply else None,
         )
 
     def read_file(self, path: str, max_bytes: int = 1 << 20, *, confine: bool = True) -> bytes:

@@ -3,7 +3,11 @@ the errors a request raises. Shared by the session (``workspace_session.py``) an
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
+
+CPU_LIMIT_EXIT = 128 + signal.SIGXCPU
+"""The exit code of a command whose process a ``cpu_s`` limit stopped (the shell's 128 + SIGXCPU)."""
 
 
 class WorkspaceError(RuntimeError):
@@ -25,6 +29,9 @@ class CommandResult:
     output_bytes: int
     """How much the command printed in total (also what was cut)."""
     wall_s: float
+    cpu_s: float | None = None
+    """CPU time (user + system) of every process the command ran; ``None``: not known (the
+    session died under it)."""
 
 
 @dataclass

@@ -181,6 +181,36 @@ def test_a_hanging_edit_costs_a_multiple_of_the_reference_run_not_the_whole_limi
         env.close()
 
 
+def test_an_edit_that_loops_forever_costs_its_cpu_limit(tmp_path, median):
+    """The eval tool and the grade stop a busy loop at the grader's CPU-time limit
+    (``grade_min_cpu_s`` here) while the wall-clock floor is a minute, and the agent reads why."""
+    import time
+
+    require_bwrap()
+    settings = DebugSettings(
+        repo_cache=str(tmp_path), workspace={"backend": "bwrap"}, show_initial_eval=False,
+        eval_timeout_s=90, grade_timeout_s=90, grade_timeout_factor=2, grade_min_timeout_s=60,
+        grade_min_cpu_s=2,
+    )  # fmt: skip
+    env = DebugEnv(settings)
+    try:
+        assert env.validate_problems([median]) == [median]
+        cpu = env.grader.cpu_limit(env.task_of(median))
+        assert cpu is not None and 2 <= cpu < 20
+        _, state = start(env, median)
+        step(env, state, '<edit path="stats.py" lines="1-1">while True: pass\n</edit>')
+        t0 = time.monotonic()
+        out = step(env, state, "<eval/>")
+        assert time.monotonic() - t0 < cpu + 15 and not out.terminated
+        assert out.observation.endswith(f"[used {cpu:g} s of CPU time and was killed]"), out.observation
+        t0 = time.monotonic()
+        out = step(env, state, "<submit/>")
+        assert out.terminated and out.reward == 0.0 and out.info["verdict"] == "timeout"
+        assert time.monotonic() - t0 < cpu + 20
+    finally:
+        env.close()
+
+
 def test_rewrite_only_preset(tmp_path, median):
     require_bwrap()
     tools = PRESETS["rewrite"]

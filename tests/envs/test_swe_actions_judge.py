@@ -221,6 +221,33 @@ def test_missing_record_timeout_and_patch_failures_score_zero():
     assert judge(_task(), 2, collection_error, junit).reward == 0.0
 
 
+def test_a_run_a_cpu_limit_stopped_is_a_timeout_unless_it_tampered():
+    """The runner records pytest's child killed by SIGXCPU (``returned`` -24, whatever it had
+    reported passing by then); the runner itself stopped leaves no record and exits 152. Both are
+    ``timeout`` with reward 0; a tamper reason still decides first."""
+    import signal
+
+    from lit_codeRL.grading.repo import CPU_LIMIT_REASON
+    from lit_codeRL.sandbox.workspace import CPU_LIMIT_EXIT
+
+    passed = {A: "passed", P: "passed"}
+    junit = _junit(passed)
+    stopped = {**_report(passed, -signal.SIGXCPU, junit), "exitstatus": None}
+    grade = judge(_task(), 256 - signal.SIGXCPU, stopped, junit)
+    assert (grade.verdict, grade.reward, grade.resolved, grade.reason) == (
+        "timeout",
+        0.0,
+        False,
+        CPU_LIMIT_REASON,
+    )
+    assert judge(_task(), CPU_LIMIT_EXIT, None, None).verdict == "timeout"
+    assert judge(_task(), CPU_LIMIT_EXIT - 1, None, None).verdict == "no_results"
+    grade = judge(
+        _task(), 256 - signal.SIGXCPU, {**stopped, "tamper": ["internals: x.py: name _pytest"]}, junit
+    )
+    assert grade.verdict == "tamper"
+
+
 def test_tool_bundles_load_and_describe_themselves(tmp_path):
     from lit_codeRL.envs.swe.tools import load_tools
     from lit_codeRL.errors import ConfigError

@@ -20,6 +20,7 @@ ENVS = [(SWESettings, "env.swe"), (DebugSettings, "env.debug")]
         {"grade_timeout_s": 0},
         {"grade_timeout_factor": -1},
         {"grade_min_timeout_s": 0},
+        {"grade_min_cpu_s": -1},
         {"parallel": 0},
     ],
 )
@@ -37,6 +38,7 @@ def test_the_shared_knobs_reach_the_grader_with_each_envs_defaults(settings, key
         workspace={"backend": "bwrap"},  # a YAML block without a class path
         grade_timeout_factor=3.0,
         grade_min_timeout_s=7.0,
+        grade_min_cpu_s=2.5,
         tamper_reward=-1.0,
         partial_credit=True,
     )
@@ -48,5 +50,6 @@ def test_the_shared_knobs_reach_the_grader_with_each_envs_defaults(settings, key
         -1.0,
         True,
     )
+    assert grader.min_cpu_s == 2.5 and settings().grade_min_cpu_s == 5.0
     # a debugging program's tests run in seconds; a repository's suite gets longer
     assert grader.timeout_s == {"env.swe": 300.0, "env.debug": 120.0}[key]

@@ -559,3 +559,35 @@ def test_a_hanging_edit_is_cut_at_a_multiple_of_the_reference_run(
     unknown = dataclasses.replace(swe, instance_id="debug/never-validated")
     assert tight.time_limit(unknown) == 120
     assert SWEGrader(grader.workspace, grader.repos, timeout_s=120, timeout_factor=0).time_limit(swe) == 120
+
+
+def test_a_busy_loop_is_stopped_by_its_cpu_time_not_the_wall_clock(
+    shipped, validated, debug_sandbox, tmp_path
+):
+    """An edit that loops forever burns CPU: its grading run stops at the CPU-time limit
+    (``timeout_factor`` times the reference run, at least ``min_cpu_s``) although the wall-clock
+    floor is a minute; a ``timeout`` with the CPU named. A test that sleeps as long passes: only
+    CPU counts. The fix still resolves; ``min_cpu_s=0`` and an unvalidated task have no limit."""
+    import time
+
+    grader, root = debug_sandbox
+    task = _task(shipped, "cart")
+    swe = task.to_swe_task(root, grader)
+    cpu = SWEGrader(
+        grader.workspace, grader.repos, timeout_s=120, timeout_factor=2, min_timeout_s=60, min_cpu_s=2
+    )
+    gold_cpu_s = cpu.reference_cpu_seconds(swe)
+    assert gold_cpu_s is not None and 0 < gold_cpu_s < 10, "validate recorded the reference run's CPU time"
+    assert cpu.time_limit(swe) == 60
+    assert cpu.cpu_limit(swe) == max(2.0, 2 * gold_cpu_s) < 60
+    loop = {path: "while True:\n    pass\n" + content for path, content in task.fix.items()}
+    t0 = time.monotonic()
+    grade = cpu.grade(swe, _diff(swe, loop, tmp_path / "loop"))
+    assert grade.verdict == "timeout" and grade.reward == 0.0, grade
+    assert "CPU time" in grade.reason, grade.reason
+    assert time.monotonic() - t0 < 40, "stopped by its CPU time, not by the 60 s wall clock"
+    nap = {path: "import time\ntime.sleep(3)\n" + content for path, content in task.fix.items()}
+    assert cpu.grade(swe, _diff(swe, nap, tmp_path / "nap")).resolved, "waiting uses no CPU"
+    assert cpu.grade(swe, _diff(swe, task.fix, tmp_path / "fix")).resolved
+    assert SWEGrader(grader.workspace, grader.repos, min_cpu_s=0).cpu_limit(swe) is None
+    assert cpu.cpu_limit(dataclasses.replace(swe, instance_id="debug/never-validated")) is None

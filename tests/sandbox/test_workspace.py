@@ -24,6 +24,7 @@ import pytest
 
 from lit_codeRL.sandbox import backends
 from lit_codeRL.sandbox.workspace import (
+    CPU_LIMIT_EXIT,
     SERVER_IN,
     Workspace,
     WorkspaceConfig,
@@ -335,6 +336,33 @@ def test_command_that_never_returns(repo: Path, clean_host) -> None:
         assert ws.alive  # the inner timeout ended it, not the outer clock that kills the session
         _still_works(ws)
         assert "sleep" not in ws.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '").output
+    clean_host()
+
+
+def test_cpu_limit_stops_a_busy_loop_not_a_sleeper(repo: Path, clean_host) -> None:
+    """``cpu_s`` stops each process that burns that much CPU (an edit that loops forever), in
+    about that time and not at the wall clock; a process that waits as long is not touched; the
+    next command runs without the limit. Each result reports its processes' CPU time."""
+    import time
+
+    with open_workspace(CFG, repo) as ws:
+        t0 = time.monotonic()
+        r = ws.run("echo start; python3 -c 'while True: pass'; echo after", timeout=60, cpu_s=1)
+        assert time.monotonic() - t0 < 15 and not r.timed_out, r
+        assert r.output.startswith("start\n") and "CPU time limit exceeded" in r.output
+        assert r.output.endswith("after\n"), "only the looping process was stopped, not the shell"
+        r = ws.run("python3 -c 'while True: pass'", timeout=60, cpu_s=1)
+        assert r.exit_code == CPU_LIMIT_EXIT and not r.timed_out, r
+        r = ws.run("sleep 3; echo woke", timeout=60, cpu_s=1)
+        assert (r.exit_code, r.output) == (0, "woke\n"), r
+        assert r.cpu_s is not None and r.cpu_s < 1, "the result counts CPU time, not waiting"
+        r = ws.run(
+            "python3 -c 'import time; t = time.process_time()\nwhile time.process_time() - t < 3: pass\nprint(\"done\")'",
+            timeout=60,
+        )
+        assert (r.exit_code, r.output) == (0, "done\n"), "no cpu_s: no CPU limit left over"
+        assert 3 <= r.cpu_s < 6, "the command's CPU time, its child's included"
+        _still_works(ws)
     clean_host()
 
 

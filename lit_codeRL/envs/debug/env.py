@@ -48,6 +48,7 @@ from lit_codeRL.problems.debug import DebugTask, cache_root, debug_task, validat
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import RepoCache, SWETask
 from lit_codeRL.sandbox.workspace import (
+    CPU_LIMIT_EXIT,
     Workspace,
     WorkspaceDead,
     WorkspaceError,
@@ -196,7 +197,13 @@ class DebugEnv(WorkspaceEpisodeEnv):
         initial = ""
         if self.settings.show_initial_eval:
             if task.task_id not in self._initial and state.workspace is not None:
-                out = self._run(state, self._test_command(task), self.settings.eval_timeout_s, count=False)
+                out = self._run(
+                    state,
+                    self._test_command(task),
+                    self.settings.eval_timeout_s,
+                    count=False,
+                    cpu_s=self.grader.cpu_limit(state.task),
+                )
                 self._initial[task.task_id] = out
             if task.task_id in self._initial:
                 initial = f"The tests now give:\n{self._initial[task.task_id]}\n"
@@ -220,18 +227,29 @@ class DebugEnv(WorkspaceEpisodeEnv):
             starts.append(EpisodeStart(seen[key], state, {"task_id": key}))
         return starts
 
-    def _run(self, state: DebugState, cmd: str, timeout: float, count: bool = True) -> str:
-        """A process in the workspace (``eval``, ``bash``): it ends the debugger's session."""
+    def _run(
+        self, state: DebugState, cmd: str, timeout: float, count: bool = True, cpu_s: float | None = None
+    ) -> str:
+        """A process in the workspace (``eval``, ``bash``): it ends the debugger's session.
+        ``cpu_s``: CPU seconds each of its processes may use (``eval``: the grader's limit)."""
         assert state.workspace is not None
         budget = self.settings.trajectory_timeout_s - state.tool_s
         result = state.workspace.run(
-            cmd, timeout=max(0.1, min(timeout, budget)), max_output=self.settings.max_output_chars
+            cmd,
+            timeout=max(0.1, min(timeout, budget)),
+            max_output=self.settings.max_output_chars,
+            cpu_s=cpu_s,
         )
         if state.pdb is not None:
             state.pdb.stale()
         if count:
             state.tool_s += result.wall_s
-        status = "timed out and was killed" if result.timed_out else f"exit code {result.exit_code}"
+        if result.timed_out:
+            status = "timed out and was killed"
+        elif cpu_s and result.exit_code == CPU_LIMIT_EXIT:
+            status = f"used {cpu_s:g} s of CPU time and was killed"
+        else:
+            status = f"exit code {result.exit_code}"
         return f"{tests_output(result.output).rstrip() or '(no output)'}\n[{status}]"
 
     def _step(self, state: DebugState, action: Action) -> StepResult:
@@ -292,7 +310,9 @@ class DebugEnv(WorkspaceEpisodeEnv):
             return text, {"wall_s": round(result.wall_s, 3), "breakpoints": list(state.pdb.locations)}
         if call.tool == "eval":  # as long as a grading run may take, at most eval_timeout_s
             limit = min(s.eval_timeout_s, self.grader.time_limit(state.task))
-            return self._run(state, self._test_command(task), limit), {}
+            return self._run(
+                state, self._test_command(task), limit, cpu_s=self.grader.cpu_limit(state.task)
+            ), {}
         if call.tool == "bash":
             return self._run(state, args["command"], s.command_timeout_s), {}
         if call.tool == "listdir":
