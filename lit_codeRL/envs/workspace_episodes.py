@@ -64,10 +64,10 @@ class WorkspaceEnvSettings:
     grade_min_timeout_s: float = 20.0
     """The floor of that scaled limit (sandboxes start slower on a loaded machine)."""
     grade_min_cpu_s: float = 5.0
-    """Such a task's grading runs, and the debugging gym's ``eval``, also stop each process after
-    ``grade_timeout_factor`` times the reference run's wall time of CPU time, at least this many
-    seconds: an edit that loops forever costs seconds of the batch's wait even where the
-    wall-clock floor above must be long; ``0``: no CPU limit."""
+    """Such a task's grading runs, and the debugging gym's ``eval``, also stop each process that
+    uses ``grade_timeout_factor`` times the reference run's CPU time, at least this many seconds:
+    an edit that loops forever costs seconds of the batch's wait even where the wall-clock floor
+    above must be long; ``0``: no CPU limit."""
     tamper_reward: float = 0.0
     """Reward of an episode graded ``tamper`` (its diff shadows the toolchain, adds packaging
     metadata or reaches for reporter internals, or the run forged a pass: ``docs/swe.md``). The

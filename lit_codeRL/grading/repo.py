@@ -61,7 +61,7 @@ MAX_PATCH_BYTES = 16 << 20
 """Largest diff graded; a larger one is ``patch_failed`` without a run."""
 RESULTS_TMPFS_BYTES = 2 * MAX_PATCH_BYTES + 2 * MAX_RESULT_BYTES
 """Size cap of the results tmpfs: the graded code can write no more than this there."""
-CPU_LIMIT_REASON = "a process of the tests used up its CPU time"
+CPU_LIMIT_REASON = "a process of the tests was stopped for its CPU time (SIGXCPU)"
 """The ``timeout`` reason :func:`judge` gives a run a CPU-time limit stopped (the grader names the limit)."""
 
 
@@ -350,7 +350,7 @@ class SWEGrader:
             wait. ``0`` grades every task with ``timeout_s``.
         min_timeout_s: The floor of that scaled limit (a loaded machine starts sandboxes slower).
         min_cpu_s: Such a task's run also has a CPU-time limit per process: ``timeout_factor``
-            times the reference run's wall time, at least ``min_cpu_s``, at most the wall limit. A
+            times the reference run's CPU time, at least ``min_cpu_s``, at most the wall limit. A
             loop that never ends burns CPU, so it stops there however loaded the machine is (the
             wall-clock floor must leave room for slow sandbox starts; CPU time does not count
             them). ``0``: no CPU limit.
@@ -453,9 +453,10 @@ class SWEGrader:
             if grade.verdict == "no_results" and run.output.strip():
                 grade.reason = f"{grade.reason}: {run.output.strip()[-300:]}"
             if grade.verdict == "timeout" and grade.reason == CPU_LIMIT_REASON:
-                grade.reason = (
-                    f"a process of the tests used its {cpu:g} s of CPU time (a loop that never ends?)"
-                )
+                if cpu is not None:  # else the code sent itself SIGXCPU: the reason says only that
+                    grade.reason = (
+                        f"a process of the tests used its {cpu:g} s of CPU time (a loop that never ends?)"
+                    )
             elif grade.verdict == "timeout":
                 grade.reason = f"the tests did not finish in {limit:g} s"
                 if limit < self.timeout_s:

@@ -589,5 +589,12 @@ def test_a_busy_loop_is_stopped_by_its_cpu_time_not_the_wall_clock(
     nap = {path: "import time\ntime.sleep(3)\n" + content for path, content in task.fix.items()}
     assert cpu.grade(swe, _diff(swe, nap, tmp_path / "nap")).resolved, "waiting uses no CPU"
     assert cpu.grade(swe, _diff(swe, task.fix, tmp_path / "fix")).resolved
-    assert SWEGrader(grader.workspace, grader.repos, min_cpu_s=0).cpu_limit(swe) is None
+    unlimited = SWEGrader(grader.workspace, grader.repos, min_cpu_s=0)
+    assert unlimited.cpu_limit(swe) is None
+    # code that sends itself SIGXCPU with no limit set: a timeout, the reason says no limit
+    xcpu = {
+        path: "import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)\n" + c for path, c in task.fix.items()
+    }
+    grade = unlimited.grade(swe, _diff(swe, xcpu, tmp_path / "xcpu"))
+    assert grade.verdict == "timeout" and grade.reward == 0.0 and "SIGXCPU" in grade.reason, grade
     assert cpu.cpu_limit(dataclasses.replace(swe, instance_id="debug/never-validated")) is None
