@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -47,17 +49,18 @@ from lit_codeRL.problems.debug import debug_task  # noqa: E402
 from lit_codeRL.problems.record import Problem  # noqa: E402
 from lit_codeRL.problems.registry import load_problems  # noqa: E402
 
-RL_ENV = {"tools": "debug", "max_output_chars": 800, "eval_timeout_s": 20, "trajectory_timeout_s": 300}
-"""``env.debug`` of configs/agent_recipe_rl.yaml (grading knobs at their defaults)."""
+RL_CONFIG = REPO / "configs" / "agent_recipe_rl.yaml"
+RL_ENV: dict = yaml.safe_load(RL_CONFIG.read_text())["model"]["init_args"]["env"]["debug"]
+"""``env.debug`` of the recipe's RL config, read from it (knobs it does not set at their defaults)."""
 
 
 def script(problem: Problem, hang: bool, tools: tuple[str, ...]) -> list[str]:
     """view, edit (the reference fix, or a loop at the top of the file), eval, eval."""
-    actions = reference_actions(debug_task(problem), tools, output_shown=True)
-    view, edit = actions[0], actions[1]
+    task = debug_task(problem)
+    view, edit = reference_actions(task, tools, output_shown=True)[:2]
     if hang:
-        path = next(iter(debug_task(problem).fix))
-        first = debug_task(problem).files[path].splitlines(keepends=True)[0]
+        path = next(iter(task.fix))
+        first = task.files[path].splitlines(keepends=True)[0]
         edit = f'I will change line 1.\n<edit path="{path}" lines="1-1">\nwhile True: pass\n{first}</edit>'
     return [view, edit, "<eval/>", "<eval/>"]
 

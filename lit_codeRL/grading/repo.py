@@ -423,9 +423,8 @@ class SWEGrader:
                 times = record.get("gold_s"), record.get("gold_cpu_s")
             except (OSError, ValueError, AttributeError):
                 return None, None  # not validated yet: asked again after validation
-            self._reference_s[marker] = tuple(  # type: ignore[assignment]
-                float(t) if isinstance(t, int | float) and t > 0 else None for t in times
-            )
+            wall, cpu = (float(t) if isinstance(t, int | float) and t > 0 else None for t in times)
+            self._reference_s[marker] = wall, cpu
         return self._reference_s[marker]
 
     def grade(self, task: GradedTask, diff: str | bytes, run_empty: bool = False) -> SWEGrade:
