@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import recipe_stages as stages  # scripts/ is on sys.path when a script runs
-from recipe_stages import REPO, logger_args, paired, reused_stage
+from recipe_stages import REPO, against_earlier, logger_args, paired, reused_stage
 
 
 def cli(args: list[str], log: Path | None = None) -> tuple[str, float]:
@@ -255,6 +255,13 @@ def main() -> None:
         "device session saves the minutes of BC's evaluations; on a CPU the two share its cores); "
         "its output goes to <out-dir>/eval/bc/overlapped.log",
     )
+    parser.add_argument(
+        "--compare-with",
+        default=None,
+        help="an earlier report of this script: each stage is also compared with the same stage "
+        "there, on the held-out tasks both scored (exact McNemar), e.g. after a change of the "
+        "recipe's data or the env's tools",
+    )
     parser.add_argument("--skip-base", action="store_true")
     parser.add_argument("--base-model", default="smollm2-135m-instruct")
     parser.add_argument("--out", default=str(REPO / "bench_results" / "agent_recipe.json"))
@@ -386,6 +393,9 @@ def main() -> None:
             comparisons[f"{rows[i]['after']} vs {rows[i - 1]['after']} ({key})"] = paired(
                 rows[i][key], rows[i - 1][key]
             )
+    if args.compare_with:
+        earlier = Path(args.compare_with)
+        comparisons.update(against_earlier(rows, json.loads(earlier.read_text()), earlier.stem))
     total = time.time() - start
 
     print(f"\n[agent_recipe] total wall {total / 60:.1f} min")

@@ -411,6 +411,10 @@ def gpu_test_files() -> list[str]:
     return found or ["tests"]
 
 
+EARLIER_RECIPE = Path(__file__).resolve().parents[1] / "bench_results" / "agent_recipe_gpu_h200_run2.json"
+"""The H200 run the next one is compared with, stage by stage, on the same held-out tasks."""
+
+
 def agent_recipe_cmd(out_dir: Path) -> list[str]:
     """#49's recipe at full scale (base, BC, BC + RL on 200 held-out MBPP debugging tasks and every
     held-out synthesized SWE task), on the tasks synthesized on the dev machine where staged."""
@@ -426,6 +430,8 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
         "--overlap-eval",
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
         *(["--swe-mbpp-tasks", str(mbpp_swe)] if mbpp_swe.is_file() else []),
+        # the last full run on the same held-out tasks, with line-number edits (before <replace>)
+        *(["--compare-with", str(EARLIER_RECIPE)] if EARLIER_RECIPE.is_file() else []),
         # 20 episodes a batch leave a GPU idle between sandbox steps; 100 keep 16 cores of sandboxes
         # busy, with as many workspace operations at once as there are cores (the envs' default is 8)
         "--eval-args", f"--model.init_args.batch_size 100 --model.init_args.debug.parallel {cores} "

@@ -74,3 +74,35 @@ def paired(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any] | None:
     a, b = set(new["solved"]), set(old["solved"])
     gained, lost = len(a - b), len(b - a)
     return {"gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact_p(gained, lost)}
+
+
+def against_earlier(rows: list[dict[str, Any]], earlier: dict[str, Any], name: str) -> dict[str, Any]:
+    """Each row of this run against the row of the same stage in an ``earlier`` report, env by env,
+    on the held-out tasks both scored (their ``task_ids``): what a change between the runs (the
+    recipe's data, the env's tools) did, with the same exact McNemar test. A stage or env the
+    earlier report lacks, or one without task ids, is left out."""
+    out: dict[str, Any] = {}
+    before = {row["after"]: row for row in earlier.get("rows", [])}
+    for row in rows:
+        old_row = before.get(row["after"], {})
+        for key, new in row.items():
+            old = old_row.get(key)
+            if not isinstance(new, dict) or not isinstance(old, dict):
+                continue
+            if not {"task_ids", "solved"} <= new.keys() or not {"task_ids", "solved"} <= old.keys():
+                continue
+            common = set(new["task_ids"]) & set(old["task_ids"])
+            result = paired(
+                {"solved": [t for t in new["solved"] if t in common]},
+                {"solved": [t for t in old["solved"] if t in common]},
+            )
+            assert result is not None
+            solved_new = len(set(new["solved"]) & common)
+            solved_old = len(set(old["solved"]) & common)
+            out[f"{row['after']} vs {row['after']} of {name} ({key})"] = {
+                **result,
+                "tasks": len(common),
+                "resolved": solved_new,
+                "resolved_before": solved_old,
+            }
+    return out

@@ -21,6 +21,10 @@ def edit(lines: str, content: str, lead: str = "") -> str:
     return f'{lead}I will change lines {lines} of calc.py.\n<edit path="calc.py" lines="{lines}">\n{content}\n</edit>'
 
 
+def replace(old: str, new: str, lead: str = "") -> str:
+    return f'{lead}I will change calc.py.\n<replace path="calc.py">\n<old>{old}</old>\n<new>{new}</new>\n</replace>'
+
+
 @pytest.mark.parametrize(
     ("actions", "expected"),
     [
@@ -53,6 +57,19 @@ def edit(lines: str, content: str, lead: str = "") -> str:
             FirstEdit(edited=True, on_bug_line=True, right=True),
         ),
         (['<edit path="other.py" lines="1-1">\nx = 1\n</edit>'], FirstEdit(edited=True)),  # not a fixed file
+        (  # knew what, not where: the right change named, another line edited
+            [edit("1-1", "def scale(values, factor):", "In line 1, `+` should be `*`. ")],
+            FirstEdit(edited=True, named=True, named_right_elsewhere=True),
+        ),
+        (  # a replace quoting the buggy line, with the fix and its name (no line number)
+            [replace("v + factor", "v * factor", "`+` should be `*`. ")],
+            FirstEdit(edited=True, on_bug_line=True, right=True, named=True, named_right=True),
+        ),
+        (  # a replace quoting another line, the right change named
+            [replace("(values, factor)", "(values, factor=1)", "`+` should be `*`. ")],
+            FirstEdit(edited=True, named=True, named_right=True, named_right_elsewhere=True),
+        ),
+        ([replace("not in the file", "x")], FirstEdit(edited=True)),  # found nowhere: changed nothing
     ],
 )
 def test_the_first_edit_is_measured_against_the_fix(actions, expected):
@@ -66,13 +83,14 @@ def test_every_shipped_reference_trajectory_edits_right_and_names_the_bug():
     for problem in load_problems("debug", "all"):
         task = debug_task(problem)
         actions = reference_actions(task, TOOLS, output_shown=True, explain=True)
-        edits = [a for a in actions if "<edit" in a or "<rewrite" in a]
+        edits = [a for a in actions if "<edit" in a or "<replace" in a or "<rewrite" in a]
         measured = first_edit(task, actions, TOOLS)
         assert measured.edited and measured.on_bug_line, task.task_id
         if len(edits) == 1:
             seen += 1
             assert measured.right, task.task_id
-            assert measured.named_right == edits[0].startswith(("In line", "After line")), task.task_id
+            assert measured.named_right == edits[0].startswith(("`", "The line")), task.task_id
+            assert not measured.named_right_elsewhere, task.task_id
     assert seen >= 8
 
 
@@ -97,4 +115,5 @@ def test_actions_come_back_from_a_dumped_transcript_and_are_counted():
         "right": 1,
         "named": 0,
         "named_right": 0,
+        "named_right_elsewhere": 0,
     }

@@ -99,21 +99,23 @@ def test_every_injected_bug_of_every_kind_is_named_by_what_the_lines_hold():
 TASK = RECOVERY_TASK  # scale: `+` where the fix has `*`
 
 
-def test_explained_actions_differ_from_the_plain_ones_only_by_the_reason():
-    plain, explained = (debug_actions(TASK, PRESETS["debug"], explain=e) for e in (False, True))
-    assert explained[2] == "In line 2, `+` should be `*`. " + plain[2]
+@pytest.mark.parametrize(("preset", "where"), [("lines", "In line 2, "), ("debug", "")])
+def test_explained_actions_differ_from_the_plain_ones_only_by_the_reason(preset, where):
+    """With line-number edits the reason says the line; before a ``<replace>`` (which quotes the
+    place) it does not."""
+    tools = PRESETS[preset]
+    plain, explained = (debug_actions(TASK, tools, explain=e) for e in (False, True))
+    assert explained[2] == f"{where}`+` should be `*`. " + plain[2]
     assert [a for k, a in enumerate(explained) if k != 2] == [a for k, a in enumerate(plain) if k != 2]
-    assert (
-        parse_tool_call(explained[2], PRESETS["debug"]).args
-        == parse_tool_call(plain[2], PRESETS["debug"]).args
-    )
+    assert parse_tool_call(explained[2], tools).args == parse_tool_call(plain[2], tools).args
     (wrong_plain, fix_plain), (wrong, fix) = (
-        [recovery_actions(TASK, PRESETS["debug"], explain=e)[0][k] for k in (2, 4)] for e in (False, True)
+        [recovery_actions(TASK, tools, explain=e)[0][k] for k in (2, 4)] for e in (False, True)
     )
-    bad = parse_tool_call(wrong, PRESETS["debug"]).args["content"].strip()
+    args = parse_tool_call(wrong, tools).args
+    bad = (args["content"] if preset == "lines" else args["new"]).strip()
     # the wrong edit says what it (wrongly) changes; the fix after it, what it changes back
-    assert wrong.startswith("In line 2, `+` should be `") and wrong.endswith(wrong_plain)
-    assert fix.startswith(STILL_FAILING + "In line 2, `") and fix.endswith(
+    assert wrong.startswith(f"{where}`+` should be `") and wrong.endswith(wrong_plain)
+    assert fix.startswith(f"{STILL_FAILING}{where}`") and fix.endswith(
         "` should be `*`. " + fix_plain[len(STILL_FAILING) :]
     )
     assert bad != "return [v * factor for v in values]"
@@ -130,7 +132,8 @@ def test_mbpp_debugging_trajectories_with_reasons_resolve_and_name_the_fixed_lin
     mbpp_dir, tmp_path, monkeypatch, debug_settings
 ):
     """Synthesized MBPP debugging tasks played for real with ``explain``: every trajectory that
-    resolves without reasons resolves with them, and each reason's line is the edited one."""
+    resolves without reasons resolves with them, and each reason's code is in the ``<replace>``
+    after it: what it calls wrong in the quote, what it calls right (or missing) in the new text."""
     require_bwrap()
     from lit_codeRL.problems.registry import load_problems
 
@@ -149,12 +152,17 @@ def test_mbpp_debugging_trajectories_with_reasons_resolve_and_name_the_fixed_lin
     for ep in explained:
         for action in ep.actions:
             call = parse_tool_call(action, PRESETS["debug"])
-            if call.tool != "edit" or not action.startswith(("In line", "After line", STILL_FAILING + "In")):
+            lead = action.removeprefix(STILL_FAILING).split(" I will change", 1)[0]
+            if call.tool != "replace" or "`" not in lead:
                 continue
             reasons += 1
-            line = int(action.split("line ", 1)[1].split(",")[0].split(" ")[0])
-            first, last = map(int, call.args["lines"].split("-"))
-            assert first <= line <= last + ("After line" in action), action
+            assert "line" not in lead.replace("The line ", ""), action  # no line number
+            spans = lead.split("`")[1::2]
+            if "is missing" in lead:
+                assert spans[0] in call.args["new"] and spans[0] not in call.args["old"], action
+            else:
+                assert spans[0] in call.args["old"], action
+                assert "should not be there" in lead or spans[1] in call.args["new"], action
     assert reasons >= len(explained) // 2
 
 

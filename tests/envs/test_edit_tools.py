@@ -1,7 +1,8 @@
-"""The ``edit`` tool bundle (``env/tools/edit``: the debugging gym's ``view`` and ``edit`` as shell
-commands for the SWE env): numbered views, line-range replacements and insertions, and a defined
-refusal (nothing written) for every bad input; then every shipped SWE task's reference trajectory
-made with these commands, played for real in the sandbox, resolves."""
+"""The ``edit`` tool bundle (``env/tools/edit``: the debugging gym's ``view``, ``replace`` and
+``edit`` as shell commands for the SWE env): numbered views, quoted-text replacements, line-range
+replacements and insertions, and a defined refusal (nothing written) for every bad input; then
+every shipped SWE task's reference trajectory made with these commands, played for real in the
+sandbox, resolves."""
 
 from __future__ import annotations
 
@@ -32,6 +33,42 @@ def code(tmp_path: Path) -> Path:
 def test_the_bundle_loads_with_its_usage():
     (bundle,) = load_tools(["edit"])
     assert "view PATH [A-B]" in bundle.help_text() and "edit PATH A-B" in bundle.help_text()
+    assert "replace PATH" in bundle.help_text()
+
+
+def test_replace_changes_the_one_place_that_reads_the_quote(code):
+    done = tool("replace", "m.py", stdin=b"<old>y = x + 1</old>\n<new>y = x * 2</new>\n", cwd=code)
+    assert done.returncode == 0 and "2|     y = x * 2" in done.stdout.decode(), done.stderr
+    block = b"<old>\n    return y\n</old>\n<new>\n    return y + 1\n</new>\n"  # blocks on lines of their own
+    assert tool("replace", "m.py", stdin=block, cwd=code).returncode == 0
+    assert (code / "m.py").read_text() == "def f(x):\n    y = x * 2\n    return y + 1\n"
+    assert (
+        tool("replace", "m.py", stdin=b"<old>    return y + 1\n</old><new></new>", cwd=code).returncode == 0
+    )
+    assert (code / "m.py").read_text() == "def f(x):\n    y = x * 2\n"  # an empty <new> deletes
+
+
+@pytest.mark.parametrize(
+    ("path", "stdin", "rc", "said"),
+    [
+        ("m.py", b"<old>y</old><new>z</new>", 1, "2 times (lines 2, 3)"),
+        ("m.py", b"<old>y = x - 1</old><new>z</new>", 1, "copy it exactly"),
+        ("m.py", b"<old>2|     y = x + 1</old><new>z</new>", 1, "line numbers"),
+        ("m.py", b"<old></old><new>z</new>", 2, "is empty"),
+        ("m.py", b"<new>z</new><old>y</old>", 2, "<new> is missing"),
+        ("m.py", b"y = x * 2", 2, "<old> is missing"),
+        ("missing.py", b"<old>y</old><new>z</new>", 1, "No such file"),
+        ("bytes.py", b"<old>x</old><new>z</new>", 1, "not UTF-8"),
+        (".", b"<old>x</old><new>z</new>", 1, "directory"),
+    ],
+)
+def test_a_bad_replace_changes_nothing_and_says_why(code, path, stdin, rc, said):
+    (code / "bytes.py").write_bytes(b"x = '\xff\xfe'\n")
+    before = {p.name: p.read_bytes() for p in code.iterdir() if p.is_file()}
+    done = tool("replace", path, stdin=stdin, cwd=code)
+    assert done.returncode == rc and said in done.stderr.decode(), done.stderr
+    assert {p.name: p.read_bytes() for p in code.iterdir() if p.is_file()} == before
+    assert tool("replace", cwd=code).returncode == 2  # no path: usage
 
 
 def test_view_numbers_the_lines(code):
@@ -86,7 +123,7 @@ def test_view_shows_bytes_that_are_not_utf8_and_refuses_bad_ranges(code):
 
 
 def test_swe_reference_trajectories_with_the_line_tools_resolve(tmp_path_factory):
-    """Every shipped SWE task, its fix made with ``view`` and ``edit`` (the lead-ins naming the
+    """Every shipped SWE task, its fix made with ``view`` and ``replace`` (the lead-ins naming the
     bug), played in the real sandbox with the bundle on PATH: each one resolves."""
     require_bwrap()
     from lit_codeRL.envs.swe.actions import parse_action
@@ -105,9 +142,10 @@ def test_swe_reference_trajectories_with_the_line_tools_resolve(tmp_path_factory
         episodes = reference_episodes(env, problems, explain=True)
     assert all(e.resolved for e in episodes), [(e.task_id, e.verdict) for e in episodes if not e.resolved]
     commands = [parse_action(a).command or "" for e in episodes for a in e.actions]
-    edits = [c for c in commands if c.startswith("edit ")]
+    edits = [c for c in commands if c.startswith("replace ")]
     assert len(edits) >= 8 and not any(c.startswith(("sed ", "python3 -")) for c in commands)
     numkit = next(e for e in episodes if e.task_id == "lit-coderl__numkit-2")
-    assert any(a.startswith("In line 8, `<` should be `<=`. I will change lines 8-8") for a in numkit.actions)
+    assert any(a.startswith("`<` should be `<=`. I will change numkit/intervals.py.") for a in numkit.actions)
+    assert any("<old>if merged and start < merged[-1][1]:</old>" in a for a in numkit.actions)
     view = next(o for a, o in zip(numkit.actions, numkit.observations, strict=False) if "<execute>view " in a)
     assert " 8|         if merged and start < merged[-1][1]:" in view

@@ -19,7 +19,7 @@ from lit_codeRL.envs.debug.reference import STILL_FAILING, WHOLE_FILE_LINES, rec
 from lit_codeRL.envs.debug.reference import reference_actions as debug_actions
 from lit_codeRL.envs.debug.reference import reference_episode as debug_episode
 from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
-from lit_codeRL.envs.debug.tools import PRESETS, apply_edit, parse_tool_call, stop_strings
+from lit_codeRL.envs.debug.tools import PRESETS, apply_edit, apply_replace, parse_tool_call, stop_strings
 from lit_codeRL.envs.reference import ReferenceEpisode, edit_sites, line_edits
 from lit_codeRL.envs.settings import EnvSettings
 from lit_codeRL.envs.swe.actions import parse_action
@@ -114,8 +114,8 @@ def swe_shape(actions: list[str], test_command: str) -> str:
     return " ".join(kinds)
 
 
-DEBUG_SHAPE = re.compile(r"eval (view (edit )+)+eval submit")
-DEBUG_SHAPE_OUTPUT_SHOWN = re.compile(r"(view (edit )+)+eval submit")
+DEBUG_SHAPE = re.compile(r"eval (view ((edit|replace) )+)+eval submit")
+DEBUG_SHAPE_OUTPUT_SHOWN = re.compile(r"(view ((edit|replace) )+)+eval submit")
 """With ``show_initial_eval`` (the default) the first observation already holds the tests' output."""
 SWE_SHAPE = re.compile(r"test (view (edit )+)+test submit")
 
@@ -151,21 +151,50 @@ def test_each_debug_edit_uses_the_line_numbers_its_view_showed(debug_played):
                 shown = observation
 
 
-def test_the_debug_edits_make_the_fix_line_for_line():
-    """No sandbox: every shipped task's edits, applied in order by the gym's own edit function,
-    turn its files into its fix."""
+@pytest.mark.parametrize("preset", ["debug", "lines"])
+def test_the_debug_edits_make_the_fix_line_for_line(preset):
+    """No sandbox: every shipped task's edits (``<replace>`` where the env has it, else ``<edit>``),
+    applied in order by the gym's own functions, turn its files into its fix."""
+    tools = PRESETS[preset]
+    kinds = set()
     for task_id, problem in DEBUG_TASKS.items():
         task: DebugTask = problem.metadata["debug_task"]
         files = dict(task.files)
-        for action in debug_actions(task, PRESETS["debug"]):
-            call = parse_tool_call(action, PRESETS["debug"])
+        for action in debug_actions(task, tools):
+            call = parse_tool_call(action, tools)
+            kinds.add(call.tool)
             if call.tool == "edit":
                 files[call.args["path"]], error = apply_edit(
                     files[call.args["path"]], call.args["lines"], call.args["content"]
                 )
                 assert error is None, (task_id, error)
+            if call.tool == "replace":
+                files[call.args["path"]], error = apply_replace(
+                    files[call.args["path"]], call.args["old"], call.args["new"]
+                )
+                assert error is None, (task_id, error)
         for path, content in task.fix.items():
             assert files[path] == content, (task_id, path)
+    assert kinds - {"eval", "view", "submit", "rewrite"} == ({"replace"} if preset == "debug" else {"edit"})
+
+
+def test_each_replace_quotes_what_its_view_showed_with_no_line_number(debug_played):
+    """Under the default preset every shipped task is fixed with ``<replace>``: its ``<old>`` is text
+    the view before it showed (each line of it, numbers stripped) and the lead-in names no line."""
+    replaced = 0
+    for task_id, episode in debug_played.items():
+        shown = ""
+        for action, observation in zip(episode.actions, [*episode.observations, ""], strict=True):
+            call = parse_tool_call(action, PRESETS["debug"])
+            if call.tool == "replace":
+                replaced += 1
+                seen = [re.sub(r"^ *\d+\| ", "", line) for line in shown.splitlines()]
+                for line in call.args["old"].splitlines():
+                    assert any(line.strip() and line in s for s in seen) or not line.strip(), (task_id, line)
+                assert "line" not in action.split("<replace")[0], (task_id, action)
+            if call.tool == "view":
+                shown = observation
+    assert replaced >= len(debug_played)
 
 
 def test_the_rewrite_preset_gets_a_rewrite():
@@ -237,7 +266,7 @@ def test_a_fix_in_two_places_is_two_views_and_the_second_is_shifted():
     edits = line_edits(old, TWO_PLACES_FIX.splitlines(keepends=True))
     assert [(e.start, e.end, e.delta) for e in edits] == [(3, 3, 2), (48, 48, 0)]
     assert len(edit_sites(edits, len(old))) == 2
-    actions = debug_actions(two_places_task(), PRESETS["debug"])
+    actions = debug_actions(two_places_task(), PRESETS["lines"])
     assert debug_shape(actions) == "eval view edit view edit eval submit"
     assert "<view>calc.py 1-6</view>" in actions[1] and 'lines="3-3"' in actions[2]
     assert "<view>calc.py 47-50</view>" in actions[3] and 'lines="50-50"' in actions[4]
@@ -270,7 +299,7 @@ def test_a_short_file_is_viewed_whole_then_edited_bottom_up_with_the_numbers_it_
     8, below the first change's two new lines) keeps the number the view showed."""
     task = short_two_places_task()
     assert len(task.files["calc.py"].splitlines()) <= WHOLE_FILE_LINES
-    actions = debug_actions(task, PRESETS["debug"], output_shown=True)
+    actions = debug_actions(task, PRESETS["lines"], output_shown=True)
     assert debug_shape(actions) == "view edit edit eval submit"
     assert actions[0].endswith("<view>calc.py</view>")
     assert 'lines="8-8"' in actions[1] and "sum(values)\n" in actions[1]
@@ -296,7 +325,7 @@ def test_a_wrong_fix_plays_does_not_resolve_and_is_dropped(debug_settings, debug
     wrong = two_places_task(TWO_PLACES_FIX.replace("sum(values)", "sum(values) + 1"))
     episode = debug_episode(debug_env, wrong)
     assert not episode.resolved and episode.reward == 0.0 and episode.verdict == "unresolved"
-    assert debug_shape(episode.actions) == "view edit view edit eval submit"
+    assert debug_shape(episode.actions) == "view replace view replace eval submit"
     assert "failed" in episode.observations[-1]
     problems = [debug_problem(two_places_task()), debug_problem(wrong)]
     with caplog.at_level(logging.WARNING, logger="lit_codeRL.rollout.demonstrations"):
@@ -327,9 +356,9 @@ RECOVERY_TASK = DebugTask(
 
 
 def test_a_recovery_trajectory_makes_a_wrong_edit_of_the_fix_lines_then_the_fix():
-    actions, wrong = recovery_actions(RECOVERY_TASK, PRESETS["debug"], output_shown=True)
+    actions, wrong = recovery_actions(RECOVERY_TASK, PRESETS["lines"], output_shown=True)
     assert debug_shape(actions) == "view edit eval edit eval submit" and wrong == 1
-    first, second = (parse_tool_call(actions[k], PRESETS["debug"]).args for k in (1, 3))
+    first, second = (parse_tool_call(actions[k], PRESETS["lines"]).args for k in (1, 3))
     assert first["lines"] == second["lines"] == "2-2"
     assert second["content"] == "    return [v * factor for v in values]\n"  # the fix
     bad = first["content"]  # one mutation of the fixed line: neither the fix nor the bug
@@ -337,8 +366,15 @@ def test_a_recovery_trajectory_makes_a_wrong_edit_of_the_fix_lines_then_the_fix(
     assert bad.startswith("    return ") and bad.endswith("\n") and bad.count("\n") == 1
     assert actions[3].startswith(STILL_FAILING)
     # the same wrong edit on every call (seeded by the task id); an env without the output shown first
-    assert recovery_actions(RECOVERY_TASK, PRESETS["debug"], output_shown=True) == (actions, 1)
-    assert recovery_actions(RECOVERY_TASK, PRESETS["debug"])[0][1:] == actions
+    assert recovery_actions(RECOVERY_TASK, PRESETS["lines"], output_shown=True) == (actions, 1)
+    assert recovery_actions(RECOVERY_TASK, PRESETS["lines"])[0][1:] == actions
+    # with <replace>: the wrong line quoted as the file has it, then the wrong line quoted back
+    quoted, _ = recovery_actions(RECOVERY_TASK, PRESETS["debug"], output_shown=True)
+    assert debug_shape(quoted) == "view replace eval replace eval submit"
+    wrong_call, fix_call = (parse_tool_call(quoted[k], PRESETS["debug"]).args for k in (1, 3))
+    assert wrong_call["old"] == "return [v + factor for v in values]"
+    assert wrong_call["new"] == bad.strip() == fix_call["old"]
+    assert fix_call["new"] == "return [v * factor for v in values]"
     with pytest.raises(ValueError, match="not one edit"):
         recovery_actions(short_two_places_task(), PRESETS["debug"])  # two edits
     with pytest.raises(ValueError, match="more than 40 lines"):

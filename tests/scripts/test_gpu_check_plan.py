@@ -31,6 +31,8 @@ def test_the_agent_recipe_runs_only_when_named_and_reads_the_staged_tasks(tmp_pa
     assert "scripts/agent_recipe.py" in alone and "--debug-heldout 200" in alone
     assert "--overlap-eval" in alone  # BC is scored while RL trains: the GPU has room for both
     assert "--swe-tasks" not in alone  # nothing staged: the recipe synthesizes its own
+    # compared stage by stage with the last full H200 run on the same held-out tasks
+    assert "--compare-with " + str(REPO / "bench_results" / "agent_recipe_gpu_h200_run2.json") in alone
     tasks = tmp_path / "lcr_stage" / "agent_recipe" / "synth" / "swe" / "tasks.jsonl"
     tasks.parent.mkdir(parents=True)
     tasks.write_text("")
@@ -89,3 +91,35 @@ def test_staged_evaluations_are_reused_and_the_recipe_files_come_back_flat(tmp_p
     cores = max(8, min(32, os.cpu_count() or 8))  # as many workspace operations at once as cores
     assert f"--model.init_args.debug.parallel {cores}" in cmd[cmd.index("--eval-args") + 1]
     assert cmd[cmd.index("--rl-args") + 1] == f"--model.init_args.env.debug.parallel {cores}"
+
+
+def test_a_run_is_compared_with_an_earlier_report_on_the_tasks_both_scored():
+    """``scripts/agent_recipe.py --compare-with``: stage with stage, env with env, only over the
+    held-out tasks in both (here t1-t4; t5 and t0 are in one run each), hand-counted."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from recipe_stages import against_earlier
+
+    earlier = {
+        "rows": [
+            {"after": "BC", "debug": {"task_ids": ["t0", "t1", "t2", "t3", "t4"], "solved": ["t0", "t1"]}},
+            {"after": "BC + RL", "debug": {"resolved": 3}},  # no task ids: left out
+        ]
+    }
+    rows = [
+        {
+            "after": "BC",
+            "debug": {"task_ids": ["t1", "t2", "t3", "t4", "t5"], "solved": ["t2", "t3", "t4", "t5"]},
+        },
+        {"after": "BC + RL", "debug": {"task_ids": ["t1"], "solved": []}},
+        {"after": "base", "debug": {"task_ids": ["t1"], "solved": []}},  # not in the earlier report
+    ]
+    assert against_earlier(rows, earlier, "run2") == {
+        "BC vs BC of run2 (debug)": {
+            "gained": 3,  # t2, t3, t4
+            "lost": 1,  # t1
+            "mcnemar_p": 0.625,  # exact two-sided: 2 * P(X <= 1), X ~ Bin(4, 1/2) = 2 * 5/16
+            "tasks": 4,
+            "resolved": 3,
+            "resolved_before": 1,
+        }
+    }

@@ -6,13 +6,19 @@ policy had learned the trajectory's shape and often edited the buggy line, but w
 line there. :func:`first_edit` measures exactly that for one episode, :func:`behaviour_counts`
 for an evaluation, so every stage of ``scripts/agent_recipe.py`` reports it:
 
-* ``edited``: the episode made an ``<edit>`` (or ``<rewrite>``) at all;
+* ``edited``: the episode made an ``<edit>``, ``<replace>`` or ``<rewrite>`` at all;
 * ``on_bug_line``: its first edit replaces lines of a file the fix changes, among the lines the
-  fix changes (numbered as in the starting file);
+  fix changes (numbered as in the starting file; a ``<replace>``: the lines its quote covers; a
+  fix that inserts lines: either line beside them);
 * ``right``: the file after that edit is the fixed file (a task fixed in one edit);
-* ``named`` / ``named_right``: the edit's lead-in names a bug (``In line N, ...``, the form of
-  reference trajectories with ``demonstrations.explain``) / names the one
-  :func:`~lit_codeRL.envs.reference.edit_reason` gives for the fix.
+* ``named`` / ``named_right``: the edit's lead-in names a bug (``In line N, `a` should be `b`.``
+  or, before a ``<replace>``, ```a` should be `b`.``: the forms of reference trajectories with
+  ``demonstrations.explain``) / names the one :func:`~lit_codeRL.envs.reference.edit_reason`
+  gives for the fix;
+* ``named_right_elsewhere``: it names the fix's bug (its line number, if it gives one, aside) but
+  edits other lines: the policy knew what
+  to change but not where (33 of the 55 right names of BC on the H200 run, all ``<edit>`` by
+  line numbers: why ``<replace>`` quotes the place instead).
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from lit_codeRL.envs.debug.tools import apply_edit, line_range, parse_tool_call
-from lit_codeRL.envs.reference import edit_reason, line_edits
+from lit_codeRL.envs.debug.tools import apply_edit, apply_replace, line_range, parse_tool_call
+from lit_codeRL.envs.reference import LineEdit, edit_reason, line_edits
 from lit_codeRL.problems.debug_task import DebugTask
 
-_REASON = re.compile(r"^\s*((?:In|After) line \d+, .*?\.)\s", re.DOTALL)
+_REASON = re.compile(r"^\s*([^\n]*?`[^\n]*?\.) I will ")
+"""A lead-in that names a bug: a sentence quoting code, then the edit's ``I will ...``."""
 _TURN = re.compile(r"^\[turn \d+\]\n", re.MULTILINE)
 
 
@@ -38,6 +45,7 @@ class FirstEdit:
     right: bool = False
     named: bool = False
     named_right: bool = False
+    named_right_elsewhere: bool = False
 
 
 def transcript_actions(transcript: str) -> list[str]:
@@ -56,7 +64,7 @@ def first_edit(task: DebugTask, actions: Sequence[str], tools: tuple[str, ...]) 
         return FirstEdit()
     for action in actions:
         call = parse_tool_call(action, tools)
-        if not call.ok or call.tool not in ("edit", "rewrite"):
+        if not call.ok or call.tool not in ("edit", "replace", "rewrite"):
             continue
         path = str(call.args.get("path", ""))
         old, fixed = task.files.get(path), task.fix.get(path)
@@ -66,6 +74,12 @@ def first_edit(task: DebugTask, actions: Sequence[str], tools: tuple[str, ...]) 
         if call.tool == "rewrite":
             after, error = str(call.args.get("content", "")), None
             on_bug_line = True
+        elif call.tool == "replace":
+            quoted = str(call.args["old"])
+            after, error = apply_replace(old, quoted, str(call.args["new"]))
+            at = old.find(quoted)
+            start, end = old.count("\n", 0, at) + 1, old.count("\n", 0, at + len(quoted) - 1) + 1
+            on_bug_line = error is None and any(_touches(start, end, e) for e in fix_edits)
         else:
             spec = str(call.args.get("lines", ""))
             try:
@@ -73,17 +87,38 @@ def first_edit(task: DebugTask, actions: Sequence[str], tools: tuple[str, ...]) 
             except ValueError as err:  # a range that is not numbers
                 after, error = old, str(err)
             start, end = line_range(spec) if error is None else (0, -1)
-            on_bug_line = error is None and any(start <= e.end and e.start <= end for e in fix_edits)
+            on_bug_line = error is None and any(_touches(start, end, e) for e in fix_edits)
         said = _REASON.match(action)
-        expected = [edit_reason(e) for e in fix_edits]
+        expected = {edit_reason(e, numbered) for e in fix_edits for numbered in (True, False)} - {None}
+        named_right = bool(said) and said.group(1) in expected
+        what = bool(said) and _unnumbered(said.group(1)) in {_unnumbered(e) for e in expected}
         return FirstEdit(
             edited=True,
             on_bug_line=on_bug_line,
             right=error is None and after.rstrip("\n") == fixed.rstrip("\n"),
             named=bool(said),
-            named_right=bool(said) and said.group(1) in expected,
+            named_right=named_right,
+            named_right_elsewhere=what and not on_bug_line,
         )
     return FirstEdit()
+
+
+def _touches(start: int, end: int, fix: LineEdit) -> bool:
+    """Whether lines ``start..end`` are among the lines ``fix`` changes; for a fix that only
+    inserts lines (``line_edits`` anchors it on one unchanged line beside them), either line
+    beside the insertion counts: both are where it goes."""
+    first, last = fix.start, fix.end
+    kept = len(fix.old)
+    if len(fix.new) > kept and fix.new[:kept] == fix.old:  # inserted after the anchor
+        last += 1
+    elif len(fix.new) > kept and fix.new[-kept:] == fix.old:  # inserted before it
+        first -= 1
+    return start <= last and first <= end
+
+
+def _unnumbered(reason: str) -> str:
+    """A bug's name without where it is: ``In line 7, `a` should be `b`.`` -> ```a` should be `b`.``."""
+    return re.sub(r"^After line \d+, the line ", "The line ", re.sub(r"^In line \d+, ", "", reason))
 
 
 def behaviour_counts(edits: Iterable[FirstEdit]) -> dict[str, int]:

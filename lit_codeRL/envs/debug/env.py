@@ -4,7 +4,7 @@ An episode is one debugging task (``problems/debug.py``: a buggy program and its
 its own workspace session (``sandbox/workspace.py``: no network, bounded commands, the files on a
 tmpfs). Each turn the policy calls one tool (``tools.py``): ``pdb`` (a real ``python -m pdb``
 session over a pseudo-terminal inside the sandbox, running the tests, ``pdb_session.py``),
-``view``, ``edit``/``rewrite``, ``eval`` (the tests' output as the agent would see it), ``listdir``,
+``view``, ``replace``/``edit``/``rewrite``, ``eval`` (the tests' output as the agent would see it), ``listdir``,
 optionally ``bash``; ``submit`` ends the episode. The first observation holds the task, the files
 and the tests' output at the start (debug-gym runs ``eval`` at reset the same way).
 
@@ -33,6 +33,7 @@ from lit_codeRL.envs.debug.tools import (
     PRESETS,
     ToolCall,
     apply_edit,
+    apply_replace,
     line_range,
     numbered,
     parse_tool_call,
@@ -68,8 +69,9 @@ class DebugSettings(WorkspaceEnvSettings):
 
     config_key: ClassVar[str] = "env.debug"
 
-    tools: Literal["debug", "rewrite", "full"] = "debug"
-    """Tool preset: ``debug`` (pdb, view, edit, rewrite, eval, listdir, submit), ``rewrite``
+    tools: Literal["debug", "lines", "rewrite", "full"] = "debug"
+    """Tool preset: ``debug`` (pdb, view, replace, edit, rewrite, eval, listdir, submit),
+    ``lines`` (``debug`` without ``replace``: edits by line numbers only, the ablation), ``rewrite``
     (debug-gym's rewrite-only agent: view, rewrite, eval, listdir, submit; the ablation without a
     debugger), ``full`` (``debug`` plus ``bash``)."""
     pdb_timeout_s: float = 10.0
@@ -288,7 +290,11 @@ class DebugEnv(WorkspaceEpisodeEnv):
         except WorkspaceDead:
             raise
         except WorkspaceError as e:
-            hint = " (rewrite creates a file)" if call.tool == "edit" and "no such file" in str(e) else ""
+            hint = (
+                " (rewrite creates a file)"
+                if call.tool in ("edit", "replace") and "no such file" in str(e)
+                else ""
+            )
             return f"<{call.tool}> failed: {e}{hint}", {}
 
     def _tool(self, state: DebugState, call: ToolCall) -> tuple[str, dict[str, Any]]:
@@ -322,12 +328,17 @@ class DebugEnv(WorkspaceEpisodeEnv):
             data = self._read(ws, args["path"])
             first, last = line_range(args["lines"]) if "lines" in args else (1, None)
             return f"{args['path']}:\n{numbered(data, first, last, s.max_view_lines)}", {}
-        # edit / rewrite
+        # replace / edit / rewrite
         if call.tool == "rewrite":
             new, error = args["content"], None
         else:
-            old = self._read(ws, args["path"])
-            new, error = apply_edit(old, args["lines"], args["content"])
+            old = self._read_text(ws, args["path"])
+            if old is None:  # writing it back would re-encode every byte that is not UTF-8
+                return f"{args['path']} is not UTF-8 text: nothing changed (<rewrite> replaces it whole).", {}
+            if call.tool == "replace":
+                new, error = apply_replace(old, args["old"], args["new"])
+            else:
+                new, error = apply_edit(old, args["lines"], args["content"])
         if error:
             return error, {}
         ws.write_file(args["path"], new)
@@ -343,6 +354,14 @@ class DebugEnv(WorkspaceEpisodeEnv):
         """The file (inside the repository, no symlink followed, regular files only: the server
         refuses anything else with a message the agent sees) as text, bad bytes replaced."""
         return ws.read_file(path, max_bytes=READ_LIMIT).decode("utf-8", errors="replace")
+
+    @staticmethod
+    def _read_text(ws: Workspace, path: str) -> str | None:
+        """The file as :meth:`_read` reads it, or ``None`` when it is not UTF-8 text."""
+        try:
+            return ws.read_file(path, max_bytes=READ_LIMIT).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
 
     def episode_stats(self, state: DebugState) -> dict[str, Any]:
         return {

@@ -10,13 +10,18 @@ tool-call format, one call per turn, each after a one-sentence lead-in:
    prompt names no line, so the policy must learn to look before it edits); a longer file is
    viewed around each change (``<view>PATH A-B</view>``, ``SITE_CONTEXT`` lines above and below;
    one view per site, nearby changes share one);
-3. ``<edit path="PATH" lines="A-B">NEW LINES</edit>``: each change, bottom-up, so the line numbers
-   the view showed stay valid (in a long file, later sites are viewed after the earlier edits, with
-   the numbers the file has then). A file whose edits would write as many lines as the whole fixed
+3. ``<replace path="PATH"><old>QUOTE</old><new>NEW</new></replace>`` where the env has ``replace``
+   (the ``debug`` and ``full`` presets): each change quotes the lines it changes, grown until the
+   quote is unique (``envs/reference.py``'s ``text_replacement``), so the policy names the place by
+   copying what the view showed, not by a line number; else (the ``lines`` preset, or no unique
+   quote) ``<edit path="PATH" lines="A-B">NEW LINES</edit>``. Each change goes bottom-up, so the
+   line numbers the view showed stay valid (in a long file, later sites are viewed after the
+   earlier edits, with the numbers the file has then). A file whose edits would write as many lines as the whole fixed
    file, or more than ``MAX_EDITS`` of them, is rewritten (``<rewrite>``) instead; so is a new
    file, or every file when the preset has no ``edit`` (``env.debug.tools: rewrite``). With
    ``explain``, an edit's lead-in first names the bug (``envs/reference.py``'s ``edit_reason``:
-   ``In line 19, `//` should be `/`.``);
+   ```//` should be `/`.`` before a ``<replace>``, ``In line 19, `//` should be `/`.`` before an
+   ``<edit>``);
 4. ``<eval/>`` again;
 5. ``<submit/>``.
 
@@ -26,10 +31,11 @@ For example, ``debug/median`` (line 19 divides with ``//``)::
     <eval/>
     I will look at stats.py.
     <view>stats.py</view>
-    I will change lines 19-19 of stats.py.
-    <edit path="stats.py" lines="19-19">
-        return (ordered[middle - 1] + ordered[middle]) / 2
-    </edit>
+    I will change stats.py.
+    <replace path="stats.py">
+    <old>return (ordered[middle - 1] + ordered[middle]) // 2</old>
+    <new>return (ordered[middle - 1] + ordered[middle]) / 2</new>
+    </replace>
     I will run the tests again.
     <eval/>
     The tests pass. <submit/>
@@ -56,6 +62,7 @@ from lit_codeRL.envs.reference import (
     line_edits,
     play_references,
     reason_lead,
+    text_replacement,
 )
 from lit_codeRL.problems.debug import DebugTask, debug_problem, debug_task
 from lit_codeRL.problems.record import Problem
@@ -92,6 +99,8 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str], ex
             else f"I will look at {path} around line {edits[0].start}.\n<view>{path} {first}-{last}</view>"
         )
         return [view, f"I will rewrite {path} with the fix.\n" + _rewrite(path, new)]
+    # The file as each change finds it, for a change that quotes what it replaces (``replace``).
+    text = old if "replace" in tools else None
     if len(old_lines) <= WHOLE_FILE_LINES:
         # One view of the whole file, then every edit bottom-up: each line number an edit names is
         # the one that view showed. The policy sees no line number before it looks, so a window
@@ -99,7 +108,8 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str], ex
         actions = [_whole_view(path)]
         for site in reversed(sites):
             for edit in site.edits:
-                actions.append(_change(path, edit, explain))
+                action, text = _change(path, edit, explain, text=text)
+                actions.append(action)
         return actions
     actions, shift = [], 0
     for k, site in enumerate(sites):
@@ -110,17 +120,33 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str], ex
         )
         for edit in site.edits:  # bottom-up: the view's numbers stay valid
             at = dataclasses.replace(edit, start=edit.start + shift, end=edit.end + shift)
-            actions.append(_change(path, at, explain))
+            action, text = _change(path, at, explain, text=text)
+            actions.append(action)
         shift += site.delta
     return actions
 
 
-def _change(path: str, edit: LineEdit, explain: bool, again: str = "") -> str:
-    """The lead-in and the ``<edit>`` that writes ``edit.new`` over its lines; with ``explain``
-    the lead-in names the bug first, where there is a short way to say it."""
+def _change(
+    path: str, edit: LineEdit, explain: bool, again: str = "", text: str | None = None
+) -> tuple[str, str | None]:
+    """The lead-in and the call that writes ``edit.new`` over its lines, and the file after it.
+    With ``text`` (the file before it; ``None``: the env has no ``replace``) the call is a
+    ``<replace>`` quoting the changed lines (``text_replacement``), else (or when no quote of them
+    is unique) an ``<edit>`` of their numbers. With ``explain`` the lead-in names the bug first,
+    where there is a short way to say it (without a line number before a ``<replace>``)."""
+    quote = text_replacement(text, edit) if text is not None else None
+    after = None
+    if text is not None:
+        lines = text.splitlines(keepends=True)
+        after = "".join(lines[: edit.start - 1]) + "".join(edit.new) + "".join(lines[edit.end :])
+    if quote is not None:
+        lead = reason_lead(edit, explain, numbered=False)
+        return f"{lead}I will change {path}{again}.\n" + _replace(path, *quote), after
     lead = reason_lead(edit, explain)
     lines = f"{edit.start}-{edit.end}"
-    return f"{lead}I will change lines {lines} of {path}{again}.\n" + _edit(path, lines, "".join(edit.new))
+    return f"{lead}I will change lines {lines} of {path}{again}.\n" + _edit(
+        path, lines, "".join(edit.new)
+    ), after
 
 
 def _whole_view(path: str) -> str:
@@ -129,6 +155,13 @@ def _whole_view(path: str) -> str:
 
 def _edit(path: str, lines: str, content: str) -> str:
     return f'<edit path="{path}" lines="{lines}">\n{content}</edit>'
+
+
+def _replace(path: str, old: str, new: str) -> str:
+    def part(tag: str, text: str) -> str:  # the reader drops one newline after the opening tag
+        return f"<{tag}>{chr(10) if text.startswith(chr(10)) else ''}{text}</{tag}>"
+
+    return f'<replace path="{path}">\n{part("old", old)}\n{part("new", new)}\n</replace>'
 
 
 def _rewrite(path: str, content: str) -> str:
@@ -183,6 +216,8 @@ def _written(call: ToolCall) -> str:
         )
     if call.tool == "edit":
         return _edit(args["path"], args["lines"], args["content"])
+    if call.tool == "replace":
+        return _replace(args["path"], args["old"], args["new"])
     if call.tool == "rewrite":
         return _rewrite(args["path"], args["content"])
     return f"<{call.tool}/>"
@@ -222,12 +257,15 @@ def recovery_actions(
     (edit,) = edits
     wrong = _wrong_lines(new_lines, edit, task.task_id)
     a, b, c = edit.start, edit.end, edit.start + len(edit.new) - 1  # c: the fix's last line, in the file then
+    text = task.files[path] if "replace" in tools else None
+    wrong_edit, text = _change(path, LineEdit(a, b, edit.old, tuple(wrong)), explain, text=text)
+    fix, _ = _change(path, LineEdit(a, c, tuple(wrong), edit.new), explain, again=" again", text=text)
     actions = [
         *([] if output_shown else [EVAL]),
         _whole_view(path),
-        _change(path, LineEdit(a, b, edit.old, tuple(wrong)), explain),
+        wrong_edit,
         EVAL_AGAIN,
-        STILL_FAILING + _change(path, LineEdit(a, c, tuple(wrong), edit.new), explain, again=" again"),
+        STILL_FAILING + fix,
         EVAL_AGAIN,
         SUBMIT,
     ]

@@ -5,6 +5,9 @@ A turn holds one tool call, written as a tag (the format is in the prompt the ag
 * ``<pdb>COMMAND</pdb>``: one pdb command (``b solution.py:12``, ``c``, ``n``, ``s``, ``p x``, ``l``,
   ``w``, ``!expr``) in a debugger running the tests;
 * ``<view>FILE</view>`` or ``<view>FILE START-END</view>``: the file with line numbers;
+* ``<replace path="FILE"><old>TEXT</old><new>TEXT</new></replace>``: replace the one place in FILE
+  that reads TEXT exactly (no line numbers: where an edit goes is named by what is there, the way
+  SWE-agent's and aider's editors work; text found nowhere or more than once changes nothing);
 * ``<edit path="FILE" lines="START-END">NEW LINES</edit>``: replace lines START..END (1-based,
   inclusive; ``START = END + 1`` inserts before line START; ``lines="N"`` is one line);
 * ``<rewrite path="FILE">WHOLE FILE</rewrite>``: replace (or create) the whole file;
@@ -26,18 +29,21 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-TOOLS = ("pdb", "view", "edit", "rewrite", "eval", "listdir", "bash", "submit")
+TOOLS = ("pdb", "view", "replace", "edit", "rewrite", "eval", "listdir", "bash", "submit")
 PRESETS: dict[str, tuple[str, ...]] = {
-    "debug": ("pdb", "view", "edit", "rewrite", "eval", "listdir", "submit"),
+    "debug": ("pdb", "view", "replace", "edit", "rewrite", "eval", "listdir", "submit"),
+    "lines": ("pdb", "view", "edit", "rewrite", "eval", "listdir", "submit"),
     "rewrite": ("view", "rewrite", "eval", "listdir", "submit"),
-    "full": ("pdb", "view", "edit", "rewrite", "eval", "listdir", "bash", "submit"),
+    "full": ("pdb", "view", "replace", "edit", "rewrite", "eval", "listdir", "bash", "submit"),
 }
-"""``debug``: debug-gym's debug agent (pdb plus editing); ``rewrite``: its rewrite-only agent,
-for the ablation (no debugger, whole-file rewrites); ``full``: ``debug`` plus ``bash``."""
+"""``debug``: debug-gym's debug agent (pdb plus editing) with ``replace``; ``lines``: the same
+without ``replace`` (edits by line numbers only: the ablation); ``rewrite``: debug-gym's
+rewrite-only agent (no debugger, whole-file rewrites); ``full``: ``debug`` plus ``bash``."""
 
-_BODY = ("pdb", "view", "edit", "rewrite", "listdir", "bash")
+_BODY = ("pdb", "view", "replace", "edit", "rewrite", "listdir", "bash")
 _SELF_CLOSING = ("eval", "submit", "listdir")
-_OPEN = re.compile(r"<(pdb|view|edit|rewrite|eval|listdir|bash|submit)\b([^<>]*?)(/?)>")
+_OPEN = re.compile(r"<(pdb|view|replace|edit|rewrite|eval|listdir|bash|submit)\b([^<>]*?)(/?)>")
+_PART = {part: re.compile(rf"<{part}>(.*?)</{part}>", re.DOTALL) for part in ("old", "new")}
 _ATTR = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 _FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL)
 
@@ -81,6 +87,8 @@ def usage(tools: tuple[str, ...]) -> str:
         "pdb": "<pdb>COMMAND</pdb>  one pdb command (b FILE:LINE, c, n, s, p EXPR, l, w, !STATEMENT) "
         "in a debugger running the tests; it restarts after every edit and keeps your breakpoints",
         "view": "<view>FILE</view> or <view>FILE START-END</view>  show a file with line numbers",
+        "replace": '<replace path="FILE"><old>TEXT</old><new>NEW TEXT</new></replace>  replace the '
+        "one place in FILE that reads TEXT exactly",
         "edit": '<edit path="FILE" lines="START-END">NEW LINES</edit>  replace lines START to END '
         "(1-based, inclusive)",
         "rewrite": '<rewrite path="FILE">NEW CONTENT</rewrite>  replace the whole file',
@@ -127,7 +135,7 @@ def parse_tool_call(text: str, tools: tuple[str, ...], cut_off: bool = False) ->
             return _error("disabled", tools, f"The tool {tool!r} is not available here.")
         call = _arguments(tool, dict(_ATTR.findall(attrs)), body, tools)
         return ToolCall(call.tool, call.args, call.message, ignored)
-    if cut_off and re.search(r"<(pdb|view|edit|rewrite|listdir|bash)\b", text):
+    if cut_off and re.search(r"<(pdb|view|replace|edit|rewrite|listdir|bash)\b", text):
         return _error("cut_off", tools)
     return _error("no_call", tools)
 
@@ -157,6 +165,8 @@ def _arguments(tool: str, attrs: dict[str, str], body: str, tools: tuple[str, ..
     path = attrs.get("path", "").strip()
     if not path:
         return _error("bad_args", tools, f'<{tool}> needs a path attribute: <{tool} path="FILE" ...>.')
+    if tool == "replace":
+        return _replace_arguments(path, body, tools)
     content = _strip_fence(body)
     if tool == "rewrite":
         return ToolCall(tool, {"path": path, "content": content})
@@ -166,6 +176,28 @@ def _arguments(tool: str, attrs: dict[str, str], body: str, tools: tuple[str, ..
             "bad_args", tools, '<edit> needs lines="START-END" (1-based, inclusive), e.g. lines="3-5".'
         )
     return ToolCall(tool, {"path": path, "lines": lines, "content": content})
+
+
+def _replace_arguments(path: str, body: str, tools: tuple[str, ...]) -> ToolCall:
+    """``<old>`` and ``<new>`` inside a ``<replace>``'s body: each taken as written but for one
+    newline right after its opening tag (so a block of lines can start on a line of its own)."""
+    parts, at = {}, 0
+    for part, pattern in _PART.items():  # <old> first, then <new> after it
+        found = pattern.search(body, at)
+        if found is None:
+            return _error(
+                "bad_args",
+                tools,
+                f"<replace> needs <old>TEXT</old> and then <new>NEW TEXT</new> inside it; <{part}> is missing: "
+                "nothing changed.",
+            )
+        text, at = found.group(1), found.end()
+        parts[part] = text[1:] if text.startswith("\n") else text
+    if not parts["old"]:
+        return _error(
+            "bad_args", tools, "<old></old> was empty: write the text to replace, as the file has it."
+        )
+    return ToolCall("replace", {"path": path, "old": parts["old"], "new": parts["new"]})
 
 
 def _strip_fence(body: str) -> str:
@@ -200,6 +232,36 @@ def apply_edit(text: str, spec: str, content: str) -> tuple[str, str | None]:
     if start == len(lines) + 1 and lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"  # appending after a last line without its newline
     return "".join(lines[: start - 1]) + new + "".join(lines[end:]), None
+
+
+MAX_MATCHES = 100
+"""Occurrences of a replacement's ``<old>`` counted at most (a one-letter quote in a large file)."""
+
+
+def apply_replace(text: str, old: str, new: str) -> tuple[str, str | None]:
+    """``text`` with its one occurrence of ``old`` replaced by ``new``, or an error message (nothing
+    changed): ``old`` found nowhere, or more than once (the message names the lines, so the agent
+    can quote more of the one it means)."""
+    starts, at = [], text.find(old)
+    while at >= 0 and len(starts) < MAX_MATCHES:  # overlapping ones count: "a\na" is twice in "a\na\na"
+        starts.append(at)
+        at = text.find(old, at + 1)
+    if len(starts) == 1:
+        return text[: starts[0]] + new + text[starts[0] + len(old) :], None
+    if not starts:
+        hint = (
+            " (leave out the line numbers that view shows)"
+            if re.match(r"\s*\d+\| ", old)
+            else " (copy it exactly, spaces included)"
+        )
+        return text, f"<old> was not found in the file{hint}: nothing changed."
+    starts = [text.count("\n", 0, at) + 1 for at in starts]
+    lines = ", ".join(str(n) for n in list(dict.fromkeys(starts))[:10])
+    times = f"{len(starts)} times" if len(starts) < MAX_MATCHES else f"{MAX_MATCHES} times or more"
+    return text, (
+        f"<old> was found {times} (lines {lines}): quote more of the place you mean so that it is "
+        "found once; nothing changed."
+    )
 
 
 def numbered(text: str, first: int = 1, last: int | None = None, max_lines: int = 200) -> str:

@@ -9,7 +9,9 @@ one shell command per turn in ``<execute>``, each after a one-sentence lead-in:
    base (the hidden tests are not there yet), else the whole suite;
 2. ``sed -n 'A,Bp' PATH``: the code around the change (``SITE_CONTEXT`` lines above and below; one
    view per site, nearby changes share one); with the ``edit`` tool bundle, ``view PATH A-B`` (the
-   lines numbered) and step 3's edits are ``edit PATH A-B <<'EOF'`` (line ranges, bottom-up).
+   lines numbered) and step 3's edits are ``replace PATH <<'EOF'`` with ``<old>QUOTE</old>`` and
+   ``<new>NEW</new>`` (the debugging gym's ``<replace>``: the changed lines quoted until unique;
+   ``edit PATH A-B <<'EOF'``, a line range, where no quote is).
    The first view is written from step 1's output (``envs/swe/locate.py``): its lead-in quotes the
    traceback's last frame in the file, or a ``grep`` for the definition of a function the output
    shows being called comes first, so the path it opens is one the agent has seen;
@@ -70,6 +72,7 @@ from lit_codeRL.envs.reference import (
     line_edits,
     play_references,
     reason_lead,
+    text_replacement,
 )
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, runs_as_written
 from lit_codeRL.envs.swe.env import ContainerEnv, swe_task
@@ -273,13 +276,29 @@ def lines_command(path: str, first: int, last: int, new: Sequence[str]) -> str:
     return f"edit {shlex.quote(path)} {first}-{last} <<'{marker}'\n{''.join(new)}{marker}"
 
 
+def replace_command(path: str, old: str, new: str) -> str:
+    """The ``edit`` bundle's command (``env/tools/edit``) that replaces the one occurrence of
+    ``old`` in ``path`` with ``new``: the debugging gym's ``<replace>`` through a heredoc."""
+
+    def part(tag: str, text: str) -> str:  # the command drops one newline after the opening tag
+        return f"<{tag}>{chr(10) if text.startswith(chr(10)) else ''}{text}</{tag}>"
+
+    body = f"{part('old', old)}\n{part('new', new)}\n"
+    marker, n = EDIT_MARKER, 0
+    while marker in body.split("\n"):
+        n += 1
+        marker = f"{EDIT_MARKER}_{n}"
+    return f"replace {shlex.quote(path)} <<'{marker}'\n{body}{marker}"
+
+
 def _file_actions(
     path: str, old_text: str, new_text: str, explain: bool, line_tools: bool, look: bool
 ) -> tuple[list[Step], int]:
     """The views and targeted edits that turn ``old_text`` into ``new_text``, and how many edits
-    (``line_tools``: the ``edit`` bundle's numbered ``view`` and line-range ``edit``, else ``sed``
-    and a ``python3`` replacement of the exact old text). With ``look`` the first view is a
-    :class:`FirstLook`, written from the test output before it."""
+    (``line_tools``: the ``edit`` bundle's numbered ``view``, and its ``replace`` of the changed
+    lines quoted until unique (``text_replacement``; its line-range ``edit`` where no quote is),
+    else ``sed`` and a ``python3`` replacement of the exact old text). With ``look`` the first view
+    is a :class:`FirstLook`, written from the test output before it."""
     lines = old_text.splitlines(keepends=True)
     sites = edit_sites(line_edits(lines, new_text.splitlines(keepends=True)), len(lines))
     actions: list[Step] = []
@@ -295,8 +314,13 @@ def _file_actions(
             actions.append(view.fallback())
         for edit in site.edits:  # bottom-up, as the lines list is edited
             a, b = edit.start + shift, edit.end + shift
-            lead = reason_lead(LineEdit(a, b, edit.old, edit.new), explain)
-            if line_tools:
+            here = LineEdit(a, b, edit.old, edit.new)
+            quote = text_replacement("".join(lines), here) if line_tools else None
+            lead = reason_lead(here, explain, numbered=quote is None)
+            if quote is not None:
+                command = replace_command(path, *quote)
+                actions.append(f"{lead}I will change {path}.\n<execute>{command}</execute>")
+            elif line_tools:
                 command = lines_command(path, a, b, edit.new)
                 actions.append(f"{lead}I will change lines {a}-{b} of {path}.\n<execute>{command}</execute>")
             else:
@@ -333,7 +357,8 @@ def reference_actions(
         read_base: A file's text at the base commit (``None``: absent or not UTF-8).
         explain: Each targeted edit's lead-in names the bug first.
         tools: The env's tool bundles: with ``edit``, views and edits are its numbered ``view``
-            and line-range ``edit`` commands (the debugging gym's tools, as commands).
+            and its ``replace`` (or line-range ``edit``) commands (the debugging gym's tools, as
+            commands).
 
     Raises:
         ValueError: an action would not be read back as written (``</execute>`` in the patch).
