@@ -78,6 +78,11 @@ class DemonstrationSettings:
     action, context and not a target), the tests seen failing, then the fix. Trajectories of
     fixes alone never show a failed attempt, and BC on them answers failing tests by submitting.
     Only a fix that is one edit of one short file has one (``envs/debug/reference.py``)."""
+    recoveries_elsewhere: float = 0.0
+    """Debugging sources: the fraction of recovery trajectories (another hash of the task id)
+    whose wrong edit is of another line than the fix's: the tests seen failing, that line changed
+    back, then the fix. Same-line recoveries teach a failed edit to be made again on the same
+    lines; these, that it may have been in the wrong place."""
     explain: bool = False
     """SWE and debugging sources: each edit's lead-in first names the bug, the smallest changed
     span and what it should be (``In line 7, `//` should be `%`.``; ``envs/reference.py``'s
@@ -94,8 +99,9 @@ class DemonstrationSettings:
     policy never sees."""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.recoveries <= 1.0:
-            raise ConfigError(f"demonstrations.recoveries must be in [0, 1], got {self.recoveries}")
+        for name in ("recoveries", "recoveries_elsewhere"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"demonstrations.{name} must be in [0, 1], got {getattr(self, name)}")
         if isinstance(self.env, dict):  # from a checkpoint's plain hparams
             self.env = EnvSettings(**self.env)
 
@@ -191,19 +197,23 @@ def reference_demonstrations(
     recoveries: float = 0.0,
     cache: bool = False,
     explain: bool = False,
+    recoveries_elsewhere: float = 0.0,
 ) -> list[list[Segment]]:
     """The reference trajectory of every SWE or debugging task (see the module docstring), played
     in the env ``env.swe`` or ``env.debug`` configures, as trajectory rows (debugging tasks: also
     the ``recoveries`` fraction's recovery trajectories); those that do not resolve their task are
     dropped and counted in one warning. ``cache``: episodes played before come from disk.
-    ``explain``: each edit's lead-in names the bug first."""
+    ``explain``: each edit's lead-in names the bug first. ``recoveries_elsewhere``: the fraction
+    of recovery trajectories whose wrong edit is of another line."""
     debug = "debug_task" in problems[0].metadata
     if debug:
         from lit_codeRL.envs.debug.env import DebugEnv
         from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
 
         environment: Any = DebugEnv(env.debug)
-        reference_episodes: Any = partial(debug_episodes, recoveries=recoveries, explain=explain)
+        reference_episodes: Any = partial(
+            debug_episodes, recoveries=recoveries, explain=explain, elsewhere=recoveries_elsewhere
+        )
     else:
         from lit_codeRL.envs.swe.env import ContainerEnv
         from lit_codeRL.envs.swe.reference import reference_episodes as swe_episodes
@@ -217,7 +227,15 @@ def reference_demonstrations(
 
     if cache:
         kind, settings = ("debug", env.debug) if debug else ("swe", env.swe)
-        episodes = cached_episodes(kind, problems, settings, recoveries if debug else 0.0, play, explain)
+        episodes = cached_episodes(
+            kind,
+            problems,
+            settings,
+            recoveries if debug else 0.0,
+            play,
+            explain,
+            recoveries_elsewhere if debug and recoveries else 0.0,
+        )
     else:
         episodes = play()
     dropped = [f"{e.task_id} ({e.verdict or 'unresolved'})" for e in episodes if not e.resolved]
@@ -258,6 +276,7 @@ def _source_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[l
                 settings.recoveries,
                 settings.cache,
                 settings.explain,
+                settings.recoveries_elsewhere,
             )
             limit = None  # the tasks were limited: a task's recovery row is its second
         else:

@@ -7,7 +7,7 @@ tasks played them again. The episodes (text only: prompt, actions, observations,
 cache (``$LIT_CODERL_SYNTH_CACHE``, else ``~/.cache/lit-coderl/synth``) in ``reference/``.
 
 The key is everything an episode depends on: the env (``debug`` or ``swe``) and its settings, the
-recovery fraction, each task's content (not where its repository lies: ``repo_source`` is a path,
+recovery fractions, each task's content (not where its repository lies: ``repo_source`` is a path,
 ``base_commit`` names the content), and a digest of the source of every module under
 ``lit_codeRL/envs`` and ``lit_codeRL/sandbox``, so that a change to how episodes are scripted,
 played or observed plays them again instead of serving stale ones.
@@ -66,10 +66,16 @@ def _task_content(problem: Problem) -> Any:
 
 
 def cache_key(
-    kind: str, problems: list[Problem], settings: Any, recoveries: float, explain: bool = False
+    kind: str,
+    problems: list[Problem],
+    settings: Any,
+    recoveries: float,
+    explain: bool = False,
+    elsewhere: float = 0.0,
 ) -> str:
     """The digest that names the cached episodes of ``problems`` played in env ``kind`` (with the
-    ``recoveries`` fraction of recovery trajectories; ``explain``: lead-ins that name the bug)."""
+    ``recoveries`` fraction of recovery trajectories, ``elsewhere`` of them with a wrong edit of
+    another line; ``explain``: lead-ins that name the bug)."""
     spec = {
         "kind": kind,
         "code": code_digest(),
@@ -78,6 +84,7 @@ def cache_key(
         else settings,
         "recoveries": recoveries,
         "explain": explain,
+        "elsewhere": elsewhere,
         "tasks": [_task_content(p) for p in problems],
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
@@ -94,9 +101,10 @@ def cached_episodes(
     recoveries: float,
     play: Callable[[], list[ReferenceEpisode]],
     explain: bool = False,
+    elsewhere: float = 0.0,
 ) -> list[ReferenceEpisode]:
     """The episodes ``play()`` returns for these problems, from the cache when it has them."""
-    path = cache_path(cache_key(kind, problems, settings, recoveries, explain), kind)
+    path = cache_path(cache_key(kind, problems, settings, recoveries, explain, elsewhere), kind)
     if path.is_file():
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:

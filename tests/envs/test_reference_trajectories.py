@@ -430,6 +430,68 @@ def test_a_recovery_whose_wrong_edit_passes_the_tests_is_dropped(debug_settings,
     assert recovery.verdict == "recovery: its wrong edit did not fail the tests"
 
 
+ELSEWHERE_TASK = DebugTask(
+    "test/recovery-elsewhere",
+    "scale",
+    {
+        "calc.py": "def scale(values, factor):\n    offset = 0\n    return [v + factor + offset for v in values]\n",
+        "test_calc.py": "from calc import scale\n\n\ndef test_scale():\n    assert scale([1, 2], 3) == [3, 6]\n",
+    },
+    fix={
+        "calc.py": "def scale(values, factor):\n    offset = 0\n    return [v * factor + offset for v in values]\n"
+    },
+)
+
+
+@pytest.mark.parametrize("preset", ["debug", "lines"])
+def test_a_recovery_elsewhere_breaks_another_line_changes_it_back_then_fixes(preset):
+    tools = PRESETS[preset]
+    actions, wrong = recovery_actions(ELSEWHERE_TASK, tools, output_shown=True, elsewhere=True)
+    edit = "replace" if preset == "debug" else "edit"
+    assert debug_shape(actions) == f"view {edit} eval {edit} {edit} eval submit" and wrong == 1
+    files = dict(ELSEWHERE_TASK.files)
+    for k in (1, 3, 4):
+        call = parse_tool_call(actions[k], tools)
+        if edit == "replace":
+            files["calc.py"], error = apply_replace(files["calc.py"], call.args["old"], call.args["new"])
+        else:
+            files["calc.py"], error = apply_edit(files["calc.py"], call.args["lines"], call.args["content"])
+        assert error is None
+        if k == 1:  # the wrong edit: line 2 (the only other line with a site), not the fix's line 3
+            lines = files["calc.py"].splitlines()
+            assert (
+                lines[1] != "    offset = 0"
+                and lines[2] == "    return [v + factor + offset for v in values]"
+            )
+        if k == 3:  # changed back
+            assert files["calc.py"] == ELSEWHERE_TASK.files["calc.py"]
+    assert files["calc.py"] == ELSEWHERE_TASK.fix["calc.py"]
+    assert actions[3].startswith(STILL_FAILING) and " back.\n" in actions[3]
+    # the same draw every call; a fix with no other line to break has none
+    assert recovery_actions(ELSEWHERE_TASK, tools, output_shown=True, elsewhere=True) == (actions, 1)
+    with pytest.raises(ValueError, match="leaves alone"):
+        recovery_actions(RECOVERY_TASK, tools, elsewhere=True)
+
+
+def test_recoveries_elsewhere_are_played_resolve_and_mask_only_the_wrong_edit(debug_settings, chat):
+    """Played for real: the wrong edit of another line fails the tests, the line changed back and
+    the fix resolve; BC imitates the change back and the fix, not the wrong edit. A task with no
+    other line to break gets the same-line kind."""
+    problems = [debug_problem(ELSEWHERE_TASK), debug_problem(RECOVERY_TASK)]
+    with DebugEnv(debug_settings) as env:
+        episodes = debug_episodes(env, problems, recoveries=1.0, elsewhere=1.0)
+    _, elsewhere, _, same_line = episodes
+    assert elsewhere.resolved and elsewhere.context == (1,), elsewhere.verdict
+    assert debug_shape(elsewhere.actions) == "view replace eval replace replace eval submit"
+    assert "failed" in elsewhere.observations[2]
+    assert "    offset = 0" in elsewhere.observations[3]  # the line changed back
+    assert same_line.resolved and debug_shape(same_line.actions) == "view replace eval replace eval submit"
+    row = episode_segments(elsewhere, chat, stop_strings(PRESETS["debug"]))
+    assert [s.trainable for s in row[1::2]] == [True, False, True, True, True, True, True]
+    with pytest.raises(ConfigError, match="recoveries_elsewhere"):
+        DemonstrationSettings(source="debug", recoveries_elsewhere=1.5)
+
+
 def test_the_recovery_share_is_a_stable_fraction_of_task_ids():
     ids = [f"mbpp-debug/{k}" for k in range(2000)]
     share = sum(wants_recovery(i, 0.3) for i in ids) / len(ids)
@@ -609,6 +671,9 @@ def test_played_trajectories_are_cached_and_played_again_when_what_they_depend_o
         ),
         lambda: reference_demonstrations(problems, chat, env, recoveries=1.0, cache=False),
         lambda: reference_demonstrations(problems, chat, env, recoveries=1.0, cache=True, explain=True),
+        lambda: reference_demonstrations(
+            problems, chat, env, recoveries=1.0, cache=True, recoveries_elsewhere=1.0
+        ),
     ):
         with pytest.raises(Played):
             changed()

@@ -224,7 +224,11 @@ def _written(call: ToolCall) -> str:
 
 
 def recovery_actions(
-    task: DebugTask, tools: Sequence[str], output_shown: bool = False, explain: bool = False
+    task: DebugTask,
+    tools: Sequence[str],
+    output_shown: bool = False,
+    explain: bool = False,
+    elsewhere: bool = False,
 ) -> tuple[list[str], int]:
     """A reference trajectory with a failed attempt: view the file, make a **wrong** edit of the
     lines the fix changes (the fixed lines with one mutation of ``problems/synth/mutations.py``:
@@ -233,6 +237,12 @@ def recovery_actions(
     the wrong edit: BC keeps it as context, not as a target, so the policy learns to recover from a
     failed edit, not to make one (trajectories of fixes alone never show failing tests after an
     edit, and BC on them answered a failing ``<eval/>`` with "The tests pass. <submit/>").
+
+    ``elsewhere``: the wrong edit is of **another** line (one mutation of a line the fix leaves
+    alone); after the failing tests the trajectory changes that line back, then makes the fix. Its
+    lesson is the one the same-line kind cannot teach: a failed edit may have been in the wrong
+    place (BC on same-line recoveries re-edited the lines of its first edit in 172 of 178 second
+    edits on the H200 run, while its first edit was off the buggy lines in 126 of 200 episodes).
 
     Only a fix that is one edit of one file of at most ``WHOLE_FILE_LINES`` lines has one; the
     mutation is drawn in an order seeded by the task id.
@@ -255,17 +265,26 @@ def recovery_actions(
     if len(edits) != 1 or len(edits[0].new) >= len(new_lines):
         raise ValueError("the fix is not one edit of part of the file")
     (edit,) = edits
-    wrong = _wrong_lines(new_lines, edit, task.task_id)
-    a, b, c = edit.start, edit.end, edit.start + len(edit.new) - 1  # c: the fix's last line, in the file then
     text = task.files[path] if "replace" in tools else None
-    wrong_edit, text = _change(path, LineEdit(a, b, edit.old, tuple(wrong)), explain, text=text)
-    fix, _ = _change(path, LineEdit(a, c, tuple(wrong), edit.new), explain, again=" again", text=text)
+    if elsewhere:
+        k, wrong_line = _wrong_line_elsewhere(old_lines, edit, task.task_id)
+        line = old_lines[k - 1]
+        wrong_edit, text = _change(path, LineEdit(k, k, (line,), (wrong_line,)), explain, text=text)
+        back, text = _change(path, LineEdit(k, k, (wrong_line,), (line,)), explain, again=" back", text=text)
+        fix, _ = _change(path, edit, explain, text=text)  # the line count never changed
+        after_failure = [STILL_FAILING + back, fix]
+    else:
+        wrong = _wrong_lines(new_lines, edit, task.task_id)
+        a, b, c = edit.start, edit.end, edit.start + len(edit.new) - 1  # c: the fix's last line, then
+        wrong_edit, text = _change(path, LineEdit(a, b, edit.old, tuple(wrong)), explain, text=text)
+        fix, _ = _change(path, LineEdit(a, c, tuple(wrong), edit.new), explain, again=" again", text=text)
+        after_failure = [STILL_FAILING + fix]
     actions = [
         *([] if output_shown else [EVAL]),
         _whole_view(path),
         wrong_edit,
         EVAL_AGAIN,
-        STILL_FAILING + fix,
+        *after_failure,
         EVAL_AGAIN,
         SUBMIT,
     ]
@@ -294,6 +313,27 @@ def _wrong_lines(new_lines: list[str], edit: LineEdit, seed: str) -> list[str]:
     raise ValueError("no mutation of the fixed lines is a wrong edit of them")
 
 
+def _wrong_line_elsewhere(old_lines: list[str], edit: LineEdit, seed: str) -> tuple[int, str]:
+    """A line the fix does not touch (1-based) and that line with one mutation inside it: the rest
+    of the file unchanged, the line count too."""
+    source = "".join(old_lines)
+    sites = [site for site in mutation_sites(source) if not edit.start <= site.line <= edit.end]
+    random.Random(hashlib.sha256(f"{seed}:elsewhere".encode()).hexdigest()).shuffle(sites)
+    for site in sites:
+        try:
+            mutant = apply_mutation(source, site).splitlines(keepends=True)
+        except ValueError:
+            continue
+        changed = [k for k, (a, b) in enumerate(zip(mutant, old_lines, strict=False)) if a != b]
+        if (
+            len(mutant) == len(old_lines)
+            and len(changed) == 1
+            and not edit.start <= changed[0] + 1 <= edit.end
+        ):
+            return changed[0] + 1, mutant[changed[0]]
+    raise ValueError("no mutation of a line the fix leaves alone is a wrong edit of it")
+
+
 def wants_recovery(task_id: str, fraction: float) -> bool:
     """Whether ``task_id`` is among the ``fraction`` of tasks that also get a recovery trajectory
     (by a hash of the id: the same tasks in every run and on every rank)."""
@@ -301,11 +341,17 @@ def wants_recovery(task_id: str, fraction: float) -> bool:
 
 
 def reference_episodes(
-    env: DebugEnv, problems: Sequence[Problem], recoveries: float = 0.0, explain: bool = False
+    env: DebugEnv,
+    problems: Sequence[Problem],
+    recoveries: float = 0.0,
+    explain: bool = False,
+    elsewhere: float = 0.0,
 ) -> list[ReferenceEpisode]:
     """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time,
     and, for the ``recoveries`` fraction of them (:func:`wants_recovery`), its recovery trajectory
-    (:func:`recovery_actions`) right after it.
+    (:func:`recovery_actions`) right after it; for the ``elsewhere`` fraction of those (another
+    hash of the task id), one whose wrong edit is of another line (``elsewhere=True``; the
+    same-line kind where the file has no such line).
 
     A task that cannot have one (no fix, nothing failing at its base: ``DebugTaskInvalid``, an
     action that would not be read back as written) gets an unplayed, unresolved episode whose
@@ -324,9 +370,14 @@ def reference_episodes(
 
     def recovery(problem: Problem) -> list[str]:
         env.task_of(problem)
-        actions, wrong_at[problem.task_id] = recovery_actions(
-            debug_task(problem), env.tools, env.settings.show_initial_eval, explain
-        )
+        task, shown = debug_task(problem), env.settings.show_initial_eval
+        if wants_recovery(f"{problem.task_id}:elsewhere", elsewhere):
+            try:
+                actions, wrong_at[problem.task_id] = recovery_actions(task, env.tools, shown, explain, True)
+                return actions
+            except ValueError:
+                pass
+        actions, wrong_at[problem.task_id] = recovery_actions(task, env.tools, shown, explain)
         return actions
 
     recovered = {}
