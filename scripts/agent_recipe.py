@@ -31,6 +31,7 @@ interrupted recipe resumes. Writes ``bench_results/agent_recipe.json`` (``--out`
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import sys
@@ -71,6 +72,31 @@ def synth_mbpp(out_dir: Path, data: str, per_problem: int) -> dict[str, Any]:
     return json.loads(report.read_text())
 
 
+EVAL_INPUTS = (
+    "lit_codeRL/envs",
+    "lit_codeRL/sandbox",
+    "lit_codeRL/rollout",
+    "lit_codeRL/problems",
+    "env/tools",
+)
+"""What an episode's prompt, observations and grade are made by, besides the policy and the tasks."""
+
+
+def eval_digest() -> str:
+    """sha256 over the evaluation config and every file under ``EVAL_INPUTS``: a finished
+    evaluation is reused only under the same digest. One made before a change of the env (the
+    tools its prompt lists, how an edit is read, the token limit of a turn) scored other prompts:
+    the base policy's evaluation committed under ``bench_results/agent_recipe_eval/`` is staged for
+    every later device run, and would otherwise stand for prompts it never saw."""
+    digest = hashlib.sha256((REPO / "configs" / "agent_recipe_eval.yaml").read_bytes())
+    for folder in EVAL_INPUTS:
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def evaluate(
     policy: str,
     source: str,
@@ -84,19 +110,24 @@ def evaluate(
     """Resolve rate of ``policy`` on ``source``/``split`` (one episode per task), with every
     episode's verdict counted; reuses a finished evaluation under ``run_dir`` when it scored the
     same tasks (a task set made on another machine may differ: a mutation whose tests time out
-    there is not a task). ``log``: where the evaluation's output goes (see ``cli``)."""
-    done = run_dir / "result.json"
+    there is not a task) with the same env and config (:func:`eval_digest`). ``log``: where the
+    evaluation's output goes (see ``cli``)."""
+    done, digest = run_dir / "result.json", eval_digest()
     if done.exists():
         result = json.loads(done.read_text())
         scored, wanted = result.get("task_ids"), heldout_ids(source, split, limit)
-        if scored is None or scored == wanted:
+        if result.get("eval_digest") != digest:
+            print(f"[agent_recipe] {done} was made by another env or config: evaluating again", flush=True)
+            done.rename(done.with_name("result.other_env.json"))
+        elif scored is None or scored == wanted:
             return result
-        print(
-            f"[agent_recipe] {done} scored other tasks ({len(set(scored) ^ set(wanted))} differ): "
-            "evaluating again",
-            flush=True,
-        )
-        done.rename(done.with_name("result.other_tasks.json"))
+        else:
+            print(
+                f"[agent_recipe] {done} scored other tasks ({len(set(scored) ^ set(wanted))} differ): "
+                "evaluating again",
+                flush=True,
+            )
+            done.rename(done.with_name("result.other_tasks.json"))
     args = [
         "validate", "--config", "configs/agent_recipe_eval.yaml", *logger_args(run_dir),
         "--model.init_args.model.name_or_path", policy,
@@ -138,6 +169,7 @@ def evaluate(
         **({"behaviour": behaviour} if behaviour else {}),
         "eval_s": wall,
         "started_at": started,
+        "eval_digest": digest,
         "command": shown,
         "report": str(report),
     }

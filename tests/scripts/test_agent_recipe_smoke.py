@@ -2,7 +2,8 @@
 trajectories of MBPP debugging tasks (made at run time from a 12-problem MBPP copy) and of SWE
 tasks together, one GRPO step in the debugging gym from the BC policy, and every policy scored by
 `lit-coderl validate` on held-out debugging tasks (MBPP test) and held-out SWE tasks, with the
-verdicts counted, the McNemar comparisons, a picture, and finished evaluations reused on a rerun."""
+verdicts counted, the McNemar comparisons, a picture, and finished evaluations reused on a rerun
+(only those of the same tasks, env and config)."""
 
 from __future__ import annotations
 
@@ -142,3 +143,11 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     assert len(ran) == 1 and "validate" in ran[0] and "scored other tasks (3 differ)" in other.stdout
     assert base.with_name("result.other_tasks.json").is_file()
     assert json.loads(base.read_text())["task_ids"] == rows[0]["debug"]["task_ids"]
+    # ... and one made by another env or config (the tools in its prompt, a turn's token limit) neither
+    stale = json.loads(base.read_text())
+    base.write_text(json.dumps({**stale, "eval_digest": "made-before-a-change-of-the-env"}))
+    changed = run_recipe(tmp_path, data, "--resume", "--rl-minutes", "1")
+    assert changed.returncode == 0, changed.stdout[-3000:] + changed.stderr[-3000:]
+    ran = [line for line in changed.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl")]
+    assert len(ran) == 1 and "validate" in ran[0] and "made by another env or config" in changed.stdout
+    assert json.loads(base.read_text())["eval_digest"] == stale["eval_digest"]
