@@ -206,7 +206,7 @@ def text_replacement(text: str, edit: LineEdit) -> tuple[str, str] | None:
     first non-blank character (its start, when the change touches its indentation) to the last
     changed line's last non-blank one, grown by whole lines above and below until it is found
     only once. A policy that imitates it names where to edit by copying what is there, never by
-    counting lines: BC at 135M named the right change but on a wrong line in 33 of 55 held-out
+    counting lines: BC at 135M named the right change but on a wrong line in 33 of 56 held-out
     episodes where it named the right change (the H200 run of ``scripts/agent_recipe.py``)."""
     lines = text.splitlines(keepends=True)
     if not (1 <= edit.start <= edit.end <= len(lines)) or tuple(lines[edit.start - 1 : edit.end]) != edit.old:

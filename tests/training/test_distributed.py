@@ -7,6 +7,7 @@ import csv
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,8 +35,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_jobs(out: Path, jobs: list[str], world: int, timeout: float = 300) -> None:
-    """``dist_job.py`` on ``world`` ranks started here (one process group for all the jobs)."""
+def run_jobs(out: Path, jobs: list[str], world: int, timeout: float = 300, retries: int = 1) -> None:
+    """``dist_job.py`` on ``world`` ranks started here (one process group for all the jobs).
+
+    A rank killed by SIGSEGV is run again, all ranks, ``retries`` times: torch 2.13's gloo transport
+    thread (``pt_gloo_runloop``) once segfaulted inside libc in a CI run on this 2-core box, and the
+    other rank then failed with "Connection reset by peer"; the same jobs pass when run again. A
+    crash that repeats, and every other failure, still fails the test."""
     port = str(_free_port())
     procs = []
     for rank in range(world):
@@ -66,6 +72,9 @@ def run_jobs(out: Path, jobs: list[str], world: int, timeout: float = 300) -> No
         for p in procs:
             p.kill()
         pytest.fail(f"{jobs} did not finish in {timeout} s on {world} ranks (deadlock?)")
+    if retries and any(p.returncode == -signal.SIGSEGV for p in procs):
+        print(f"a rank of {jobs} was killed by SIGSEGV: running them again", file=sys.stderr)
+        return run_jobs(out, jobs, world, timeout, retries - 1)
     for p, log in zip(procs, logs, strict=True):
         assert p.returncode == 0, log[-4000:]
 

@@ -16,9 +16,9 @@ for an evaluation, so every stage of ``scripts/agent_recipe.py`` reports it:
   ``demonstrations.explain``) / names the one :func:`~lit_codeRL.envs.reference.edit_reason`
   gives for the fix;
 * ``named_right_elsewhere``: it names the fix's bug (its line number, if it gives one, aside) but
-  edits other lines: the policy knew what
-  to change but not where (33 of the 55 right names of BC on the H200 run, all ``<edit>`` by
-  line numbers: why ``<replace>`` quotes the place instead).
+  edits other lines: the policy knew what to change but not where (33 of the 56 first edits of BC
+  on the H200 run that named it, all ``<edit>`` by line numbers: why ``<replace>`` quotes the
+  place instead).
 """
 
 from __future__ import annotations
