@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lit_codeRL.envs.protocol import Action
+from lit_codeRL.envs.replacement import found_once
 from lit_codeRL.problems.record import Problem
 
 MERGE_GAP = 2
@@ -236,8 +237,7 @@ def text_replacement(text: str, edit: LineEdit) -> tuple[str, str] | None:
         a = content_start if content_start <= p else starts[lo]  # a change in the indentation: all of it
         b = content_end if content_end >= e_old else starts[hi + 1]
         old = text[a:b]
-        at = text.find(old)
-        if old and text.find(old, at + 1) < 0:  # once, overlapping occurrences counted
+        if found_once(text, old):
             return old, after[a : b + delta]
     return None
 

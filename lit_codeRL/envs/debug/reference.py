@@ -64,6 +64,7 @@ from lit_codeRL.envs.reference import (
     reason_lead,
     text_replacement,
 )
+from lit_codeRL.envs.replacement import replacement_parts
 from lit_codeRL.problems.debug import DebugTask, debug_problem, debug_task
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.synth.mutations import apply_mutation, mutation_sites
@@ -158,10 +159,7 @@ def _edit(path: str, lines: str, content: str) -> str:
 
 
 def _replace(path: str, old: str, new: str) -> str:
-    def part(tag: str, text: str) -> str:  # the reader drops one newline after the opening tag
-        return f"<{tag}>{chr(10) if text.startswith(chr(10)) else ''}{text}</{tag}>"
-
-    return f'<replace path="{path}">\n{part("old", old)}\n{part("new", new)}\n</replace>'
+    return f'<replace path="{path}">\n{replacement_parts(old, new)}</replace>'
 
 
 def _rewrite(path: str, content: str) -> str:

@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lit_codeRL.envs.replacement import occurrences
+
 TOOLS = ("pdb", "view", "replace", "edit", "rewrite", "eval", "listdir", "bash", "submit")
 PRESETS: dict[str, tuple[str, ...]] = {
     "debug": ("pdb", "view", "replace", "edit", "rewrite", "eval", "listdir", "submit"),
@@ -242,10 +244,7 @@ def apply_replace(text: str, old: str, new: str) -> tuple[str, str | None]:
     """``text`` with its one occurrence of ``old`` replaced by ``new``, or an error message (nothing
     changed): ``old`` found nowhere, or more than once (the message names the lines, so the agent
     can quote more of the one it means)."""
-    starts, at = [], text.find(old)
-    while at >= 0 and len(starts) < MAX_MATCHES:  # overlapping ones count: "a\na" is twice in "a\na\na"
-        starts.append(at)
-        at = text.find(old, at + 1)
+    starts = occurrences(text, old, MAX_MATCHES)
     if len(starts) == 1:
         return text[: starts[0]] + new + text[starts[0] + len(old) :], None
     if not starts:

@@ -74,6 +74,7 @@ from lit_codeRL.envs.reference import (
     reason_lead,
     text_replacement,
 )
+from lit_codeRL.envs.replacement import found_once, replacement_parts
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, runs_as_written
 from lit_codeRL.envs.swe.env import ContainerEnv, swe_task
 from lit_codeRL.envs.swe.locate import FirstLook, defined_functions
@@ -230,14 +231,6 @@ def edit_command(path: str, old: str, new: str) -> str:
     return f"python3 - <<'{marker}'\n{script}{marker}"
 
 
-def _occurrences(text: str, part: str) -> int:
-    """How many times ``part`` occurs in ``text``, overlapping occurrences counted."""
-    count, at = 0, text.find(part)
-    while at >= 0:
-        count, at = count + 1, text.find(part, at + 1)
-    return count
-
-
 def _unique_edit(lines: list[str], start: int, end: int, new: Sequence[str]) -> tuple[str, str]:
     """The old and new text of replacing ``lines[start-1:end]`` with ``new``, both widened by the
     same neighbouring lines until the old text occurs once in the file.
@@ -251,7 +244,7 @@ def _unique_edit(lines: list[str], start: int, end: int, new: Sequence[str]) -> 
     after: list[str] = []
     for k in range(MAX_WIDEN + 1):
         old = "".join(before + lines[start - 1 : end] + after)
-        if old.strip() and _occurrences(text, old) == 1:
+        if old.strip() and found_once(text, old):
             return old, "".join([*before, *new, *after])
         if k == MAX_WIDEN:
             break
@@ -279,11 +272,7 @@ def lines_command(path: str, first: int, last: int, new: Sequence[str]) -> str:
 def replace_command(path: str, old: str, new: str) -> str:
     """The ``edit`` bundle's command (``env/tools/edit``) that replaces the one occurrence of
     ``old`` in ``path`` with ``new``: the debugging gym's ``<replace>`` through a heredoc."""
-
-    def part(tag: str, text: str) -> str:  # the command drops one newline after the opening tag
-        return f"<{tag}>{chr(10) if text.startswith(chr(10)) else ''}{text}</{tag}>"
-
-    body = f"{part('old', old)}\n{part('new', new)}\n"
+    body = replacement_parts(old, new)
     marker, n = EDIT_MARKER, 0
     while marker in body.split("\n"):
         n += 1
