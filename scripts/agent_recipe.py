@@ -294,7 +294,13 @@ def main() -> None:
         "there, on the held-out tasks both scored (exact McNemar), e.g. after a change of the "
         "recipe's data or the env's tools",
     )
-    parser.add_argument("--skip-base", action="store_true")
+    parser.add_argument("--skip-base", action="store_true", help="the same as leaving base out of --score")
+    parser.add_argument(
+        "--score",
+        default="base,bc,rl",
+        help="the stages whose policies are scored on the held-out tasks (base, bc, rl): e.g. 'rl' "
+        "on a short device budget where an earlier run (--compare-with) scored the same BC recipe",
+    )
     parser.add_argument("--base-model", default="smollm2-135m-instruct")
     parser.add_argument("--out", default=str(REPO / "bench_results" / "agent_recipe.json"))
     args = parser.parse_args()
@@ -372,8 +378,12 @@ def main() -> None:
         stages.append(bc)
         bc_dir = Path(bc["log_dir"])
     rows = [{"after": "base", "policy": args.base_model}, {"after": "BC", "policy": str(bc_dir / "hf_model")}]
-    if args.skip_base:
-        rows = rows[1:]
+    scored_stages = {s.strip() for s in args.score.split(",") if s.strip()} - (
+        {"base"} if args.skip_base else set()
+    )
+    if scored_stages - {"base", "bc", "rl"}:
+        sys.exit(f"--score {args.score!r}: name base, bc, rl or some of them")
+    rows = [r for r, stage in zip(rows, ("base", "bc"), strict=True) if stage in scored_stages]
     extra = shlex.split(args.eval_args)
 
     def score(row: dict[str, Any], key: str, log: Path | None = None) -> None:
@@ -395,9 +405,11 @@ def main() -> None:
         stages.append(reused_stage("rl", rl_dir))
     elif args.rl_minutes > 0:
         with ThreadPoolExecutor(1) as pool:  # leaving it waits for the overlapped evaluations
-            bc_row = next(r for r in rows if r["after"] == "BC")
+            bc_row = next((r for r in rows if r["after"] == "BC"), None)
             log = out_dir / "eval" / "bc" / "overlapped.log"
-            overlapped = [pool.submit(score, bc_row, key, log) for key in sets] if args.overlap_eval else []
+            overlapped = (
+                [pool.submit(score, bc_row, key, log) for key in sets] if args.overlap_eval and bc_row else []
+            )
             rl = train_stage(
                 "rl",
                 "agent_recipe_rl.yaml",
@@ -408,7 +420,7 @@ def main() -> None:
             done.result()  # an evaluation that failed fails the recipe, as it would alone
         stages.append(rl)
         rl_dir = Path(rl["log_dir"])
-    if rl_dir is not None:
+    if rl_dir is not None and "rl" in scored_stages:
         rows.append({"after": "BC + RL", "policy": str(rl_dir / "hf_model")})
 
     # the trained policies env by env (debugging first), the base policy last: a run that runs out

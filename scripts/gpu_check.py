@@ -411,7 +411,7 @@ def gpu_test_files() -> list[str]:
     return found or ["tests"]
 
 
-EARLIER_RECIPE = Path(__file__).resolve().parents[1] / "bench_results" / "agent_recipe_gpu_h200_run2.json"
+EARLIER_RECIPE = Path(__file__).resolve().parents[1] / "bench_results" / "agent_recipe_gpu_h200_run3.json"
 """The H200 run the next one is compared with, stage by stage, on the same held-out tasks."""
 
 
@@ -430,7 +430,7 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
         "--overlap-eval",
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
         *(["--swe-mbpp-tasks", str(mbpp_swe)] if mbpp_swe.is_file() else []),
-        # the last full run on the same held-out tasks, with line-number edits (before <replace>)
+        # the last full run on the same held-out tasks (the third: BC with <replace>, base and BC scored)
         *(["--compare-with", str(EARLIER_RECIPE)] if EARLIER_RECIPE.is_file() else []),
         # 20 episodes a batch leave a GPU idle between sandbox steps; 100 keep 16 cores of sandboxes
         # busy, with as many workspace operations at once as there are cores (the envs' default is 8)

@@ -79,12 +79,21 @@ def paired(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any] | None:
 def against_earlier(rows: list[dict[str, Any]], earlier: dict[str, Any], name: str) -> dict[str, Any]:
     """Each row of this run against the row of the same stage in an ``earlier`` report, env by env,
     on the held-out tasks both scored (their ``task_ids``): what a change between the runs (the
-    recipe's data, the env's tools) did, with the same exact McNemar test. A stage or env the
-    earlier report lacks, or one without task ids, is left out."""
+    recipe's data, the env's tools) did, with the same exact McNemar test. A row this run scored
+    whose previous stage it did not (``--score rl``) is also compared with that stage's row there
+    ("BC + RL vs BC of run3": RL against the same BC recipe scored by the earlier run). A stage or
+    env the earlier report lacks, or one without task ids, is left out."""
     out: dict[str, Any] = {}
     before = {row["after"]: row for row in earlier.get("rows", [])}
+    stages = ["base", "BC", "BC + RL"]
+    here = {row["after"] for row in rows}
+    pairs = [(row, row["after"]) for row in rows]
     for row in rows:
-        old_row = before.get(row["after"], {})
+        at = stages.index(row["after"]) if row["after"] in stages else 0
+        if at > 0 and stages[at - 1] not in here:
+            pairs.append((row, stages[at - 1]))
+    for row, stage in pairs:
+        old_row = before.get(stage, {})
         for key, new in row.items():
             old = old_row.get(key)
             if not isinstance(new, dict) or not isinstance(old, dict):
@@ -99,7 +108,7 @@ def against_earlier(rows: list[dict[str, Any]], earlier: dict[str, Any], name: s
             assert result is not None
             solved_new = len(set(new["solved"]) & common)
             solved_old = len(set(old["solved"]) & common)
-            out[f"{row['after']} vs {row['after']} of {name} ({key})"] = {
+            out[f"{row['after']} vs {stage} of {name} ({key})"] = {
                 **result,
                 "tasks": len(common),
                 "resolved": solved_new,

@@ -151,3 +151,17 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     ran = [line for line in changed.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl")]
     assert len(ran) == 1 and "validate" in ran[0] and "made by another env or config" in changed.stdout
     assert json.loads(base.read_text())["eval_digest"] == stale["eval_digest"]
+    # --score rl (a device budget for BC, RL and one evaluation): only BC + RL is scored and
+    # reported, compared with the BC of an earlier report on the same tasks
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"rows": rows}))
+    only_rl = run_recipe(
+        tmp_path, data, "--resume", "--rl-minutes", "1", "--score", "rl", "--compare-with", str(earlier)
+    )
+    assert only_rl.returncode == 0, only_rl.stdout[-3000:] + only_rl.stderr[-3000:]
+    report = json.loads((tmp_path / "recipe.json").read_text())
+    assert [r["after"] for r in report["rows"]] == ["BC + RL"] and report["rows"][0]["debug"] == rows[2][
+        "debug"
+    ]
+    assert "BC + RL vs BC of earlier (debug)" in report["comparisons"]
+    assert "BC + RL vs BC (debug)" not in report["comparisons"]

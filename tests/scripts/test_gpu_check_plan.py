@@ -32,7 +32,7 @@ def test_the_agent_recipe_runs_only_when_named_and_reads_the_staged_tasks(tmp_pa
     assert "--overlap-eval" in alone  # BC is scored while RL trains: the GPU has room for both
     assert "--swe-tasks" not in alone  # nothing staged: the recipe synthesizes its own
     # compared stage by stage with the last full H200 run on the same held-out tasks
-    assert "--compare-with " + str(REPO / "bench_results" / "agent_recipe_gpu_h200_run2.json") in alone
+    assert "--compare-with " + str(REPO / "bench_results" / "agent_recipe_gpu_h200_run3.json") in alone
     tasks = tmp_path / "lcr_stage" / "agent_recipe" / "synth" / "swe" / "tasks.jsonl"
     tasks.parent.mkdir(parents=True)
     tasks.write_text("")
@@ -123,3 +123,26 @@ def test_a_run_is_compared_with_an_earlier_report_on_the_tasks_both_scored():
             "resolved_before": 1,
         }
     }
+
+
+def test_rl_scored_alone_is_compared_with_the_earlier_runs_bc():
+    """``--score rl`` (a device budget that holds BC, RL and one evaluation): BC + RL has no BC row
+    of its own run, so it is compared with the BC the earlier report scored on the same tasks."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from recipe_stages import against_earlier
+
+    earlier = {"rows": [{"after": "BC", "debug": {"task_ids": ["t0", "t1", "t2"], "solved": ["t0"]}}]}
+    rows = [{"after": "BC + RL", "debug": {"task_ids": ["t0", "t1", "t2"], "solved": ["t1", "t2"]}}]
+    assert against_earlier(rows, earlier, "run3") == {
+        "BC + RL vs BC of run3 (debug)": {
+            "gained": 2,
+            "lost": 1,
+            "mcnemar_p": 1.0,  # 2 * P(X <= 1), X ~ Bin(3, 1/2) = 2 * 4/8
+            "tasks": 3,
+            "resolved": 2,
+            "resolved_before": 1,
+        }
+    }
+    # with its own BC scored, BC + RL is compared with the earlier BC + RL only (none here)
+    both = [{"after": "BC", "debug": {"task_ids": ["t0"], "solved": []}}, *rows]
+    assert list(against_earlier(both, earlier, "run3")) == ["BC vs BC of run3 (debug)"]
