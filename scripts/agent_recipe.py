@@ -304,6 +304,16 @@ def main() -> None:
     parser.add_argument("--base-model", default="smollm2-135m-instruct")
     parser.add_argument("--out", default=str(REPO / "bench_results" / "agent_recipe.json"))
     args = parser.parse_args()
+    scored_stages = {s.strip() for s in args.score.split(",") if s.strip()} - (
+        {"base"} if args.skip_base else set()
+    )
+    if scored_stages - {"base", "bc", "rl"}:
+        sys.exit(f"--score {args.score!r}: name base, bc, rl or some of them")
+    if (
+        not scored_stages - ({"rl"} if args.rl_minutes <= 0 and not args.rl_run else set())
+        and not args.prepare
+    ):
+        sys.exit(f"--score {args.score!r}: no stage to score (rl needs --rl-minutes > 0 or --rl-run)")
     data = str(Path(args.data).resolve())
     out_dir = (REPO / args.out_dir).resolve()
     start = time.time()
@@ -378,11 +388,6 @@ def main() -> None:
         stages.append(bc)
         bc_dir = Path(bc["log_dir"])
     rows = [{"after": "base", "policy": args.base_model}, {"after": "BC", "policy": str(bc_dir / "hf_model")}]
-    scored_stages = {s.strip() for s in args.score.split(",") if s.strip()} - (
-        {"base"} if args.skip_base else set()
-    )
-    if scored_stages - {"base", "bc", "rl"}:
-        sys.exit(f"--score {args.score!r}: name base, bc, rl or some of them")
     rows = [r for r, stage in zip(rows, ("base", "bc"), strict=True) if stage in scored_stages]
     extra = shlex.split(args.eval_args)
 
