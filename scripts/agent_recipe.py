@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import recipe_stages as stages  # scripts/ is on sys.path when a script runs
-from recipe_stages import REPO, against_earlier, logger_args, paired, reused_stage
+from recipe_stages import REPO, STAGES, against_earlier, logger_args, paired, reused_stage
 
 
 def cli(args: list[str], log: Path | None = None) -> tuple[str, float]:
@@ -224,6 +224,29 @@ def draw(rows: list[dict[str, Any]], sets: dict[str, str], path: Path) -> None:
     plt.close(fig)
 
 
+def finished_runs(out_dir: Path) -> dict[str, Path]:
+    """The training stages (``bc``, ``rl``) a recipe run under ``out_dir`` finished: a stage is
+    finished once it saved its policy and its record."""
+    runs = {name: out_dir / name / "run" for name in ("bc", "rl")}
+    return {
+        name: run
+        for name, run in runs.items()
+        if (run / "stage.json").exists() and (run / "hf_model").is_dir()
+    }
+
+
+def stages_to_score(score: str, skip_base: bool, rl_available: bool, prepare: bool) -> set[str]:
+    """The stages ``--score`` names (``base`` left out by ``--skip-base``); exits with a one-line
+    error before any stage runs when it names another or leaves nothing to score (``rl`` alone
+    while no RL stage runs or was found: ``--rl-minutes 0`` without ``--rl-run`` or ``--resume``)."""
+    stages = {s.strip() for s in score.split(",") if s.strip()} - ({"base"} if skip_base else set())
+    if stages - STAGES.keys():
+        sys.exit(f"--score {score!r}: name {', '.join(STAGES)} or some of them")
+    if not stages - (set() if rl_available else {"rl"}) and not prepare:
+        sys.exit(f"--score {score!r}: no stage to score (rl needs --rl-minutes > 0, --rl-run or --resume)")
+    return stages
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -304,18 +327,15 @@ def main() -> None:
     parser.add_argument("--base-model", default="smollm2-135m-instruct")
     parser.add_argument("--out", default=str(REPO / "bench_results" / "agent_recipe.json"))
     args = parser.parse_args()
-    scored_stages = {s.strip() for s in args.score.split(",") if s.strip()} - (
-        {"base"} if args.skip_base else set()
-    )
-    if scored_stages - {"base", "bc", "rl"}:
-        sys.exit(f"--score {args.score!r}: name base, bc, rl or some of them")
-    if (
-        not scored_stages - ({"rl"} if args.rl_minutes <= 0 and not args.rl_run else set())
-        and not args.prepare
-    ):
-        sys.exit(f"--score {args.score!r}: no stage to score (rl needs --rl-minutes > 0 or --rl-run)")
-    data = str(Path(args.data).resolve())
     out_dir = (REPO / args.out_dir).resolve()
+    if args.resume:  # (before the check below: a finished RL stage is a stage to score)
+        for name, done in finished_runs(out_dir).items():
+            if getattr(args, f"{name}_run") is None:
+                setattr(args, f"{name}_run", str(done))
+    scored_stages = stages_to_score(
+        args.score, args.skip_base, args.rl_minutes > 0 or bool(args.rl_run), args.prepare
+    )
+    data = str(Path(args.data).resolve())
     start = time.time()
     debug_source = f"debug:mbpp:{data}"  # held out: one bug a problem, the same tasks whatever trains
     train_source = debug_source + (
@@ -344,15 +364,6 @@ def main() -> None:
         synth_report["mbpp_swe"] = {k: made.get(k) for k in ("tasks", "train", "wall_s")}
         swe_train.append(f"swe:{out_dir / 'synth_mbpp' / 'swe' / 'tasks.jsonl'}")
     stages: list[dict[str, Any]] = []
-    if args.resume:  # a stage is finished once it saved its policy and its record
-        for name in ("bc", "rl"):
-            done = out_dir / name / "run"
-            if (
-                getattr(args, f"{name}_run") is None
-                and (done / "stage.json").exists()
-                and (done / "hf_model").is_dir()
-            ):
-                setattr(args, f"{name}_run", str(done))
     bc_extra = [
         "--model.init_args.model.name_or_path", args.base_model,
         "--model.init_args.demonstrations.source", train_source if "debug" in envs else swe_train[0],
@@ -387,8 +398,8 @@ def main() -> None:
         bc = train_stage("bc", "agent_recipe_bc.yaml", out_dir / "bc", bc_extra)
         stages.append(bc)
         bc_dir = Path(bc["log_dir"])
-    rows = [{"after": "base", "policy": args.base_model}, {"after": "BC", "policy": str(bc_dir / "hf_model")}]
-    rows = [r for r, stage in zip(rows, ("base", "bc"), strict=True) if stage in scored_stages]
+    policies = {"base": args.base_model, "bc": str(bc_dir / "hf_model")}
+    rows = [{"after": STAGES[s], "policy": policy} for s, policy in policies.items() if s in scored_stages]
     extra = shlex.split(args.eval_args)
 
     def score(row: dict[str, Any], key: str, log: Path | None = None) -> None:
@@ -410,7 +421,7 @@ def main() -> None:
         stages.append(reused_stage("rl", rl_dir))
     elif args.rl_minutes > 0:
         with ThreadPoolExecutor(1) as pool:  # leaving it waits for the overlapped evaluations
-            bc_row = next((r for r in rows if r["after"] == "BC"), None)
+            bc_row = next((r for r in rows if r["after"] == STAGES["bc"]), None)
             log = out_dir / "eval" / "bc" / "overlapped.log"
             overlapped = (
                 [pool.submit(score, bc_row, key, log) for key in sets] if args.overlap_eval and bc_row else []
@@ -426,13 +437,13 @@ def main() -> None:
         stages.append(rl)
         rl_dir = Path(rl["log_dir"])
     if rl_dir is not None and "rl" in scored_stages:
-        rows.append({"after": "BC + RL", "policy": str(rl_dir / "hf_model")})
+        rows.append({"after": STAGES["rl"], "policy": str(rl_dir / "hf_model")})
 
     # the trained policies env by env (debugging first), the base policy last: a run that runs out
     # of time (a device session) has the comparison the recipe is for (BC + RL vs BC) on the first
     # env, and the base's zero is the figure a previous run most likely measured already
-    order = [(row, key) for key in sets for row in rows if row["after"] != "base"]
-    order += [(row, key) for key in sets for row in rows if row["after"] == "base"]
+    order = [(row, key) for key in sets for row in rows if row["after"] != STAGES["base"]]
+    order += [(row, key) for key in sets for row in rows if row["after"] == STAGES["base"]]
     for row, key in order:
         if key not in row:  # (scored beside the RL stage)
             score(row, key)

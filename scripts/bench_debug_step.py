@@ -2,6 +2,7 @@
 
     python scripts/bench_debug_step.py [--data ../shared/data/mbpp] [--tasks 8] [--generations 8]
                                        [--hangs 2] [--split validation] [--parallel N]
+                                       [--eval-timeout-s S] [--grade-min-timeout-s S]
                                        [--rollouts RUN/rollouts.jsonl [--steps 3 4] [--source S]]
                                        [--out bench_results/debug_step.json]
 
@@ -126,6 +127,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--source", help="the replayed run's problems.source (default: the recipe's RL source)")
     ap.add_argument("--steps", type=int, nargs="*", help="the replayed steps (default: all)")
     ap.add_argument("--parallel", type=int, default=os.cpu_count() or 2)
+    # what a hanging episode costs is these limits: the recipe's by default; smaller ones make a
+    # quick check of the benchmark itself (its smoke test)
+    ap.add_argument("--eval-timeout-s", type=float, help="env.debug.eval_timeout_s (default: the recipe's)")
+    ap.add_argument(
+        "--grade-min-timeout-s", type=float, help="env.debug.grade_min_timeout_s (default: the recipe's)"
+    )
     ap.add_argument("--out", default="bench_results/debug_step.json")
     args = ap.parse_args(argv)
 
@@ -147,10 +154,19 @@ def main(argv: list[str] | None = None) -> dict:
             "hangs": args.hangs,
             "episode": "view, edit (the reference fix, or `while True: pass` as line 1), eval, eval, graded at the cut",
         }
+    limits = {
+        key: value
+        for key, value in (
+            ("eval_timeout_s", args.eval_timeout_s),
+            ("grade_min_timeout_s", args.grade_min_timeout_s),
+        )
+        if value is not None
+    }
+    env_settings = {**RL_ENV, **limits}
     modes = {"cpu limit (default)": {}, "wall clock only": {"grade_min_cpu_s": 0.0}}
     rows: dict[str, dict] = {}
     for name, extra in modes.items():
-        env = DebugEnv(DebugSettings(**RL_ENV, parallel=args.parallel, **extra))
+        env = DebugEnv(DebugSettings(**env_settings, parallel=args.parallel, **extra))
         try:
             kept = env.validate_problems(problems)
             cases: dict[str, tuple[list, set[int]]] = {}
@@ -183,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
     table = "\n".join(lines)
     print(table)
     result = {
-        "workload": {**workload, "parallel": args.parallel, "env": RL_ENV},
+        "workload": {**workload, "parallel": args.parallel, "env": env_settings},
         "cpu": cpu_path(),
         "machine": {
             "cpus": os.cpu_count(),

@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+STAGES = {"base": "base", "bc": "BC", "rl": "BC + RL"}
+"""A recipe's stages in order, by their command-line names (``--score``), and each one's label
+(a report row's ``after``)."""
 
 
 def cli(args: list[str], tag: str, log: Path | None = None) -> tuple[str, float]:
@@ -85,7 +88,7 @@ def against_earlier(rows: list[dict[str, Any]], earlier: dict[str, Any], name: s
     env the earlier report lacks, or one without task ids, is left out."""
     out: dict[str, Any] = {}
     before = {row["after"]: row for row in earlier.get("rows", [])}
-    stages = ["base", "BC", "BC + RL"]
+    stages = list(STAGES.values())
     here = {row["after"] for row in rows}
     pairs = [(row, row["after"]) for row in rows]
     for row in rows:

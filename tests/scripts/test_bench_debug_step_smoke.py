@@ -31,10 +31,13 @@ def test_bench_debug_step_small(tmp_path: Path) -> None:
     )
     out = tmp_path / "step.json"
     args = ["--data", str(data), "--tasks", "2", "--generations", "2", "--hangs", "1", "--parallel", "2"]
+    # a hang costs the limits: small ones here (the recipe's 20 s made this test 90 s long)
+    args += ["--eval-timeout-s", "3", "--grade-min-timeout-s", "6"]
     result = bench.main([*args, "--out", str(out)])
     assert json.loads(out.read_text()) == result
     limited, wall = result["results"]["cpu limit (default)"], result["results"]["wall clock only"]
     assert min(limited["cpu_limit_s"]) >= 5.0 and wall["cpu_limit_s"] == [0.0]
+    assert result["workload"]["env"]["eval_timeout_s"] == 3.0 and min(wall["wall_limit_s"]) >= 6.0
     for mode in (limited, wall):
         assert mode["no hang"]["verdicts"] == {"hang": {}, "other": {"passed": 4}}
         assert mode["1 hanging"]["verdicts"] == {"hang": {"timeout": 1}, "other": {"passed": 3}}

@@ -1,0 +1,79 @@
+"""The agent recipe's ``--score`` check, made before any stage runs: it names the stages scored,
+refuses one it does not know and a selection with nothing to score, and counts an RL stage that
+an earlier, interrupted call finished (``--resume``) as one to score."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import agent_recipe  # noqa: E402
+
+
+def finish(out_dir: Path, name: str, policy: bool = True) -> Path:
+    run = out_dir / name / "run"
+    run.mkdir(parents=True)
+    (run / "stage.json").write_text("{}")
+    if policy:
+        (run / "hf_model").mkdir()
+    return run
+
+
+def test_finished_runs_are_stages_that_saved_their_policy_and_record(tmp_path: Path) -> None:
+    assert agent_recipe.finished_runs(tmp_path) == {}
+    bc = finish(tmp_path, "bc")
+    finish(tmp_path, "rl", policy=False)  # stopped before it saved its policy: not finished
+    assert agent_recipe.finished_runs(tmp_path) == {"bc": bc}
+    (tmp_path / "rl" / "run" / "hf_model").mkdir()
+    assert set(agent_recipe.finished_runs(tmp_path)) == {"bc", "rl"}
+
+
+def test_stages_to_score() -> None:
+    assert agent_recipe.stages_to_score("base,bc,rl", False, True, False) == {"base", "bc", "rl"}
+    assert agent_recipe.stages_to_score("base, bc,rl", True, True, False) == {"bc", "rl"}
+    assert agent_recipe.stages_to_score("rl", False, True, False) == {"rl"}
+    # rl without an RL stage: nothing to score; with others it leaves them
+    assert agent_recipe.stages_to_score("bc,rl", False, False, False) == {"bc", "rl"}
+    with pytest.raises(SystemExit, match="no stage to score"):
+        agent_recipe.stages_to_score("rl", False, False, False)
+    with pytest.raises(SystemExit, match="no stage to score"):
+        agent_recipe.stages_to_score("base", True, True, False)
+    with pytest.raises(SystemExit, match="name base, bc, rl"):
+        agent_recipe.stages_to_score("bc,sft", False, True, False)
+    assert agent_recipe.stages_to_score("rl", False, False, True) == {"rl"}  # --prepare scores nothing
+
+
+def recipe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "scripts/agent_recipe.py", "--out-dir", str(tmp_path / "runs"), *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+class Scored(Exception):
+    """Raised by the stand-in for an evaluation: the policy the recipe went on to score."""
+
+
+def test_score_rl_without_rl_stops_before_any_stage_unless_resume_finds_one(tmp_path, monkeypatch) -> None:
+    refused = recipe(tmp_path, "--score", "rl", "--rl-minutes", "0", "--resume")
+    assert refused.returncode == 1 and "no stage to score" in refused.stderr
+    assert not (tmp_path / "runs").exists(), "refused after a stage ran"
+    # an earlier call finished BC and RL under --out-dir: --resume reuses both and scores RL's
+    # policy (the evaluation, a CLI run of minutes, stands in here)
+    finish(tmp_path / "runs", "bc")
+    rl = finish(tmp_path / "runs", "rl")
+
+    def evaluate(policy: str, *args, **kwargs):
+        raise Scored(policy)
+
+    monkeypatch.setattr(agent_recipe, "evaluate", evaluate)
+    argv = ["agent_recipe.py", "--out-dir", str(tmp_path / "runs"), "--score", "rl", "--rl-minutes", "0"]
+    argv += ["--resume", "--envs", "debug", "--swe-tasks", str(tmp_path / "absent.jsonl")]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(Scored) as scored:
+        agent_recipe.main()
+    assert scored.value.args == (str(rl / "hf_model"),)
