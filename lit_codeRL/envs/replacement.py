@@ -7,6 +7,8 @@ The debugging gym's ``<replace>`` tool (``envs/debug/tools.py``), the SWE edit b
 
 from __future__ import annotations
 
+import difflib
+
 
 def occurrences(text: str, part: str, limit: int | None = None) -> list[int]:
     """Where ``part`` starts in ``text``, overlapping occurrences counted ("a\\na" is twice in
@@ -33,3 +35,52 @@ def replacement_parts(old: str, new: str) -> str:
         return f"<{tag}>{chr(10) if text.startswith(chr(10)) else ''}{text}</{tag}>"
 
     return f"{part('old', old)}\n{part('new', new)}\n"
+
+
+CLOSEST_MAX_LINES = 8
+"""Lines of the file a failed quote's hint shows at most."""
+CLOSEST_SCAN_LINES = 5000
+"""Lines of a file searched for a failed quote's closest lines (the first ones)."""
+
+
+def closest_lines(text: str, old: str, cutoff: float = 0.6) -> tuple[int, list[str]] | None:
+    """Where ``text`` reads most like ``old``, a quote it does not have: ``(first line number,
+    lines)``, as many lines as the quote has (at most :data:`CLOSEST_MAX_LINES`), or ``None`` when
+    no place is alike (mean similarity of the lines under ``cutoff``).
+
+    A quote is most often the right place written from memory: other indentation, other spacing,
+    a name misspelt. Lines are compared without their indentation (difflib's ratio); each of the
+    quote's lines anchors a candidate place at the file line most like it, and the place whose
+    lines are most like the quote's, on average, wins. The SWE edit bundle's ``replace``
+    (``env/tools/edit/bin/replace``, which runs where this package is not installed) has a copy;
+    tests/envs/test_replace_hint.py holds the two to the same answers."""
+    quote = old.strip("\n").splitlines()[:CLOSEST_MAX_LINES]
+    want = [line.strip() for line in quote]
+    lines = text.splitlines()[:CLOSEST_SCAN_LINES]
+    have = [line.strip() for line in lines]
+    if not any(want) or not lines:
+        return None
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    starts = set()
+    for j, line in enumerate(want):
+        if not line:
+            continue
+        matcher.set_seq2(line)
+        best, at = -1.0, 0
+        for i, candidate in enumerate(have):
+            matcher.set_seq1(candidate)
+            if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
+                ratio = matcher.ratio()
+                if ratio > best:
+                    best, at = ratio, i
+        starts.add(min(max(0, at - j), max(0, len(lines) - len(want))))
+
+    def score(start: int) -> float:
+        # a place cut short by the end of the file scores its missing lines 0
+        pairs = zip(want, have[start : start + len(want)], strict=False)
+        return sum(difflib.SequenceMatcher(None, w, h, autojunk=False).ratio() for w, h in pairs) / len(want)
+
+    start = max(sorted(starts), key=score)
+    if score(start) < cutoff:
+        return None
+    return start + 1, lines[start : start + len(want)]

@@ -168,7 +168,16 @@ def test_a_replace_fixes_the_task_and_a_failed_one_changes_nothing(env, median):
     out = step(env, state, '<replace path="stats.py"><old>ordered[middle</old><new>x</new></replace>')
     assert "found 3 times (lines 18, 19)" in out.observation and state.edits == 0
     out = step(env, state, '<replace path="stats.py"><old>no such text</old><new>x</new></replace>')
+    assert "not found" in out.observation and state.edits == 0 and "closest" not in out.observation
+    # a quote written from memory (spacing, indentation): the refusal shows what the file has there
+    out = step(
+        env,
+        state,
+        '<replace path="stats.py"><old>return (ordered[middle-1]+ordered[middle])//2</old><new>x</new></replace>',
+    )
     assert "not found" in out.observation and state.edits == 0
+    assert "closest text is at line 19" in out.observation
+    assert "19|     return (ordered[middle - 1] + ordered[middle]) // 2" in out.observation
     out = step(env, state, '<replace path="missing.py"><old>a</old><new>b</new></replace>')
     assert "failed" in out.observation and "no such file" in out.observation
     out = step(

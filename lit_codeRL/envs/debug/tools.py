@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lit_codeRL.envs.replacement import occurrences
+from lit_codeRL.envs.replacement import closest_lines, occurrences
 
 TOOLS = ("pdb", "view", "replace", "edit", "rewrite", "eval", "listdir", "bash", "submit")
 PRESETS: dict[str, tuple[str, ...]] = {
@@ -253,7 +253,7 @@ def apply_replace(text: str, old: str, new: str) -> tuple[str, str | None]:
             if re.match(r"\s*\d+\| ", old)
             else " (copy it exactly, spaces included)"
         )
-        return text, f"<old> was not found in the file{hint}: nothing changed."
+        return text, f"<old> was not found in the file{hint}: nothing changed.{closest_hint(text, old)}"
     starts = [text.count("\n", 0, at) + 1 for at in starts]
     lines = ", ".join(str(n) for n in list(dict.fromkeys(starts))[:10])
     times = f"{len(starts)} times" if len(starts) < MAX_MATCHES else f"{MAX_MATCHES} times or more"
@@ -261,6 +261,19 @@ def apply_replace(text: str, old: str, new: str) -> tuple[str, str | None]:
         f"<old> was found {times} (lines {lines}): quote more of the place you mean so that it is "
         "found once; nothing changed."
     )
+
+
+def closest_hint(text: str, old: str) -> str:
+    """The file's lines most like a quote it does not have, numbered as ``view`` shows them (an
+    agent that quoted from memory sees what is there, and need not view the file again); ``""``
+    when no place is alike."""
+    found = closest_lines(text, old)
+    if found is None:
+        return ""
+    first, lines = found
+    where = f"line {first}" if len(lines) == 1 else f"lines {first}-{first + len(lines) - 1}"
+    shown = numbered(text, first, first + len(lines) - 1, max_lines=len(lines))
+    return f" The closest text is at {where} (quote it without the numbers):\n{shown}"
 
 
 def numbered(text: str, first: int = 1, last: int | None = None, max_lines: int = 200) -> str:

@@ -1,0 +1,129 @@
+"""A replacement whose quote the file does not have changes nothing; its refusal shows the file's
+lines most like the quote (``closest_lines``), numbered, so an agent that quoted from memory (other
+indentation or spacing, a name misspelt) sees what is there. The debugging gym's ``<replace>`` and
+the SWE edit bundle's ``replace`` (a copy: it runs where the package is not installed) give the
+same lines for the same file and quote."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lit_codeRL.envs.debug.tools import apply_replace
+from lit_codeRL.envs.replacement import CLOSEST_MAX_LINES, closest_lines
+from lit_codeRL.problems.debug import load_debug_tasks
+
+SCRIPT = Path(__file__).resolve().parents[2] / "env" / "tools" / "edit" / "bin" / "replace"
+CODE = (
+    "def total(values, start=0):\n"
+    "    result = start\n"
+    "    for value in values:\n"
+    "        result += value\n"
+    "    return result\n"
+    "\n"
+    "\n"
+    "def mean(values):\n"
+    "    if not values:\n"
+    "        return 0.0\n"
+    "    return total(values) / len(values)\n"
+)
+
+
+def bundle_closest_lines():
+    loader = importlib.machinery.SourceFileLoader("bundle_replace", str(SCRIPT))
+    spec = importlib.util.spec_from_loader("bundle_replace", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module.closest_lines
+
+
+@pytest.mark.parametrize(
+    ("quote", "expected"),
+    [
+        # spacing and indentation differ: the place the quote means
+        (
+            "for value in values:\n    result+=value",
+            (3, ["    for value in values:", "        result += value"]),
+        ),
+        ("return total(values)/len(values)", (11, ["    return total(values) / len(values)"])),
+        ("  resutl = start", (2, ["    result = start"])),  # a name misspelt
+        # a line that reads like two places: the lines around it decide
+        ("if not values:\n    return 0", (9, ["    if not values:", "        return 0.0"])),
+        ("\n\ndef mean(vals):\n", (8, ["def mean(values):"])),  # blank lines around a quote do not count
+        # nothing alike: no hint
+        ("import numpy as np", None),
+        ("   \n\n", None),
+    ],
+)
+def test_closest_lines_are_the_place_the_quote_means(quote: str, expected) -> None:
+    assert closest_lines(CODE, quote) == expected
+    assert bundle_closest_lines()(CODE, quote) == expected
+
+
+def test_closest_lines_bounds() -> None:
+    assert closest_lines("", "x = 1") is None
+    # a place at the end of the file; a quote longer than the whole file is not alike
+    first, lines = closest_lines(CODE, "if not values:\n  return 0.0\nreturn total(values)/len(values)")
+    assert first == 9 and len(lines) == 3
+    assert closest_lines("x = 1\n", "x=1\ny=2\nz=3") is None
+    # at most CLOSEST_MAX_LINES lines shown, however long the quote
+    long = "\n".join(f"x_{i} = {i}" for i in range(40))
+    first, lines = closest_lines(long, long.replace(" = ", "="))
+    assert first == 1 and len(lines) == CLOSEST_MAX_LINES
+
+
+def test_the_gym_and_the_bundle_agree_on_quotes_of_every_shipped_program() -> None:
+    """Quotes of 1-4 lines of every shipped debugging program, mangled the ways a model misquotes
+    (spaces dropped, indentation changed, a letter lost): both copies give the same answer, and it
+    is the quoted place (or, for a line the program repeats, one that reads the same)."""
+    bundle = bundle_closest_lines()
+    rng = random.Random(0)
+    checked = 0
+    for task in load_debug_tasks("embedded", "all"):
+        for text in task.files.values():
+            lines = text.splitlines()
+            for _ in range(4):
+                at, n = rng.randrange(len(lines)), rng.randint(1, 4)
+                quoted = lines[at : at + n]
+                if not any(line.strip() for line in quoted) or not quoted[0].strip():
+                    continue
+                mangled = "\n".join(
+                    rng.choice(
+                        [line.replace(" ", ""), "  " + line.strip(), line[:-1] if len(line) > 8 else line]
+                    )
+                    for line in quoted
+                )
+                if mangled in text:
+                    continue
+                mine = closest_lines(text, mangled)
+                assert mine == bundle(text, mangled), (task.task_id, mangled)
+                assert mine is not None, (task.task_id, mangled)
+                quoted_lines = len(mangled.strip("\n").splitlines())
+                expected = [line.strip() for line in lines[at : at + quoted_lines]]
+                assert [line.strip() for line in mine[1]] == expected, (task.task_id, mangled, mine)
+                checked += 1
+    assert checked > 50
+
+
+def test_both_refusals_show_the_closest_lines(tmp_path: Path) -> None:
+    _, said = apply_replace(CODE, "for value in values:\n    result+=value", "x")
+    assert "not found" in said and "closest text is at lines 3-4" in said
+    assert "3|     for value in values:\n4|         result += value" in said
+    (tmp_path / "m.py").write_text(CODE)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "m.py"],
+        input=b"<old>for value in values:\n    result+=value</old>\n<new>x</new>\n",
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "is not in m.py" in err and "closest text is at lines 3-4" in err
+    assert "3|     for value in values:\n4|         result += value" in err
+    assert (tmp_path / "m.py").read_text() == CODE  # nothing changed
