@@ -39,8 +39,14 @@ def replacement_parts(old: str, new: str) -> str:
 
 CLOSEST_MAX_LINES = 8
 """Lines of the file a failed quote's hint shows at most."""
-CLOSEST_SCAN_LINES = 5000
+CLOSEST_SCAN_LINES = 2000
 """Lines of a file searched for a failed quote's closest lines (the first ones)."""
+CLOSEST_LINE_CHARS = 100
+"""Characters of a line compared (its first ones, indentation left out)."""
+CLOSEST_MAX_RATIOS = 400
+"""Full similarity computations (``SequenceMatcher.ratio``, the costly one) an anchor's search
+makes at most: a failed quote is answered in the trainer's process, and a file of lines made to
+pass the cheap bounds (anagrams of the quote) would otherwise cost seconds."""
 
 
 def closest_lines(text: str, old: str, cutoff: float = 0.6) -> tuple[int, list[str]] | None:
@@ -49,27 +55,31 @@ def closest_lines(text: str, old: str, cutoff: float = 0.6) -> tuple[int, list[s
     no place is alike (mean similarity of the lines under ``cutoff``).
 
     A quote is most often the right place written from memory: other indentation, other spacing,
-    a name misspelt. Lines are compared without their indentation (difflib's ratio); each of the
-    quote's lines anchors a candidate place at the file line most like it, and the place whose
-    lines are most like the quote's, on average, wins. The SWE edit bundle's ``replace``
+    a name misspelt. Lines are compared without their indentation, by their first
+    :data:`CLOSEST_LINE_CHARS` characters (difflib's ratio); the quote's first line and its longest
+    each anchor a candidate place at the file line most like it, and the place whose lines are most
+    like the quote's, on average, wins. The work is bounded (:data:`CLOSEST_SCAN_LINES`,
+    :data:`CLOSEST_MAX_RATIOS`) whatever the file holds. The SWE edit bundle's ``replace``
     (``env/tools/edit/bin/replace``, which runs where this package is not installed) has a copy;
     tests/envs/test_replace_hint.py holds the two to the same answers."""
     quote = old.strip("\n").splitlines()[:CLOSEST_MAX_LINES]
-    want = [line.strip() for line in quote]
+    want = [line.strip()[:CLOSEST_LINE_CHARS] for line in quote]
     lines = text.splitlines()[:CLOSEST_SCAN_LINES]
-    have = [line.strip() for line in lines]
-    if not any(want) or not lines:
+    have = [line.strip()[:CLOSEST_LINE_CHARS] for line in lines]
+    filled = [j for j, line in enumerate(want) if line]
+    if not filled or not lines:
         return None
     matcher = difflib.SequenceMatcher(autojunk=False)
     starts = set()
-    for j, line in enumerate(want):
-        if not line:
-            continue
-        matcher.set_seq2(line)
-        best, at = -1.0, 0
+    for j in dict.fromkeys((filled[0], max(filled, key=lambda k: len(want[k])))):
+        matcher.set_seq2(want[j])
+        best, at, budget = -1.0, 0, CLOSEST_MAX_RATIOS
         for i, candidate in enumerate(have):
             matcher.set_seq1(candidate)
             if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
+                if budget == 0:
+                    break
+                budget -= 1
                 ratio = matcher.ratio()
                 if ratio > best:
                     best, at = ratio, i

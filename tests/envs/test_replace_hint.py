@@ -127,3 +127,26 @@ def test_both_refusals_show_the_closest_lines(tmp_path: Path) -> None:
     assert done.returncode == 1 and "is not in m.py" in err and "closest text is at lines 3-4" in err
     assert "3|     for value in values:\n4|         result += value" in err
     assert (tmp_path / "m.py").read_text() == CODE  # nothing changed
+
+
+def test_a_file_made_to_defeat_the_cheap_bounds_costs_a_bounded_number_of_comparisons(monkeypatch) -> None:
+    """A failed quote is answered in the trainer's process: lines that are anagrams of the quote
+    pass difflib's cheap bounds, and comparing each in full would cost seconds per call (43 s for
+    5,000 such lines before the bound); the full comparisons are counted and capped."""
+    import difflib
+
+    from lit_codeRL.envs import replacement
+
+    rng = random.Random(0)
+    line = "".join(rng.choice("abcdefghij ()+-=") for _ in range(200))
+    lines = []
+    for _ in range(3000):
+        shuffled = list(line)
+        rng.shuffle(shuffled)
+        lines.append("".join(shuffled))
+    calls = []
+    ratio = difflib.SequenceMatcher.ratio
+    monkeypatch.setattr(difflib.SequenceMatcher, "ratio", lambda self: calls.append(1) or ratio(self))
+    closest_lines("\n".join(lines), "\n".join([line] * 8))
+    anchors, window_lines = 2, CLOSEST_MAX_LINES
+    assert 0 < len(calls) <= anchors * (replacement.CLOSEST_MAX_RATIOS + window_lines)
