@@ -88,7 +88,9 @@ def test_mbpp_canonical_and_mutants(rows, backend, capsys):
     for kind in ("none", "plus_one"):
         variants[kind] = {r["task_id"]: m for r in rows if (m := mutate(r["code"], kind)) is not None}
     by_id = {r["task_id"]: r for r in rows}
-    with make_sandbox(backend=backend, workers=2, timeout_s=5.0) as sb:
+    # the test is the sandbox agreeing with plain CPython, not speed: MBPP 123 (amicable numbers
+    # below 9,999) ran past a 5 s limit on a loaded 2-core CI machine
+    with make_sandbox(backend=backend, workers=2, timeout_s=30.0) as sb:
         for name, codes in variants.items():
             ids = sorted(codes)
             plain = plain_pass(
