@@ -90,7 +90,8 @@ def closest_lines(text: str, old: str, cutoff: float = 0.6) -> tuple[int, list[s
         pairs = zip(want, have[start : start + len(want)], strict=False)
         return sum(difflib.SequenceMatcher(None, w, h, autojunk=False).ratio() for w, h in pairs) / len(want)
 
-    start = max(sorted(starts), key=score)
-    if score(start) < cutoff:
+    scores = {start: score(start) for start in sorted(starts)}
+    start = max(scores, key=scores.__getitem__)
+    if scores[start] < cutoff:
         return None
     return start + 1, lines[start : start + len(want)]
