@@ -6,6 +6,10 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
+# test processes (pytest-xdist; whole files per process, so a module's fixtures start once).
+# The suite waits on subprocesses, sandboxes and servers about half its time: 2 workers on 2
+# cores. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 export LIT_CODERL_SHARED ?= $(abspath ../shared)
 # llama.cpp's server, for the endpoint-engine test against a real OpenAI-compatible server
 export LIT_CODERL_LLAMA_SERVER ?= $(HOME)/.cache/lit_coderl/bin/llama-server
@@ -65,7 +69,7 @@ run: install system-deps
 	lit-coderl fit --config configs/quickstart.yaml
 
 test: install system-deps test-deps
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint:
 	ruff check lit_codeRL tests scripts && ruff format --check lit_codeRL tests scripts

@@ -10,6 +10,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each of the N test processes gets cores/N torch threads, and so do the
+    processes a test starts (CLI runs, DDP ranks): N processes each spinning cores threads of
+    OpenMP on the same cores run far slower than N times one."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        import torch
+
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 def quiet_trainer(root, steps: int, **overrides):
     """A CPU ``Trainer`` for ``steps`` steps without logger, checkpoints, progress bar or summary
     (``overrides``: other ``Trainer`` arguments, e.g. callbacks)."""
