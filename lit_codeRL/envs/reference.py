@@ -19,13 +19,17 @@ This module holds the parts that do not depend on the env's action format:
 * :func:`edit_reason`: one sentence naming what is wrong in an edit's lines and what it should be
   (the smallest span of code tokens the edit changes), for the edit's lead-in;
 * :func:`ends_at_stop`: whether an action stops where a sampled one would (an action with a stop
-  string inside it cannot be imitated: generation would end there).
+  string inside it cannot be imitated: generation would end there);
+* :func:`misquote`: a quote written wrong the ways a model misquotes from memory, for a
+  trajectory that recovers from the refusal (each env's ``misquote_actions``).
 """
 
 from __future__ import annotations
 
 import bisect
 import difflib
+import hashlib
+import random
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lit_codeRL.envs.protocol import Action
-from lit_codeRL.envs.replacement import found_once
+from lit_codeRL.envs.replacement import CLOSEST_MAX_LINES, closest_lines, found_once, occurrences
 from lit_codeRL.problems.record import Problem
 
 MERGE_GAP = 2
@@ -242,6 +246,69 @@ def text_replacement(text: str, edit: LineEdit) -> tuple[str, str] | None:
     return None
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w{3,}")
+_OPERATOR = re.compile(r"(?<=[\w)\]])(==|!=|<=|>=|//|\*\*|[-+*/%<>=])(?=[\w(\[])")
+
+
+def _misquotes_of_line(line: str) -> list[str]:
+    """``line`` written the ways a quote from memory goes wrong (each kind at most once; the
+    indentation kept unless it is the kind): the spaces around its punctuation dropped, spaces put
+    around its operators or after its commas, a letter of its longest name lost, its quote marks
+    swapped, its indentation changed."""
+    body = line.lstrip()
+    indent = line[: len(line) - len(body)]
+    names = _IDENTIFIER.findall(body)
+    kinds = [
+        indent + re.sub(r" *([^\w\s]) *", r"\1", body),
+        indent + _OPERATOR.sub(r" \1 ", body),
+        indent + re.sub(r",(?=\S)", ", ", body),
+        indent + body.translate(str.maketrans("'\"", "\"'")),
+        "    " + line if body else line,
+    ]
+    if names:
+        name = max(names, key=len)
+        kinds.append(indent + body.replace(name, name[: len(name) // 2] + name[len(name) // 2 + 1 :], 1))
+    return [k for k in dict.fromkeys(kinds) if k != line]
+
+
+def misquote(text: str, quote: str, seed: str) -> str | None:
+    """``quote`` (found once in ``text``) with one of its lines written wrong the ways a model
+    misquotes from memory (:func:`_misquotes_of_line`), chosen in an order seeded by ``seed``:
+    the first one ``text`` does not hold whose closest lines (``closest_lines``, what the tools'
+    refusal shows) are the quote's own, so the trajectory's next action can quote them as shown;
+    ``None`` when there is none, or the quote is longer than the refusal shows.
+
+    BC on fixes alone never sees a refused quote: an agent that misquotes (36 of 81 ``replace``
+    commands in the SWE env, 20 of 38 refused ``<replace>`` calls in the debugging gym, on the
+    H200 run of ``scripts/agent_recipe.py``) had never seen the quote made again from the hint."""
+    at = text.find(quote)
+    lines = quote.split("\n")
+    if at < 0 or not quote.strip() or len(quote.strip("\n").splitlines()) > CLOSEST_MAX_LINES:
+        return None
+    first = text.count("\n", 0, at) + 1
+    rng = random.Random(hashlib.sha256(f"{seed}:misquote".encode()).hexdigest())
+    order = [k for k, line in enumerate(lines) if line.strip()]
+    rng.shuffle(order)
+    for k in order:
+        variants = _misquotes_of_line(lines[k])
+        rng.shuffle(variants)
+        for variant in variants:
+            wrong = "\n".join([*lines[:k], variant, *lines[k + 1 :]])
+            if occurrences(text, wrong, 1):
+                continue
+            shown = len(wrong.strip("\n").splitlines())
+            if closest_lines(text, wrong) == (first, text.splitlines()[first - 1 : first - 1 + shown]):
+                return wrong
+    return None
+
+
+def wants_recovery(task_id: str, fraction: float) -> bool:
+    """Whether ``task_id`` is among the ``fraction`` of tasks that also get a trajectory of some
+    kind (a recovery; a misquote, whose ``task_id`` carries a suffix, so another hash chooses it),
+    by a hash of the id: the same tasks in every run and on every rank."""
+    return int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) < fraction * 16**8
+
+
 def ends_at_stop(action: str, stop_strings: Sequence[str]) -> bool:
     """Whether the first stop string in ``action`` ends exactly where the action ends."""
     ends = [action.find(s) + len(s) for s in stop_strings if s in action]
@@ -333,3 +400,43 @@ def play_references(
         for i, episode in zip(chunk, played, strict=True):
             episodes[i] = episode
     return [e for e in episodes if e is not None]
+
+
+MISQUOTED = "That text is not in the file. "
+"""The lead-in of the change a misquote trajectory makes after the tool refused its quote."""
+
+
+def play_misquotes(
+    env: Any,
+    problems: Sequence[Problem],
+    fraction: float,
+    script_of: Callable[[Problem], tuple[list[Step], str]],
+    parallel: int,
+) -> dict[str, ReferenceEpisode]:
+    """The misquote trajectories of the ``fraction`` of ``problems`` :func:`wants_recovery` picks
+    (by the id with ``:misquote``), by task id: ``script_of(problem)`` writes the steps and the
+    misquoted action (each env's ``misquote_actions``), played as :func:`play_references` plays.
+    The misquoted action is context (BC masks it); a trajectory whose refusal of it shows no closest
+    lines is unresolved (its next quote would come from nowhere), and an unresolved one's verdict
+    starts with ``misquote:``."""
+    chosen = [p for p in problems if wants_recovery(f"{p.task_id}:misquote", fraction)]
+    misquoted: dict[str, str] = {}
+
+    def script(problem: Problem) -> list[Step]:
+        steps, misquoted[problem.task_id] = script_of(problem)
+        return steps
+
+    played = {}
+    for episode in play_references(env, chosen, script, parallel) if chosen else []:
+        wrong = misquoted.get(episode.task_id)
+        if wrong is not None and wrong in episode.actions:  # the SWE first look may add a grep
+            at = episode.actions.index(wrong)
+            episode.context = (at,)
+            seen = episode.observations[at] if len(episode.observations) > at else ""
+            if "closest text is at" not in seen:
+                episode.resolved = False
+                episode.verdict = "its misquote was not answered with the closest lines"
+        if not episode.resolved:
+            episode.verdict = f"misquote: {episode.verdict}"
+        played[episode.task_id] = episode
+    return played

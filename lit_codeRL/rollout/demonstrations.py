@@ -83,6 +83,14 @@ class DemonstrationSettings:
     whose wrong edit is of another line than the fix's: the tests seen failing, that line changed
     back, then the fix. Same-line recoveries teach a failed edit to be made again on the same
     lines; these, that it may have been in the wrong place."""
+    misquotes: float = 0.0
+    """SWE and debugging sources: the fraction of tasks (by another hash of the task id) that also
+    get a misquote trajectory: the first change tried with a quote of the lines that has one line
+    written wrong (spacing, a letter, quote marks, indentation: a masked action), the tool's
+    refusal showing the file's closest lines, then the change quoting them. BC on fixes alone
+    never sees a refused quote, and 36 of 81 SWE ``replace`` commands of the H200 run misquoted.
+    Only a task whose first change is a quote-based replace has one (``misquote_actions`` of
+    ``envs/*/reference.py``)."""
     explain: bool = False
     """SWE and debugging sources: each edit's lead-in first names the bug, the smallest changed
     span and what it should be (``In line 7, `//` should be `%`.``; ``envs/reference.py``'s
@@ -99,7 +107,7 @@ class DemonstrationSettings:
     policy never sees."""
 
     def __post_init__(self) -> None:
-        for name in ("recoveries", "recoveries_elsewhere"):
+        for name in ("recoveries", "recoveries_elsewhere", "misquotes"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"demonstrations.{name} must be in [0, 1], got {getattr(self, name)}")
         if isinstance(self.env, dict):  # from a checkpoint's plain hparams
@@ -198,28 +206,35 @@ def reference_demonstrations(
     cache: bool = False,
     explain: bool = False,
     recoveries_elsewhere: float = 0.0,
+    misquotes: float = 0.0,
 ) -> list[list[Segment]]:
     """The reference trajectory of every SWE or debugging task (see the module docstring), played
     in the env ``env.swe`` or ``env.debug`` configures, as trajectory rows (debugging tasks: also
     the ``recoveries`` fraction's recovery trajectories); those that do not resolve their task are
     dropped and counted in one warning. ``cache``: episodes played before come from disk.
     ``explain``: each edit's lead-in names the bug first. ``recoveries_elsewhere``: the fraction
-    of recovery trajectories whose wrong edit is of another line."""
+    of recovery trajectories whose wrong edit is of another line. ``misquotes``: the fraction of
+    tasks that also get a misquote trajectory (both envs)."""
     debug = "debug_task" in problems[0].metadata
     if debug:
         from lit_codeRL.envs.debug.env import DebugEnv
         from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
 
         environment: Any = DebugEnv(env.debug)
-        reference_episodes: Any = partial(
-            debug_episodes, recoveries=recoveries, explain=explain, elsewhere=recoveries_elsewhere
+        mix: dict[str, Any] = dict(
+            recoveries=recoveries,
+            explain=explain,
+            elsewhere=recoveries_elsewhere if recoveries else 0.0,
+            misquotes=misquotes,
         )
+        reference_episodes: Any = partial(debug_episodes, **mix)
     else:
         from lit_codeRL.envs.swe.env import ContainerEnv
         from lit_codeRL.envs.swe.reference import reference_episodes as swe_episodes
 
         environment = ContainerEnv(data_name_or_path=None, settings=env.swe)
-        reference_episodes = partial(swe_episodes, explain=explain)
+        mix = dict(explain=explain, misquotes=misquotes)
+        reference_episodes = partial(swe_episodes, **mix)
 
     def play() -> list[ReferenceEpisode]:
         with environment:
@@ -227,15 +242,7 @@ def reference_demonstrations(
 
     if cache:
         kind, settings = ("debug", env.debug) if debug else ("swe", env.swe)
-        episodes = cached_episodes(
-            kind,
-            problems,
-            settings,
-            recoveries if debug else 0.0,
-            play,
-            explain,
-            recoveries_elsewhere if debug and recoveries else 0.0,
-        )
+        episodes = cached_episodes(kind, problems, settings, mix, play)
     else:
         episodes = play()
     dropped = [f"{e.task_id} ({e.verdict or 'unresolved'})" for e in episodes if not e.resolved]
@@ -277,6 +284,7 @@ def _source_demonstrations(settings: DemonstrationSettings, tokenizer) -> list[l
                 settings.cache,
                 settings.explain,
                 settings.recoveries_elsewhere,
+                settings.misquotes,
             )
             limit = None  # the tasks were limited: a task's recovery row is its second
         else:

@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,26 +65,17 @@ def _task_content(problem: Problem) -> Any:
     return {"task_id": problem.task_id, "prompt": problem.prompt}
 
 
-def cache_key(
-    kind: str,
-    problems: list[Problem],
-    settings: Any,
-    recoveries: float,
-    explain: bool = False,
-    elsewhere: float = 0.0,
-) -> str:
-    """The digest that names the cached episodes of ``problems`` played in env ``kind`` (with the
-    ``recoveries`` fraction of recovery trajectories, ``elsewhere`` of them with a wrong edit of
-    another line; ``explain``: lead-ins that name the bug)."""
+def cache_key(kind: str, problems: list[Problem], settings: Any, mix: Mapping[str, Any]) -> str:
+    """The digest that names the cached episodes of ``problems`` played in env ``kind`` with the
+    env ``settings`` and the trajectory ``mix`` (the arguments of the env's ``reference_episodes``
+    that choose which trajectories are played and how they read: ``recoveries``, ``explain``...)."""
     spec = {
         "kind": kind,
         "code": code_digest(),
         "settings": _without_paths(dataclasses.asdict(settings))
         if dataclasses.is_dataclass(settings)
         else settings,
-        "recoveries": recoveries,
-        "explain": explain,
-        "elsewhere": elsewhere,
+        "mix": dict(sorted(mix.items())),
         "tasks": [_task_content(p) for p in problems],
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
@@ -98,13 +89,11 @@ def cached_episodes(
     kind: str,
     problems: list[Problem],
     settings: Any,
-    recoveries: float,
+    mix: Mapping[str, Any],
     play: Callable[[], list[ReferenceEpisode]],
-    explain: bool = False,
-    elsewhere: float = 0.0,
 ) -> list[ReferenceEpisode]:
     """The episodes ``play()`` returns for these problems, from the cache when it has them."""
-    path = cache_path(cache_key(kind, problems, settings, recoveries, explain, elsewhere), kind)
+    path = cache_path(cache_key(kind, problems, settings, mix), kind)
     if path.is_file():
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:

@@ -692,6 +692,7 @@ def test_played_trajectories_are_cached_and_played_again_when_what_they_depend_o
     elsewhere = SWESettings(
         repo_cache="/elsewhere", workspace=WorkspaceConfig(python="/opt/venv/bin/python3")
     )
-    assert reference_cache.cache_key("swe", [swe], SWESettings(), 0.0) == reference_cache.cache_key(
-        "swe", [moved], elsewhere, 0.0
+    mix = {"explain": False, "misquotes": 0.0}
+    assert reference_cache.cache_key("swe", [swe], SWESettings(), mix) == reference_cache.cache_key(
+        "swe", [moved], elsewhere, mix
     ), "the GPU machine's interpreter and caches lie elsewhere"

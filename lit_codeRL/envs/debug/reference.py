@@ -40,6 +40,11 @@ For example, ``debug/median`` (line 19 divides with ``//``)::
     <eval/>
     The tests pass. <submit/>
 
+Two more kinds teach what fixes alone never show: a recovery trajectory (:func:`recovery_actions`:
+a masked wrong edit, the tests failing, then the fix) and a misquote trajectory
+(:func:`misquote_actions`: a masked ``<replace>`` whose quote has a line written wrong, the tool's
+refusal showing the closest lines, then the change quoting them).
+
 :func:`reference_episodes` plays the trajectories through the env's real batched interface (the
 observations are the env's own; the grade is the env's real one); a trajectory is kept for BC only
 when it resolves its task (``rollout/demonstrations.py``).
@@ -55,14 +60,18 @@ from collections.abc import Sequence
 from lit_codeRL.envs.debug.env import DebugEnv
 from lit_codeRL.envs.debug.tools import ToolCall, parse_tool_call, stop_strings
 from lit_codeRL.envs.reference import (
+    MISQUOTED,
     LineEdit,
     ReferenceEpisode,
     edit_sites,
     imitable,
     line_edits,
+    misquote,
+    play_misquotes,
     play_references,
     reason_lead,
     text_replacement,
+    wants_recovery,
 )
 from lit_codeRL.envs.replacement import replacement_parts
 from lit_codeRL.problems.debug import DebugTask, debug_problem, debug_task
@@ -332,10 +341,36 @@ def _wrong_line_elsewhere(old_lines: list[str], edit: LineEdit, seed: str) -> tu
     raise ValueError("no mutation of a line the fix leaves alone is a wrong edit of it")
 
 
-def wants_recovery(task_id: str, fraction: float) -> bool:
-    """Whether ``task_id`` is among the ``fraction`` of tasks that also get a recovery trajectory
-    (by a hash of the id: the same tasks in every run and on every rank)."""
-    return int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) < fraction * 16**8
+def misquote_actions(
+    task: DebugTask, tools: Sequence[str], output_shown: bool = False, explain: bool = False
+) -> tuple[list[str], int]:
+    """A reference trajectory whose first change is first tried with a misquoted ``<replace>``
+    (``envs/reference.py``'s :func:`misquote`: a line of the quote written wrong, as a model
+    writes it from memory); the tool refuses it and shows the file's closest lines, and the next
+    action makes the change quoting them. Returns the actions and the index of the misquoted
+    call: BC keeps it as context, not as a target, so the policy learns to read the refusal and
+    quote again, not to misquote.
+
+    Raises:
+        ValueError: the task's first change is not a ``<replace>`` (the env has no ``replace``, or
+            no quote of the lines is unique) or no misquote of it shows its own lines.
+    """
+    actions = reference_actions(task, tools, output_shown, explain)
+    for k, action in enumerate(actions):
+        call = parse_tool_call(action, tuple(tools))
+        if call.tool in ("edit", "rewrite"):
+            break
+        if call.tool != "replace":
+            continue
+        path, old, new = call.args["path"], call.args["old"], call.args["new"]
+        wrong = misquote(task.files.get(path) or "", old, task.task_id)
+        if wrong is None:
+            break
+        lead = action[: action.rindex("<replace ")]
+        actions[k : k + 1] = [lead + _replace(path, wrong, new), MISQUOTED + action]
+        _check(actions, tools)
+        return actions, k
+    raise ValueError("the first change is not a <replace> whose quote can be misquoted")
 
 
 def reference_episodes(
@@ -344,12 +379,15 @@ def reference_episodes(
     recoveries: float = 0.0,
     explain: bool = False,
     elsewhere: float = 0.0,
+    misquotes: float = 0.0,
 ) -> list[ReferenceEpisode]:
     """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time,
     and, for the ``recoveries`` fraction of them (:func:`wants_recovery`), its recovery trajectory
     (:func:`recovery_actions`) right after it; for the ``elsewhere`` fraction of those (another
     hash of the task id), one whose wrong edit is of another line (``elsewhere=True``; the
-    same-line kind where the file has no such line).
+    same-line kind where the file has no such line); for the ``misquotes`` fraction (a third
+    hash), its misquote trajectory (:func:`misquote_actions`) after those. A misquote trajectory
+    whose refusal showed no closest lines is unresolved (its next quote would come from nowhere).
 
     A task that cannot have one (no fix, nothing failing at its base: ``DebugTaskInvalid``, an
     action that would not be read back as written) gets an unplayed, unresolved episode whose
@@ -361,9 +399,25 @@ def reference_episodes(
         return reference_actions(debug_task(problem), env.tools, env.settings.show_initial_eval, explain)
 
     episodes = play_references(env, problems, script, env.settings.parallel)
+    later = [
+        _recoveries(env, problems, recoveries, explain, elsewhere),
+        _misquoted(env, problems, misquotes, explain),
+    ]
+    return [
+        e
+        for first in episodes
+        for e in (first, *(more.get(first.task_id) for more in later))
+        if e is not None
+    ]
+
+
+def _recoveries(
+    env: DebugEnv, problems: Sequence[Problem], recoveries: float, explain: bool, elsewhere: float
+) -> dict[str, ReferenceEpisode]:
+    """The recovery trajectories of :func:`reference_episodes`, by task id."""
     chosen = [p for p in problems if wants_recovery(p.task_id, recoveries)]
     if not chosen:
-        return episodes
+        return {}
     wrong_at: dict[str, int] = {}
 
     def recovery(problem: Problem) -> list[str]:
@@ -388,7 +442,22 @@ def reference_episodes(
                 episode.resolved, episode.verdict = False, "its wrong edit did not fail the tests"
         episode.verdict = f"recovery: {episode.verdict}" if not episode.resolved else episode.verdict
         recovered[episode.task_id] = episode
-    return [e for first in episodes for e in (first, recovered.get(first.task_id)) if e is not None]
+    return recovered
+
+
+def _misquoted(
+    env: DebugEnv, problems: Sequence[Problem], misquotes: float, explain: bool
+) -> dict[str, ReferenceEpisode]:
+    """The misquote trajectories of :func:`reference_episodes`, by task id."""
+
+    def script(problem: Problem) -> tuple[list[str], str]:
+        env.task_of(problem)
+        actions, at = misquote_actions(
+            debug_task(problem), env.tools, env.settings.show_initial_eval, explain
+        )
+        return actions, actions[at]
+
+    return play_misquotes(env, problems, misquotes, script, env.settings.parallel)
 
 
 def reference_episode(env: DebugEnv, problem: Problem | DebugTask, explain: bool = False) -> ReferenceEpisode:

@@ -64,12 +64,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from lit_codeRL.envs.reference import (
+    MISQUOTED,
     LineEdit,
     ReferenceEpisode,
     Step,
     edit_sites,
     imitable,
     line_edits,
+    misquote,
+    play_misquotes,
     play_references,
     reason_lead,
     text_replacement,
@@ -101,6 +104,11 @@ MAX_WIDEN = 6
 """Neighbouring lines an edit's old text may take on to become unique in its file."""
 
 SUBMIT_ACTION = "The tests pass. <submit/>"
+_REPLACE_CALL = re.compile(
+    r"<execute>replace (?P<path>[^\n]+) <<'(?P<marker>EOF(?:_\d+)?)'\n"
+    r"<old>\n?(?P<old>.*)</old>\n<new>\n?(?P<new>.*)</new>\n(?P=marker)</execute>",
+    re.S,
+)
 RUN_TESTS = "I will run the tests to see what fails.\n<execute>{}</execute>"
 RUN_AGAIN = "I will run the tests again.\n<execute>{}</execute>"
 
@@ -368,6 +376,44 @@ def reference_actions(
     return actions
 
 
+def misquote_actions(
+    task: SWETask,
+    read_base: Callable[[str], str | None],
+    explain: bool = False,
+    tools: Sequence[str] = (),
+) -> tuple[list[Step], str]:
+    """A reference trajectory (``tools`` with the ``edit`` bundle) whose first change is first
+    tried with a misquoted ``replace`` (``envs/reference.py``'s :func:`misquote`: a line of the
+    quote written wrong, as a model writes it from memory); the command refuses it and prints the
+    file's closest lines, and the next action makes the change quoting them. Returns the steps and
+    the misquoted action: BC keeps it as context, not as a target (the played episode's index of
+    it is known only after play: the first look may add a ``grep``).
+
+    Raises:
+        ValueError: the first change is not a ``replace`` of a file at its base, or no misquote of
+            its quote shows its own lines.
+    """
+    steps = reference_actions(task, read_base, explain, tools)
+    for k, step in enumerate(steps):
+        command = step.partition("<execute>")[2] if isinstance(step, str) else ""
+        if not command.startswith(("replace ", "edit ", "python3 ", "git ")):
+            continue
+        call = _REPLACE_CALL.search(step) if command.startswith("replace ") else None
+        if call is None:
+            break
+        path, old, new = shlex.split(call["path"])[0], call["old"], call["new"]
+        if not step.endswith(f"<execute>{replace_command(path, old, new)}</execute>"):
+            break  # not read back as written: leave the task without one
+        wrong = misquote(read_base(path) or "", old, task.instance_id)
+        if wrong is None:
+            break
+        lead = step[: step.rindex("<execute>")]
+        misquoted = f"{lead}<execute>{replace_command(path, wrong, new)}</execute>"
+        steps[k : k + 1] = [misquoted, MISQUOTED + step]
+        return steps, misquoted
+    raise ValueError("the first change is not a replace whose quote can be misquoted")
+
+
 def _targeted_edits(
     patch: str, read_base: Callable[[str], str | None], explain: bool, line_tools: bool
 ) -> list[Step]:
@@ -405,10 +451,12 @@ def _base_reader(env: ContainerEnv, task: SWETask) -> Callable[[str], str | None
 
 
 def reference_episodes(
-    env: ContainerEnv, problems: Sequence[Problem], explain: bool = False
+    env: ContainerEnv, problems: Sequence[Problem], explain: bool = False, misquotes: float = 0.0
 ) -> list[ReferenceEpisode]:
     """Play every problem's reference trajectory in ``env``, ``env.settings.parallel`` at a time
-    (``explain``: each targeted edit's lead-in names the bug first).
+    (``explain``: each targeted edit's lead-in names the bug first), and for the ``misquotes``
+    fraction of them (a hash of the task id), its misquote trajectory (:func:`misquote_actions`)
+    right after it; one whose refusal printed no closest lines is unresolved.
 
     A task whose trajectory cannot be written (``</execute>`` in its patch, a repository that
     cannot be prepared) gets an unplayed, unresolved episode whose ``verdict`` says why."""
@@ -417,7 +465,13 @@ def reference_episodes(
         task = swe_task(problem)
         return reference_actions(task, _base_reader(env, task), explain, env.settings.tools)
 
-    return play_references(env, problems, script, env.settings.parallel)
+    def misquote_script(problem: Problem) -> tuple[list[Step], str]:
+        task = swe_task(problem)
+        return misquote_actions(task, _base_reader(env, task), explain, env.settings.tools)
+
+    episodes = play_references(env, problems, script, env.settings.parallel)
+    played = play_misquotes(env, problems, misquotes, misquote_script, env.settings.parallel)
+    return [e for first in episodes for e in (first, played.get(first.task_id)) if e is not None]
 
 
 def reference_episode(env: ContainerEnv, task: Problem | SWETask) -> ReferenceEpisode:
