@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,42 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (whole files per process), files with a ``slow`` test go first: started
+    last, a minutes-long file runs alone at the end while the other processes wait."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    first = {path: k for k, path in enumerate(dict.fromkeys(item.path for item in items))}
+    items.sort(key=lambda item: (item.path not in slow, first[item.path]))
+
+
+HOST_CHECKS = ("leak_check", "clean_host")
+"""Fixtures of tests that check the whole host afterwards: no process, ``/tmp`` entry, cgroup or
+disk space the test made is left. Another test running meanwhile would leave its own."""
+_host_lock: int | None = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under pytest-xdist, a test that checks the whole host (:data:`HOST_CHECKS`, or marked
+    ``host_exclusive``) runs alone: from its fixtures' setup to their teardown it holds a lock
+    that every other test holds shared (module fixtures start and stop inside a test's protocol)."""
+    global _host_lock
+    if not hasattr(item.config, "workerinput"):  # one process, or pytest run by a test
+        yield
+        return
+    if _host_lock is None:
+        path = Path(tempfile.gettempdir()) / f"pytest-host-{item.config.workerinput['testrunuid']}.lock"
+        _host_lock = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    alone = item.get_closest_marker("host_exclusive") or any(f in item.fixturenames for f in HOST_CHECKS)
+    fcntl.flock(_host_lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(_host_lock, fcntl.LOCK_UN)
 
 
 def quiet_trainer(root, steps: int, **overrides):

@@ -113,6 +113,7 @@ def test_two_grpo_steps_on_a_scripted_agent(tmp_path):
     assert "## Agent program" in view.stdout and "Grade: `resolved`" in view.stdout
 
 
+@pytest.mark.slow
 def test_two_grpo_steps_on_mini_swe_agent(tmp_path):
     """The shipped mini-swe-agent config, unmodified but for the test's model and sizes."""
     require_bwrap()

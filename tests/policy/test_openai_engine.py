@@ -353,6 +353,7 @@ def real_server():
     proc.wait()
 
 
+@pytest.mark.slow
 def test_against_a_real_llama_cpp_server(real_server, smollm2):
     url, _ = real_server
     model, tok = smollm2
@@ -409,6 +410,7 @@ def test_against_a_real_llama_cpp_server(real_server, smollm2):
         slow.generate(ids, mask, SamplingParams(max_new_tokens=200, temperature=0.0))
 
 
+@pytest.mark.slow
 def test_lit_coderl_validate_evaluates_through_the_real_server(real_server, mbpp_dir, tmp_path):
     """``lit-coderl validate`` on MBPP with ``engine.name: openai``: completions from the server,
     graded by the sandbox, the usual results file; and a one-line error for an unreachable one."""

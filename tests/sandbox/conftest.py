@@ -57,15 +57,35 @@ def _boot_ticks_now() -> int:
     return int(float(Path("/proc/uptime").read_text().split()[0]) * CLK_TCK)
 
 
+def _below(table: dict[int, tuple[int, int, str]], pid: int, ancestors: set[int]) -> bool:
+    """Whether ``pid`` descends from one of ``ancestors``."""
+    p, seen = pid, 0
+    while p > 1 and seen < 64:
+        p = table.get(p, (0, 0, ""))[0]
+        seen += 1
+        if p in ancestors:
+            return True
+    return False
+
+
 def leaked_processes(since_ticks: int, markers: tuple[str, ...] = ()) -> list[str]:
     """Processes started after ``since_ticks`` below this test process (other than sandbox
-    workers), plus any process anywhere whose command line contains one of ``markers``."""
+    workers), plus any process anywhere whose command line contains one of ``markers`` (one that
+    escaped the tree: reparented to init), except below another pytest-xdist worker of this run
+    (its own tests' sandboxes: it waits while a host-checking test runs, but its module fixtures
+    keep theirs)."""
     table = _proc_table()
     me = os.getpid()
+    siblings = (
+        {pid for pid, (ppid, _, _) in table.items() if ppid == os.getppid() and pid != me}
+        if os.environ.get("PYTEST_XDIST_WORKER")
+        else set()
+    )
     leaks = []
     for pid, (_, start, cmd) in table.items():
         if any(m in cmd for m in markers):
-            leaks.append(f"{pid}: {cmd}")
+            if not _below(table, pid, siblings):
+                leaks.append(f"{pid}: {cmd}")
             continue
         if start < since_ticks or pid == me:
             continue

@@ -468,6 +468,7 @@ def test_close_is_idempotent_and_finalizer_cleans_up(repo: Path, clean_host) -> 
     clean_host()
 
 
+@pytest.mark.host_exclusive
 def test_killed_trainer_leaves_nothing_running(repo: Path, tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
@@ -697,6 +698,7 @@ def test_apptainer_stop_on_start_failure(repo: Path, fake_apptainer: Path, clean
     clean_host()
 
 
+@pytest.mark.host_exclusive
 def test_apptainer_stopped_when_trainer_is_killed(repo: Path, fake_apptainer: Path) -> None:
     tmp_before = set(os.listdir("/tmp"))
     script = textwrap.dedent(

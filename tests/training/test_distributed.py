@@ -83,6 +83,7 @@ def load(out: Path, job: str) -> dict:
     return torch.load(out / f"{job.replace(':', '_')}.pt", weights_only=False)
 
 
+@pytest.mark.slow
 def test_two_ranks_match_one_process_on_the_same_data(tmp_path):
     """2 ranks x 4 rows under DDP and FSDP2 give the gradient and, after two AdamW steps, the
     parameters of 1 process x 8 rows, for every loss_type and for scale_rewards=batch. The rows
@@ -146,6 +147,7 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_grpo_trains_on_both_ranks_through_the_cli(tmp_path, strategy):
     """Two GRPO steps with the unit_test env on 2 ranks: each rank samples its own problems
