@@ -87,16 +87,10 @@ def leaked_processes(since_ticks: int, markers: tuple[str, ...] = ()) -> list[st
             if not _below(table, pid, siblings):
                 leaks.append(f"{pid}: {cmd}")
             continue
-        if start < since_ticks or pid == me:
+        if start < since_ticks or pid == me or not _below(table, pid, {me}):
             continue
-        p, seen = pid, 0
-        while p > 1 and seen < 64:
-            p = table.get(p, (0, 0, ""))[0]
-            seen += 1
-            if p == me:
-                if "_server.py" not in cmd and not cmd.startswith(("bwrap", "/bin/sh -c echo")):
-                    leaks.append(f"{pid}: {cmd}")
-                break
+        if "_server.py" not in cmd and not cmd.startswith(("bwrap", "/bin/sh -c echo")):
+            leaks.append(f"{pid}: {cmd}")
     return leaks
 
 
