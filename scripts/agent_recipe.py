@@ -12,6 +12,9 @@ training task touched); the debugging tasks are made at run time from MBPP
 Stage 0b (``--swe-mbpp-per-problem``): MBPP-train bugs as SWE tasks too, each a one-file
 repository (``lit-coderl synth mbpp:<data> --mbpp-split train``), so BC sees the SWE env's
 format on hundreds of tasks rather than the 59 the shipped repositories' train functions give.
+Stage 0c (``--swe-mbpp-heldout``): MBPP-test bugs as one-file SWE repositories too, held out: the
+same bugs, with the same ids, as the held-out debugging tasks, so each policy is also compared with
+itself across the two envs on them.
 Stage 1, ``configs/agent_recipe_bc.yaml``: behavioural cloning on the train tasks' reference
 trajectories (generated from each gold fix, played for real in the env, kept only where they
 resolve), debugging and SWE together. Stage 2, ``configs/agent_recipe_rl.yaml``: GRPO (the online
@@ -19,11 +22,12 @@ difficulty filter on) on the MBPP debugging train tasks from stage 1's ``hf_mode
 ``--rl-minutes`` of wall clock.
 
 Every policy is scored by ``lit-coderl validate`` (``configs/agent_recipe_eval.yaml``) on the first
-``--debug-heldout`` MBPP-test debugging tasks and every held-out SWE task: greedy (the resolve
-rate) and, with ``--sampled-temperature``, one sample each. The noise band is the exact two-sided
+``--debug-heldout`` MBPP-test debugging tasks, every held-out SWE task and the first
+``--swe-mbpp-heldout`` of stage 0c's: greedy (the resolve rate) and, with ``--sampled-temperature``, one sample each. The noise band is the exact two-sided
 McNemar test on the same tasks (tasks only one policy resolves), as the MBPP recipe does. The
 verdicts of every held-out episode are counted (``tamper`` among them: a resolved episode can never
-be one, the grader says so first). Evaluations under ``<out-dir>/eval`` are reused, so an
+be one, the grader says so first), and what the episodes did (``behaviour``: the debugging gym's
+first edits, the SWE env's final diffs, each against the task's reference fix). Evaluations under ``<out-dir>/eval`` are reused, so an
 interrupted recipe resumes. Writes ``bench_results/agent_recipe.json`` (``--out``) and
 ``<out-dir>/agent_recipe.png``.
 """
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import recipe_stages as stages  # scripts/ is on sys.path when a script runs
-from recipe_stages import REPO, STAGES, against_earlier, logger_args, paired, reused_stage
+from recipe_stages import REPO, STAGES, against_earlier, logger_args, paired, paired_on_common, reused_stage
 
 
 def cli(args: list[str], log: Path | None = None) -> tuple[str, float]:
@@ -60,14 +64,16 @@ def synth(out_dir: Path, extra: list[str]) -> dict[str, Any]:
     return json.loads(report.read_text())
 
 
-def synth_mbpp(out_dir: Path, data: str, per_problem: int) -> dict[str, Any]:
+def synth_mbpp(out_dir: Path, data: str, per_problem: int, split: str = "train") -> dict[str, Any]:
     """Stage 0b: MBPP-train bugs as SWE rows (a one-file repository each: ``solution.py`` and
     ``test_solution.py``), more SWE demonstrations for BC than the shipped repositories' train
-    functions give (59). ``--no-check``: BC keeps only trajectories that resolve their task, and
-    the synthesis measured that the bug fails a test (reused when ``report.json`` exists)."""
+    functions give (59); stage 0c, ``split="test"``: MBPP-test bugs as held-out SWE tasks, the
+    same bugs as the held-out debugging tasks. ``--no-check``: BC keeps only trajectories that
+    resolve their task, an env validates every task it scores both ways before its first episode,
+    and the synthesis measured that the bug fails a test (reused when ``report.json`` exists)."""
     report = out_dir / "report.json"
     if not report.exists():
-        cli(["synth", f"mbpp:{data}", "--mbpp-split", "train", "--per-function", str(per_problem),
+        cli(["synth", f"mbpp:{data}", "--mbpp-split", split, "--per-function", str(per_problem),
              "--no-check", "--out", str(out_dir)])  # fmt: skip
     return json.loads(report.read_text())
 
@@ -153,7 +159,7 @@ def evaluate(
                 resolved_verdicts[verdict] = resolved_verdicts.get(verdict, 0) + 1
             turns.append(s.get("num_turns", 0))
     solved = sorted(p["task_id"] for p in problems if p["num_correct"] > 0)
-    behaviour = debug_behaviour(source, split, problems) if source.startswith("debug") else None
+    behaviour = (debug_behaviour if source.startswith("debug") else swe_behaviour)(source, split, problems)
     result = {
         "source": source,
         "split": split,
@@ -166,7 +172,7 @@ def evaluate(
         "verdicts": dict(sorted(verdicts.items())),
         "resolved_verdicts": resolved_verdicts,
         "mean_turns": sum(turns) / max(1, len(turns)),
-        **({"behaviour": behaviour} if behaviour else {}),
+        "behaviour": behaviour,
         "eval_s": wall,
         "started_at": started,
         "eval_digest": digest,
@@ -197,6 +203,22 @@ def debug_behaviour(source: str, split: str, problems: list[dict[str, Any]]) -> 
         first_edit(tasks[p["task_id"]], transcript_actions(s["completion"]), PRESETS["full"])
         for p in problems
         if p["task_id"] in tasks
+        for s in p["samples"]
+    )
+
+
+def swe_behaviour(source: str, split: str, problems: list[dict[str, Any]]) -> dict[str, int]:
+    """What every SWE episode's final diff did against its task's reference patch
+    (``envs/swe/behaviour.py``: changed the fix's file, its lines, other files, made the same
+    change): where the agent went, which a resolve rate of 0 does not say."""
+    from lit_codeRL.envs.swe.behaviour import behaviour_counts, diff_behaviour
+    from lit_codeRL.problems import load_problems
+
+    patches = {p.task_id: p.metadata["swe_task"].patch for p in load_problems(source, split=split)}
+    return behaviour_counts(
+        diff_behaviour(str((s.get("info", {}).get("episode") or {}).get("diff") or ""), patches[p["task_id"]])
+        for p in problems
+        if p["task_id"] in patches
         for s in p["samples"]
     )
 
@@ -281,6 +303,19 @@ def main() -> None:
     parser.add_argument(
         "--swe-mbpp-tasks", default=None, help="those SWE rows' tasks.jsonl, to use instead of synthesizing"
     )
+    parser.add_argument(
+        "--swe-mbpp-heldout",
+        type=int,
+        default=100,
+        help="MBPP-test bugs scored as one-file SWE tasks (the first N: the same bugs as the first N "
+        "held-out debugging tasks; 0: none): the SWE env on repositories shaped like BC's MBPP-train "
+        "ones, functions never trained on, beside the shipped repositories' held-out functions",
+    )
+    parser.add_argument(
+        "--swe-mbpp-test-tasks",
+        default=None,
+        help="those SWE rows' tasks.jsonl, to use instead of synthesizing",
+    )
     parser.add_argument("--bc-run", default=None, help="a finished BC stage's log dir to reuse")
     parser.add_argument("--rl-run", default=None, help="a finished RL stage's log dir to reuse")
     parser.add_argument(
@@ -355,6 +390,16 @@ def main() -> None:
     if not envs or envs - set(sets):
         sys.exit(f"--envs {args.envs!r}: name debug, swe or both")
     sets = {key: value for key, value in sets.items() if key in envs}
+    if args.swe_mbpp_test_tasks and "swe" in envs:
+        synth_report["mbpp_swe_heldout"] = {"reused": str(Path(args.swe_mbpp_test_tasks).resolve())}
+        held_out = f"swe:{Path(args.swe_mbpp_test_tasks).resolve()}"
+    elif args.swe_mbpp_heldout > 0 and "swe" in envs:
+        # stage 0c: the held-out debugging tasks' bugs (MBPP test) as one-file SWE repositories
+        made = synth_mbpp(out_dir / "synth_mbpp_test", data, 1, "test")
+        synth_report["mbpp_swe_heldout"] = {k: made.get(k) for k in ("tasks", "eval", "wall_s")}
+        held_out = f"swe:{out_dir / 'synth_mbpp_test' / 'swe' / 'tasks.jsonl'}"
+    if "mbpp_swe_heldout" in synth_report and args.swe_mbpp_heldout > 0:
+        sets["swe_mbpp"] = (held_out, "eval", args.swe_mbpp_heldout, "MBPP bugs as SWE (held out)")
     swe_train = [swe_source]  # the SWE demonstrations' sources (their train split)
     if args.swe_mbpp_tasks:
         synth_report["mbpp_swe"] = {"reused": str(Path(args.swe_mbpp_tasks).resolve())}
@@ -453,6 +498,10 @@ def main() -> None:
             comparisons[f"{rows[i]['after']} vs {rows[i - 1]['after']} ({key})"] = paired(
                 rows[i][key], rows[i - 1][key]
             )
+    for r in rows:  # one policy on the same bugs in both envs: what the SWE env's shell costs it
+        compared = paired_on_common(r.get("swe_mbpp"), r.get("debug"))
+        if compared is not None:
+            comparisons[f"{r['after']}: SWE env vs debugging gym, the same bugs (swe_mbpp)"] = compared
     if args.compare_with:
         earlier = Path(args.compare_with)
         comparisons.update(against_earlier(rows, json.loads(earlier.read_text()), earlier.stem))
@@ -473,7 +522,8 @@ def main() -> None:
                 f"[agent_recipe] {r['after']} {k} verdicts: {r[k]['verdicts']} (resolved: {r[k]['resolved_verdicts']})"
             )
             if r[k].get("behaviour"):
-                print(f"[agent_recipe] {r['after']} {k} first edits: {r[k]['behaviour']}")
+                what = "first edits" if k == "debug" else "final diffs"
+                print(f"[agent_recipe] {r['after']} {k} {what}: {r[k]['behaviour']}")
     print("\n| stage | wall | command |\n|---|---|---|")
     for s in stages:
         wall = f"{s['wall_s'] / 60:.1f} min" if s.get("wall_s") is not None else "reused"

@@ -420,6 +420,7 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
     held-out synthesized SWE task), on the tasks synthesized on the dev machine where staged."""
     tasks = STAGE / "agent_recipe" / "synth" / "swe" / "tasks.jsonl"
     mbpp_swe = STAGE / "agent_recipe" / "synth_mbpp" / "swe" / "tasks.jsonl"
+    mbpp_swe_test = STAGE / "agent_recipe" / "synth_mbpp_test" / "swe" / "tasks.jsonl"
     cores = max(8, min(32, os.cpu_count() or 8))
     return [
         sys.executable, "scripts/agent_recipe.py", "--data", str(STAGE / "shared" / "data" / "mbpp"),
@@ -430,6 +431,7 @@ def agent_recipe_cmd(out_dir: Path) -> list[str]:
         "--overlap-eval",
         *(["--swe-tasks", str(tasks)] if tasks.is_file() else []),
         *(["--swe-mbpp-tasks", str(mbpp_swe)] if mbpp_swe.is_file() else []),
+        *(["--swe-mbpp-test-tasks", str(mbpp_swe_test)] if mbpp_swe_test.is_file() else []),
         # the last full run on the same held-out tasks (the third: BC with <replace>, base and BC scored)
         *(["--compare-with", str(EARLIER_RECIPE)] if EARLIER_RECIPE.is_file() else []),
         # 20 episodes a batch leave a GPU idle between sandbox steps; 100 keep 16 cores of sandboxes

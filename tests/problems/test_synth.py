@@ -212,6 +212,19 @@ def test_mbpp_debugging_tasks_are_split_by_mbpp_and_each_bug_fails_a_test(mbpp_d
     for bad in ("per_problem=0", "per_problem=3&tries=2", "bugs=3", "per_problem=x"):
         with pytest.raises(ConfigError, match=r"per_problem|tries"):
             load_debug_tasks(f"mbpp:{subset}?{bad}", "train")
+    # `lit-coderl synth mbpp:` writes a split's bugs as SWE rows: the same bugs, task for task,
+    # as that split's debugging tasks (one screening of all of MBPP, shared with them)
+    from lit_codeRL.problems.swe import load_swe_tasks
+    from lit_codeRL.problems.synth.cli import main as synth_main
+
+    for split, debug_tasks in (("test", held_out), ("train", train)):
+        report = synth_main(
+            [f"mbpp:{subset}", "--mbpp-split", split, "--no-check", "--out", str(tmp_path / split)]
+        )
+        rows = load_swe_tasks(str(tmp_path / split / "swe" / "tasks.jsonl"), "all")
+        assert [r.instance_id for r in rows] == [t.task_id for t in debug_tasks]
+        assert report["sources"][0]["kept_in_split"] == len(rows) and report["sources"][0]["split"] == split
+        assert {r.split for r in rows} == {"eval" if split == "test" else "train"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def run_recipe(tmp_path: Path, data: Path, *extra: str) -> subprocess.CompletedP
             *("--out", str(tmp_path / "recipe.json")),
             *("--base-model", "tiny-random"),
             *("--swe-tasks", str(REPO / "data" / "swe" / "tasks.jsonl")),
-            *("--debug-heldout", "2", "--swe-heldout", "2"),
+            *("--debug-heldout", "2", "--swe-heldout", "2", "--swe-mbpp-heldout", "2"),
             *("--eval-args", EVAL),
             *extra,
         ],
@@ -84,30 +84,42 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
         line for line in proc.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl validate")
     ]
     policy = "--model.init_args.model.name_or_path "
-    assert [(line.split(policy)[1].split()[0].split("/")[-2:], "swe:" in line) for line in scored] == [
-        (["run", "hf_model"], False), (["run", "hf_model"], True),  # BC (bc/run/hf_model)
-        (["run", "hf_model"], False), (["run", "hf_model"], True),  # BC + RL
-        (["tiny-random"], False), (["tiny-random"], True),
-    ]  # fmt: skip
-    assert all("/bc/run/" in line and "overlapped.log" in line for line in scored[:2])
-    assert all("/rl/run/" in line and "overlapped.log" not in line for line in scored[2:4])
+
+    def held_out(line: str) -> str:
+        return "swe_mbpp" if "synth_mbpp_test/" in line else "swe" if "swe:" in line else "debug"
+
+    sets = ["debug", "swe", "swe_mbpp"]
+    assert [(line.split(policy)[1].split()[0].split("/")[-2:], held_out(line)) for line in scored] == [
+        *((["run", "hf_model"], s) for s in sets),  # BC (bc/run/hf_model)
+        *((["run", "hf_model"], s) for s in sets),  # BC + RL
+        *((["tiny-random"], s) for s in sets),
+    ]
+    assert all("/bc/run/" in line and "overlapped.log" in line for line in scored[:3])
+    assert all("/rl/run/" in line and "overlapped.log" not in line for line in scored[3:6])
     overlapped = (tmp_path / "runs" / "eval" / "bc" / "overlapped.log").read_text()
-    assert overlapped.count("| source / split ") == 2 and "| swe:" in overlapped
+    assert overlapped.count("| source / split ") == 3 and "| swe:" in overlapped
     report = json.loads((tmp_path / "recipe.json").read_text())
     rows = report["rows"]
     assert [r["after"] for r in rows] == ["base", "BC", "BC + RL"]
     for r in rows:
-        assert r["debug"]["num_tasks"] == 2 and r["swe"]["num_tasks"] == 2
+        assert r["debug"]["num_tasks"] == r["swe"]["num_tasks"] == r["swe_mbpp"]["num_tasks"] == 2
         assert r["debug"]["source"] == f"debug:mbpp:{data}" and r["debug"]["split"] == "test"
         assert all(t.startswith("mbpp-debug/1") for t in r["debug"]["solved"])  # held out: MBPP 11-16
         assert sum(r["swe"]["verdicts"].values()) == 2 and "tamper" not in r["debug"]["resolved_verdicts"]
-        assert r["debug"]["behaviour"]["episodes"] == 2 and "behaviour" not in r["swe"]  # first edits
+        # what the episodes did: the debugging gym's first edits, the SWE env's final diffs
+        assert r["debug"]["behaviour"]["episodes"] == 2 and "on_bug_line" in r["debug"]["behaviour"]
+        assert r["swe"]["behaviour"]["episodes"] == r["swe_mbpp"]["behaviour"]["episodes"] == 2
+        assert "fix_lines" in r["swe"]["behaviour"]
+        # stage 0c: the held-out debugging tasks' bugs as one-file SWE repositories, task for task
+        assert r["swe_mbpp"]["task_ids"] == r["debug"]["task_ids"] and r["swe_mbpp"]["split"] == "eval"
+        assert r["swe_mbpp"]["source"].endswith("synth_mbpp_test/swe/tasks.jsonl")
+    assert report["synth"]["mbpp_swe_heldout"]["eval"] >= 2
     bc, rl = report["stages"]
     # BC's evaluations (one after the other) started with the RL stage; BC + RL's after both
-    bc_debug, bc_swe = rows[1]["debug"], rows[1]["swe"]
+    bc_debug, bc_swe, bc_last = rows[1]["debug"], rows[1]["swe"], rows[1]["swe_mbpp"]
     assert bc_debug["started_at"] - (rl["finished_at"] - rl["wall_s"]) < min(10, rl["wall_s"] / 2)
-    assert bc_swe["started_at"] >= bc_debug["started_at"] + bc_debug["eval_s"]
-    assert rows[2]["debug"]["started_at"] >= max(rl["finished_at"], bc_swe["started_at"] + bc_swe["eval_s"])
+    assert bc_last["started_at"] >= bc_swe["started_at"] + bc_swe["eval_s"] >= bc_debug["started_at"]
+    assert rows[2]["debug"]["started_at"] >= max(rl["finished_at"], bc_last["started_at"] + bc_last["eval_s"])
     assert "--model.init_args.demonstrations.also" in bc["command"] and "swe:" in bc["command"]
     # MBPP-train bugs as one-file SWE repositories (stage 0b) are SWE demonstrations too
     mbpp_swe = tmp_path / "runs" / "synth_mbpp" / "swe" / "tasks.jsonl"
@@ -120,9 +132,12 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
         f"--model.init_args.model.name_or_path {tmp_path / 'runs' / 'bc' / 'run' / 'hf_model'}"
         in rl["command"]
     )
+    same_bugs = "SWE env vs debugging gym, the same bugs (swe_mbpp)"
     assert set(report["comparisons"]) == {
-        "BC vs base (debug)", "BC vs base (swe)", "BC + RL vs BC (debug)", "BC + RL vs BC (swe)",
-    }  # fmt: skip
+        *(f"{a} vs {b} ({s})" for a, b in (("BC", "base"), ("BC + RL", "BC")) for s in sets),
+        *(f"{after}: {same_bugs}" for after in ("base", "BC", "BC + RL")),
+    }
+    assert report["comparisons"][f"BC: {same_bugs}"]["tasks"] == 2
     assert (tmp_path / "runs" / "agent_recipe.png").is_file()
     # BC trained on both envs' trajectories: its log says how many rows it kept
     metrics = (tmp_path / "runs" / "bc" / "run" / "metrics.csv").read_text()

@@ -41,7 +41,13 @@ def test_the_agent_recipe_runs_only_when_named_and_reads_the_staged_tasks(tmp_pa
     mbpp_swe = tmp_path / "lcr_stage" / "agent_recipe" / "synth_mbpp" / "swe" / "tasks.jsonl"
     mbpp_swe.parent.mkdir(parents=True)
     mbpp_swe.write_text("")
-    assert f"--swe-mbpp-tasks {mbpp_swe}" in _plan(tmp_path, "--only", "agent_recipe")
+    plan = _plan(tmp_path, "--only", "agent_recipe")
+    assert f"--swe-mbpp-tasks {mbpp_swe}" in plan and "--swe-mbpp-test-tasks" not in plan
+    # the held-out debugging tasks' bugs as SWE tasks (stage 0c), where the dev box staged them
+    held_out = tmp_path / "lcr_stage" / "agent_recipe" / "synth_mbpp_test" / "swe" / "tasks.jsonl"
+    held_out.parent.mkdir(parents=True)
+    held_out.write_text("")
+    assert f"--swe-mbpp-test-tasks {held_out}" in _plan(tmp_path, "--only", "agent_recipe")
 
 
 def test_staged_evaluations_are_reused_and_the_recipe_files_come_back_flat(tmp_path, monkeypatch):

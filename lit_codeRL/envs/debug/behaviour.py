@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from lit_codeRL.envs.behaviour_counts import flag_counts
 from lit_codeRL.envs.debug.tools import apply_edit, apply_replace, line_range, parse_tool_call
 from lit_codeRL.envs.reference import LineEdit, edit_reason, line_edits
 from lit_codeRL.problems.debug_task import DebugTask
@@ -123,9 +124,4 @@ def _unnumbered(reason: str) -> str:
 
 def behaviour_counts(edits: Iterable[FirstEdit]) -> dict[str, int]:
     """How many episodes had each :class:`FirstEdit` property, and how many there were."""
-    counts = {"episodes": 0, **{name: 0 for name in asdict(FirstEdit())}}
-    for edit in edits:
-        counts["episodes"] += 1
-        for name, value in asdict(edit).items():
-            counts[name] += int(value)
-    return counts
+    return flag_counts(edits, FirstEdit)

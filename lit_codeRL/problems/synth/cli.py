@@ -26,8 +26,9 @@ from typing import Any
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.files import embedded_data_dir
+from lit_codeRL.problems.mbpp import canonical_split
 from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
-from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, mbpp_bug_rows
+from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, mbpp_bug_rows, mbpp_split_of
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.repository import SynthSettings, read_repository, synthesize_files
 from lit_codeRL.problems.synth.tasks import SynthTask, debug_row, swe_rows, write_jsonl
@@ -59,7 +60,13 @@ def shipped_debug_programs() -> list[tuple[str, dict[str, str]]]:
 
 
 def mbpp_tasks(source: str, split: str, settings: MBPPBugSettings) -> tuple[list[SynthTask], dict[str, Any]]:
-    rows, stats = mbpp_bug_rows(source, split, settings)
+    """The MBPP bugs of ``split`` as tasks. Every split comes from one screening of all of MBPP,
+    the one ``debug:mbpp:<path>`` reads (cached): the SWE rows of a split are the same bugs as
+    its debugging tasks, so one policy's two envs can be compared task by task."""
+    rows, stats = mbpp_bug_rows(source, "all", settings)
+    wanted = canonical_split(split or "all")
+    rows = [row for row in rows if wanted in ("all", mbpp_split_of(row["extra_info"]["mbpp_task_id"]))]
+    stats = {**stats, "split": wanted, "kept_in_split": len(rows)}
     tasks = []
     for row in rows:
         files = {f["path"]: f["content"] for f in row["files"]}
