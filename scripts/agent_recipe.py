@@ -23,13 +23,14 @@ difficulty filter on) on the MBPP debugging train tasks from stage 1's ``hf_mode
 
 Every policy is scored by ``lit-coderl validate`` (``configs/agent_recipe_eval.yaml``) on the first
 ``--debug-heldout`` MBPP-test debugging tasks, every held-out SWE task and the first
-``--swe-mbpp-heldout`` of stage 0c's: greedy (the resolve rate) and, with ``--sampled-temperature``, one sample each. The noise band is the exact two-sided
-McNemar test on the same tasks (tasks only one policy resolves), as the MBPP recipe does. The
-verdicts of every held-out episode are counted (``tamper`` among them: a resolved episode can never
-be one, the grader says so first), and what the episodes did (``behaviour``: the debugging gym's
-first edits, the SWE env's final diffs, each against the task's reference fix). Evaluations under ``<out-dir>/eval`` are reused, so an
-interrupted recipe resumes. Writes ``bench_results/agent_recipe.json`` (``--out``) and
-``<out-dir>/agent_recipe.png``.
+``--swe-mbpp-heldout`` of stage 0c's: greedy (the resolve rate) and, with
+``--sampled-temperature``, one sample each. The noise band is the exact two-sided McNemar test on
+the same tasks (tasks only one policy resolves), as the MBPP recipe does. The verdicts of every
+held-out episode are counted (``tamper`` among them: a resolved episode can never be one, the
+grader says so first), and what the episodes did (``behaviour``: the debugging gym's first edits,
+the SWE env's final diffs, each against the task's reference fix). Evaluations under
+``<out-dir>/eval`` are reused, so an interrupted recipe resumes. Writes
+``bench_results/agent_recipe.json`` (``--out``) and ``<out-dir>/agent_recipe.png``.
 """
 
 from __future__ import annotations
@@ -174,6 +175,12 @@ def evaluate(
         "mean_turns": sum(turns) / max(1, len(turns)),
         "behaviour": behaviour,
         "eval_s": wall,
+        # inside the evaluation loop (the rest of eval_s: start-up, loading, validating the tasks)
+        "loop_s": {
+            k.removeprefix("mbpp_eval/").replace("time/", ""): round(v, 1)
+            for k, v in data.get("metrics", {}).items()
+            if k == "mbpp_eval/seconds" or k.startswith("mbpp_eval/time/")
+        },
         "started_at": started,
         "eval_digest": digest,
         "command": shown,

@@ -44,6 +44,7 @@ from lit_codeRL.policy.engine import EngineSettings, make_engine
 from lit_codeRL.policy.loading import ModelSettings, load_policy
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.evaluation import (
+    EVAL_TIME_PARTS,
     CodeEvalSettings,
     close_runner,
     code_eval_metrics,
@@ -170,6 +171,7 @@ class EvaluationModule(LightningModule):
         self._problems: list[Problem] | None = None
         self._log_dir: str | None = None
         self._start = 0.0
+        self._times: dict[str, float] = {}
         self._progress: EvalProgress | None = None
 
     # ------------------------------------------------------------------ data
@@ -217,7 +219,7 @@ class EvaluationModule(LightningModule):
             self.settings.swe,
             self.settings.harness,
         )
-        self.results, self._start = [], time.perf_counter()
+        self.results, self._start, self._times = [], time.perf_counter(), {}
         # a live validation bar gets the running pass rate in its description (its own columns
         # show batches done and the time left); without one (a pipe, a log file) a line per batch
         self._progress = EvalProgress(
@@ -227,7 +229,7 @@ class EvaluationModule(LightningModule):
     @torch.no_grad()
     def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
         assert self.runner is not None
-        results = evaluate_problems(self.runner, batch, self.hparams.n_samples, len(batch))
+        results = evaluate_problems(self.runner, batch, self.hparams.n_samples, len(batch), stats=self._times)
         self.results += results
         if self._progress is not None:
             self._progress.advance(len(results), *running_pass_score(results))
@@ -246,8 +248,13 @@ class EvaluationModule(LightningModule):
         results = sorted(gather_results(self.results, world), key=lambda r: order[r["task_id"]])
         metrics = code_eval_metrics(results, self.k, self.hparams.max_turns)
         metrics["mbpp_eval/seconds"] = time.perf_counter() - self._start
+        # where this rank's time went (a generate, the wait on env steps after it, opening and
+        # closing workspaces): an agent evaluation on a GPU spends most of it outside the model
+        for name in EVAL_TIME_PARTS:
+            metrics[f"mbpp_eval/time/{name}"] = float(self._times.get(name, 0.0))
         self.last_metrics = metrics
-        # identical on every rank after the gather: no reduction needed
+        # the scores are identical on every rank after the gather, the times are each rank's own
+        # (rank 0's are reported): no reduction
         self.log_dict(metrics, sync_dist=False, batch_size=1)
         if self._trainer is None or self.trainer.is_global_zero:
             self._report(results, metrics)
@@ -283,6 +290,10 @@ class EvaluationModule(LightningModule):
             ],
             ("sandbox errors", f"{int(metrics['mbpp_eval/sandbox_errors'])}"),
             ("wall time", f"{metrics['mbpp_eval/seconds']:.0f} s"),
+            (
+                "of which",
+                ", ".join(f"{name} {metrics[f'mbpp_eval/time/{name}']:.0f} s" for name in EVAL_TIME_PARTS),
+            ),
             ("per-problem results", str(out)),
         ]
         width = max(len(k) for k, _ in rows)

@@ -197,20 +197,28 @@ def close_runner(runner: EpisodeRunner | HarnessRunner | None) -> None:
         close()
 
 
+EVAL_TIME_PARTS = ("generate_s", "reward_wait_s", "env_reset_s", "env_finish_s")
+"""The runner's times an evaluation reports (``evaluate_problems``' ``stats``)."""
+
+
 def evaluate_problems(
     runner: EpisodeRunner,
     problems: Sequence[Problem],
     n_samples: int,
     batch_size: int,
     on_batch: Callable[[list[dict[str, Any]]], None] | None = None,
+    stats: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """``n_samples`` episodes per problem, ``batch_size`` problems per generate; one result per
     problem (``task_id``, ``num_samples`` graded, ``num_correct``, ``correct_by_turn``,
-    ``sandbox_errors``, ``prompt``, ``samples``). ``on_batch`` sees each batch's results."""
+    ``sandbox_errors``, ``prompt``, ``samples``). ``on_batch`` sees each batch's results;
+    ``stats`` accumulates the runner's times (``generate_s``, ``reward_wait_s``: the batch
+    waiting on env steps after its generation, ``env_reset_s``, ``env_finish_s``; see
+    ``EpisodeRunner.run``): where an evaluation's wall time goes."""
     results: list[dict[str, Any]] = []
     for i in range(0, len(problems), batch_size):
         chunk = list(problems[i : i + batch_size])
-        episodes = runner.run(chunk, n_samples)
+        episodes = runner.run(chunk, n_samples, stats=stats)
         batch = [
             problem_result(problem, episodes[j * n_samples : (j + 1) * n_samples], runner.max_turns)
             for j, problem in enumerate(chunk)
@@ -305,6 +313,7 @@ __all__ = [
     "code_eval_metrics",
     "is_debug_source",
     "is_swe_source",
+    "EVAL_TIME_PARTS",
     "evaluate_problems",
     "gather_results",
     "make_eval_runner",

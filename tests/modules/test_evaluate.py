@@ -49,6 +49,14 @@ def test_validate_scores_a_model_and_reports_the_training_metric_names(tmp_path)
     row = [r for r in read_metrics(tmp_path) if r.get("mbpp_eval/pass_rate")]
     assert row and float(row[0]["mbpp_eval/num_problems"]) == 4
     assert "| pass@1" in out.stdout and "| problems passed" in out.stdout
+    # where the loop's time went: the model's generates, the wait on the env after them, the
+    # env's own start and end of episodes; the parts fit inside the loop's wall time
+    metrics = result["metrics"]
+    parts = [
+        metrics[f"mbpp_eval/time/{p}"] for p in ("generate_s", "reward_wait_s", "env_reset_s", "env_finish_s")
+    ]
+    assert parts[0] > 0 and 0 <= min(parts) and sum(parts) <= metrics["mbpp_eval/seconds"]
+    assert "| of which " in out.stdout and "generate_s" in out.stdout
     # progress while it runs: output to a pipe has no live bar, so a line per batch
     progress = [line for line in out.stderr.splitlines() if line.startswith("[lit-coderl] evaluation: ")]
     assert [line.split(",")[0] for line in progress] == [

@@ -110,6 +110,11 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
         assert r["debug"]["behaviour"]["episodes"] == 2 and "on_bug_line" in r["debug"]["behaviour"]
         assert r["swe"]["behaviour"]["episodes"] == r["swe_mbpp"]["behaviour"]["episodes"] == 2
         assert "fix_lines" in r["swe"]["behaviour"]
+        # where each evaluation's time went: the model, the wait on the env after it, workspaces
+        loop = r["swe_mbpp"]["loop_s"]
+        assert set(loop) == {"seconds", "generate_s", "reward_wait_s", "env_reset_s", "env_finish_s"}
+        assert loop["env_reset_s"] > 0 and loop["generate_s"] > 0
+        assert sum(loop.values()) - loop["seconds"] <= loop["seconds"] + 1 <= r["swe_mbpp"]["eval_s"] + 1
         # stage 0c: the held-out debugging tasks' bugs as one-file SWE repositories, task for task
         assert r["swe_mbpp"]["task_ids"] == r["debug"]["task_ids"] and r["swe_mbpp"]["split"] == "eval"
         assert r["swe_mbpp"]["source"].endswith("synth_mbpp_test/swe/tasks.jsonl")
