@@ -1,9 +1,10 @@
 """The agent recipe script end to end on a tiny random policy: BC on the generated reference
 trajectories of MBPP debugging tasks (made at run time from a 12-problem MBPP copy) and of SWE
 tasks together, one GRPO step in the debugging gym from the BC policy, and every policy scored by
-`lit-coderl validate` on held-out debugging tasks (MBPP test) and held-out SWE tasks, with the
-verdicts counted, the McNemar comparisons, a picture, and finished evaluations reused on a rerun
-(only those of the same tasks, env and config)."""
+`lit-coderl validate` on held-out debugging tasks (MBPP test), held-out SWE tasks and the same
+MBPP-test bugs as one-file SWE tasks, with the verdicts and what the episodes did counted, the
+McNemar comparisons, a picture, and finished evaluations reused on a rerun (only those of the same
+tasks, env and config)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def run_recipe(tmp_path: Path, data: Path, *extra: str) -> subprocess.CompletedP
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (MBPP / "mbpp.jsonl").is_file(), reason="needs ../shared/data/mbpp")
-def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_sets(tmp_path):
+def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_every_heldout_set(tmp_path):
     require_bwrap()
     lines = (MBPP / "mbpp.jsonl").read_text().splitlines()
     wanted = {*range(11, 17), *range(601, 607)}
@@ -123,7 +124,8 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_both_heldout_set
     # BC's evaluations (one after the other) started with the RL stage; BC + RL's after both
     bc_debug, bc_swe, bc_last = rows[1]["debug"], rows[1]["swe"], rows[1]["swe_mbpp"]
     assert bc_debug["started_at"] - (rl["finished_at"] - rl["wall_s"]) < min(10, rl["wall_s"] / 2)
-    assert bc_last["started_at"] >= bc_swe["started_at"] + bc_swe["eval_s"] >= bc_debug["started_at"]
+    assert bc_swe["started_at"] >= bc_debug["started_at"] + bc_debug["eval_s"]
+    assert bc_last["started_at"] >= bc_swe["started_at"] + bc_swe["eval_s"]
     assert rows[2]["debug"]["started_at"] >= max(rl["finished_at"], bc_last["started_at"] + bc_last["eval_s"])
     assert "--model.init_args.demonstrations.also" in bc["command"] and "swe:" in bc["command"]
     # MBPP-train bugs as one-file SWE repositories (stage 0b) are SWE demonstrations too
