@@ -341,6 +341,21 @@ class _Cgroup:
             return True
         return False
 
+    def _make_below_own(self, controller: str, prefix: str, v1: tuple[str, int], v2: tuple[str, int]) -> None:
+        """:meth:`_make` in ``controller``'s v1 hierarchy, else in cgroup v2 where the root
+        delegates it: below this process's own cgroup there where possible, else at the root."""
+        for root, (limit_file, limit), own in (
+            (Path("/sys/fs/cgroup") / controller, v1, _own_cgroup(controller)),
+            (Path("/sys/fs/cgroup"), v2, _own_cgroup("")),
+        ):
+            if not (root / "cgroup.procs").exists() or (
+                root == Path("/sys/fs/cgroup") and not _v2_has(root, controller)
+            ):
+                continue
+            parents = dict.fromkeys([root / own.lstrip("/") if own else root, root])
+            if self._make(parents, prefix, limit_file, limit):
+                return
+
     @property
     def procs(self) -> str | None:
         return str(self.path / "cgroup.procs") if self.path else None
@@ -411,26 +426,38 @@ class MemoryCgroup(_Cgroup):
 
     def __init__(self, limit_bytes: int) -> None:
         self.path = None
-        for root, limit_file, own in (
-            (Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes", _own_cgroup("memory")),
-            (Path("/sys/fs/cgroup"), "memory.max", _own_cgroup("")),
-        ):
-            if not (root / "cgroup.procs").exists() or (
-                root == Path("/sys/fs/cgroup") and not _v2_has(root, "memory")
-            ):
-                continue
-            parents = dict.fromkeys([root / own.lstrip("/") if own else root, root])
-            if self._make(parents, "m", limit_file, limit_bytes):
-                return
+        self._make_below_own(
+            "memory", "m", ("memory.limit_in_bytes", limit_bytes), ("memory.max", limit_bytes)
+        )
+
+
+class CpuCgroup(_Cgroup):
+    """A cpu cgroup per worker or session (v1 ``cpu`` hierarchy, or v2 with the cpu controller),
+    if writable, all at the same weight: the scheduler shares the CPU between sandboxes, not
+    between their processes.
+
+    Without it a program that forks busy processes (or a test run that does) takes the cores
+    from every other sample's run on the machine, and those runs' wall-clock limits turn into
+    ``timeout`` verdicts: rewards of other samples, which in a GRPO group raises the hostile
+    sample's own advantage. The kernel's autogroup does the same per session, but only for
+    processes in the root cpu cgroup, which a container or a SLURM job is not. Made below this
+    process's own cpu cgroup where possible, so the trainer's own CPU limit still holds.
+    """
+
+    def __init__(self) -> None:
+        self.path = None
+        self._make_below_own("cpu", "c", ("cpu.shares", 1024), ("cpu.weight", 100))  # the defaults
 
 
 def sweep_stale_cgroups() -> int:
-    """Remove the per-worker/per-session cgroups (``w<pid>-*``, ``m<pid>-*``) of processes that no
+    """Remove the per-worker/per-session cgroups (``w<pid>-*``, ``m<pid>-*``, ``c<pid>-*``) of processes that no
     longer exist: a trainer killed with SIGKILL cannot remove its own. Returns how many went."""
     removed = 0
     parents = {Path("/sys/fs/cgroup/pids/lit_coderl"), Path("/sys/fs/cgroup/lit_coderl")}
     own = _own_cgroup("memory").lstrip("/")
     parents |= {Path("/sys/fs/cgroup/memory") / own / "lit_coderl", Path("/sys/fs/cgroup/memory/lit_coderl")}
+    own_cpu = _own_cgroup("cpu").lstrip("/")
+    parents |= {Path("/sys/fs/cgroup/cpu") / own_cpu / "lit_coderl", Path("/sys/fs/cgroup/cpu/lit_coderl")}
     for parent in parents:
         try:
             entries = list(parent.iterdir())
@@ -438,7 +465,7 @@ def sweep_stale_cgroups() -> int:
             continue
         for d in entries:
             pid = d.name[1:].split("-", 1)[0]
-            if d.name[:1] in "wm" and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            if d.name[:1] in "wmc" and pid.isdigit() and not Path(f"/proc/{pid}").exists():
                 try:
                     d.rmdir()  # only succeeds once no process is left in it
                     removed += 1
@@ -478,6 +505,45 @@ def pids_cgroup_writable() -> bool:
     probe = PidsCgroup(1)
     probe.remove()
     return probe.path is not None
+
+
+@functools.cache
+def cpu_cgroup_writable() -> bool:
+    """Can this process make a per-sandbox cpu cgroup? (Makes a probe group and removes it; once.)"""
+    probe = CpuCgroup()
+    probe.remove()
+    return probe.path is not None
+
+
+def unshared_cpu(use_cpu_cgroup: bool) -> str | None:
+    """Why a sandbox's busy processes can take the cores from the others here, or ``None``
+    (cpu cgroups of their own, or the kernel's autogroup, which each sandbox's session gets
+    while this process is in the root cpu cgroup)."""
+    if use_cpu_cgroup and cpu_cgroup_writable():
+        return None
+    if _read(Path("/proc/sys/kernel/sched_autogroup_enabled")).strip() == "1" and (
+        (_own_cgroup("cpu") or _own_cgroup("")) == "/"
+    ):
+        return None
+    if not use_cpu_cgroup:
+        return "use_cpu_cgroup is off"
+    return "no writable cpu cgroup (v1 /sys/fs/cgroup/cpu, or cgroup v2 with the cpu controller)"
+
+
+_WARNED: set[str] = set()
+
+
+def warn_unshared_cpu(use_cpu_cgroup: bool) -> None:
+    """Say once per process when nothing shares the CPU between sandboxes."""
+    why = unshared_cpu(use_cpu_cgroup)
+    if why is not None and why not in _WARNED:
+        _WARNED.add(why)
+        logger.warning(
+            "sandbox: %s: a program that forks busy processes slows every other run on this "
+            "machine, and their wall-clock limits may then fail them (the kernel's autogroup "
+            "shares the CPU per session only outside a cpu cgroup)",
+            why,
+        )
 
 
 def unbounded_processes(cfg: SandboxConfig) -> str | None:

@@ -90,6 +90,10 @@ class SandboxConfig:
     use_pids_cgroup: bool = True
     """Put each worker into its own pids cgroup (v1 or v2) when one is writable: the fork-bomb
     guard that also works when running as root (where RLIMIT_NPROC is not enforced)."""
+    use_cpu_cgroup: bool = True
+    """Put each worker into its own cpu cgroup, all at the same weight, when one is writable: a
+    program's busy processes then share one worker's part of the CPU instead of slowing every
+    other program into its timeout (``docs/sandbox.md``)."""
     root_program_uid: int | None = 100000
     """Where the trainer runs as root and no pids cgroup bounds a worker (most containers), a
     bwrap worker runs as a host uid that is not root, in a user namespace of its own, so that

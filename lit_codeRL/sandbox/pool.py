@@ -49,7 +49,8 @@ class _Worker:
         self.own_userns = own_userns
         """bwrap in a user namespace of its own, as a host uid that is not root (``userns.py``)."""
         self.proc: subprocess.Popen | None = None
-        self.cgroup: backends.PidsCgroup | None = None
+        self.cgroups: list[backends._Cgroup] = []
+        """Its pids and cpu cgroups (those that could be made)."""
         self.work_root: str | None = None
         self.jobs = 0
 
@@ -89,12 +90,14 @@ class _Worker:
             raise WorkerStartError(f"{self.backend} worker did not start: {reply}")
 
     def _spawn(self, argv: list[str], pass_fds: tuple[int, ...]) -> None:
-        if self.cfg.use_pids_cgroup:
+        groups = [
             # +8: the server itself, bwrap's two processes, slack for a child being reaped
-            self.cgroup = backends.PidsCgroup(self.cfg.max_processes + 8)
-            if self.cgroup.procs:
-                # join the cgroup before exec so everything the wrapper forks is inside it
-                argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', self.cgroup.procs, *argv]
+            backends.PidsCgroup(self.cfg.max_processes + 8) if self.cfg.use_pids_cgroup else None,
+            backends.CpuCgroup() if self.cfg.use_cpu_cgroup else None,
+        ]
+        self.cgroups = [cg for cg in groups if cg is not None and cg.path is not None]
+        # join the cgroups before exec so everything the wrapper forks is inside them
+        argv = backends.join_cgroups_argv([cg.procs for cg in self.cgroups], argv)
         env = {"PATH": backends.SANDBOX_PATH, "LANG": "C.UTF-8"}
         self.proc = subprocess.Popen(
             argv,
@@ -155,12 +158,12 @@ class _Worker:
         if proc is not None:
             # the server is a subreaper, so its descendants are its tree (bwrap/apptainer also take
             # their whole PID namespace down with them); the cgroup holds any escaped stragglers
-            backends.kill_sandbox(proc, [self.cgroup] if self.cgroup else [])
-            if self.cgroup:
-                self.cgroup.kill_stragglers(200)
-        if self.cgroup:
-            self.cgroup.remove()
-            self.cgroup = None
+            backends.kill_sandbox(proc, self.cgroups)
+            for cg in self.cgroups:
+                cg.kill_stragglers(200)
+        for cg in self.cgroups:
+            cg.remove()
+        self.cgroups = []
         if self.work_root:
             shutil.rmtree(self.work_root, ignore_errors=True)
             self.work_root = None
@@ -415,6 +418,7 @@ class Sandbox:
                 gap,
             )
             _ANNOUNCED.add(("unbounded", gap))
+        backends.warn_unshared_cpu(config.use_cpu_cgroup)
 
     # -- execution -----------------------------------------------------------------------------
 

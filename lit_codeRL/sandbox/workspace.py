@@ -142,13 +142,15 @@ def open_workspace(
         raise FileNotFoundError(f"workspace repository {repo} is not a directory")
     backend = resolve_backend(config)
     backends.sweep_stale_cgroups()
+    backends.warn_unshared_cpu(config.use_cpu_cgroup)
     res = _Resources()
     # +8: the server, bwrap's processes, slack for a child being reaped
     pids = backends.PidsCgroup(config.max_processes + 8) if config.use_pids_cgroup else None
     mem_mb = config.memory_mb + config.disk_mb + config.tmp_mb + OVERHEAD_MB + (sum(scratch.values()) >> 20)
     mem = backends.MemoryCgroup(mem_mb << 20)
-    res.cgroups = [cg for cg in (pids, mem) if cg is not None and cg.path is not None]
-    for cg in (pids, mem):
+    cpu = backends.CpuCgroup() if config.use_cpu_cgroup else None
+    res.cgroups = [cg for cg in (pids, mem, cpu) if cg is not None and cg.path is not None]
+    for cg in (pids, mem, cpu):
         if cg is not None and cg.path is None:
             cg.remove()
     bounded = os.getuid() != 0 or (pids is not None and pids.path is not None)

@@ -28,6 +28,10 @@ class WorkspaceConfig:
     use_pids_cgroup: bool = True
     """Put each session into its own pids cgroup when one is writable (the fork-bomb guard that
     also works for a root trainer)."""
+    use_cpu_cgroup: bool = True
+    """Put each session into its own cpu cgroup, all at the same weight, when one is writable:
+    a command's or test run's busy processes then share one session's part of the CPU instead
+    of slowing other episodes' commands and gradings into their timeouts."""
     root_program_uid: int | None = 100000
     """Where the trainer runs as root and no pids cgroup bounds a session (most containers), a
     bwrap session runs its server and commands as a host uid that is not root, in a user

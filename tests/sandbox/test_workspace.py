@@ -494,7 +494,8 @@ def test_killed_trainer_leaves_nothing_running(repo: Path, tmp_path: Path) -> No
     assert not [p for p in tree if _alive(p)]
     assert {n for n in set(os.listdir("/tmp")) - tmp_before if n.startswith("lcrl")} == set()
     backends.sweep_stale_cgroups()  # what the next open does
-    assert not [d for d in _cgroup_dirs() if f"/m{child.pid}-" in d or f"/w{child.pid}-" in d]
+    made = [d for d in _cgroup_dirs() if any(f"/{k}{child.pid}-" in d for k in "mwc")]
+    assert not made, "the killed trainer's pids, memory and cpu cgroups are swept"
 
 
 def _descendants(pid: int) -> list[int]:
