@@ -450,8 +450,9 @@ class CpuCgroup(_Cgroup):
 
 
 def sweep_stale_cgroups() -> int:
-    """Remove the per-worker/per-session cgroups (``w<pid>-*``, ``m<pid>-*``, ``c<pid>-*``) of processes that no
-    longer exist: a trainer killed with SIGKILL cannot remove its own. Returns how many went."""
+    """Remove the per-worker/per-session cgroups (``w<pid>-*``, ``m<pid>-*``, ``c<pid>-*``) of
+    processes that no longer exist: a trainer killed with SIGKILL cannot remove its own. Returns
+    how many went."""
     removed = 0
     parents = {Path("/sys/fs/cgroup/pids/lit_coderl"), Path("/sys/fs/cgroup/lit_coderl")}
     own = _own_cgroup("memory").lstrip("/")
