@@ -44,8 +44,9 @@ _host_lock: int | None = None
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Under pytest-xdist, a test that checks the whole host (:data:`HOST_CHECKS`, or marked
-    ``host_exclusive``) runs alone: from its fixtures' setup to their teardown it holds a lock
-    that every other test holds shared (module fixtures start and stop inside a test's protocol)."""
+    ``host_exclusive``, as are those that measure how the CPU is shared) runs alone: from its
+    fixtures' setup to their teardown it holds a lock that every other test holds shared (module
+    fixtures start and stop inside a test's protocol)."""
     global _host_lock
     if not hasattr(item.config, "workerinput"):  # one process, or pytest run by a test
         yield
