@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from lit_codeRL.sandbox.workspace_types import WorkspaceError
 _GIT_DATE = "2000-01-01T00:00:00+0000"
 
 
-def _build_repo(files: Mapping[str, str], dest: Path) -> None:
+def _build_repo(files: Mapping[str, str | bytes], dest: Path) -> None:
     """A git directory at ``dest`` with one commit holding ``files`` (atomic: built
     beside ``dest`` and renamed)."""
     scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
@@ -53,7 +54,9 @@ def _build_repo(files: Mapping[str, str], dest: Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _fix_diff(files: Mapping[str, str], fix: Mapping[str, str], repo: Path, env: Mapping[str, str]) -> str:
+def _fix_diff(
+    files: Mapping[str, str | bytes], fix: Mapping[str, str], repo: Path, env: Mapping[str, str]
+) -> str:
     """The reference fix (``fix`` over ``files``) as a ``git diff --binary`` against the base, made in a scratch work tree
     with a scratch index so the repository itself is never touched."""
     with tempfile.TemporaryDirectory(prefix="lcrl-debug-fix-") as tmp:
@@ -77,10 +80,22 @@ class _Run:
     collect_errors: list[str]
     junit: bytes | None = None
     """The run's junit XML (its failure messages write synthesized tasks' statements)."""
+    wall_s: float = 0.0
+    """Seconds the run took, the sandbox's start included."""
+    cpu_s: float | None = None
+    """CPU time of the run's processes (``None``: not known)."""
 
 
-def _run_tests(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[str]) -> _Run:
-    """Run every test of ``modules`` after ``diff`` the way a grade does.
+def _run_tests(
+    grader: SWEGrader,
+    task: SWETask,
+    diff: str,
+    modules: Sequence[str],
+    timeout_s: float | None = None,
+    cpu_s: float | None = None,
+) -> _Run:
+    """Run every test of ``modules`` after ``diff`` the way a grade does, within ``timeout_s``
+    (``None``: the grader's) and ``cpu_s`` CPU seconds per process (``None``: no such limit).
 
     The same run as :meth:`SWEGrader.grade`: a fresh workspace from the pristine repository, the
     trusted runner, outcomes read from its signed record and junit XML after the sandbox closed,
@@ -90,8 +105,9 @@ def _run_tests(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[st
     Raises:
         RuntimeError: the sandbox failed (ours, not the task's).
     """
+    start = time.monotonic()
     try:
-        run = grader.run(task, patch_bytes(diff) if diff else b"", list(modules))
+        run = grader.run(task, patch_bytes(diff) if diff else b"", list(modules), timeout_s, cpu_s)
     except WorkspaceError as e:  # the sandbox failing is ours, not the task's
         raise RuntimeError(f"{task.instance_id}: running the tests failed: {e}") from e
     report, exit_code = run.report, run.exit_code
@@ -100,14 +116,26 @@ def _run_tests(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[st
         dataclasses.replace(task, fail_to_pass=every, pass_to_pass=()), exit_code, report, run.junit
     )
     errors = [str(e) for e in (report or {}).get("collect_errors", [])]
-    return _Run(grade.verdict, grade.reason, grade.fail_to_pass, errors, run.junit)
+    return _Run(
+        grade.verdict,
+        grade.reason,
+        grade.fail_to_pass,
+        errors,
+        run.junit,
+        time.monotonic() - start,
+        run.cpu_s,
+    )
 
 
-def _write_files(root: Path, files: Mapping[str, str]) -> None:
+def _write_files(root: Path, files: Mapping[str, str | bytes]) -> None:
+    """Text as UTF-8; bytes (a repository's binary fixtures, a source in another encoding) as they are."""
     for path, content in files.items():
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, encoding="utf-8")
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shlex
@@ -310,8 +311,9 @@ def _optional_str(row: Mapping[str, Any], names: Sequence[str], where: str) -> s
     return None
 
 
-def _file_list(value: Any, name: str, where: str) -> dict[str, str]:
-    """``[{path, content}]`` (or a ``{path: content}`` mapping) as a dict."""
+def _file_list(value: Any, name: str, where: str) -> dict[str, str | bytes]:
+    """``[{path, content}]`` (or a ``{path: content}`` mapping) as a dict; an entry with
+    ``content_base64`` instead of ``content`` is a file that is not UTF-8 text (bytes)."""
     if hasattr(value, "tolist"):
         value = value.tolist()
     if isinstance(value, Mapping):
@@ -320,13 +322,25 @@ def _file_list(value: Any, name: str, where: str) -> dict[str, str]:
         raise ConfigError(
             f"{where}: field {name} must be a list of {{path, content}}, got {type(value).__name__}"
         )
-    files: dict[str, str] = {}
+    files: dict[str, str | bytes] = {}
     for i, item in enumerate(value):
         if not isinstance(item, Mapping) or not isinstance(item.get("path"), str):
             raise ConfigError(f"{where}: field {name}[{i}] needs a string path")
-        if not isinstance(item.get("content"), str):
-            raise ConfigError(f"{where}: field {name}[{i}] ({item['path']}) needs a string content")
         if item["path"] in files:
             raise ConfigError(f"{where}: field {name} lists {item['path']} twice")
-        files[item["path"]] = item["content"]
+        files[item["path"]] = _file_content(item, f"{where}: field {name}[{i}] ({item['path']})")
     return files
+
+
+def _file_content(item: Mapping[str, Any], where: str) -> str | bytes:
+    text, encoded = item.get("content"), item.get("content_base64")
+    if (text is None) == (encoded is None):
+        raise ConfigError(f"{where} needs a string content or content_base64, not both")
+    if text is not None:
+        if not isinstance(text, str):
+            raise ConfigError(f"{where} needs a string content")
+        return text
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: content_base64 is not base64") from None

@@ -3,6 +3,7 @@ holds the starting files, and the ``Problem`` record that carries it through the
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -54,8 +55,9 @@ class DebugTask:
     """Unique id, e.g. ``"debug/cart"`` or ``"kodcode/Leetcode_123_I"``."""
     description: str
     """What the program should do, shown to the agent (never where the bug is)."""
-    files: dict[str, str]
-    """Relative path -> content at the start: the buggy program and its tests."""
+    files: dict[str, str | bytes]
+    """Relative path -> content at the start: the buggy program and its tests (``bytes``: a file
+    that is not UTF-8 text, such as a binary fixture the tests read; written as it is)."""
     fix: dict[str, str] | None = None
     """The reference fix: new contents of the non-test files it changes (``None``: none known)."""
     entry_point: str = ""
@@ -76,6 +78,11 @@ class DebugTask:
             raise ConfigError(f"{where}: no files")
         if self.fix is not None:
             self.fix = _checked_files(self.fix, "fix", where)
+            binary = [
+                p for p, c in self.fix.items() if isinstance(c, bytes) or isinstance(self.files.get(p), bytes)
+            ]
+            if binary:
+                raise ConfigError(f"{where}: the fix must change text files only, not {binary}")
             tests = [path for path in self.fix if _is_test_path(path)]
             if tests:
                 raise ConfigError(
@@ -107,7 +114,8 @@ class DebugTask:
 
     def content_key(self) -> str:
         """A hash of everything the task's repository and node ids depend on."""
-        data = {"format": _FORMAT, "id": self.task_id, "files": self.files, "fix": self.fix}
+        files = {p: {"base64": _b64(c)} if isinstance(c, bytes) else c for p, c in self.files.items()}
+        data = {"format": _FORMAT, "id": self.task_id, "files": files, "fix": self.fix}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_swe_task(self, root: str | Path | None = None, grader: SWEGrader | None = None) -> SWETask:
@@ -283,14 +291,18 @@ def _is_test_module(path: str) -> bool:
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
-def _checked_files(files: Any, name: str, where: str) -> dict[str, str]:
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _checked_files(files: Any, name: str, where: str) -> dict[str, str | bytes]:
     """``files`` with every path a plain relative one inside the repository."""
     if not isinstance(files, Mapping):
         raise ConfigError(f"{where}: {name} must map paths to contents, got {type(files).__name__}")
-    checked: dict[str, str] = {}
+    checked: dict[str, str | bytes] = {}
     for path, content in files.items():
-        if not isinstance(path, str) or not isinstance(content, str):
-            raise ConfigError(f"{where}: {name} must map string paths to string contents ({path!r})")
+        if not isinstance(path, str) or not isinstance(content, str | bytes):
+            raise ConfigError(f"{where}: {name} must map string paths to string or bytes contents ({path!r})")
         pure = PurePosixPath(path)
         if (
             not path

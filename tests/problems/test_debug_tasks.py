@@ -321,6 +321,23 @@ BAD_ROWS = {
     "neither": ({"prompt": "q"}, "row 1: neither a debugging row"),
     "bad extra_info": ({**PDB_ROW, "extra_info": [1]}, "row 1: field extra_info must be an object"),
     "repeated id": ({**PDB_ROW}, r"row 1: task id 'pdb/clamp' repeats .*row 0"),
+    "content and content_base64": (
+        {"task_name": "x", "files": [{"path": "a.bin", "content": "", "content_base64": ""}]},
+        r"row 1: field files\[0\] \(a.bin\) needs a string content or content_base64, not both",
+    ),
+    "content_base64 not base64": (
+        {"task_name": "x", "files": [{"path": "a.bin", "content_base64": "not base64!"}]},
+        r"row 1: field files\[0\] \(a.bin\): content_base64 is not base64",
+    ),
+    "fix of a binary file": (
+        {
+            **PDB_ROW,
+            "id": "x",
+            "files": [*PDB_ROW["files"], {"path": "a.bin", "content_base64": "AAE="}],
+            "fix": [{"path": "a.bin", "content": ""}],
+        },
+        r"row 1: .*the fix must change text files only, not \['a.bin'\]",
+    ),
 }
 
 

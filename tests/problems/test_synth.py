@@ -51,6 +51,22 @@ def test_classify_rejects(suite, why):
     assert classify(CLEAN, suite, 10, 1) == why
 
 
+def test_a_candidates_limits_are_the_graders_rule_with_the_clean_suite_as_reference():
+    from types import SimpleNamespace
+
+    from lit_codeRL.problems.synth.validate import candidate_limits
+
+    grader = SimpleNamespace(timeout_s=300.0, timeout_factor=10.0, min_timeout_s=20.0, min_cpu_s=5.0)
+    clean = Baseline(frozenset(), (), wall_s=3.0, cpu_s=0.8)
+    assert candidate_limits(grader, clean) == (30.0, 8.0)  # 10 x 3 s; 10 x 0.8 s
+    assert candidate_limits(grader, Baseline(frozenset(), (), 1.0, 0.2)) == (20.0, 5.0)  # the floors
+    assert candidate_limits(grader, Baseline(frozenset(), (), 40.0, 35.0)) == (300.0, 300.0)  # the cap
+    assert candidate_limits(grader, Baseline(frozenset(), (), 3.0, None)) == (30.0, None)  # CPU unknown
+    assert candidate_limits(grader, Baseline(frozenset(), ())) == (300.0, None)  # not measured
+    grader.timeout_factor = 0
+    assert candidate_limits(grader, clean) == (300.0, None)  # the grader's scaling off
+
+
 def test_classify_caps_fail_to_pass():
     assert classify(CLEAN, run(a="failed", b="failed"), 1, 0) == "too many tests fail"
     assert classify(CLEAN, run(a="failed", b="failed", c="failed"), 10, 0)[0] == (
@@ -284,8 +300,9 @@ def test_initials():
 """
 
 
-def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_path):
+def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_path, monkeypatch):
     require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     from lit_codeRL.cli import main
     from lit_codeRL.grading import SWEGrader
     from lit_codeRL.problems.debug import load_debug_tasks, validate_debug_tasks
@@ -339,3 +356,104 @@ def test_synth_refuses_a_repository_without_a_passing_suite(tmp_path, capsys):
         main(["synth", str(tmp_path / "r"), "--out", str(tmp_path / "o")])
     assert exit_info.value.code == 2
     assert "no test module" in capsys.readouterr().err
+    (tmp_path / "corrupt.bundle").write_bytes(bytes(range(256)) * 2)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["synth", str(tmp_path / "corrupt.bundle"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "cannot read" in err and err.count("\n") == 1, err
+
+
+COUNTER = """def count_down(n):
+    steps = 0
+    while n > 0:
+        n -= 1
+        steps += 1
+    return steps
+"""
+
+COUNTER_TESTS = """from pathlib import Path
+
+from shelf.counter import count_down
+from shelf.legacy import greet
+
+
+def test_count_down():
+    assert count_down(5) == 5
+
+
+def test_count_zero():
+    assert count_down(0) == 0
+
+
+def test_fixture_bytes():
+    assert (Path(__file__).parent / "data" / "blob.bin").read_bytes() == bytes(range(256))
+
+
+def test_legacy_encoding():
+    assert greet() == "bonjour caf\\u00e9"
+"""
+
+
+def test_synth_carries_files_that_are_not_utf8_and_stops_a_bug_that_never_ends(tmp_path, monkeypatch):
+    """A repository's binary fixture and a Latin-1 source (PEP 263) reach every task as they are,
+    in the SWE bundle and in the debugging rows (``content_base64``), and both grade both ways.
+    Dropping ``n -= 1`` makes the loop run forever: the candidate's run stops at the limits the
+    clean suite's times set (not the grader's 300 s), and it is rejected as a timeout. The runs
+    are cached: synthesizing the repository again runs no test and gives the same tasks."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.debug import load_debug_tasks, validate_debug_tasks
+    from lit_codeRL.problems.swe import RepoCache, load_swe_tasks, prepare_repo
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = tmp_path / "shelf"
+    (repo / "shelf").mkdir(parents=True)
+    (repo / "tests" / "data").mkdir(parents=True)
+    (repo / "shelf" / "__init__.py").write_text("")
+    (repo / "shelf" / "counter.py").write_text(COUNTER)
+    legacy = '# -*- coding: latin-1 -*-\ndef greet():\n    return "bonjour caf\xe9"\n'
+    (repo / "shelf" / "legacy.py").write_bytes(legacy.encode("latin-1"))
+    (repo / "tests" / "data" / "blob.bin").write_bytes(bytes(range(256)))
+    (repo / "tests" / "test_counter.py").write_text(COUNTER_TESTS)
+    out = tmp_path / "out"
+    kinds = ["--kinds", "drop_statement", "--per-function", "3", "--tries", "3", "--eval-fraction", "0"]
+    main(["synth", str(repo), "--out", str(out), *kinds])
+    report = json.loads((out / "report.json").read_text())
+    (source,) = report["sources"]
+    # dropping `steps = 0` fails both counting tests, dropping `steps += 1` only the first
+    assert (source["clean_tests"], source["kept"], source["rejected"]) == (4, 2, {"timeout": 1})
+    assert source["wall_s"] < 100, "the endless loop ran to the grader's own time limit"
+    # a source that gives nothing is reported and skipped; the others still count
+    main(
+        [
+            "synth",
+            str(tmp_path / "missing"),
+            str(repo),
+            "--out",
+            str(tmp_path / "again"),
+            "--no-check",
+            *kinds,
+        ]
+    )
+    again = json.loads((tmp_path / "again" / "report.json").read_text())
+    assert list(again["failed_sources"]) == [str(tmp_path / "missing")]
+    assert again["sources"][0]["rejected"] == {"timeout": 1}
+    assert again["sources"][0]["wall_s"] < source["wall_s"] / 4, "the second synthesis ran the tests again"
+    first_ids, again_ids = ([json.loads(r)["instance_id"] for r in (d / "swe" / "tasks.jsonl").open()]
+                            for d in (out, tmp_path / "again"))  # fmt: skip
+    assert again_ids == first_ids
+
+    tasks = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")
+    assert len(tasks) == report["tasks"] == 2 and not report["dropped_by_check"]
+    copy = prepare_repo(tasks[0], tmp_path / "copy")
+    assert (copy / "tests" / "data" / "blob.bin").read_bytes() == bytes(range(256))
+    assert (copy / "shelf" / "legacy.py").read_bytes() == legacy.encode("latin-1")
+    debug = load_debug_tasks(str(out / "debug" / "tasks.jsonl"))
+    assert debug[0].files["tests/data/blob.bin"] == bytes(range(256))
+    grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    kept = validate_debug_tasks(debug, grader, root=tmp_path / "debug-cache")
+    assert sorted(t.task_id for t in kept) == sorted(t.instance_id for t in tasks)
+    for task in kept:
+        assert "test_fixture_bytes" in " ".join(task.to_swe_task(tmp_path / "debug-cache").pass_to_pass)

@@ -64,20 +64,21 @@ def unified_diff(path: str, old: str, new: str) -> str:
     return f"diff --git a/{path} b/{path}\n" + "".join(out)
 
 
-def source_files(files: Mapping[str, str]) -> list[str]:
-    """The files bugs go into: Python files that are not tests (the grader's own test rule) and
-    not ``conftest.py``/``setup.py``, sorted."""
+def source_files(files: Mapping[str, str | bytes]) -> list[str]:
+    """The files bugs go into: Python files that are UTF-8 text (``str``), not tests (the grader's
+    own test rule) and not ``conftest.py``/``setup.py``, sorted."""
     return sorted(
         path
-        for path in files
+        for path, content in files.items()
         if path.endswith(".py")
+        and isinstance(content, str)
         and not _is_test_path(path)
         and path.rsplit("/", 1)[-1] not in ("conftest.py", "setup.py", "noxfile.py")
     )
 
 
 def candidates_by_function(
-    files: Mapping[str, str], kinds: Sequence[str] = MUTATION_KINDS, seed: int = 0
+    files: Mapping[str, str | bytes], kinds: Sequence[str] = MUTATION_KINDS, seed: int = 0
 ) -> dict[str, list[Candidate]]:
     """Every distinct candidate of every function, grouped by function (in file and source
     order), each group in a shuffled order seeded by ``seed`` and the function's name."""
@@ -88,6 +89,7 @@ def candidates_by_function(
     seen: set[str] = set()
     for path in source_files(files):
         source = files[path]
+        assert isinstance(source, str)
         for site in mutation_sites(source, kinds):
             try:
                 content = apply_mutation(source, site)

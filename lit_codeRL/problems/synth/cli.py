@@ -37,7 +37,7 @@ from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 log = logging.getLogger(__name__)
 
 
-def shipped_swe_repositories() -> list[tuple[str, dict[str, str]]]:
+def shipped_swe_repositories() -> list[tuple[str, dict[str, str | bytes]]]:
     """The shipped SWE repositories' base trees (their suites pass; the hand-written tasks'
     bugs are only caught by the tests their test patches add)."""
     out = []
@@ -48,7 +48,7 @@ def shipped_swe_repositories() -> list[tuple[str, dict[str, str]]]:
     return out
 
 
-def shipped_debug_programs() -> list[tuple[str, dict[str, str]]]:
+def shipped_debug_programs() -> list[tuple[str, dict[str, str | bytes]]]:
     """The shipped debugging programs with their reference fixes applied."""
     from lit_codeRL.problems.debug import load_debug_tasks
 
@@ -106,6 +106,28 @@ def check_swe_rows(path: Path, grader: SWEGrader, workers: int) -> dict[str, str
     return {t.instance_id: why for t, why in zip(tasks, reasons, strict=True) if why}
 
 
+def _synthesize_source(
+    source: str, args: argparse.Namespace, settings: SynthSettings, grader: SWEGrader
+) -> list[tuple[str, list[SynthTask], dict[str, Any]]]:
+    """The tasks and report entries of one source (raises ``ConfigError`` when it gives none)."""
+    if source == "mbpp" or source.startswith("mbpp:"):
+        mbpp = MBPPBugSettings(args.per_function, args.tries, settings.kinds, args.seed)
+        tasks, stats = mbpp_tasks(source, args.mbpp_split, mbpp)
+        return [("mbpp", tasks, stats)]
+    repos = (
+        shipped_swe_repositories()
+        if source == "swe"
+        else shipped_debug_programs()
+        if source == "debug"
+        else [read_repository(source)]
+    )
+    named = []
+    for name, files in repos:
+        result = synthesize_files(name, files, grader, settings)
+        named.append((name, result.tasks, result.stats))
+    return named
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="lit-coderl synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("sources", nargs="+", help="repository dirs/bundles, swe, debug, mbpp:<path>")
@@ -130,6 +152,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--no-check", action="store_true", help="skip the final two-way grade of every SWE row"
     )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="run every test suite again ($LIT_CODERL_SYNTH_CACHE keeps the runs of repositories)",
+    )
     args = parser.parse_args(argv)
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     unknown = sorted(set(kinds) - set(MUTATION_KINDS))
@@ -144,10 +171,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         eval_fraction=args.eval_fraction,
         workers=args.workers,
         seed=args.seed,
+        cache=not args.no_cache,
     )
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"settings": {**vars(args), "out": str(out)}, "sources": []}
+    failed: dict[str, str] = {}
     swe: list[dict[str, Any]] = []
     debug: list[dict[str, Any]] = []
     start = time.monotonic()
@@ -155,22 +184,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         grader = SWEGrader(WorkspaceConfig(), RepoCache(Path(cache) / "prepared"))
         for source in args.sources:
             began = time.monotonic()
-            if source == "mbpp" or source.startswith("mbpp:"):
-                mbpp = MBPPBugSettings(args.per_function, args.tries, kinds, args.seed)
-                tasks, stats = mbpp_tasks(source, args.mbpp_split, mbpp)
-                named = [("mbpp", tasks, stats)]
-            else:
-                repos = (
-                    shipped_swe_repositories()
-                    if source == "swe"
-                    else shipped_debug_programs()
-                    if source == "debug"
-                    else [read_repository(source)]
-                )
-                named = []
-                for name, files in repos:
-                    result = synthesize_files(name, files, grader, settings)
-                    named.append((name, result.tasks, result.stats))
+            try:
+                named = _synthesize_source(source, args, settings, grader)
+            except (ConfigError, FileNotFoundError) as err:  # the other sources still count
+                failed[source] = str(err)
+                if len(args.sources) > 1:
+                    print(f"synth: {source}: skipped: {err}", file=sys.stderr)
+                continue
             for name, tasks, stats in named:
                 swe += swe_rows(tasks, out / "swe", name)
                 debug += [debug_row(t) for t in tasks]
@@ -193,12 +213,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "train": sum(r["split"] == "train" for r in swe),
             "eval": sum(r["split"] == "eval" for r in swe),
             "dropped_by_check": dropped,
+            "failed_sources": failed,
             "checked": not args.no_check,
             "wall_s": round(wall, 1),
             "seconds_per_task": round(wall / max(1, len(swe)), 3),
         }
     )
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    if failed and len(failed) == len(args.sources):
+        raise ConfigError(next(iter(failed.values())))
     print(
         f"synth: {len(swe)} tasks ({report['train']} train, {report['eval']} eval) in {wall:.0f} s; "
         f"{len(dropped)} dropped by the final check; rows in {out}/swe/tasks.jsonl and {out}/debug/tasks.jsonl"

@@ -28,6 +28,7 @@ from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.debug_repo import _build_repo
 from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
+from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.candidates import candidates_by_function
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
@@ -36,6 +37,9 @@ from lit_codeRL.problems.synth.validate import baseline, validate_functions, wor
 
 log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 1 << 20
+"""A file over this size is carried as bytes and never mutated."""
+MAX_CARRIED_BYTES = 16 << 20
+"""A file over this size is left out (with a warning): every task's rows would carry it."""
 _SKIP_DIRS = {
     ".git",
     "__pycache__",
@@ -70,6 +74,9 @@ class SynthSettings:
     workers: int = 2
     """Validations run at a time (each a sandboxed workspace)."""
     seed: int = 0
+    cache: bool = True
+    """Read and write the suite runs in the synthesis cache (:mod:`.run_cache`): synthesizing the
+    same repository again runs no test it already ran."""
 
 
 @dataclass
@@ -78,13 +85,16 @@ class RepoSynthesis:
 
     name: str
     tasks: list[SynthTask]
-    files: dict[str, str]
+    files: dict[str, str | bytes]
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def read_repository(source: str | Path) -> tuple[str, dict[str, str]]:
-    """The name and text files (path -> content) of a directory or a git bundle at ``HEAD``;
-    files that are not UTF-8 or over 1 MiB are skipped (with a warning)."""
+def read_repository(source: str | Path) -> tuple[str, dict[str, str | bytes]]:
+    """The name and files (path -> content) of a directory or a git bundle at ``HEAD``: UTF-8
+    text up to 1 MiB as ``str`` (what bugs go into), any other file as ``bytes`` (a binary fixture
+    or a source in another encoding the tests need, carried as it is). Symbolic links and files
+    over 16 MiB are left out, with a warning: a link may point outside the repository, and it is
+    never followed."""
     path = Path(source).expanduser().resolve()
     if not path.exists():
         raise ConfigError(f"synth: repository {path} does not exist")
@@ -96,7 +106,7 @@ def read_repository(source: str | Path) -> tuple[str, dict[str, str]]:
             try:
                 run_git(["clone", "--quiet", "--no-hardlinks", str(path), str(work)], env)
             except RuntimeError as err:
-                raise ConfigError(f"synth: cannot read {path}: {err}") from None
+                raise ConfigError(f"synth: cannot read {path}: {_git_error(str(err))}") from None
             tracked = run_git(["-C", str(work), "ls-files", "-z"], env).split("\0")
             return name, _read_files(work, [t for t in tracked if t])
     listed = []
@@ -107,21 +117,32 @@ def read_repository(source: str | Path) -> tuple[str, dict[str, str]]:
     return name, _read_files(path, listed)
 
 
-def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str]:
-    files, skipped = {}, []
+def _git_error(message: str) -> str:
+    """git's first ``error:``/``fatal:`` line (a one-line error, not git's whole advice)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith(("error:", "fatal:"))]
+    return (said or lines or ["git failed"])[0]
+
+
+def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
+    files: dict[str, str | bytes] = {}
+    skipped = []
     for rel in paths:
         full = root / rel
-        if full.is_symlink() or not full.is_file() or rel.endswith((".pyc", ".pyo")):
+        if rel.endswith((".pyc", ".pyo")) or not (full.is_symlink() or full.is_file()):
             continue
-        if full.stat().st_size > MAX_FILE_BYTES:
+        if full.is_symlink() or full.stat().st_size > MAX_CARRIED_BYTES:
             skipped.append(rel)
             continue
+        data = full.read_bytes()
         try:
-            files[rel] = full.read_text(encoding="utf-8")
+            files[rel] = data.decode("utf-8") if len(data) <= MAX_FILE_BYTES else data
         except UnicodeDecodeError:
-            skipped.append(rel)
+            files[rel] = data
     if skipped:
-        log.warning("synth: %d file(s) skipped (not UTF-8 text or over 1 MiB): %s", len(skipped), skipped[:5])
+        log.warning(
+            "synth: %d file(s) left out (symbolic links, or over 16 MiB): %s", len(skipped), skipped[:5]
+        )
     return files
 
 
@@ -142,7 +163,7 @@ def synthesize_repository(
 
 
 def synthesize_files(
-    repo_name: str, files: dict[str, str], grader: SWEGrader, settings: SynthSettings | None = None
+    repo_name: str, files: dict[str, str | bytes], grader: SWEGrader, settings: SynthSettings | None = None
 ) -> RepoSynthesis:
     """Validated tasks of the repository whose files (path -> content) are ``files``."""
     settings = settings or SynthSettings()
@@ -150,6 +171,12 @@ def synthesize_files(
     modules = sorted(p for p in files if _is_test_path(p) and _is_test_module(p))
     if not modules:
         raise ConfigError(f"synth: {repo_name} has no test module (test_*.py or *_test.py)")
+    unmutated = [p for p, c in files.items() if p.endswith(".py") and isinstance(c, bytes)]
+    if unmutated:
+        log.warning(
+            "synth: %s: %d Python file(s) not UTF-8 (or over 1 MiB) get no bugs: %s",
+            repo_name, len(unmutated), unmutated[:5],
+        )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
         clean_dir = Path(tmp) / "clean"
         _build_repo(files, clean_dir)
@@ -167,13 +194,14 @@ def synthesize_files(
             pass_to_pass=(),
             repo_source=str(clean_dir),
         )
+        cache = run_cache.tree_dir(files, modules) if settings.cache else None
         try:
-            clean = baseline(grader, task, modules, settings.clean_runs)
-        except ValueError as err:
+            clean = baseline(grader, task, modules, settings.clean_runs, cache)
+        except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
             raise ConfigError(f"synth: {repo_name}: {err}") from None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
         check = workspace_check(
-            grader, task, modules, clean, settings.max_fail_to_pass, settings.min_pass_to_pass
+            grader, task, modules, clean, settings.max_fail_to_pass, settings.min_pass_to_pass, cache
         )
         bugs, rejected = validate_functions(
             groups, check, settings.per_function, settings.tries_per_function, settings.workers

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lit_codeRL.problems.debug_repo import _write_files
 from lit_codeRL.problems.swe import git_environment, run_git
 
 _GIT_DATE = "2000-01-01T00:00:00+0000"
@@ -33,8 +35,8 @@ class SynthTask:
     """One validated, synthesized task."""
 
     task_id: str
-    files: dict[str, str]
-    """Every file at the base (the bug present; tests included)."""
+    files: dict[str, str | bytes]
+    """Every file at the base (the bug present; tests included; ``bytes``: not UTF-8 text)."""
     fix: dict[str, str]
     """The clean content of the files the bug changed."""
     statement: str
@@ -51,11 +53,17 @@ def debug_row(task: SynthTask) -> dict[str, Any]:
     return {
         "task_name": task.task_id,
         "description": task.statement,
-        "files": [{"path": p, "content": c} for p, c in sorted(task.files.items())],
+        "files": [_file_entry(p, c) for p, c in sorted(task.files.items())],
         "fix": [{"path": p, "content": c} for p, c in sorted(task.fix.items())],
         "split": task.split,
         "extra_info": {**task.info, "fail_to_pass": list(task.fail_to_pass)},
     }
+
+
+def _file_entry(path: str, content: str | bytes) -> dict[str, str]:
+    if isinstance(content, bytes):
+        return {"path": path, "content_base64": base64.b64encode(content).decode("ascii")}
+    return {"path": path, "content": content}
 
 
 def _slug(text: str) -> str:
@@ -112,13 +120,12 @@ def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[
     return rows
 
 
-def _commit(git_dir: Path, env: Mapping[str, str], files: Mapping[str, str], message: str, tmp: Path) -> str:
+def _commit(
+    git_dir: Path, env: Mapping[str, str], files: Mapping[str, str | bytes], message: str, tmp: Path
+) -> str:
     """A root commit holding ``files`` (written through a scratch index and work tree)."""
     work = Path(tempfile.mkdtemp(prefix="work-", dir=tmp))
-    for path, content in files.items():
-        target = work / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
+    _write_files(work, files)
     git_env = {**env, "GIT_INDEX_FILE": str(work.with_suffix(".index"))}
     git = ["--git-dir", str(git_dir), "--work-tree", str(work)]
     run_git([*git, "add", "--all", "--force", "."], git_env, cwd=work)

@@ -11,6 +11,12 @@ FAIL_TO_PASS nor PASS_TO_PASS. A candidate is kept (:func:`classify`) when
   rule, fixed in its PR #95; R2E-Gym demands identical id sets too);
 * at least one clean-passing test fails (FAIL_TO_PASS), at most ``max_fail_to_pass`` of them;
 * at least ``min_pass_to_pass`` clean-passing tests still pass (PASS_TO_PASS).
+
+A candidate's run has the limits a grade of a validated task has (``SWEGrader.time_limit``): the
+grader's ``timeout_factor`` times the clean runs' wall time (at least ``min_timeout_s``) and CPU
+time per process (at least ``min_cpu_s``). Bugs that make a loop never end are common (a dropped
+``i += 1``, an inverted step); each would otherwise hold a worker for the grader's whole
+``timeout_s`` (300 s), and they are dropped anyway.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ import logging
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.grading.repo import junit_key
 from lit_codeRL.problems.debug_repo import _run_tests
 from lit_codeRL.problems.swe import SWETask
+from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.candidates import Candidate
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,9 @@ class SuiteRun:
     """Node id -> its junit failure message (the assertion with expected and actual values)."""
     collect_errors: tuple[str, ...] = ()
     reason: str = ""
+    wall_s: float = 0.0
+    cpu_s: float | None = None
+    """CPU time of the run's processes (``None``: not known)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,10 @@ class Baseline:
 
     ids: frozenset[str]
     passing: tuple[str, ...]
+    wall_s: float | None = None
+    """The slowest clean run's wall time (``None``: not measured)."""
+    cpu_s: float | None = None
+    """The most CPU time a clean run used (``None``: not known)."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +101,18 @@ def failure_messages(junit: bytes | None, node_ids: Sequence[str]) -> dict[str, 
     return out
 
 
-def run_suite(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[str]) -> SuiteRun:
+def run_suite(
+    grader: SWEGrader,
+    task: SWETask,
+    diff: str,
+    modules: Sequence[str],
+    timeout_s: float | None = None,
+    cpu_s: float | None = None,
+) -> SuiteRun:
     """Run every test of ``modules`` on ``task``'s base with ``diff`` applied (see the module
-    docstring). Raises ``RuntimeError`` when the sandbox failed (ours, not the candidate's)."""
-    run = _run_tests(grader, task, diff, modules)
+    docstring), within ``timeout_s`` (``None``: the grader's) and ``cpu_s`` CPU seconds per process.
+    Raises ``RuntimeError`` when the sandbox failed (ours, not the candidate's)."""
+    run = _run_tests(grader, task, diff, modules, timeout_s, cpu_s)
     failed = [node for node, status in run.fail_to_pass.items() if status != "passed"]
     return SuiteRun(
         run.verdict,
@@ -97,12 +120,30 @@ def run_suite(grader: SWEGrader, task: SWETask, diff: str, modules: Sequence[str
         failure_messages(run.junit, failed),
         tuple(run.collect_errors),
         run.reason,
+        run.wall_s,
+        run.cpu_s,
     )
 
 
-def baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], clean_runs: int = 2) -> Baseline:
-    """The clean suite run ``clean_runs`` times. Raises ``ValueError`` when it does not run
-    cleanly (a timeout, a collection error, no test) or no test passes in every run."""
+def baseline(
+    grader: SWEGrader, task: SWETask, modules: Sequence[str], clean_runs: int = 2, cache: Path | None = None
+) -> Baseline:
+    """The clean suite run ``clean_runs`` times (read from ``cache``, a :func:`run_cache.tree_dir`,
+    when it holds them). Raises ``ValueError`` when it does not run cleanly (a timeout, a
+    collection error, no test) or no test passes in every run."""
+    path = cache / f"baseline-{max(1, clean_runs)}.json" if cache else None
+    data = run_cache.load(path)
+    if data is not None:
+        try:
+            return Baseline(frozenset(data["ids"]), tuple(data["passing"]), data["wall_s"], data["cpu_s"])
+        except (KeyError, TypeError):
+            pass
+    clean = _measure_baseline(grader, task, modules, clean_runs)
+    run_cache.store(path, {**asdict(clean), "ids": sorted(clean.ids)})
+    return clean
+
+
+def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], clean_runs: int) -> Baseline:
     runs = [run_suite(grader, task, "", modules) for _ in range(max(1, clean_runs))]
     first = runs[0]
     for run in runs:
@@ -119,7 +160,25 @@ def baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], clean_run
     )
     if not passing:
         raise ValueError("no test passes on the clean repository")
-    return Baseline(frozenset(first.statuses), passing)
+    cpu = [run.cpu_s for run in runs]
+    return Baseline(
+        frozenset(first.statuses),
+        passing,
+        max(run.wall_s for run in runs),
+        None if None in cpu else max(c for c in cpu if c is not None),
+    )
+
+
+def candidate_limits(grader: SWEGrader, clean: Baseline) -> tuple[float, float | None]:
+    """The wall-clock and per-process CPU limits of a candidate's run (see the module docstring):
+    the grader's own rule for a validated task, the clean suite standing in for the reference."""
+    factor = grader.timeout_factor
+    if factor <= 0 or clean.wall_s is None:
+        return grader.timeout_s, None
+    wall = min(grader.timeout_s, max(grader.min_timeout_s, factor * clean.wall_s))
+    if clean.cpu_s is None or grader.min_cpu_s <= 0:
+        return wall, None
+    return wall, min(wall, max(grader.min_cpu_s, factor * clean.cpu_s))
 
 
 def classify(
@@ -194,16 +253,24 @@ def workspace_check(
     clean: Baseline,
     max_fail_to_pass: int,
     min_pass_to_pass: int,
+    cache: Path | None = None,
 ) -> Callable[[Candidate], tuple[tuple[str, ...], tuple[str, ...], dict[str, str]] | str]:
     """The check :func:`validate_functions` runs per candidate for a repository: its suite run
-    in a sandbox workspace, classified."""
+    in a sandbox workspace within :func:`candidate_limits` (read from ``cache``, a
+    :func:`run_cache.tree_dir`, when it holds it; a sandbox failure is never cached), classified."""
+    limits = candidate_limits(grader, clean)
 
     def check(candidate: Candidate) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]] | str:
-        try:
-            run = run_suite(grader, task, candidate.diff, modules)
-        except RuntimeError as err:
-            log.warning("synth: %s: %s", candidate.function, err)
-            return "sandbox error"
+        path = run_cache.run_path(cache, candidate.diff, limits) if cache else None
+        run = _cached_run(run_cache.load(path))
+        if run is None:
+            try:
+                run = run_suite(grader, task, candidate.diff, modules, *limits)
+            except RuntimeError as err:
+                log.warning("synth: %s: %s", candidate.function, err)
+                return "sandbox error"
+            if run.verdict in ("resolved", "unresolved", "timeout"):  # not what a crash left
+                run_cache.store(path, asdict(run))
         outcome = classify(clean, run, max_fail_to_pass, min_pass_to_pass)
         if isinstance(outcome, str):
             return outcome
@@ -211,3 +278,20 @@ def workspace_check(
         return fail, keep, {node: run.messages.get(node, "") for node in fail}
 
     return check
+
+
+def _cached_run(data: dict | None) -> SuiteRun | None:
+    if data is None:
+        return None
+    try:
+        return SuiteRun(
+            verdict=data["verdict"],
+            statuses=dict(data["statuses"]),
+            messages=dict(data["messages"]),
+            collect_errors=tuple(data["collect_errors"]),
+            reason=data["reason"],
+            wall_s=data["wall_s"],
+            cpu_s=data["cpu_s"],
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
