@@ -425,6 +425,7 @@ def test_synth_carries_files_that_are_not_utf8_and_stops_a_bug_that_never_ends(t
     # dropping `steps = 0` fails both counting tests, dropping `steps += 1` only the first
     assert (source["clean_tests"], source["kept"], source["rejected"]) == (4, 2, {"timeout": 1})
     assert source["wall_s"] < 100, "the endless loop ran to the grader's own time limit"
+    assert (source["validated"], source["kept_fraction"]) == (3, round(2 / 3, 3))
     # a source that gives nothing is reported and skipped; the others still count
     main(
         [

@@ -245,4 +245,6 @@ def synthesize_files(
         "clean_tests": len(clean.ids),
         "wall_s": round(time.monotonic() - start, 2),
     }
+    stats["kept_fraction"] = round(len(tasks) / validated, 3) if validated else 0.0
+    stats["seconds_per_validated"] = round(stats["wall_s"] / validated, 3) if validated else None
     return RepoSynthesis(repo_name, tasks, files, stats)
