@@ -16,8 +16,11 @@ BASE = {
 }
 
 
-def git_diff(tmp_path: Path, changes: dict[str, str | None]) -> str:
-    """``git diff`` of BASE with ``changes`` (None: the file deleted) applied."""
+def git_diff(
+    tmp_path: Path, changes: dict[str, str | None], executable: tuple[str, ...] = (), binary: bool = False
+) -> str:
+    """``git diff`` of BASE with ``changes`` (None: the file deleted) applied and the files
+    ``executable`` made executable; ``binary``: with ``--binary``, as the grader's diffs are."""
     repo = tmp_path / f"repo{len(list(tmp_path.iterdir()))}"
 
     def git(*args: str) -> str:
@@ -37,8 +40,10 @@ def git_diff(tmp_path: Path, changes: dict[str, str | None]) -> str:
         else:
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_text(text)
+    for path in executable:
+        (repo / path).chmod(0o755)
     git("add", "-A")
-    return git("diff", "--cached")
+    return git("diff", "--cached", *(["--binary"] if binary else []))
 
 
 def edited(path: str, old: str, new: str) -> dict[str, str]:
@@ -96,6 +101,28 @@ def test_an_episode_is_placed_against_the_fix(tmp_path, gold):
         }
     )
     assert fix_and_test == DiffBehaviour(changed=True, fix_file=True, fix_lines=True, other_files=True)
+
+
+def test_a_change_without_a_text_hunk_is_still_a_change(tmp_path, gold):
+    """A binary file, a pure rename, a mode change: git writes no ``---``/``+++`` for them."""
+    calc = BASE["pkg/calc.py"]
+    renamed = git_diff(tmp_path, {"pkg/calc.py": None, "pkg/arith.py": calc})
+    assert "rename from pkg/calc.py" in renamed and "+++" not in renamed
+    assert diff_behaviour(renamed, gold) == DiffBehaviour(changed=True, fix_file=True)
+    mode = git_diff(tmp_path, {}, executable=("pkg/calc.py",))
+    assert "new mode 100755" in mode and file_changes(mode)["pkg/calc.py"].touched == set()
+    assert diff_behaviour(mode, gold) == DiffBehaviour(changed=True, fix_file=True)
+    for binary in (False, True):  # "Binary files ... differ", or a GIT binary patch
+        blob = git_diff(tmp_path, {"data/blob.bin": "\x00\x01 not text"}, binary=binary)
+        assert "+++" not in blob and set(file_changes(blob)) == {"data/blob.bin"}
+        assert diff_behaviour(blob, gold) == DiffBehaviour(changed=True, other_files=True)
+    # with a name git quotes, beside a text change of the fix's line
+    both = git_diff(
+        tmp_path,
+        {**edited("pkg/calc.py", "    return total\n", "    return total + 0\n"), "d\tb.bin": "\x00"},
+        binary=True,
+    )
+    assert set(file_changes(both)) == {"pkg/calc.py", "d\\tb.bin"}
 
 
 def test_hostile_and_broken_diffs_are_counted_not_raised(gold):

@@ -54,20 +54,36 @@ class DiffBehaviour:
 def _path(header: str) -> str | None:
     """The path of a ``--- a/x`` / ``+++ b/x`` line (``None`` for /dev/null); git quotes a path
     with unusual bytes (``"a/x\\ty"``): its escapes are kept as written, enough to tell files apart."""
-    name = header[4:].rstrip("\n").split("\t")[0]
-    if name.startswith('"') and name.endswith('"'):
-        name = name[1:-1]
+    name = _unquoted(header[4:].rstrip("\n").split("\t")[0])
     if name == "/dev/null":
         return None
     return name[2:] if name[:2] in ("a/", "b/") else name
 
 
+def _header_path(line: str) -> str | None:
+    """The path of a ``diff --git a/x b/x`` line when both sides name the same file (a rename's
+    paths come from its ``rename from`` line; a quoted name is kept as written)."""
+    rest = line[len("diff --git ") :].rstrip("\n")
+    half = (len(rest) - 1) // 2
+    old, new = _unquoted(rest[:half]), _unquoted(rest[half + 1 :])
+    if rest[half : half + 1] == " " and old[:2] == "a/" and new[:2] == "b/" and old[2:] == new[2:]:
+        return old[2:]
+    return None
+
+
+def _unquoted(name: str) -> str:
+    return name[1:-1] if len(name) > 1 and name[0] == name[-1] == '"' else name
+
+
 def file_changes(diff: str) -> dict[str, FileChange]:
     """The files a ``git diff`` changes, each with the base lines it touches and its hunks'
-    text. Lines the parser cannot place (a truncated or hand-made diff) are skipped, never raised."""
+    text. A file changed without a text hunk (a binary file, a pure rename, a mode change) is
+    there with no lines touched. Lines the parser cannot place (a truncated or hand-made diff)
+    are skipped, never raised."""
     out: dict[str, FileChange] = {}
     current: FileChange | None = None
     old_path: str | None = None
+    section: str | None = None  # the file of the current ``diff --git`` section, from its header
     line_no, removed, added = 0, [], []
 
     def close_hunk() -> None:
@@ -76,10 +92,20 @@ def file_changes(diff: str) -> dict[str, FileChange]:
         removed.clear()
         added.clear()
 
+    def close_section() -> None:
+        if current is None and section is not None:  # no text hunk: still a changed file
+            out.setdefault(section, FileChange())
+
     for line in diff.splitlines(keepends=True):
         if line.startswith("diff --git "):
             close_hunk()
-            current, old_path = None, None
+            close_section()
+            current, old_path, section = None, None, _header_path(line)
+        elif line.startswith(("rename from ", "copy from ")) and current is None:
+            section = _unquoted(line.split(" from ", 1)[1].rstrip("\n"))
+        elif line.startswith("Binary files ") and current is None and section is None:
+            old, _, new = line[len("Binary files ") :].rstrip("\n").removesuffix(" differ").partition(" and ")
+            section = _path(f"--- {old}") or _path(f"+++ {new}")
         elif line.startswith("--- ") and current is None:
             old_path = _path(line)
         elif line.startswith("+++ ") and current is None:
@@ -103,6 +129,7 @@ def file_changes(diff: str) -> dict[str, FileChange]:
             current.touched.update((line_no - 1, line_no) if not removed else ())
             added.append(line[1:])
     close_hunk()
+    close_section()
     return out
 
 
