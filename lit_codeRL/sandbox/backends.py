@@ -442,11 +442,47 @@ class CpuCgroup(_Cgroup):
     sample's own advantage. The kernel's autogroup does the same per session, but only for
     processes in the root cpu cgroup, which a container or a SLURM job is not. Made below this
     process's own cpu cgroup where possible, so the trainer's own CPU limit still holds.
+
+    The groups share one parent (``lit_coderl``), whose weight is one default weight per group
+    in it (:func:`_reweigh_cpu_parent`): at the trainer's level the sandboxes together weigh as
+    much as that many processes, as each did as a session of its own under autogroup. At one
+    default weight, every sandbox of the machine together got the CPU of one busy process beside
+    the trainer's threads or another test's processes (a 4 s MBPP reference then timed out at
+    10 s in CI).
     """
 
     def __init__(self) -> None:
         self.path = None
         self._make_below_own("cpu", "c", ("cpu.shares", 1024), ("cpu.weight", 100))  # the defaults
+        if self.path is not None:
+            _reweigh_cpu_parent(self.path.parent)
+
+    def remove(self) -> None:
+        super().remove()
+        if self.path is not None:
+            _reweigh_cpu_parent(self.path.parent)
+
+
+def _reweigh_cpu_parent(parent: Path) -> None:
+    """Give ``parent`` (a ``lit_coderl`` cpu cgroup) one default weight per group in it (at least
+    one; at most the controller's maximum). Workers start in parallel threads, and trainers on one
+    machine share the parent: each writer counts again after its write and writes again until
+    the count it wrote holds, so the last write counts every group made or removed before it."""
+    v1 = (parent / "cpu.shares").exists()
+    limit_file, unit, most = ("cpu.shares", 1024, 262144) if v1 else ("cpu.weight", 100, 10000)
+
+    def count() -> int:
+        return sum(1 for d in parent.iterdir() if d.is_dir() and d.name[:1] == "c")
+
+    try:
+        groups = count()
+        for _ in range(100):
+            (parent / limit_file).write_text(str(min(most, max(1, groups) * unit)))
+            groups, wrote = count(), groups
+            if groups == wrote:
+                return
+    except OSError:
+        pass
 
 
 def sweep_stale_cgroups() -> int:
@@ -472,6 +508,8 @@ def sweep_stale_cgroups() -> int:
                     removed += 1
                 except OSError:
                     pass
+        if parent.parts[:5] == ("/", "sys", "fs", "cgroup", "cpu"):
+            _reweigh_cpu_parent(parent)
     return removed
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -173,3 +174,41 @@ def test_busy_command_does_not_time_out_another_session(
     else:
         assert r.timed_out, ("the control did not reproduce the attack", r)
     assert not _host_cpu_groups(in_cpu_cgroup), "every session's cpu cgroup is removed at close"
+
+
+@pytest.mark.parametrize("reweigh", [True, False], ids=["parent-reweighed", "control-one-weight"])
+def test_sandboxes_keep_their_share_beside_other_busy_processes(
+    in_cpu_cgroup: Path, reweigh: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten busy processes beside the sandboxes (a trainer's threads, another test's processes)
+    in the job's cgroup: the 8 workers' parent group weighs 8 processes, so an honest program
+    keeps most of a core (slowdown under 2). The control, with the parent at one default weight
+    (every sandbox together one process): it gets 2/11 of the two cores, over 3 times as long."""
+    if not reweigh:
+        monkeypatch.setattr(backends, "_reweigh_cpu_parent", lambda parent: None)
+    with make_sandbox(backend="bwrap", workers=8, timeout_s=30.0, use_cpu_cgroup=True) as sb:
+        n = 200_000
+        while True:  # an honest program of about 1 s on this machine: the shares average out
+            alone = sb.run(Program(code=HONEST_PROGRAM, tests=_honest_test(n)))
+            assert alone.verdict == Verdict.PASSED, alone
+            if alone.wall_time_s >= 1.0 or n > 50_000_000:
+                break
+            n *= 2
+        parent, groups = in_cpu_cgroup / "lit_coderl", len(_host_cpu_groups(in_cpu_cgroup))
+        assert groups >= 4, "the workers start in the background: most have started by now"
+        assert (parent / "cpu.shares").read_text().strip() == str(1024 * groups if reweigh else 1024)
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(10)]
+        try:
+            time.sleep(0.5)
+            loaded = sb.run(Program(code=HONEST_PROGRAM, tests=_honest_test(n)))
+        finally:
+            for p in busy:
+                p.kill()
+                p.wait()
+    assert loaded.verdict == Verdict.PASSED, loaded
+    slowdown = loaded.wall_time_s / alone.wall_time_s
+    if reweigh:
+        assert slowdown < 2, slowdown
+        assert (parent / "cpu.shares").read_text().strip() == "1024", "back to one weight once empty"
+    else:
+        assert slowdown > 3, ("the control did not reproduce the starving", slowdown)
