@@ -390,20 +390,26 @@ class SWEGrader:
 
     def time_limit(self, task: GradedTask) -> float:
         """The time limit of one grading run of ``task`` (see ``timeout_factor``)."""
-        gold_s = self.reference_seconds(task)
-        if gold_s is None or self.timeout_factor <= 0:
-            return self.timeout_s
-        return min(self.timeout_s, max(self.min_timeout_s, self.timeout_factor * gold_s))
+        return self.limits(self.reference_seconds(task), None)[0]
 
     def cpu_limit(self, task: GradedTask) -> float | None:
         """CPU seconds each process of one grading run of ``task`` may use (see ``min_cpu_s``):
         ``timeout_factor`` times the CPU time of the reference run (its wall time is stretched by
         whatever else the machine ran then), at least ``min_cpu_s``, at most the wall limit;
         ``None``: no limit (the task was not validated here, or the limit is off)."""
-        gold_cpu_s = self.reference_cpu_seconds(task)
-        if gold_cpu_s is None or self.timeout_factor <= 0 or self.min_cpu_s <= 0:
-            return None
-        return min(self.time_limit(task), max(self.min_cpu_s, self.timeout_factor * gold_cpu_s))
+        return self.limits(self.reference_seconds(task), self.reference_cpu_seconds(task))[1]
+
+    def limits(self, reference_s: float | None, reference_cpu_s: float | None) -> tuple[float, float | None]:
+        """The wall-clock and per-process CPU limits of a run whose reference took ``reference_s``
+        seconds and ``reference_cpu_s`` CPU seconds (``None``: not known): the rule of
+        :meth:`time_limit` and :meth:`cpu_limit` (synthesis uses it with the clean suite's runs)."""
+        if reference_s is None or self.timeout_factor <= 0:
+            wall = self.timeout_s
+        else:
+            wall = min(self.timeout_s, max(self.min_timeout_s, self.timeout_factor * reference_s))
+        if reference_cpu_s is None or self.timeout_factor <= 0 or self.min_cpu_s <= 0:
+            return wall, None
+        return wall, min(wall, max(self.min_cpu_s, self.timeout_factor * reference_cpu_s))
 
     def reference_seconds(self, task: GradedTask) -> float | None:
         """Wall time of the reference patch's grading run when :meth:`validate` passed ``task`` on

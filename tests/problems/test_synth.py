@@ -52,11 +52,10 @@ def test_classify_rejects(suite, why):
 
 
 def test_a_candidates_limits_are_the_graders_rule_with_the_clean_suite_as_reference():
-    from types import SimpleNamespace
-
+    from lit_codeRL.grading import SWEGrader
     from lit_codeRL.problems.synth.validate import candidate_limits
 
-    grader = SimpleNamespace(timeout_s=300.0, timeout_factor=10.0, min_timeout_s=20.0, min_cpu_s=5.0)
+    grader = SWEGrader(None, None, timeout_s=300.0, timeout_factor=10.0, min_timeout_s=20.0, min_cpu_s=5.0)
     clean = Baseline(frozenset(), (), wall_s=3.0, cpu_s=0.8)
     assert candidate_limits(grader, clean) == (30.0, 8.0)  # 10 x 3 s; 10 x 0.8 s
     assert candidate_limits(grader, Baseline(frozenset(), (), 1.0, 0.2)) == (20.0, 5.0)  # the floors

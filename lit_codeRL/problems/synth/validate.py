@@ -171,14 +171,9 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
 
 def candidate_limits(grader: SWEGrader, clean: Baseline) -> tuple[float, float | None]:
     """The wall-clock and per-process CPU limits of a candidate's run (see the module docstring):
-    the grader's own rule for a validated task, the clean suite standing in for the reference."""
-    factor = grader.timeout_factor
-    if factor <= 0 or clean.wall_s is None:
-        return grader.timeout_s, None
-    wall = min(grader.timeout_s, max(grader.min_timeout_s, factor * clean.wall_s))
-    if clean.cpu_s is None or grader.min_cpu_s <= 0:
-        return wall, None
-    return wall, min(wall, max(grader.min_cpu_s, factor * clean.cpu_s))
+    the grader's own rule for a validated task (``SWEGrader.limits``), the clean suite standing
+    in for the reference (no CPU limit when its wall time was not measured)."""
+    return grader.limits(clean.wall_s, clean.cpu_s if clean.wall_s is not None else None)
 
 
 def classify(
