@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -160,6 +161,69 @@ def _is_rank_zero() -> bool:
     return getattr(rank_zero_only, "rank", 0) == 0
 
 
+def available_cpu_memory(
+    meminfo: str = "/proc/meminfo",
+    cgroup_root: str = "/sys/fs/cgroup",
+    self_cgroup: str = "/proc/self/cgroup",
+) -> int:
+    """Bytes this process can still allocate without swapping: the kernel's ``MemAvailable``
+    (free pages plus the page cache it can drop), capped by this process's memory cgroup's limit
+    less its usage (a container's or a SLURM job's limit).
+
+    Not ``MemFree``: after a while of file I/O the page cache holds most of a machine's memory and
+    ``MemFree`` is a few hundred MB of 24 GiB. A hint read from it shrank with whatever ran before
+    (a long test session), so the same run picked other micro-batches on another day. 8 GiB where
+    neither can be read."""
+    available: int | None = None
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            available = 8 * 2**30
+    room = _cgroup_memory_room(Path(cgroup_root), Path(self_cgroup))
+    return min(available, room) if room is not None else available
+
+
+def _cgroup_memory_room(root: Path, self_cgroup: Path) -> int | None:
+    """This process's memory cgroup's limit less its usage (v1 or v2), the reclaimable page cache
+    (``inactive_file``) not counted as used, as ``docker stats`` counts it; None when unlimited or
+    unreadable. A hierarchy whose path for this process is not mounted (a container without a
+    cgroup namespace sees its own group at the mount's root) is read at its root."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
+        if "memory" in controllers.split(","):  # v1
+            base, names = (
+                root / "memory",
+                ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+            )
+        elif controllers == "":  # v2
+            base, names = root, ("memory.max", "memory.current", "inactive_file")
+        else:
+            continue
+        for group in dict.fromkeys([base / path.lstrip("/"), base]):
+            try:
+                limit, usage = ((group / f).read_text().strip() for f in names[:2])
+                stat = dict(row.split() for row in (group / "memory.stat").read_text().splitlines())
+            except (OSError, ValueError):
+                continue
+            if limit == "max" or int(limit) >= 2**60:  # v1 writes "unlimited" as a huge number
+                return None
+            used = int(usage) - int(stat.get(names[2], 0))
+            return max(0, int(limit) - used)
+    return None
+
+
 def default_micro_batch_size(
     num_params: int,
     seq_len: int = 512,
@@ -180,15 +244,7 @@ def default_micro_batch_size(
     applies. Conservative by design: a starting point a user overrides, not a guarantee; on GPUs
     under 16 GiB it is at most 4 (see ``platform``).
     """
-    if torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
-    else:
-        try:
-            import os
-
-            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            free = 8 * 2**30
+    free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else available_cpu_memory()
     budget = free * 0.6 - 16 * num_params
     if vocab_size and hidden_size and num_layers:
         per_sequence = seq_len * (34 * hidden_size * num_layers + 16 * vocab_size)

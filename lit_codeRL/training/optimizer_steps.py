@@ -26,10 +26,29 @@ log = logging.getLogger("lit_codeRL")
 LossFn = Callable[[TrajectoryBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
+class MicroBatchBudget:
+    """The token budget of the automatic micro-batch size (``micro_batch_size: null``), read from
+    free memory at a run's first step and checkpointed (``PolicyModule`` registers it).
+
+    A resumed run must cut its batches where the run it continues did: micro-batches decide the
+    shapes dropout draws its masks for from the global RNG and the order gradients add up in. Read
+    again at the resume, from whatever memory the machine had free then, it once halved the
+    micro-batches of the first step after a resume and that step's gradient differed by 30%."""
+
+    def __init__(self) -> None:
+        self.tokens: int | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"tokens": self.tokens}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.tokens = state.get("tokens")
+
+
 class MicroBatchedUpdates:
     """Optimizer steps over micro-batches (see the module docstring)."""
 
-    _auto_micro_batch_tokens: int | None = None
+    micro_batch_budget: MicroBatchBudget
     _grad_norm: float | None = None
     """The policy's gradient norm before clipping at the last optimizer step (``train/grad_norm``)."""
     _clip_norms: list[torch.Tensor] | None = None
@@ -41,7 +60,8 @@ class MicroBatchedUpdates:
         size = self.micro_batch_size
         if not size:
             length = batch.input_ids.size(1)
-            if self._auto_micro_batch_tokens is None:
+            budget = self.micro_batch_budget
+            if budget.tokens is None:
                 # a token budget: later batches may be longer than the first (the code game's
                 # predictor prompts hold a program), and rows must shrink with them
                 num_params = sum(p.numel() for p in self.policy.parameters())
@@ -55,8 +75,8 @@ class MicroBatchedUpdates:
                 )
                 if self._trainer is not None and self.trainer.world_size > 1:
                     hint = self.trainer.strategy.broadcast(hint, src=0)
-                self._auto_micro_batch_tokens = hint * length
-            rows = max(1, self._auto_micro_batch_tokens // max(length, 1))
+                budget.tokens = hint * length
+            rows = max(1, budget.tokens // max(length, 1))
             size = 1 << (rows.bit_length() - 1)
         if group_size > 1 and size > group_size:
             size -= size % group_size

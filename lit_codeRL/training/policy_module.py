@@ -50,7 +50,7 @@ from lit_codeRL.training.checkpoint_state import RegisteredState
 from lit_codeRL.training.context_parallel import context_parallel_logprobs
 from lit_codeRL.training.loaders import SleepAfterEachBatch, in_process_loader, whole_batch
 from lit_codeRL.training.optim import OptimizerSettings
-from lit_codeRL.training.optimizer_steps import MicroBatchedUpdates
+from lit_codeRL.training.optimizer_steps import MicroBatchBudget, MicroBatchedUpdates
 from lit_codeRL.training.rng import GlobalRNG
 from lit_codeRL.training.strategies import check_strategy
 
@@ -120,6 +120,8 @@ class PolicyModule(MicroBatchedUpdates, RegisteredState, LightningModule):
         # generator of its own); restored at the first step after a resume, see training/rng.py.
         self.global_rng = GlobalRNG()
         self.register_state("global_rng", self.global_rng)
+        self.micro_batch_budget = MicroBatchBudget()  # micro_batch_size: null (optimizer_steps.py)
+        self.register_state("micro_batch_budget", self.micro_batch_budget)
         self.run_dir: Path | None = None
         self.writer: RolloutWriter | None = None
         self.last_records: list[dict[str, Any]] = []

@@ -14,7 +14,9 @@ The GRPO run is built so that every stream matters: ``attention_dropout`` makes 
 forward draw from torch's global CPU RNG; ``beta > 0`` makes the loss a KL to the reference on the
 sampled tokens, so dropout masks and sampled completions both move the weights (a random model
 earns one reward on every completion, so its advantages alone would move nothing); a warm-up plus
-cosine learning rate makes the scheduler state matter.
+cosine learning rate makes the scheduler state matter. The resumed run sees 64 MiB of free memory
+(:class:`LittleMemoryFree`): what the run decided from the machine's state at its start (the
+automatic micro-batch size) must come from the checkpoint too.
 """
 
 from __future__ import annotations
@@ -66,7 +68,20 @@ class KillMidStep(Callback):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def trainer_config(root: Path, accelerator: str, kill_at: int | None = None) -> dict[str, Any]:
+class LittleMemoryFree(Callback):
+    """Makes the resumed run see 64 MiB of free memory, where the run it continues saw gigabytes:
+    the automatic micro-batch size must come from the checkpoint, not from the machine's memory at
+    the resume (a busy CI machine once halved it and the first step's gradient changed)."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from lit_codeRL.policy import precision
+
+        precision.available_cpu_memory = lambda *args, **kwargs: 64 * 2**20
+
+
+def trainer_config(
+    root: Path, accelerator: str, kill_at: int | None = None, resumed: bool = False
+) -> dict[str, Any]:
     callbacks: list[dict[str, Any]] = [
         {
             "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
@@ -82,6 +97,8 @@ def trainer_config(root: Path, accelerator: str, kill_at: int | None = None) -> 
         callbacks.append(
             {"class_path": "tests.training.test_resume.KillMidStep", "init_args": {"step": kill_at}}
         )
+    if resumed:
+        callbacks.append({"class_path": "tests.training.test_resume.LittleMemoryFree"})
     return {
         "accelerator": accelerator,
         "devices": 1,
@@ -126,10 +143,18 @@ def _quiet_port() -> int:
     raise RuntimeError("no free port in 20000-32000")
 
 
-def start(model: dict[str, Any], root: Path, accelerator: str, *extra: str, kill_at: int | None = None):
+def start(
+    model: dict[str, Any],
+    root: Path,
+    accelerator: str,
+    *extra: str,
+    kill_at: int | None = None,
+    resumed: bool = False,
+):
     """Launch ``lit_codeRL.cli fit`` on this checkout in a subprocess."""
     root.mkdir(parents=True)
-    config = {"seed_everything": 0, "trainer": trainer_config(root, accelerator, kill_at), "model": model}
+    trainer = trainer_config(root, accelerator, kill_at, resumed)
+    config = {"seed_everything": 0, "trainer": trainer, "model": model}
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {
@@ -177,7 +202,8 @@ def kill_and_resume(
     saved = sorted(p.name for p in (killed / "ckpt").glob("*.ckpt"))
     assert saved == [f"step={s}.ckpt" for s in range(1, K + 1)], saved  # died inside step K + 1
     ckpt = killed / "ckpt" / f"step={K}.ckpt"
-    proc = start(model, resumed, accelerator, *extra, "--ckpt_path", str(ckpt), "--seed_everything", "123")
+    args = ("--ckpt_path", str(ckpt), "--seed_everything", "123")
+    proc = start(model, resumed, accelerator, *extra, *args, resumed=True)
     rc, out = finish(proc)
     assert rc == 0, out[-4000:]
     return whole, resumed
