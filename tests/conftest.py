@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,13 @@ HOST_CHECKS = ("leak_check", "clean_host")
 """Fixtures of tests that check the whole host afterwards: no process, ``/tmp`` entry, cgroup or
 disk space the test made is left. Another test running meanwhile would leave its own."""
 _host_lock: int | None = None
+_holding_alone = False
+"""This process holds the host lock exclusively from one test to the next (see below)."""
+_lock_wait_s = 0.0
+
+
+def _runs_alone(item) -> bool:
+    return bool(item.get_closest_marker("host_exclusive")) or any(f in item.fixturenames for f in HOST_CHECKS)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -46,20 +54,48 @@ def pytest_runtest_protocol(item, nextitem):
     """Under pytest-xdist, a test that checks the whole host (:data:`HOST_CHECKS`, or marked
     ``host_exclusive``, as are those that measure how the CPU is shared) runs alone: from its
     fixtures' setup to their teardown it holds a lock that every other test holds shared (module
-    fixtures start and stop inside a test's protocol)."""
-    global _host_lock
+    fixtures start and stop inside a test's protocol).
+
+    A run of such tests in a row keeps the lock from one to the next. Released after each, it went
+    to the other process's next test, and each of the 200 such tests waited for a whole test of
+    the other process (CLI runs of 10-60 s) to end: minutes of one process idle per CI run. The
+    time spent waiting is reported at the end (``host lock``)."""
+    global _host_lock, _holding_alone, _lock_wait_s
     if not hasattr(item.config, "workerinput"):  # one process, or pytest run by a test
         yield
         return
     if _host_lock is None:
         path = Path(tempfile.gettempdir()) / f"pytest-host-{item.config.workerinput['testrunuid']}.lock"
         _host_lock = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    alone = item.get_closest_marker("host_exclusive") or any(f in item.fixturenames for f in HOST_CHECKS)
-    fcntl.flock(_host_lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    alone = _runs_alone(item)
+    if not (alone and _holding_alone):
+        t0 = time.monotonic()
+        fcntl.flock(_host_lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        _lock_wait_s += time.monotonic() - t0
+    _holding_alone = alone and nextitem is not None and _runs_alone(nextitem)
     try:
         yield
     finally:
-        fcntl.flock(_host_lock, fcntl.LOCK_UN)
+        if not _holding_alone:
+            fcntl.flock(_host_lock, fcntl.LOCK_UN)
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):  # a worker: its wait goes back to the controller
+        session.config.workeroutput["host_lock_wait_s"] = _lock_wait_s
+
+
+def pytest_testnodedown(node, error):
+    waits = getattr(node.config, "_host_lock_waits", [])
+    waits.append((node.gateway.id, float(getattr(node, "workeroutput", {}).get("host_lock_wait_s", 0.0))))
+    node.config._host_lock_waits = waits
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    waits = getattr(config, "_host_lock_waits", None)
+    if waits:
+        spent = ", ".join(f"{worker} {seconds:.0f} s" for worker, seconds in sorted(waits))
+        terminalreporter.write_line(f"host lock: time test processes waited for it: {spent}")
 
 
 def quiet_trainer(root, steps: int, **overrides):

@@ -33,7 +33,8 @@ class MicroBatchBudget:
     A resumed run must cut its batches where the run it continues did: micro-batches decide the
     shapes dropout draws its masks for from the global RNG and the order gradients add up in. Read
     again at the resume, from whatever memory the machine had free then, it once halved the
-    micro-batches of the first step after a resume and that step's gradient differed by 30%."""
+    micro-batches of the first step after a resume and that step's gradient differed by 30%. A
+    resume on a device with less memory than the checkpoint's sets ``micro_batch_size`` instead."""
 
     def __init__(self) -> None:
         self.tokens: int | None = None
