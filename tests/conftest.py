@@ -91,6 +91,7 @@ def pytest_sessionfinish(session):
         session.config.workeroutput["host_lock_wait_s"] = _lock_wait_s
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest without xdist must still load this file
 def pytest_testnodedown(node, error):
     waits = getattr(node.config, "_host_lock_waits", [])
     waits.append((node.gateway.id, float(getattr(node, "workeroutput", {}).get("host_lock_wait_s", 0.0))))
