@@ -196,20 +196,18 @@ def _cgroup_memory_room(root: Path, self_cgroup: Path) -> int | None:
     (``inactive_file``) not counted as used, as ``docker stats`` counts it; None when unlimited or
     unreadable. A hierarchy whose path for this process is not mounted (a container without a
     cgroup namespace sees its own group at the mount's root) is read at its root."""
-    try:
-        lines = self_cgroup.read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
-        if "memory" in controllers.split(","):  # v1
-            base, names = (
-                root / "memory",
-                ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
-            )
-        elif controllers == "":  # v2
-            base, names = root, ("memory.max", "memory.current", "inactive_file")
-        else:
+    from lit_codeRL.sandbox.backends import _own_cgroup
+
+    for controller, base, names in (
+        (
+            "memory",
+            root / "memory",
+            ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+        ),
+        ("", root, ("memory.max", "memory.current", "inactive_file")),
+    ):
+        path = _own_cgroup(controller, self_cgroup)
+        if not path:
             continue
         for group in dict.fromkeys([base / path.lstrip("/"), base]):
             try:

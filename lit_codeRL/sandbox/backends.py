@@ -513,9 +513,12 @@ def sweep_stale_cgroups() -> int:
     return removed
 
 
-def _own_cgroup(controller: str) -> str:
-    """This process's cgroup path in the v1 hierarchy of ``controller`` ("" = the v2 one)."""
-    for line in _read(Path("/proc/self/cgroup")).splitlines():
+def _own_cgroup(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")) -> str:
+    """This process's cgroup path in the v1 hierarchy of ``controller`` ("" = the v2 one); ""
+    where it has none (``proc_cgroup``: another process's file, or a test's)."""
+    for line in _read(proc_cgroup).splitlines():
+        if line.count(":") < 2:
+            continue
         _, ctrls, path = line.split(":", 2)
         if (controller and controller in ctrls.split(",")) or (not controller and ctrls == ""):
             return path
