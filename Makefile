@@ -6,7 +6,8 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
-# test processes (pytest-xdist; whole files per process, so a module's fixtures start once).
+# test processes (pytest-xdist; whole files per process, so a module's fixtures start once; in
+# tests/conftest.py's order, files with slow tests first: --no-loadscope-reorder).
 # The suite waits on subprocesses, sandboxes and servers about half its time: 2 workers on 2
 # cores. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
@@ -69,7 +70,7 @@ run: install system-deps
 	lit-coderl fit --config configs/quickstart.yaml
 
 test: install system-deps test-deps
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint:
 	ruff check lit_codeRL tests scripts && ruff format --check lit_codeRL tests scripts

@@ -28,18 +28,20 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (whole files per process), files with a ``slow`` test go first: started
-    last, a minutes-long file runs alone at the end while the other processes wait.
+    last, a minutes-long file runs alone at the end while the other processes wait. Within each
+    group, files with more tests go first (pytest-xdist's own order, a proxy for a file's length).
 
-    pytest-xdist 3.5+ then reorders the files by their number of tests (``--loadscope-reorder``,
-    on by default), keeping this order among files of equal counts only: files of one or two
-    minutes-long tests go last. In the CI of 2026-11-29 the MBPP recipe smoke (one 262 s test) ran
-    alone at the end. xdist 3.8's ``--no-loadscope-reorder`` keeps this order; not yet adopted,
-    since a new order needs a full CI run to show no file depends on its neighbours."""
+    The Makefile runs pytest-xdist with ``--no-loadscope-reorder``: by default (3.5+) it orders the
+    files by their number of tests alone, so files of one or two minutes-long tests went last. In
+    the CI of 2026-11-29 the MBPP recipe smoke (one 262 s test) ran alone at the end."""
     if not hasattr(config, "workerinput"):
         return
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    first = {path: k for k, path in enumerate(dict.fromkeys(item.path for item in items))}
-    items.sort(key=lambda item: (item.path not in slow, first[item.path]))
+    count: dict = {}
+    for item in items:
+        count[item.path] = count.get(item.path, 0) + 1
+    first = {path: k for k, path in enumerate(count)}
+    items.sort(key=lambda item: (item.path not in slow, -count[item.path], first[item.path]))
 
 
 HOST_CHECKS = ("leak_check", "clean_host")
