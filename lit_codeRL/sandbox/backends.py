@@ -21,21 +21,21 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import shutil
 import subprocess
-import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.sandbox import userns
 from lit_codeRL.sandbox.config import SandboxConfig
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from lit_codeRL.sandbox.cgroups import Cgroup
+
 
 SERVER_PATH = Path(__file__).with_name("_server.py")
 SERVER_MOUNT = "/opt/lcrl"
@@ -316,74 +316,7 @@ FIX = (
 )
 
 
-class _Cgroup:
-    """A cgroup directory this process made for one worker or session: join it through
-    :attr:`procs`, list its processes, :meth:`remove` it once they are gone. ``path is None``
-    when no candidate was writable."""
-
-    path: Path | None = None
-
-    def _make(self, parents: Iterable[Path], prefix: str, limit_file: str, limit: int) -> bool:
-        """Make ``<parent>/lit_coderl/<prefix><pid>-<id>`` with ``limit`` written to ``limit_file``
-        under the first parent where that works; ``False`` when none does."""
-        for parent in parents:
-            path = parent / "lit_coderl" / f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            try:
-                path.mkdir(parents=True)
-                (path / limit_file).write_text(str(int(limit)))
-            except OSError:
-                try:
-                    path.rmdir()
-                except OSError:
-                    pass
-                continue
-            self.path = path
-            return True
-        return False
-
-    def _make_below_own(self, controller: str, prefix: str, v1: tuple[str, int], v2: tuple[str, int]) -> None:
-        """:meth:`_make` in ``controller``'s v1 hierarchy, else in cgroup v2 where the root
-        delegates it: below this process's own cgroup there where possible, else at the root."""
-        for root, (limit_file, limit), own in (
-            (Path("/sys/fs/cgroup") / controller, v1, _own_cgroup(controller)),
-            (Path("/sys/fs/cgroup"), v2, _own_cgroup("")),
-        ):
-            if not (root / "cgroup.procs").exists() or (
-                root == Path("/sys/fs/cgroup") and not _v2_has(root, controller)
-            ):
-                continue
-            parents = dict.fromkeys([root / own.lstrip("/") if own else root, root])
-            if self._make(parents, prefix, limit_file, limit):
-                return
-
-    @property
-    def procs(self) -> str | None:
-        return str(self.path / "cgroup.procs") if self.path else None
-
-    def pids(self) -> list[int]:
-        return [int(x) for x in _read(self.path / "cgroup.procs").split()] if self.path else []
-
-    def remove(self) -> None:
-        if self.path is not None:
-            try:
-                self.path.rmdir()
-            except OSError:
-                pass
-
-    def kill_stragglers(self, tries: int) -> None:
-        """SIGKILL whatever is still in the group (a fork bomb's late children) until it is empty,
-        at most ``tries`` rounds."""
-        from lit_codeRL.sandbox._server import _sigkill
-
-        for _ in range(tries):
-            pids = self.pids()
-            if not pids:
-                return
-            _sigkill(pids)
-            time.sleep(0.005)
-
-
-def kill_sandbox(proc: subprocess.Popen, cgroups: Iterable[_Cgroup]) -> None:
+def kill_sandbox(proc: subprocess.Popen, cgroups: Iterable[Cgroup]) -> None:
     """Kill a sandbox's wrapper process, its whole tree and every process in ``cgroups`` (escaped
     stragglers), close the pipes to it and reap it."""
     from lit_codeRL.sandbox._server import _kill_tree
@@ -396,214 +329,3 @@ def kill_sandbox(proc: subprocess.Popen, cgroups: Iterable[_Cgroup]) -> None:
         except OSError:
             pass
     proc.wait()
-
-
-class PidsCgroup(_Cgroup):
-    """A per-worker pids cgroup (v1 ``pids`` hierarchy or v2 with the pids controller), if writable.
-
-    RLIMIT_NPROC is not enforced for uid 0, so when the trainer runs as root this is the only
-    bound on a fork bomb besides the server's kill loop. Absent (``path is None``) when unavailable.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.path = None
-        for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-            if not (root / "cgroup.procs").exists():
-                continue
-            if root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.subtree_control"):
-                continue
-            if self._make([root], "w", "pids.max", limit):
-                break
-
-
-class MemoryCgroup(_Cgroup):
-    """A per-session memory cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``), if writable.
-
-    Made below this process's own memory cgroup where possible, so it can only narrow the limit
-    the trainer already runs under. tmpfs pages written inside a sandbox are charged to it too.
-    Absent (``path is None``) when unavailable; :meth:`remove` after every process has left.
-    """
-
-    def __init__(self, limit_bytes: int) -> None:
-        self.path = None
-        self._make_below_own(
-            "memory", "m", ("memory.limit_in_bytes", limit_bytes), ("memory.max", limit_bytes)
-        )
-
-
-class CpuCgroup(_Cgroup):
-    """A cpu cgroup per worker or session (v1 ``cpu`` hierarchy, or v2 with the cpu controller),
-    if writable, all at the same weight: the scheduler shares the CPU between sandboxes, not
-    between their processes.
-
-    Without it a program that forks busy processes (or a test run that does) takes the cores
-    from every other sample's run on the machine, and those runs' wall-clock limits turn into
-    ``timeout`` verdicts: rewards of other samples, which in a GRPO group raises the hostile
-    sample's own advantage. The kernel's autogroup does the same per session, but only for
-    processes in the root cpu cgroup, which a container or a SLURM job is not. Made below this
-    process's own cpu cgroup where possible, so the trainer's own CPU limit still holds.
-
-    The groups share one parent (``lit_coderl``), whose weight is one default weight per group
-    in it (:func:`_reweigh_cpu_parent`): at the trainer's level the sandboxes together weigh as
-    much as that many processes, as each did as a session of its own under autogroup. At one
-    default weight, every sandbox of the machine together got the CPU of one busy process beside
-    the trainer's threads or another test's processes (a 4 s MBPP reference then timed out at
-    10 s in CI).
-    """
-
-    def __init__(self) -> None:
-        self.path = None
-        self._make_below_own("cpu", "c", ("cpu.shares", 1024), ("cpu.weight", 100))  # the defaults
-        if self.path is not None:
-            _reweigh_cpu_parent(self.path.parent)
-
-    def remove(self) -> None:
-        super().remove()
-        if self.path is not None:
-            _reweigh_cpu_parent(self.path.parent)
-
-
-def _reweigh_cpu_parent(parent: Path) -> None:
-    """Give ``parent`` (a ``lit_coderl`` cpu cgroup) one default weight per group in it (at least
-    one; at most the controller's maximum). Workers start in parallel threads, and trainers on one
-    machine share the parent: each writer counts again after its write and writes again until
-    the count it wrote holds, so the last write counts every group made or removed before it."""
-    v1 = (parent / "cpu.shares").exists()
-    limit_file, unit, most = ("cpu.shares", 1024, 262144) if v1 else ("cpu.weight", 100, 10000)
-
-    def count() -> int:
-        return sum(1 for d in parent.iterdir() if d.is_dir() and d.name[:1] == "c")
-
-    try:
-        groups = count()
-        for _ in range(100):
-            (parent / limit_file).write_text(str(min(most, max(1, groups) * unit)))
-            groups, wrote = count(), groups
-            if groups == wrote:
-                return
-    except OSError:
-        pass
-
-
-def sweep_stale_cgroups() -> int:
-    """Remove the per-worker/per-session cgroups (``w<pid>-*``, ``m<pid>-*``, ``c<pid>-*``) of
-    processes that no longer exist: a trainer killed with SIGKILL cannot remove its own. Returns
-    how many went."""
-    removed = 0
-    parents = {Path("/sys/fs/cgroup/pids/lit_coderl"), Path("/sys/fs/cgroup/lit_coderl")}
-    own = _own_cgroup("memory").lstrip("/")
-    parents |= {Path("/sys/fs/cgroup/memory") / own / "lit_coderl", Path("/sys/fs/cgroup/memory/lit_coderl")}
-    own_cpu = _own_cgroup("cpu").lstrip("/")
-    parents |= {Path("/sys/fs/cgroup/cpu") / own_cpu / "lit_coderl", Path("/sys/fs/cgroup/cpu/lit_coderl")}
-    for parent in parents:
-        try:
-            entries = list(parent.iterdir())
-        except OSError:
-            continue
-        for d in entries:
-            pid = d.name[1:].split("-", 1)[0]
-            if d.name[:1] in "wmc" and pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                try:
-                    d.rmdir()  # only succeeds once no process is left in it
-                    removed += 1
-                except OSError:
-                    pass
-        if parent.parts[:5] == ("/", "sys", "fs", "cgroup", "cpu"):
-            _reweigh_cpu_parent(parent)
-    return removed
-
-
-def _own_cgroup(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")) -> str:
-    """This process's cgroup path in the v1 hierarchy of ``controller`` ("" = the v2 one); ""
-    where it has none (``proc_cgroup``: another process's file, or a test's)."""
-    for line in _read(proc_cgroup).splitlines():
-        if line.count(":") < 2:
-            continue
-        _, ctrls, path = line.split(":", 2)
-        if (controller and controller in ctrls.split(",")) or (not controller and ctrls == ""):
-            return path
-    return ""
-
-
-def _v2_has(root: Path, controller: str) -> bool:
-    return controller in _read(root / "cgroup.subtree_control").split()
-
-
-def join_cgroups_argv(procs_files: Iterable[str | None], argv: list[str]) -> list[str]:
-    """``argv`` prefixed by a shell that moves itself into each cgroup (its ``cgroup.procs``)
-    before exec, so every process the wrapper forks starts inside them."""
-    files = [f for f in procs_files if f]
-    if not files:
-        return list(argv)
-    script = (
-        'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; exec "$@"'
-    )
-    return ["/bin/sh", "-c", script, "sh", str(len(files)), *files, *argv]
-
-
-@functools.cache
-def pids_cgroup_writable() -> bool:
-    """Can this process make a per-worker pids cgroup? (Makes a probe group and removes it; once.)"""
-    probe = PidsCgroup(1)
-    probe.remove()
-    return probe.path is not None
-
-
-@functools.cache
-def cpu_cgroup_writable() -> bool:
-    """Can this process make a per-sandbox cpu cgroup? (Makes a probe group and removes it; once.)"""
-    probe = CpuCgroup()
-    probe.remove()
-    return probe.path is not None
-
-
-def unshared_cpu(use_cpu_cgroup: bool) -> str | None:
-    """Why a sandbox's busy processes can take the cores from the others here, or ``None``
-    (cpu cgroups of their own, or the kernel's autogroup, which each sandbox's session gets
-    while this process is in the root cpu cgroup)."""
-    if use_cpu_cgroup and cpu_cgroup_writable():
-        return None
-    if _read(Path("/proc/sys/kernel/sched_autogroup_enabled")).strip() == "1" and (
-        (_own_cgroup("cpu") or _own_cgroup("")) == "/"
-    ):
-        return None
-    if not use_cpu_cgroup:
-        return "use_cpu_cgroup is off"
-    return "no writable cpu cgroup (v1 /sys/fs/cgroup/cpu, or cgroup v2 with the cpu controller)"
-
-
-_WARNED: set[str] = set()
-
-
-def warn_unshared_cpu(use_cpu_cgroup: bool) -> None:
-    """Say once per process when nothing shares the CPU between sandboxes."""
-    why = unshared_cpu(use_cpu_cgroup)
-    if why is not None and why not in _WARNED:
-        _WARNED.add(why)
-        logger.warning(
-            "sandbox: %s: a program that forks busy processes slows every other run on this "
-            "machine, and their wall-clock limits may then fail them (the kernel's autogroup "
-            "shares the CPU per session only outside a cpu cgroup)",
-            why,
-        )
-
-
-def unbounded_processes(cfg: SandboxConfig) -> str | None:
-    """Why nothing bounds the number of processes a program can fork here, or ``None``.
-
-    RLIMIT_NPROC bounds a non-root uid; the kernel does not apply it to root, where only the pids
-    cgroup does. Without either, a fork bomb runs until its timeout and the kill of its tree."""
-    if os.getuid() != 0:
-        return None
-    if not cfg.use_pids_cgroup:
-        return "use_pids_cgroup is off"
-    if not pids_cgroup_writable():
-        return "no writable pids cgroup (cgroup v2 with the pids controller, or v1 /sys/fs/cgroup/pids)"
-    return None
-
-
-def _read(p: Path) -> str:
-    try:
-        return p.read_text()
-    except OSError:
-        return ""

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
-from lit_codeRL.sandbox import backends, grading, userns
+from lit_codeRL.sandbox import backends, cgroups, grading, userns
 from lit_codeRL.sandbox.backends import FIX, SandboxUnavailable
 from lit_codeRL.sandbox.config import SandboxConfig
 from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
@@ -49,7 +49,7 @@ class _Worker:
         self.own_userns = own_userns
         """bwrap in a user namespace of its own, as a host uid that is not root (``userns.py``)."""
         self.proc: subprocess.Popen | None = None
-        self.cgroups: list[backends._Cgroup] = []
+        self.cgroups: list[cgroups.Cgroup] = []
         """Its pids and cpu cgroups (those that could be made)."""
         self.work_root: str | None = None
         self.jobs = 0
@@ -90,14 +90,12 @@ class _Worker:
             raise WorkerStartError(f"{self.backend} worker did not start: {reply}")
 
     def _spawn(self, argv: list[str], pass_fds: tuple[int, ...]) -> None:
-        groups = [
-            # +8: the server itself, bwrap's two processes, slack for a child being reaped
-            backends.PidsCgroup(self.cfg.max_processes + 8) if self.cfg.use_pids_cgroup else None,
-            backends.CpuCgroup() if self.cfg.use_cpu_cgroup else None,
-        ]
-        self.cgroups = [cg for cg in groups if cg is not None and cg.path is not None]
+        # +8: the server itself, bwrap's two processes, slack for a child being reaped
+        self.cgroups = cgroups.sandbox_cgroups(
+            pids=self.cfg.max_processes + 8 if self.cfg.use_pids_cgroup else None, cpu=self.cfg.use_cpu_cgroup
+        )
         # join the cgroups before exec so everything the wrapper forks is inside them
-        argv = backends.join_cgroups_argv([cg.procs for cg in self.cgroups], argv)
+        argv = cgroups.join_cgroups_argv([cg.procs for cg in self.cgroups], argv)
         env = {"PATH": backends.SANDBOX_PATH, "LANG": "C.UTF-8"}
         self.proc = subprocess.Popen(
             argv,
@@ -304,7 +302,7 @@ def own_user_namespaces(cfg: SandboxConfig) -> bool:
     """Do ``cfg``'s bwrap workers get a user namespace of their own (``userns.py``)? Where the
     trainer is root and no pids cgroup bounds a worker, ``root_program_uid`` is set, and a probe
     worker started that way grades a program; a probe that fails is warned about once."""
-    if cfg.root_program_uid is None or backends.unbounded_processes(cfg) is None:
+    if cfg.root_program_uid is None or cgroups.unbounded_processes(cfg) is None:
         return False
     problem = probe_backend(cfg, "bwrap", own_userns=True)
     if problem is not None and ("userns", problem) not in _ANNOUNCED:
@@ -408,7 +406,7 @@ class Sandbox:
                 config.max_processes,
             )
             _ANNOUNCED.add(("userns", True))
-        gap = None if self.own_userns else backends.unbounded_processes(config)
+        gap = None if self.own_userns else cgroups.unbounded_processes(config)
         if gap is not None and ("unbounded", gap) not in _ANNOUNCED:
             # a degraded mode of the machine, not of this pool: said once per process
             logger.warning(
@@ -418,7 +416,7 @@ class Sandbox:
                 gap,
             )
             _ANNOUNCED.add(("unbounded", gap))
-        backends.warn_unshared_cpu(config.use_cpu_cgroup)
+        cgroups.warn_unshared_cpu(config.use_cpu_cgroup)
 
     # -- execution -----------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from lit_codeRL.sandbox import backends, userns
+from lit_codeRL.sandbox import cgroups, userns
 from lit_codeRL.sandbox.workspace_argv import (
     APPTAINER_PYTHON,
     MOUNT,
@@ -141,19 +141,17 @@ def open_workspace(
     if not Path(repo).is_dir():
         raise FileNotFoundError(f"workspace repository {repo} is not a directory")
     backend = resolve_backend(config)
-    backends.sweep_stale_cgroups()
-    backends.warn_unshared_cpu(config.use_cpu_cgroup)
+    cgroups.sweep_stale_cgroups()
+    cgroups.warn_unshared_cpu(config.use_cpu_cgroup)
     res = _Resources()
-    # +8: the server, bwrap's processes, slack for a child being reaped
-    pids = backends.PidsCgroup(config.max_processes + 8) if config.use_pids_cgroup else None
     mem_mb = config.memory_mb + config.disk_mb + config.tmp_mb + OVERHEAD_MB + (sum(scratch.values()) >> 20)
-    mem = backends.MemoryCgroup(mem_mb << 20)
-    cpu = backends.CpuCgroup() if config.use_cpu_cgroup else None
-    res.cgroups = [cg for cg in (pids, mem, cpu) if cg is not None and cg.path is not None]
-    for cg in (pids, mem, cpu):
-        if cg is not None and cg.path is None:
-            cg.remove()
-    bounded = os.getuid() != 0 or (pids is not None and pids.path is not None)
+    res.cgroups = cgroups.sandbox_cgroups(
+        # +8: the server, bwrap's processes, slack for a child being reaped
+        pids=config.max_processes + 8 if config.use_pids_cgroup else None,
+        memory_bytes=mem_mb << 20,
+        cpu=config.use_cpu_cgroup,
+    )
+    bounded = os.getuid() != 0 or cgroups.bounds(res.cgroups, "pids.max")
     userns_fd = None
     ws: Workspace | None = None
     try:
@@ -172,7 +170,7 @@ def open_workspace(
             )
         else:
             argv = _start_apptainer(config, repo, res, binds=binds, writable_binds=writable_binds, env=env)
-        argv = backends.join_cgroups_argv([cg.procs for cg in res.cgroups], argv)
+        argv = cgroups.join_cgroups_argv([cg.procs for cg in res.cgroups], argv)
         try:
             res.proc = _popen(
                 argv,

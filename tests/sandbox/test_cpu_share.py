@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_codeRL.sandbox import Program, Verdict, backends, make_sandbox
+from lit_codeRL.sandbox import Program, Verdict, cgroups, make_sandbox
 from lit_codeRL.sandbox.workspace import WorkspaceConfig, open_workspace
 
 pytestmark = pytest.mark.host_exclusive
@@ -68,7 +68,7 @@ def in_cpu_cgroup(bwrap_ok) -> Iterator[Path]:
     kernel's autogroup no longer shares the CPU between its sandboxes; moved back afterwards."""
     if os.getuid() != 0 or not (CPU_ROOT / "cgroup.procs").exists():
         pytest.skip("needs root and the v1 cpu hierarchy at /sys/fs/cgroup/cpu")
-    own = backends._own_cgroup("cpu")
+    own = cgroups._own_cgroup("cpu")
     home = CPU_ROOT / own.lstrip("/")
     job = home / f"lcrl-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     try:
@@ -185,7 +185,7 @@ def test_sandboxes_keep_their_share_beside_other_busy_processes(
     keeps most of a core (slowdown under 2). The control, with the parent at one default weight
     (every sandbox together one process): it gets 2/11 of the two cores, over 3 times as long."""
     if not reweigh:
-        monkeypatch.setattr(backends, "_reweigh_cpu_parent", lambda parent: None)
+        monkeypatch.setattr(cgroups, "_reweigh_cpu_parent", lambda parent: None)
     with make_sandbox(backend="bwrap", workers=8, timeout_s=30.0, use_cpu_cgroup=True) as sb:
         n = 200_000
         while True:  # an honest program of about 1 s on this machine: the shares average out

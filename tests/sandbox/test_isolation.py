@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.sandbox import Program, SandboxConfig, backends, make_sandbox, pool
+from lit_codeRL.sandbox import Program, SandboxConfig, backends, cgroups, make_sandbox, pool
 from lit_codeRL.sandbox.backends import SandboxUnavailable, interpreter
 from lit_codeRL.sandbox.pool import resolve_backend
 
@@ -179,7 +179,7 @@ def test_root_without_a_pids_cgroup_says_so_once(monkeypatch, caplog):
     user, nothing is said."""
     monkeypatch.setattr(pool, "_ANNOUNCED", set())
     monkeypatch.setattr(os, "getuid", lambda: 0)
-    monkeypatch.setattr(backends, "pids_cgroup_writable", lambda: False)
+    monkeypatch.setattr(cgroups, "pids_cgroup_writable", lambda: False)
 
     def warnings_after_two_pools() -> list[logging.LogRecord]:
         caplog.clear()
@@ -193,14 +193,14 @@ def test_root_without_a_pids_cgroup_says_so_once(monkeypatch, caplog):
     assert len(said) == 1 and said[0].levelno == logging.WARNING
     assert "no writable pids cgroup" in said[0].getMessage()
     monkeypatch.setattr(pool, "_ANNOUNCED", set())
-    monkeypatch.setattr(backends, "pids_cgroup_writable", lambda: True)
+    monkeypatch.setattr(cgroups, "pids_cgroup_writable", lambda: True)
     assert warnings_after_two_pools() == []
-    monkeypatch.setattr(backends, "pids_cgroup_writable", lambda: False)
+    monkeypatch.setattr(cgroups, "pids_cgroup_writable", lambda: False)
     monkeypatch.setattr(os, "getuid", lambda: 1000)
     assert warnings_after_two_pools() == []
-    assert backends.unbounded_processes(SandboxConfig(use_pids_cgroup=False)) is None
+    assert cgroups.unbounded_processes(SandboxConfig(use_pids_cgroup=False)) is None
     monkeypatch.setattr(os, "getuid", lambda: 0)
-    assert "use_pids_cgroup is off" in backends.unbounded_processes(SandboxConfig(use_pids_cgroup=False))
+    assert "use_pids_cgroup is off" in cgroups.unbounded_processes(SandboxConfig(use_pids_cgroup=False))
 
 
 def test_unstartable_interpreter_is_a_clear_error(monkeypatch, bwrap_ok):

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from lit_codeRL.sandbox import Program, SandboxConfig, backends, make_sandbox, pool, userns
+from lit_codeRL.sandbox import Program, SandboxConfig, backends, cgroups, make_sandbox, pool, userns
 from lit_codeRL.sandbox.types import Verdict
 from lit_codeRL.sandbox.workspace import WorkspaceConfig, open_workspace
 
@@ -112,7 +112,7 @@ def test_a_root_trainers_programs_run_as_another_uid_and_cannot_fork_past_the_li
 
 @ROOT_ONLY
 def test_a_pids_cgroup_or_a_setting_of_none_keeps_the_plain_sandbox(bwrap_ok):
-    if backends.pids_cgroup_writable():
+    if cgroups.pids_cgroup_writable():
         assert not pool.own_user_namespaces(SandboxConfig(backend="bwrap"))
     assert not pool.own_user_namespaces(
         SandboxConfig(backend="bwrap", use_pids_cgroup=False, root_program_uid=None)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_codeRL.sandbox import backends
+from lit_codeRL.sandbox import backends, cgroups
 from lit_codeRL.sandbox.workspace import (
     CPU_LIMIT_EXIT,
     SERVER_IN,
@@ -493,8 +493,8 @@ def test_killed_trainer_leaves_nothing_running(repo: Path, tmp_path: Path) -> No
         time.sleep(0.05)
     assert not [p for p in tree if _alive(p)]
     assert {n for n in set(os.listdir("/tmp")) - tmp_before if n.startswith("lcrl")} == set()
-    backends.sweep_stale_cgroups()  # what the next open does
-    made = [d for d in _cgroup_dirs() if any(f"/{k}{child.pid}-" in d for k in "mwc")]
+    cgroups.sweep_stale_cgroups()  # what the next open does
+    made = [d for d in _cgroup_dirs() if any(f"/{k}{child.pid}-" in d for k in "mwcs")]
     assert not made, "the killed trainer's pids, memory and cpu cgroups are swept"
 
 
