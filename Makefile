@@ -7,7 +7,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 # test processes (pytest-xdist; whole files per process, so a module's fixtures start once; in
-# tests/conftest.py's order, files with slow tests first: --no-loadscope-reorder).
+# tests/conftest.py's order: --no-loadscope-reorder).
 # The suite waits on subprocesses, sandboxes and servers about half its time: 2 workers on 2
 # cores. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2

@@ -27,27 +27,42 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (whole files per process), files with a ``slow`` test go first: started
-    last, a minutes-long file runs alone at the end while the other processes wait. Within each
-    group, files with more tests go first (pytest-xdist's own order, a proxy for a file's length).
+    """Under pytest-xdist (whole files per process), the order files are handed out in: files with
+    a test that runs alone (:func:`_runs_alone`) last, and of the others those with a ``slow`` test
+    first; within each group, files with more tests first (pytest-xdist's own order, a proxy for a
+    file's length). The Makefile keeps this order (``--no-loadscope-reorder``).
 
-    The Makefile runs pytest-xdist with ``--no-loadscope-reorder``: by default (3.5+) it orders the
-    files by their number of tests alone, so files of one or two minutes-long tests went last. In
-    the CI of 2026-11-29 the MBPP recipe smoke (one 262 s test) ran alone at the end."""
+    - A ``slow`` file started last runs alone at the end while the other process waits.
+      pytest-xdist 3.5+ by default orders files by their number of tests alone, so files of one
+      or two minutes-long tests went last: the MBPP recipe smoke (one 262 s test) ran alone at
+      the end of the CI of 2026-11-29.
+    - A test that runs alone waits for the other process's running test to end, minutes where
+      that is a slow file's. With slow files first and the sandbox's files among the rest, one
+      process waited 617 s for the host lock in all (the CI of 46a3b4c, 58 min). Last, they wait
+      for the short tests of the last files, or for each other.
+    """
     if not hasattr(config, "workerinput"):
         return
     slow = {item.path for item in items if item.get_closest_marker("slow")}
+    alone = {item.path for item in items if _runs_alone(item)}
     count: dict = {}
     for item in items:
         count[item.path] = count.get(item.path, 0) + 1
     first = {path: k for k, path in enumerate(count)}
-    items.sort(key=lambda item: (item.path not in slow, -count[item.path], first[item.path]))
+    items.sort(
+        key=lambda item: (item.path in alone, item.path not in slow, -count[item.path], first[item.path])
+    )
 
 
 HOST_CHECKS = ("leak_check", "clean_host")
 """Fixtures of tests that check the whole host afterwards: no process, ``/tmp`` entry, cgroup or
 disk space the test made is left. Another test running meanwhile would leave its own."""
 _host_lock: int | None = None
+_host_gate: int | None = None
+"""Taken before the lock by a test that runs alone while it waits, and briefly by every other test
+before it takes the lock shared: a test that waits to run alone goes next. Without it, the other
+process's next test could take the lock shared again each time its last one let go (``flock``
+is not fair), and a test waiting to run alone waited behind a whole run of them."""
 _holding_alone = False
 """This process holds the host lock exclusively from one test to the next (see below)."""
 _lock_wait_s = 0.0
@@ -68,17 +83,24 @@ def pytest_runtest_protocol(item, nextitem):
     to the other process's next test, and each of the 200 such tests waited for a whole test of
     the other process (CLI runs of 10-60 s) to end: minutes of one process idle per CI run. The
     time spent waiting is reported at the end (``host lock``)."""
-    global _host_lock, _holding_alone, _lock_wait_s
+    global _host_lock, _host_gate, _holding_alone, _lock_wait_s
     if not hasattr(item.config, "workerinput"):  # one process, or pytest run by a test
         yield
         return
     if _host_lock is None:
         path = Path(tempfile.gettempdir()) / f"pytest-host-{item.config.workerinput['testrunuid']}.lock"
         _host_lock = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        _host_gate = os.open(path.with_suffix(".gate"), os.O_RDWR | os.O_CREAT, 0o600)
     alone = _runs_alone(item)
     if not (alone and _holding_alone):
         t0 = time.monotonic()
-        fcntl.flock(_host_lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(_host_gate, fcntl.LOCK_EX)
+        if alone:
+            fcntl.flock(_host_lock, fcntl.LOCK_EX)
+            fcntl.flock(_host_gate, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(_host_gate, fcntl.LOCK_UN)
+            fcntl.flock(_host_lock, fcntl.LOCK_SH)
         _lock_wait_s += time.monotonic() - t0
     _holding_alone = alone and nextitem is not None and _runs_alone(nextitem)
     try:

@@ -167,6 +167,7 @@ class V2Cgroup(Cgroup):
         wanted = {name.split(".", 1)[0] for name in limits}
         for parent, handed_down in v2_parents(wanted, *mount, own=_own_cgroup("")):
             home = parent / "lit_coderl"
+            made_home = not home.is_dir()
             try:
                 home.mkdir(exist_ok=True)
             except OSError:
@@ -177,6 +178,11 @@ class V2Cgroup(Cgroup):
                 if "cpu.weight" in mine:
                     _reweigh_cpu_parent(home)
                 return
+            if made_home:  # leave no empty group where none of ours could go
+                try:
+                    home.rmdir()
+                except OSError:
+                    pass
 
 
 def _enable_controllers(group: Path, controllers: set[str]) -> set[str]:

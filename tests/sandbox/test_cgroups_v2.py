@@ -319,6 +319,7 @@ def test_a_v2_group_is_not_made_outside_a_limited_trainer(v2_job) -> None:
     out = _trainer(task, SANDBOX)
     assert out == {"own": f"/{job.name}/task", "path": None}
     assert not (job / "lit_coderl").exists()
+    assert not (job.parent / "lit_coderl").exists()
 
 
 @pytest.mark.host_exclusive
