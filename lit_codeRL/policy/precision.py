@@ -196,7 +196,7 @@ def _cgroup_memory_room(root: Path, self_cgroup: Path) -> int | None:
     (``inactive_file``) not counted as used, as ``docker stats`` counts it; None when unlimited or
     unreadable. A hierarchy whose path for this process is not mounted (a container without a
     cgroup namespace sees its own group at the mount's root) is read at its root."""
-    from lit_codeRL.sandbox.cgroups import _own_cgroup
+    from lit_codeRL.sandbox.cgroups import own_cgroup
 
     for controller, base, names in (
         (
@@ -206,7 +206,7 @@ def _cgroup_memory_room(root: Path, self_cgroup: Path) -> int | None:
         ),
         ("", root, ("memory.max", "memory.current", "inactive_file")),
     ):
-        path = _own_cgroup(controller, self_cgroup)
+        path = own_cgroup(controller, self_cgroup)
         if not path:
             continue
         for group in dict.fromkeys([base / path.lstrip("/"), base]):

@@ -46,7 +46,8 @@ class Cgroup:
 
     def _make(self, parents: Iterable[Path], prefix: str, limits: dict[str, int]) -> bool:
         """Make ``<parent>/lit_coderl/<prefix><pid>-<id>`` with each of ``limits`` (file -> value)
-        written under the first parent where that works; ``False`` when none does."""
+        written under the first parent where that works; ``False`` when none does. A group with
+        a cpu weight reweighs its ``lit_coderl`` parent, as its :meth:`remove` does."""
         for parent in parents:
             path = parent / "lit_coderl" / f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:8]}"
             try:
@@ -60,6 +61,8 @@ class Cgroup:
                     pass
                 continue
             self.path, self.limits = path, dict(limits)
+            if any(name in CPU_DEFAULT for name in limits):
+                _reweigh_cpu_parent(path.parent)
             return True
         return False
 
@@ -69,7 +72,7 @@ class Cgroup:
         root = CGROUP_ROOT / controller
         if not (root / "cgroup.procs").exists():
             return
-        own = _own_cgroup(controller).lstrip("/")
+        own = own_cgroup(controller).lstrip("/")
         self._make(dict.fromkeys([root / own if own else root, root]), prefix, {limit_file: limit})
 
     @property
@@ -149,8 +152,6 @@ class CpuCgroup(Cgroup):
     def __init__(self) -> None:
         self.path = None
         self._make_below_own("cpu", "c", "cpu.shares", CPU_DEFAULT["cpu.shares"])
-        if self.path is not None:
-            _reweigh_cpu_parent(self.path.parent)
 
 
 class V2Cgroup(Cgroup):
@@ -159,13 +160,13 @@ class V2Cgroup(Cgroup):
     ``lit_coderl`` group that enables those controllers for its children. ``path is None`` when
     there is no v2 hierarchy, no such parent, or none is writable."""
 
-    def __init__(self, limits: dict[str, int], mount: tuple[Path, str] | None = None) -> None:
+    def __init__(self, limits: dict[str, int]) -> None:
         self.path = None
-        mount = mount or v2_mount()
+        mount = v2_mount()
         if mount is None or not limits:
             return
         wanted = {name.split(".", 1)[0] for name in limits}
-        for parent, handed_down in v2_parents(wanted, *mount, own=_own_cgroup("")):
+        for parent, handed_down in v2_parents(wanted, *mount, own=own_cgroup("")):
             home = parent / "lit_coderl"
             made_home = not home.is_dir()
             try:
@@ -175,8 +176,6 @@ class V2Cgroup(Cgroup):
             enabled = _enable_controllers(home, handed_down)
             mine = {name: value for name, value in limits.items() if name.split(".", 1)[0] in enabled}
             if mine and self._make([parent], "s", mine):
-                if "cpu.weight" in mine:
-                    _reweigh_cpu_parent(home)
                 return
             if made_home:  # leave no empty group where none of ours could go
                 try:
@@ -339,11 +338,11 @@ def _lit_coderl_parents() -> set[Path]:
     """Every ``lit_coderl`` group this process may have made sandbox groups in."""
     parents = {CGROUP_ROOT / "pids" / "lit_coderl"}
     for controller in ("memory", "cpu"):
-        own = _own_cgroup(controller).lstrip("/")
+        own = own_cgroup(controller).lstrip("/")
         parents |= {CGROUP_ROOT / controller / own / "lit_coderl", CGROUP_ROOT / controller / "lit_coderl"}
     mount = v2_mount()
     if mount is not None:
-        parents |= {group / "lit_coderl" for group in _v2_line(*mount, own=_own_cgroup(""))}
+        parents |= {group / "lit_coderl" for group in _v2_line(*mount, own=own_cgroup(""))}
     return parents
 
 
@@ -369,7 +368,7 @@ def sweep_stale_cgroups() -> int:
     return removed
 
 
-def _own_cgroup(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")) -> str:
+def own_cgroup(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")) -> str:
     """This process's cgroup path in the v1 hierarchy of ``controller`` ("" = the v2 one); ""
     where it has none (``proc_cgroup``: another process's file, or a test's)."""
     for line in _read(proc_cgroup).splitlines():
@@ -424,7 +423,7 @@ def unshared_cpu(use_cpu_cgroup: bool) -> str | None:
     if use_cpu_cgroup and cpu_cgroup_writable():
         return None
     if _read(Path("/proc/sys/kernel/sched_autogroup_enabled")).strip() == "1" and (
-        (_own_cgroup("cpu") or _own_cgroup("")) == "/"
+        (own_cgroup("cpu") or own_cgroup("")) == "/"
     ):
         return None
     if not use_cpu_cgroup:

@@ -181,7 +181,7 @@ def test_on_a_v2_host_a_sandbox_joins_one_group_with_every_limit(tmp_path: Path,
     monkeypatch.setattr(cgroups, "CGROUP_ROOT", v1)
     monkeypatch.setattr(cgroups, "v2_mount", lambda: (v2, "/"))
     monkeypatch.setattr(
-        cgroups, "_own_cgroup", lambda controller, *a: "/user.slice/session-1.scope" if not controller else ""
+        cgroups, "own_cgroup", lambda controller, *a: "/user.slice/session-1.scope" if not controller else ""
     )
     groups = cgroups.sandbox_cgroups(pids=72, memory_bytes=3 << 30, cpu=True)
     assert len(groups) == 1
@@ -219,7 +219,7 @@ def v2_job() -> Iterator[tuple[Path, Path]]:
     """A job group on the real v2 hierarchy that hands ``hugetlb`` down, with an empty leaf
     ``task`` in it where the test's trainer processes run (as under SLURM or a systemd scope)."""
     mount = cgroups.v2_mount()
-    if os.getuid() != 0 or mount is None or mount[1] != "/" or cgroups._own_cgroup("") != "/":
+    if os.getuid() != 0 or mount is None or mount[1] != "/" or cgroups.own_cgroup("") != "/":
         pytest.skip("needs root at the root of a cgroup v2 hierarchy mounted here")
     root = mount[0]
     if "hugetlb" not in cgroups._read(root / "cgroup.controllers").split():
@@ -280,7 +280,7 @@ SANDBOX = f"""
     import json, os, subprocess, time
     from lit_codeRL.sandbox import cgroups
     group = cgroups.V2Cgroup({{"{HUGE}": 0}})
-    out = {{"own": cgroups._own_cgroup(""), "path": str(group.path) if group.path else None}}
+    out = {{"own": cgroups.own_cgroup(""), "path": str(group.path) if group.path else None}}
     if group.path is not None:
         out["limit"] = (group.path / "{HUGE}").read_text().strip()
         out["enabled"] = (group.path.parent / "cgroup.subtree_control").read_text().split()

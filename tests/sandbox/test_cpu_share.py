@@ -68,7 +68,7 @@ def in_cpu_cgroup(bwrap_ok) -> Iterator[Path]:
     kernel's autogroup no longer shares the CPU between its sandboxes; moved back afterwards."""
     if os.getuid() != 0 or not (CPU_ROOT / "cgroup.procs").exists():
         pytest.skip("needs root and the v1 cpu hierarchy at /sys/fs/cgroup/cpu")
-    own = cgroups._own_cgroup("cpu")
+    own = cgroups.own_cgroup("cpu")
     home = CPU_ROOT / own.lstrip("/")
     job = home / f"lcrl-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     try:
