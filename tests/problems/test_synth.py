@@ -345,6 +345,41 @@ def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_p
     kept = validate_debug_tasks(debug, grader, root=tmp_path / "debug-cache")
     assert [t.task_id for t in kept] == [t.task_id for t in debug]
 
+    # --max-functions: a seeded sample of the functions is tried (the suite runs are cached now)
+    main(
+        [
+            "synth",
+            str(repo),
+            "--out",
+            str(tmp_path / "one"),
+            "--tries",
+            "8",
+            "--max-functions",
+            "1",
+            "--no-check",
+        ]
+    )
+    (one,) = json.loads((tmp_path / "one" / "report.json").read_text())["sources"]
+    assert (one["functions"], one["functions_tried"]) == (3, 1)
+    rows = [json.loads(line) for line in (tmp_path / "one" / "swe" / "tasks.jsonl").read_text().splitlines()]
+    assert len({row["function"] for row in rows}) == len(rows) == one["kept"] >= 1
+    with pytest.raises(SystemExit):
+        main(["synth", str(repo), "--out", str(tmp_path / "none"), "--max-functions", "0"])
+
+
+def test_a_function_sample_is_seeded_stable_and_not_the_held_out_split():
+    from lit_codeRL.problems.synth.repository import _held_out, _sample_functions
+
+    groups = {f"m.py::f{i}": [] for i in range(40)}
+    assert _sample_functions(groups, None, 0) is groups and _sample_functions(groups, 40, 0) is groups
+    ten = _sample_functions(groups, 10, 0)
+    assert len(ten) == 10 and list(ten) == [name for name in groups if name in ten]  # the order kept
+    assert _sample_functions(dict(groups), 10, 0) == ten and set(_sample_functions(groups, 10, 1)) != set(ten)
+    more = _sample_functions({**groups, "m.py::extra": []}, 10, 0)
+    assert len(set(more) & set(ten)) >= 9  # one function more changes the sample by one at most
+    held = [name for name in ten if _held_out(name, 0.3, 0)]
+    assert 0 < len(held) < 10  # a hash of its own: not the held-out functions first
+
 
 def test_synth_refuses_a_repository_without_a_passing_suite(tmp_path, capsys):
     from lit_codeRL.cli import main

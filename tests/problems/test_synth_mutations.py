@@ -11,6 +11,7 @@ from lit_codeRL.problems.synth.mutations import (
     MUTATION_KINDS,
     MutationSite,
     apply_mutation,
+    mutants,
     mutate,
     mutation_sites,
 )
@@ -546,3 +547,71 @@ def test_every_site_of_odd_syntax_compiles_in_one_hunk():
         mutant = apply_mutation(ODD_SYNTAX, site)
         compile(mutant, "<mutant>", "exec")
         _one_hunk(ODD_SYNTAX, mutant)
+
+
+# -- every mutant from one parse (mutants) ----------------------------------------------------------
+
+SPLICE_CASES = {
+    "realistic": REALISTIC,
+    "odd syntax": ODD_SYNTAX,
+    "no final newline": "class A:\n    def f(self, x):\n        return x + 1\n\n\ndef g(y):\n    return y < 2",
+    "crlf": "def f(x):\r\n    if x > 1:\r\n        return x - 1\r\n    return 0\r\n",
+    "tabs": "class A:\n\tdef f(self, x):\n\t\tif x:\n\t\t\treturn x * 2\n\t\treturn -1\n",
+    "header and footer comments": (
+        "#!/usr/bin/env python\n# header\n\n\nclass A:  # trailing\n    '''doc'''\n\n    # lead\n"
+        "    @staticmethod\n    def f(x):\n        return x + 1\n    # class footer\n\n\n"
+        "def g(x):\n    return x and 2\n# module footer\n"
+    ),
+    "same method twice": (
+        "class A:\n    def f(self, x):\n        return x + 1\n\n"
+        "class B:\n    def f(self, x):\n        return x + 1\n"
+    ),
+    "nested classes and odd indents": (
+        "class Outer:\n  class Inner:\n      def f(self, x):\n          return x - 1\n"
+        "  def g(self, xs):\n    for i in range(len(xs)):\n        xs[i] += 1\n    return xs\n"
+        "if True:\n    def h(a, b):\n        return max(a, b)\n"
+    ),
+    "one-line bodies": "class A: pass\ndef f(x): return x + 1\nclass B:\n    def g(self): return 3 if self else 4\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPLICE_CASES))
+def test_mutants_are_apply_mutation_of_every_site(name):
+    source = SPLICE_CASES[name]
+    pairs = mutants(source)
+    assert [site for site, _ in pairs] == mutation_sites(source)
+    assert pairs, "every case has sites"
+    for site, mutant in pairs:
+        assert mutant == apply_mutation(source, site), site
+
+
+def test_mutants_of_the_shipped_sources_are_apply_mutation_of_every_site():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "data"
+    paths = [
+        p
+        for p in sorted(root.rglob("*.py"))
+        if "/tasks/" not in p.as_posix() and not p.name.startswith(("test_", "conftest"))
+    ]
+    checked = 0
+    for path in paths:
+        source = path.read_text()
+        for site, mutant in mutants(source)[::6]:  # a sixth of them: apply_mutation is the slow way
+            assert mutant == apply_mutation(source, site), (path, site)
+            checked += 1
+    assert checked > 40
+
+
+def test_mutants_parse_a_module_once(monkeypatch):
+    """All of a file's candidates come from one parse (a parse per site made synthesis quadratic)."""
+    import libcst
+
+    from lit_codeRL.problems.synth import candidates as candidates_module
+
+    calls = []
+    real = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda src, *a, **k: calls.append(1) or real(src, *a, **k))
+    groups = candidates_module.candidates_by_function({"pkg/mod.py": REALISTIC, "pkg/odd.py": ODD_SYNTAX})
+    assert sum(len(g) for g in groups.values()) > 40
+    assert len(calls) == 2

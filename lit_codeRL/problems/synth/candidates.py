@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lit_codeRL.problems.debug_task import _is_test_path
-from lit_codeRL.problems.synth.mutations import MUTATION_KINDS, MutationSite, apply_mutation, mutation_sites
+from lit_codeRL.problems.synth.mutations import MUTATION_KINDS, MutationSite, mutants
 
 
 @dataclass(frozen=True)
@@ -90,11 +90,7 @@ def candidates_by_function(
     for path in source_files(files):
         source = files[path]
         assert isinstance(source, str)
-        for site in mutation_sites(source, kinds):
-            try:
-                content = apply_mutation(source, site)
-            except ValueError:
-                continue
+        for site, content in mutants(source, kinds):
             if content == source:
                 continue
             candidate = Candidate(path, site, content, unified_diff(path, source, content))

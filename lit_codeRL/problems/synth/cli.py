@@ -137,6 +137,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--per-function", type=int, default=1, help="bugs kept per function (MBPP: per problem)"
     )
     parser.add_argument("--tries", type=int, default=6, help="candidates validated per function at most")
+    parser.add_argument(
+        "--max-functions",
+        type=int,
+        default=None,
+        help="functions tried per repository at most (a seeded sample; every candidate runs the whole suite)",
+    )
     parser.add_argument("--max-fail-to-pass", type=int, default=10)
     parser.add_argument(
         "--min-pass-to-pass", type=int, default=1, help="repositories; MBPP tasks may fail every assert"
@@ -166,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         kinds=kinds,
         per_function=args.per_function,
         tries_per_function=args.tries,
+        max_functions=args.max_functions,
         max_fail_to_pass=args.max_fail_to_pass,
         min_pass_to_pass=args.min_pass_to_pass,
         eval_fraction=args.eval_fraction,

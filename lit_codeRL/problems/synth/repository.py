@@ -29,7 +29,7 @@ from lit_codeRL.problems.debug_repo import _build_repo
 from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
 from lit_codeRL.problems.synth import run_cache
-from lit_codeRL.problems.synth.candidates import candidates_by_function
+from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
@@ -63,6 +63,10 @@ class SynthSettings:
     """Validated bugs kept per function."""
     tries_per_function: int = 6
     """Candidates validated per function at most (in a seeded order)."""
+    max_functions: int | None = None
+    """Functions whose candidates are validated, per repository, at most: a seeded sample of them
+    (``None``: every function). Each candidate runs the repository's whole suite, so this bounds
+    a synthesis of a big repository (one of 258 functions and a 45 s suite takes hours)."""
     max_fail_to_pass: int = 10
     """A bug failing more tests than this is dropped (it breaks everything: an easy, noisy task)."""
     min_pass_to_pass: int = 1
@@ -77,6 +81,10 @@ class SynthSettings:
     cache: bool = True
     """Read and write the suite runs in the synthesis cache (:mod:`.run_cache`): synthesizing the
     same repository again runs no test it already ran."""
+
+    def __post_init__(self) -> None:
+        if self.max_functions is not None and self.max_functions < 1:
+            raise ConfigError(f"synth: max_functions must be >= 1 or None, got {self.max_functions}")
 
 
 @dataclass
@@ -151,6 +159,19 @@ def _held_out(function: str, fraction: float, seed: int) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
+def _sample_functions(
+    groups: dict[str, list[Candidate]], limit: int | None, seed: int
+) -> dict[str, list[Candidate]]:
+    """At most ``limit`` functions, chosen by a seeded hash of each name (a function's choice does
+    not depend on the others: a repository with one function more keeps the same sample but
+    maybe one), in the order they came; the hash differs from the held-out split's."""
+    if limit is None or len(groups) <= limit:
+        return groups
+    rank = sorted(groups, key=lambda name: hashlib.sha256(f"{seed}\0tried\0{name}".encode()).digest())
+    chosen = set(rank[:limit])
+    return {name: group for name, group in groups.items() if name in chosen}
+
+
 def synthesize_repository(
     source: str | Path,
     grader: SWEGrader,
@@ -200,6 +221,8 @@ def synthesize_files(
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
             raise ConfigError(f"synth: {repo_name}: {err}") from None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
+        found = len(groups)
+        groups = _sample_functions(groups, settings.max_functions, settings.seed)
         check = workspace_check(
             grader, task, modules, clean, settings.max_fail_to_pass, settings.min_pass_to_pass, cache
         )
@@ -236,7 +259,8 @@ def synthesize_files(
         )
     stats = {
         "source": repo_name,
-        "functions": len(groups),
+        "functions": found,
+        "functions_tried": len(groups),
         "candidates": sum(len(g) for g in groups.values()),
         "validated": validated,
         "kept": len(tasks),
