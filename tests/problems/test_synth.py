@@ -4,6 +4,7 @@ and debugging tasks that grade both ways in the real sandbox."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 
@@ -128,6 +129,79 @@ def test_unified_diff_applies_with_git_apply_even_without_a_final_newline(tmp_pa
         check=True,
     )
     assert (tmp_path / "m.py").read_text() == new
+
+
+def _difflib_whole_file(path: str, old: str, new: str) -> str:
+    """What unified_diff gave before it left out the files' common lines: difflib over the whole files."""
+    out = []
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
+    )
+    for line in lines:
+        out.append(line)
+        if not line.endswith("\n"):
+            out.append("\n\\ No newline at end of file\n")
+    return f"diff --git a/{path} b/{path}\n" + "".join(out)
+
+
+def _hunks_apply_where_they_say(old: str, new: str, diff: str) -> int:
+    """Each hunk's old and new lines sit exactly at the lines its header names (``git apply``
+    would search for them elsewhere); the number of hunks."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    body = diff.split("\n@@ ")[1:]
+    for hunk in body:
+        header, *lines = hunk.splitlines(keepends=True)
+        old_start, new_start = (int(part.split(",")[0][1:]) for part in header.split(" @@")[0].split())
+        was: list[str] = []
+        now: list[str] = []
+        sides: tuple[list[str], ...] = ()
+        for line in lines:
+            if line.startswith("\\"):  # "\ No newline at end of file": the line before has none
+                for side in sides:
+                    side[-1] = side[-1].rstrip("\n")
+                continue
+            sides = {" ": (was, now), "-": (was,), "+": (now,)}[line[:1]]
+            for side in sides:
+                side.append(line[1:])
+        assert a[old_start - 1 : old_start - 1 + len(was)] == was, header
+        assert b[new_start - 1 : new_start - 1 + len(now)] == now, header
+    return len(body)
+
+
+def test_unified_diff_of_one_change_is_difflibs_whole_file_diff_and_applies(tmp_path):
+    """Below 200 lines (where difflib starts to treat frequent lines as junk) the diff is the one
+    difflib gives over the whole files, hunk line numbers and all, as MBPP's and the shipped
+    repositories' bugs were made: at the top, at the end without a final newline, among equal lines
+    (which `continue` a removal takes). In a longer file it is one hunk at the lines it names, with
+    3 lines of context each side, and applies."""
+    top = "".join(f"h{i}\n" for i in range(10))
+    exact = [
+        ("def f(x):\n    return 1\n", "def f(x):\n    return 2\n"),
+        ("a\nb\nc\nd\ne\nf\ng\nh\n", "a\nb\nc\nd\ne\nf\ng\nH"),
+        (top + "continue\nif p:\n    q\ncontinue\n" + "y\n" * 9, top + "continue\n" + "y\n" * 9),
+    ]
+    for old, new in exact:
+        assert unified_diff("m.py", old, new) == _difflib_whole_file("m.py", old, new)
+    body = "".join(
+        f"def f{i}(x):\n    if x:\n        continue_ = x\n    return x + {i}\n\n\n" for i in range(60)
+    )
+    ambiguous = "continue\nif p:\n    q\ncontinue\n"
+    long = [  # (old, new, the change is inside: 3 lines of context each side)
+        (body, body.replace("return x + 7\n", "return x - 7\n"), True),  # line 46
+        (body, body.replace("def f30(x):\n    if x:\n        continue_ = x\n", "def f30(x):\n"), True),
+        (body + ambiguous + "y\n" * 9, body + "continue\n" + "y\n" * 9, True),  # among equal lines
+        (body, body[:-2] + "pass", False),  # the last line, no final newline
+        (body, "\n" + body, False),
+    ]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for old, new, inside in long:
+        diff = unified_diff("m.py", old, new)
+        assert _hunks_apply_where_they_say(old, new, diff) == 1, diff
+        assert diff.count("\n ") == 6 or not inside, diff
+        (tmp_path / "m.py").write_text(old)
+        subprocess.run(["git", "-C", str(tmp_path), "apply", "-"], input=diff, text=True, check=True)
+        assert (tmp_path / "m.py").read_text() == new
+    assert "@@ -43,7 +43,7 @@" in unified_diff("m.py", body, long[0][1])
 
 
 def test_candidates_are_grouped_by_function_deduplicated_and_skip_tests():

@@ -615,3 +615,13 @@ def test_mutants_parse_a_module_once(monkeypatch):
     groups = candidates_module.candidates_by_function({"pkg/mod.py": REALISTIC, "pkg/odd.py": ODD_SYNTAX})
     assert sum(len(g) for g in groups.values()) > 40
     assert len(calls) == 2
+
+
+def test_mutants_without_libcsts_codegen_state_render_the_whole_module(monkeypatch):
+    """libcst's ``CodegenState`` is private: where it is missing, every mutant renders the module."""
+    from lit_codeRL.problems.synth import mutations
+
+    monkeypatch.setattr(mutations, "CodegenState", None)
+    source = SPLICE_CASES["header and footer comments"]
+    pairs = mutants(source)
+    assert pairs and all(mutant == apply_mutation(source, site) for site, mutant in pairs)
