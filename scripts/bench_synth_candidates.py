@@ -38,8 +38,8 @@ def shipped(name: str) -> list[tuple[str, dict[str, str | bytes]]]:
 
 def measure(name: str, files: dict[str, str | bytes], per_site_limit: int) -> dict:
     paths = source_files(files)
-    sites = one_parse_s = per_site_s = 0.0
-    timed = 0
+    sites = timed = 0
+    one_parse_s = per_site_s = 0.0
     for path in paths:
         source = files[path]
         assert isinstance(source, str)
@@ -58,7 +58,7 @@ def measure(name: str, files: dict[str, str | bytes], per_site_limit: int) -> di
     return {
         "repository": name,
         "files": len(paths),
-        "sites": int(sites),
+        "sites": sites,
         "one_parse_s": round(one_parse_s, 2),
         "per_site_s_scaled": round(per_site_s, 1),
         "per_site_timed_sites": timed,

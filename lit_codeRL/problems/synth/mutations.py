@@ -519,7 +519,7 @@ def mutation_sites(source: str, kinds: Sequence[str] = MUTATION_KINDS) -> list[M
     annotations are never mutated. A source that does not parse (or compile) gives []. Raises
     ValueError for an unknown kind.
     """
-    return [site for site, _ in _sites(source, kinds)]
+    return [site for site, _ in _sites(source, kinds)[1]]
 
 
 def mutants(source: str, kinds: Sequence[str] = MUTATION_KINDS) -> list[tuple[MutationSite, str]]:
@@ -532,14 +532,13 @@ def mutants(source: str, kinds: Sequence[str] = MUTATION_KINDS) -> list[tuple[Mu
     module before its first test ran). Here only the statement holding the site (a module-level
     function, or a method of a module-level class) is rebuilt and rendered, and spliced into the
     module's code at its place."""
-    sites = _sites(source, kinds)
-    if not sites:
+    module, sites = _sites(source, kinds)
+    if module is None:
         return []
-    module = sites[0][1][0]
     full = module.code  # a property that renders the whole module: read once
     spans = _unit_spans(module, full)
     out = []
-    for site, (_, c) in sites:
+    for site, c in sites:
         unit = next((u for u in reversed(c.units) if id(u) in spans), None)
         if unit is None:  # the whole module: no splice point was found
             out.append((site, module.deep_replace(c.target, c.replacement).code))
@@ -595,19 +594,20 @@ def _unit_spans(module: cst.Module, full: str) -> dict[int, tuple[int, int, tupl
     return spans
 
 
-def _sites(source: str, kinds: Sequence[str]) -> list[tuple[MutationSite, tuple[cst.Module, _Candidate]]]:
+def _sites(
+    source: str, kinds: Sequence[str]
+) -> tuple[cst.Module | None, list[tuple[MutationSite, _Candidate]]]:
+    """The parsed module (None when it does not parse) and its sites, each with its candidate."""
     parsed = _candidates(source, _check_kinds(kinds))
     if parsed is None:
-        return []
+        return None, []
     module, found = parsed
     counts = dict.fromkeys(MUTATION_KINDS, 0)
     sites = []
     for c in found:
-        sites.append(
-            (MutationSite(c.kind, c.path_hint, c.line, counts[c.kind], *c.texts(module)), (module, c))
-        )
+        sites.append((MutationSite(c.kind, c.path_hint, c.line, counts[c.kind], *c.texts(module)), c))
         counts[c.kind] += 1
-    return sites
+    return module, sites
 
 
 def _apply(source: str, kind: str, index: int, before: str | None) -> str:
