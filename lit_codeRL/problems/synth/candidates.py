@@ -15,10 +15,16 @@ import hashlib
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lit_codeRL.problems.debug_task import _is_test_path
-from lit_codeRL.problems.synth.mutations import MUTATION_KINDS, MutationSite, mutants
+from lit_codeRL.problems.synth.mutations import (
+    MUTATION_KINDS,
+    MutationSite,
+    Splice,
+    mutant_splices,
+    splice_into,
+)
 
 
 @dataclass(frozen=True)
@@ -29,10 +35,18 @@ class Candidate:
     """The file it changes (relative to the repository root)."""
     site: MutationSite
     """Where and what the mutation is."""
-    content: str
-    """The file's content with the bug."""
+    base: str = field(repr=False)
+    """The clean file: one string shared by all of its candidates."""
+    splice: Splice
+    """The bug as ``(start, end, text)`` in ``base``: held whole, a file's candidates took its size
+    times their number (more-itertools: 440 MB), where a splice is the size of one function."""
     diff: str
     """The bug as a unified diff against the clean file (``git apply`` reads it)."""
+
+    @property
+    def content(self) -> str:
+        """The file's content with the bug."""
+        return splice_into(self.base, self.splice)
 
     @property
     def function(self) -> str:
@@ -133,10 +147,11 @@ def candidates_by_function(
     for path in source_files(files):
         source = files[path]
         assert isinstance(source, str)
-        for site, content in mutants(source, kinds):
+        for site, splice in mutant_splices(source, kinds):
+            content = splice_into(source, splice)
             if content == source:
                 continue
-            candidate = Candidate(path, site, content, unified_diff(path, source, content))
+            candidate = Candidate(path, site, source, splice, unified_diff(path, source, content))
             if candidate.key in seen:
                 continue
             seen.add(candidate.key)
