@@ -99,9 +99,28 @@ def apply(patch_file: str) -> str | None:
     return None if out.returncode == 0 else out.stderr.decode("utf-8", "replace")[-2000:]
 
 
+def _python_path() -> list[tuple[str, bool]]:
+    """The sandbox's ``PYTHONPATH`` (``-I`` ignores it; read by hand), each entry with whether it
+    lies in the repository (the working directory)."""
+    repo = os.path.realpath(os.getcwd())
+    return [
+        (p, os.path.realpath(p) == repo or os.path.realpath(p).startswith(repo + os.sep))
+        for p in os.environ.get("PYTHONPATH", "").split(":")
+        if p
+    ]
+
+
 def toolchain_dirs() -> list[str]:
-    """Where pytest lives: the sandbox's ``PYTHONPATH`` (``-I`` ignores it; read by hand)."""
-    return [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    """Where pytest lives: the ``PYTHONPATH`` entries outside the repository. One inside it (a
+    src layout's ``src``, ``workspace_argv.repo_python_path``) is repository code: never trusted,
+    never a source of plugins or protected names."""
+    return [p for p, inside in _python_path() if not inside]
+
+
+def repository_roots() -> list[str]:
+    """The ``PYTHONPATH`` entries inside the repository: imported from after the repository root,
+    as an installed copy of a src-layout project would be."""
+    return [p for p, inside in _python_path() if inside]
 
 
 def toolchain_names() -> set[str]:
@@ -244,7 +263,11 @@ class Outcomes:
 
     def _log(self, nodeid: str, when: str, outcome: str, xfail: bool) -> None:
         previous = self.outcomes.get(nodeid)
-        if when == "call":
+        if when == "call" and previous == "skipped" and outcome == "passed":
+            # a skipped subtest (``skipTest`` in ``subTest``, pytest's ``subtests``), then the test
+            # passing: junit keeps the skip on the test's one case, and the two records must agree
+            status = "skipped"
+        elif when == "call":
             status = ("xfailed" if outcome == "skipped" else "failed") if xfail else outcome
         elif outcome == "failed":
             status = "error"  # setup or teardown failed
@@ -522,7 +545,7 @@ def child_main() -> None:
     repo = os.getcwd()
     here = os.path.dirname(os.path.abspath(__file__))
     trusted = [p for p in sys.path if p and p != here] + toolchain_dirs()
-    sys.path[:] = [*trusted, repo]
+    sys.path[:] = [*trusted, repo, *repository_roots()]
     toolchain = frozenset(toolchain_names())
     names = _scan.protected_names(toolchain)
     finder = _TrustedFinder(trusted, names)

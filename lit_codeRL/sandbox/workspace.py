@@ -62,6 +62,7 @@ from lit_codeRL.sandbox.workspace_argv import (
     base_env,
     bwrap_workspace_argv,
     instance_name,
+    python_path_env,
     resolve_backend,
     server_config,
     workspace_image,
@@ -271,7 +272,8 @@ def _start_apptainer(
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env=_apptainer_env(),
     )  # fmt: skip
-    return apptainer_server_argv(config, name, env, apptainer)
+    # the image's own interpreter finds pytest; a src layout's code goes on its PYTHONPATH
+    return apptainer_server_argv(config, name, {**python_path_env([], repo), **env}, apptainer)
 
 
 def _apptainer_env() -> dict[str, str]:

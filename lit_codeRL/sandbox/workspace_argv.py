@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lit_codeRL.sandbox import backends, userns
@@ -28,6 +29,47 @@ APPTAINER_PYTHON = "python3"
 """The interpreter inside an apptainer image (env/swe.def installs python3 with pytest)."""
 REPO = "/workspace/repo"
 """Where the repository lives inside every session; commands start there."""
+
+
+SRC_LAYOUT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py")
+"""A project's own packaging files: a ``src`` directory is its code only beside one of them."""
+
+
+def repo_python_path(repo: str | Path) -> list[str]:
+    """The directories of ``repo`` (a host checkout at the base commit) that an installed copy of
+    it would import from, as sandbox paths: ``/workspace/repo/src`` for a *src layout* (a
+    packaging file at the root, a ``src`` directory that is no package itself and holds a package
+    or module), else none.
+
+    Why: a src-layout project's tests import it as installed (``pip install -e .``, what
+    SWE-bench's images do), and no workspace installs anything: its whole suite failed to collect
+    (``cachetools``). Decided on the pristine base, never on what an agent made. A name in
+    ``src`` that the standard library has (``src/queue.py``) leaves ``src`` out: on ``PYTHONPATH``
+    it would come before the standard library, where an installed package never does."""
+    root = Path(repo)
+    src = root / "src"
+    if src.is_symlink() or not src.is_dir() or (src / "__init__.py").exists():
+        return []
+    if not any((root / marker).is_file() for marker in SRC_LAYOUT_MARKERS):
+        return []
+    try:
+        entries = list(src.iterdir())
+    except OSError:
+        return []
+    names = {
+        e.name.split(".", 1)[0]
+        for e in entries
+        if (e.is_file() and e.suffix == ".py") or (e.is_dir() and (e / "__init__.py").is_file())
+    }
+    stdlib = getattr(sys, "stdlib_module_names", frozenset())
+    return [f"{REPO}/src"] if names and not names & stdlib else []
+
+
+def python_path_env(head: Sequence[str], repo: str | Path) -> dict[str, str]:
+    """``{"PYTHONPATH": ...}`` of a session's commands: ``head`` (the toolchain), then the
+    repository's own import roots (:func:`repo_python_path`); empty when there is neither."""
+    path = [*head, *repo_python_path(repo)]
+    return {"PYTHONPATH": ":".join(path)} if path else {}
 
 
 def base_env(path_head: str, extra: Mapping[str, str]) -> dict[str, str]:
@@ -98,7 +140,7 @@ def bwrap_workspace_argv(
     bytes) on size-capped tmpfs; ``userns_fd``: in that user namespace, the server dropping to
     its sandbox uid (``backends.bwrap_isolation``)."""
     interp = backends.interpreter(config.python)
-    cmd_env = base_env(f"{TOOLS_IN}/bin", {"PYTHONPATH": f"{TOOLS_IN}/site", **env})
+    cmd_env = base_env(f"{TOOLS_IN}/bin", {**python_path_env([f"{TOOLS_IN}/site"], repo), **env})
     own = userns_fd is not None
     argv = [
         bwrap or backends.bwrap_executable(),

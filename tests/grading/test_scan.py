@@ -183,3 +183,46 @@ def test_an_episode_dump_shows_tampering_and_prints_any_bytes():
     assert "Tampering found" in text and "- shadows pytest: pytest.py" in text
     assert "caf\ufffd" in text
     text.encode("utf-8")  # printable: no lone surrogate left
+
+
+def test_pythonpath_inside_the_repository_is_repository_code_never_toolchain(tmp_path, monkeypatch):
+    """A src layout's ``src`` reaches the grading run on ``PYTHONPATH`` beside the toolchain: it is
+    imported after the repository root, and is never trusted, a plugin source or a protected name
+    (or the trusted finder would refuse the repository's own package)."""
+    from lit_codeRL.grading import _runner
+
+    repo, site = tmp_path / "repo", tmp_path / "site"
+    (repo / "src" / "pkg").mkdir(parents=True)
+    (repo / "src" / "pkg" / "__init__.py").write_text("")
+    (site / "pluggy").mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{repo}/src:{repo}")
+    assert _runner.toolchain_dirs() == [str(site)]
+    assert _runner.repository_roots() == [f"{repo}/src", str(repo)]
+    assert "pluggy" in _runner.toolchain_names() and "pkg" not in _runner.toolchain_names()
+    monkeypatch.setenv("PYTHONPATH", f"{repo}-other:{site}")  # a sibling named alike is outside
+    assert _runner.toolchain_dirs() == [f"{repo}-other", str(site)] and _runner.repository_roots() == []
+
+
+@pytest.mark.parametrize(
+    "reports, status",
+    [
+        # unittest's skipTest inside subTest, or pytest's subtests fixture: junit keeps the skip
+        ([("setup", "passed"), ("call", "skipped"), ("call", "passed"), ("call", "passed")], "skipped"),
+        ([("setup", "passed"), ("call", "passed"), ("call", "skipped"), ("call", "passed")], "skipped"),
+        # a failing subtest fails the test, whatever follows
+        ([("setup", "passed"), ("call", "failed"), ("call", "skipped"), ("call", "passed")], "failed"),
+        ([("setup", "passed"), ("call", "skipped"), ("call", "failed"), ("call", "passed")], "failed"),
+        # plain tests keep their one call's outcome
+        ([("setup", "passed"), ("call", "passed"), ("teardown", "passed")], "passed"),
+        ([("setup", "skipped"), ("teardown", "passed")], "skipped"),
+        ([("setup", "passed"), ("call", "passed"), ("teardown", "failed")], "error"),
+    ],
+)
+def test_runner_outcomes_agree_with_junit_on_subtests(reports, status):
+    from lit_codeRL.grading._runner import Outcomes
+
+    out = Outcomes()
+    for when, outcome in reports:
+        out.feed({"t": "log", "nodeid": "t.py::T::test_a", "when": when, "outcome": outcome})
+    assert out.outcomes["t.py::T::test_a"] == status

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import subprocess
 
 import pytest
@@ -566,3 +567,119 @@ def test_synth_carries_files_that_are_not_utf8_and_stops_a_bug_that_never_ends(t
     assert sorted(t.task_id for t in kept) == sorted(t.instance_id for t in tasks)
     for task in kept:
         assert "test_fixture_bytes" in " ".join(task.to_swe_task(tmp_path / "debug-cache").pass_to_pass)
+
+
+TALLY = """def total(xs):
+    s = 0
+    for x in xs:
+        s += x
+    return s
+
+
+def mean(xs):
+    if not xs:
+        return 0.0
+    return total(xs) / len(xs)
+
+
+def count(xs, at_least=0):
+    return sum(1 for x in xs if x >= at_least)
+"""
+
+TALLY_TESTS = """import unittest
+
+import pytest
+
+from tally import count, mean, total
+
+
+def test_count():
+    assert count([1, 5, 7], 5) == 2
+
+
+class TestTotals(unittest.TestCase):
+    def test_total(self):
+        for xs, want in (([1, 2, 3], 6), ([], 0), ([5], 5)):
+            with self.subTest(xs=xs):
+                self.assertEqual(total(xs), want)
+
+    def test_mean_with_optional_backend(self):
+        for backend in ("builtin", "absent"):
+            with self.subTest(backend=backend):
+                if backend == "absent":
+                    self.skipTest("backend absent")
+                self.assertEqual(mean([2, 4]), 3)
+
+
+if int(pytest.__version__.split(".")[0]) >= 9:  # pytest's own subtests fixture
+    def test_mean(subtests):
+        for xs, want in (([2, 4], 3.0), ([], 0.0)):
+            with subtests.test(xs=xs):
+                assert mean(xs) == want
+else:
+    def test_mean():
+        assert mean([2, 4]) == 3.0
+"""
+
+
+def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_path, monkeypatch, caplog):
+    """A src-layout project (its tests import it as installed) whose tests use subtests, one of
+    them skipped: its suite collects and its tasks grade both ways as SWE rows and debugging rows.
+    A test with a skipped subtest counts as skipped in both records (junit keeps the skip), so it
+    is in neither FAIL_TO_PASS nor PASS_TO_PASS, and no run is rejected. A repository whose every
+    test errors says how, with the first message."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.debug import load_debug_tasks, validate_debug_tasks
+    from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = tmp_path / "tally"
+    for path, text in {
+        "pyproject.toml": "[project]\nname = 'tally'\nversion = '1.0'\n",
+        "src/tally/__init__.py": "from tally.core import count, mean, total\n",
+        "src/tally/core.py": TALLY,
+        "tests/test_core.py": TALLY_TESTS,
+    }.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    broken = tmp_path / "needs_build"
+    (broken / "tests").mkdir(parents=True)
+    (broken / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (broken / "tests" / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef built():\n"
+        "    assert False, 'the C extension is not built'\n"
+    )
+    (broken / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+        "def test_add_zero():\n    assert add(0, 2) == 2\n"
+    )
+    out = tmp_path / "out"
+    kinds = ["--kinds", "wrong_constant", "--per-function", "2", "--tries", "2", "--eval-fraction", "0"]
+    main(["synth", str(broken), str(repo), "--out", str(out), *kinds])
+    report = json.loads((out / "report.json").read_text())
+    why = report["failed_sources"][str(broken)]
+    assert "no test passes on the clean repository: 2 error;" in why and "C extension is not built" in why
+    (source,) = report["sources"]
+    assert source["clean_tests"] == 4 and source["kept"] >= 2 and not report["dropped_by_check"]
+    assert "rejected" not in " ".join(source["rejected"]), source["rejected"]  # no tamper verdict
+    skipped = "tests/test_core.py::TestTotals::test_mean_with_optional_backend"
+    tasks = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")
+    assert len(tasks) == source["kept"]
+    for task in tasks:
+        assert skipped not in task.fail_to_pass + task.pass_to_pass
+    # a failing subtest fails its test: `s = 1` in total() fails test_total through its subtests
+    assert any("tests/test_core.py::TestTotals::test_total" in t.fail_to_pass for t in tasks)
+    grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    debug = load_debug_tasks(str(out / "debug" / "tasks.jsonl"))
+    with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.debug"):
+        kept = validate_debug_tasks(debug, grader, root=tmp_path / "debug-cache")
+    # a debugging task's tests are sorted by their outcome at the base, where a bug in total()
+    # fails the skipping test's first subtest: the fix leaves it skipped, not passed, and that task
+    # is dropped, saying so; the others validate
+    dropped = {t.task_id for t in debug} - {t.task_id for t in kept}
+    assert kept and len(dropped) <= 1
+    for task_id in dropped:
+        assert f"{skipped}: skipped" in caplog.text and task_id in caplog.text

@@ -579,9 +579,82 @@ def test_bwrap_argv_flags(repo: Path) -> None:
     assert argv[argv.index("/results") - 2] == "--bind"
     cfg = json.loads(argv[-1])
     assert cfg["pid1"] and cfg["env"]["HOME"] == "/tmp/home" and argv[-2] == SERVER_IN
-    own = ("PATH", "HOME", "LANG", "USER", "TERM", "LOGNAME", "PYTHONDONTWRITEBYTECODE")  # set by us
-    assert not any(k in cfg["env"] for k in os.environ if k not in own)
+    own = ("PATH", "HOME", "LANG", "USER", "TERM", "LOGNAME", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH")
+    assert not any(k in cfg["env"] for k in os.environ if k not in own)  # nothing of the host's
     assert cfg["env"]["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert cfg["env"]["PYTHONPATH"] == "/opt/lcrl/tools/site"  # the toolchain's, not the host's
+
+
+def _layout(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    "files, src",
+    [
+        ({"pyproject.toml": "", "src/pkg/__init__.py": ""}, True),
+        ({"setup.py": "", "src/one.py": ""}, True),
+        ({"setup.cfg": "", "src/pkg/__init__.py": "", "src/notes.txt": ""}, True),
+        ({"src/pkg/__init__.py": ""}, False),  # no packaging file: not a project's own code
+        ({"pyproject.toml": "", "src/__init__.py": "", "src/m.py": ""}, False),  # `src` is a package
+        ({"pyproject.toml": "", "src/queue.py": "", "src/pkg/__init__.py": ""}, False),  # stdlib name
+        ({"pyproject.toml": "", "src/data.json": "", "src/nopkg/x.txt": ""}, False),  # no Python
+        ({"pyproject.toml": "", "pkg/__init__.py": ""}, False),  # flat layout
+    ],
+)
+def test_src_layout_is_read_from_the_base_checkout(tmp_path: Path, files: dict[str, str], src: bool) -> None:
+    """A src-layout project's code goes on its sessions' ``PYTHONPATH`` after the toolchain, as an
+    installed copy would import; anything else adds nothing (``repo_python_path``)."""
+    from lit_codeRL.sandbox.workspace_argv import python_path_env, repo_python_path
+
+    repo = _layout(tmp_path / "r", files)
+    assert repo_python_path(repo) == (["/workspace/repo/src"] if src else [])
+    head = ["/opt/lcrl/tools/site"]
+    want = "/opt/lcrl/tools/site:/workspace/repo/src" if src else "/opt/lcrl/tools/site"
+    assert python_path_env(head, repo) == {"PYTHONPATH": want}
+    assert python_path_env([], repo) == ({"PYTHONPATH": "/workspace/repo/src"} if src else {})
+    exe = apptainer_server_argv(CFG, "lcrl-ws-x", python_path_env([], repo))
+    assert json.loads(exe[-1])["env"].get("PYTHONPATH") == ("/workspace/repo/src" if src else None)
+
+
+def test_src_layout_symlinked_src_is_not_followed(tmp_path: Path) -> None:
+    from lit_codeRL.sandbox.workspace_argv import repo_python_path
+
+    elsewhere = _layout(tmp_path / "elsewhere", {"pkg/__init__.py": ""})
+    repo = _layout(tmp_path / "r", {"pyproject.toml": ""})
+    (repo / "src").symlink_to(elsewhere)
+    assert repo_python_path(repo) == []
+
+
+def test_a_src_layout_package_imports_in_its_sessions_as_installed(tmp_path: Path) -> None:
+    """In a real session of a src-layout repository, ``python -m pytest`` and plain ``python``
+    import the package from ``src`` anywhere in the workspace, with the toolchain before it on
+    ``sys.path``; a ``src`` the agent makes in a flat repository changes nothing (the layout is
+    the base's)."""
+    repo = _layout(
+        tmp_path / "proj",
+        {
+            "pyproject.toml": "[project]\nname = 'shapes'\n",
+            "src/shapes/__init__.py": "def area(w, h):\n    return w * h\n",
+            "tests/test_shapes.py": "from shapes import area\n\ndef test_area():\n    assert area(2, 3) == 6\n",
+        },
+    )
+    with open_workspace(CFG, repo) as ws:
+        out = ws.run("python -m pytest -q -p no:cacheprovider tests 2>&1 | tail -1", timeout=60)
+        assert "1 passed" in out.output, out.output
+        out = ws.run("cd tests && python -c 'import shapes, sys; print(shapes.area(4, 5))'", timeout=30)
+        assert out.output.strip() == "20", out.output
+        out = ws.run("python -c 'import sys; print(sys.path.index(\"/workspace/repo/src\") > "
+                     "[p.endswith(\"site\") for p in sys.path].index(True))'", timeout=30)  # fmt: skip
+        assert out.output.strip() == "True", out.output
+    flat = _layout(tmp_path / "flat", {"pyproject.toml": "", "calc.py": "X = 1\n"})
+    with open_workspace(CFG, flat) as ws:
+        ws.run("mkdir -p src/sneaky && touch src/sneaky/__init__.py", timeout=10)
+        out = ws.run("python -c 'import sneaky' 2>&1 | tail -1", timeout=30)
+        assert "ModuleNotFoundError" in out.output, out.output
 
 
 def test_apptainer_argv() -> None:

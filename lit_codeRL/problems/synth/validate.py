@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -159,7 +160,7 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         node for node in first.statuses if all(run.statuses.get(node) == "passed" for run in runs)
     )
     if not passing:
-        raise ValueError("no test passes on the clean repository")
+        raise ValueError(f"no test passes on the clean repository: {_why_none_passes(runs)}")
     cpu = [run.cpu_s for run in runs]
     return Baseline(
         frozenset(first.statuses),
@@ -167,6 +168,20 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         max(run.wall_s for run in runs),
         None if None in cpu else max(c for c in cpu if c is not None),
     )
+
+
+def _why_none_passes(runs: Sequence[SuiteRun]) -> str:
+    """What the clean runs said instead (a repository that needs a build, a service or a package
+    the sandbox lacks fails every test the same way): the statuses counted, and the first
+    message."""
+    first = runs[0]
+    counts = Counter(first.statuses.values())
+    said = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    node = next(iter(first.messages), None)
+    if node is None:
+        return said
+    message = " ".join(first.messages[node].split())
+    return f"{said}; {node}: {message[:200]}"
 
 
 def candidate_limits(grader: SWEGrader, clean: Baseline) -> tuple[float, float | None]:
