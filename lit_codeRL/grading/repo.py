@@ -166,11 +166,15 @@ def test_files(task: GradedTask) -> list[str]:
 
 def junit_key(nodeid: str) -> tuple[str, str]:
     """``(classname, name)`` of a pytest node id in junit XML: ``tests/a/test_b.py::C::t[x]`` ->
-    ``("tests.a.test_b.C", "t[x]")``."""
-    path, *rest = nodeid.split("::")
-    module = path[:-3] if path.endswith(".py") else path
-    parts = [module.replace("/", "."), *rest[:-1]]
-    return ".".join(parts), rest[-1] if rest else ""
+    ``("tests.a.test_b.C", "t[x]")``. As pytest's ``mangle_test_address``: the parameters (from
+    the first ``[``) are set aside before splitting at ``::``, since an id may hold ``::`` or
+    ``/`` itself (``test_query[https://[::1]:80/]``)."""
+    address, bracket, params = nodeid.partition("[")
+    path, *rest = address.split("::")
+    module = (path[:-3] if path.endswith(".py") else path).replace("/", ".")
+    if not rest:
+        return module, ""
+    return ".".join([module, *rest[:-1]]), rest[-1] + bracket + params
 
 
 def parse_junit(data: bytes) -> dict[tuple[str, str], str]:
@@ -278,6 +282,20 @@ def _judge(
         if "passed" in (status, in_junit):
             return tampered([f"canary: a test that always fails read passed ({status}/{in_junit})"])
     canaries_failed = bool(canaries) and all(c.get("status") in ("failed", "error") for c in canaries)
+    if exit_code == returned and returned not in (0, None) and exitstatus is None and not outcomes:
+        # pytest stopped before its session began (a conftest.py that does not import, after an
+        # edit broke what it imports: exit code 4): no test ran, which is a failure, not a
+        # record to distrust
+        return SWEGrade(
+            "unresolved",
+            0.0,
+            False,
+            {n: "absent" for n in task.fail_to_pass},
+            {n: "absent" for n in task.pass_to_pass},
+            reason=f"the tests did not start (pytest exit code {returned}: a conftest.py or the "
+            "test configuration did not load)",
+            restored=restored,
+        )
     if not (exit_code == returned == exitstatus):
         return reject(f"exit code {exit_code} but the run recorded {returned}/{exitstatus}")
     failing = [n for n, s in outcomes.items() if s in ("failed", "error")]

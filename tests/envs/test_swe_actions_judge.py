@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 
 import pytest
 
@@ -156,6 +158,21 @@ def test_records_that_disagree_are_rejected():
     )
 
 
+def test_tests_that_never_started_are_a_failure_not_a_rejected_record():
+    """pytest stopping before its session (a conftest that no longer imports: exit code 4, no
+    ``sessionfinish``) is ``unresolved`` with every test absent; the exit code the sandbox saw
+    must still be the recorded one, and a record with outcomes still needs its exit status."""
+    junit = _junit({})
+    started = {**_report({}, 4, junit), "exitstatus": None, "canary": {"nodeid": CANARY, "status": "absent"}}
+    grade = judge(_task(), 4, started, junit)
+    assert (grade.verdict, grade.reward, grade.resolved) == ("unresolved", 0.0, False)
+    assert "did not start" in grade.reason and grade.fail_to_pass == {A: "absent"}
+    assert judge(_task(), 0, started, junit).verdict == "rejected"  # the sandbox saw another code
+    assert judge(_task(), 4, {**started, "returned": 0}, junit).verdict == "rejected"
+    ran = {**_report({A: "failed", P: "passed"}, 1, junit), "exitstatus": None}
+    assert judge(_task(), 1, ran, junit).verdict == "rejected"  # tests ran: the status is owed
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -262,3 +279,32 @@ def test_tool_bundles_load_and_describe_themselves(tmp_path):
         load_tools(["broken"], tmp_path)
     with pytest.raises(ConfigError, match="no .*missing/bin"):
         load_tools(["missing"], tmp_path)
+
+
+def test_junit_key_matches_pytests_own_junit_for_ids_holding_separators(tmp_path):
+    """Parameter ids may hold ``::``, ``/``, ``.py`` and brackets (boltons' URL tests:
+    ``test_query_params[https://[::1]:80/?hi=bye]``): every node id pytest reports must map to the
+    case its junit XML writes, or a clean suite is rejected as records that disagree."""
+    tests = tmp_path / "tests" / "sub"
+    tests.mkdir(parents=True)
+    (tests / "test_ids.py").write_text(
+        "import pytest\n\n\n"
+        "IDS = ['https://[::101.45.75.219]:80/?hi=bye', 'a::b', 'x/y.py::z', 'p[q]r', 'dots.in.id', ' sp ace',"
+        " 'caf\\u00e9', 'tab\\there', 'amp&<lt>\"q']\n\n\n"
+        "@pytest.mark.parametrize('v', IDS, ids=IDS)\n"
+        "def test_plain(v):\n    assert v\n\n\n"
+        "class TestBox:\n"
+        "    @pytest.mark.parametrize('v', IDS, ids=IDS)\n"
+        "    def test_in_class(self, v):\n        assert v\n\n\n"
+        "def test_no_params():\n    pass\n"
+    )
+    junit = tmp_path / "junit.xml"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit2",
+         "--junitxml", str(junit), "-rA", "tests"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    nodeids = [line.split(" ", 1)[1] for line in run.stdout.splitlines() if line.startswith("PASSED ")]
+    assert len(nodeids) == 19, run.stdout
+    cases = parse_junit(junit.read_bytes())
+    assert {junit_key(n) for n in nodeids} == set(cases)

@@ -117,6 +117,10 @@ def test_statements_name_the_test_and_values_and_the_leak_check_catches_the_chan
         "Add one.", "solution.py", "f(2)", "3", "it returns `1`", "test_solution.py::test_1"
     )
     assert "`f(2)` should give `3`, but it returns `1`" in value
+    # parameter ids may hold `::`: the tests are named whole
+    ids = ["tests/t.py::test_a[x]", "tests/t.py::C::test_q[https://[::1]:80/]"]
+    named = repository_statement(ids, {}, 0)
+    assert "Also failing: `test_q[https://[::1]:80/]`." in named and "`test_a[x]` exercises" in named
 
 
 def test_unified_diff_applies_with_git_apply_even_without_a_final_newline(tmp_path):
@@ -626,14 +630,15 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
     """A src-layout project (its tests import it as installed) whose tests use subtests, one of
     them skipped: its suite collects and its tasks grade both ways as SWE rows and debugging rows.
     A test with a skipped subtest counts as skipped in both records (junit keeps the skip), so it
-    is in neither FAIL_TO_PASS nor PASS_TO_PASS, and no run is rejected. A repository whose every
-    test errors says how, with the first message."""
+    is in neither FAIL_TO_PASS nor PASS_TO_PASS, and no run is rejected. A test module that does
+    not collect (a missing test dependency) is left out and named in the report. A repository
+    whose every test errors says how, with the first message."""
     require_bwrap()
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     from lit_codeRL.cli import main
     from lit_codeRL.grading import SWEGrader
     from lit_codeRL.problems.debug import load_debug_tasks, validate_debug_tasks
-    from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
+    from lit_codeRL.problems.swe import RepoCache, load_swe_tasks, prepare_repo
     from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 
     repo = tmp_path / "tally"
@@ -642,6 +647,9 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
         "src/tally/__init__.py": "from tally.core import count, mean, total\n",
         "src/tally/core.py": TALLY,
         "tests/test_core.py": TALLY_TESTS,
+        "tests/conftest.py": "import tally  # noqa: F401 - imported before any test, as many repositories do\n",
+        # a test dependency the sandbox lacks (hypothesis, freezegun): this module is left out
+        "tests/test_properties.py": "import a_test_dependency_not_installed\n\n\ndef test_p():\n    pass\n",
     }.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
@@ -664,6 +672,7 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
     assert "no test passes on the clean repository: 2 error;" in why and "C extension is not built" in why
     (source,) = report["sources"]
     assert source["clean_tests"] == 4 and source["kept"] >= 2 and not report["dropped_by_check"]
+    assert source["excluded_test_modules"] == ["tests/test_properties.py"]
     assert "rejected" not in " ".join(source["rejected"]), source["rejected"]  # no tamper verdict
     skipped = "tests/test_core.py::TestTotals::test_mean_with_optional_backend"
     tasks = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")
@@ -673,6 +682,13 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
     # a failing subtest fails its test: `s = 1` in total() fails test_total through its subtests
     assert any("tests/test_core.py::TestTotals::test_total" in t.fail_to_pass for t in tasks)
     grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    # an edit that breaks what the conftest imports: pytest stops before its session (exit code
+    # 4), no test ran, and that is a failure like any other, not a record to distrust
+    base = (prepare_repo(tasks[0], tmp_path / "base") / "src" / "tally" / "core.py").read_text()
+    broken_import = unified_diff("src/tally/core.py", base, base.replace("def total(xs):", "def total(xs:"))
+    grade = grader.grade(tasks[0], broken_import)
+    assert (grade.verdict, grade.reward) == ("unresolved", 0.0) and "did not start" in grade.reason, grade
+    assert set(grade.fail_to_pass.values()) == {"absent"}
     debug = load_debug_tasks(str(out / "debug" / "tasks.jsonl"))
     with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.debug"):
         kept = validate_debug_tasks(debug, grader, root=tmp_path / "debug-cache")

@@ -33,7 +33,13 @@ from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_functi
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
-from lit_codeRL.problems.synth.validate import baseline, validate_functions, workspace_check
+from lit_codeRL.problems.synth.validate import (
+    Baseline,
+    SuiteDoesNotCollect,
+    baseline,
+    validate_functions,
+    workspace_check,
+)
 
 log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 1 << 20
@@ -172,6 +178,34 @@ def _sample_functions(
     return {name: group for name, group in groups.items() if name in chosen}
 
 
+def _baseline(
+    repo_name: str,
+    grader: SWEGrader,
+    task: SWETask,
+    files: dict[str, str | bytes],
+    modules: list[str],
+    settings: SynthSettings,
+) -> tuple[Baseline, list[str], list[str]]:
+    """The clean runs, the test modules they ran and those left out: a test module that does not
+    collect on the clean repository (a test dependency the sandbox lacks: ``hypothesis``,
+    ``freezegun``) is left out with a warning, and the others run again without it. A directory
+    that does not collect (its ``conftest.py``), or nothing left, is the clean suite's error."""
+    try:
+        cache = run_cache.tree_dir(files, modules) if settings.cache else None
+        return baseline(grader, task, modules, settings.clean_runs, cache), modules, []
+    except SuiteDoesNotCollect as err:
+        excluded = sorted(set(err.nodes) & set(modules))
+        if not excluded or set(err.nodes) - set(excluded) or len(excluded) == len(modules):
+            raise
+    log.warning(
+        "synth: %s: %d of %d test module(s) do not collect on the clean repository, left out: %s",
+        repo_name, len(excluded), len(modules), excluded[:5],
+    )  # fmt: skip
+    kept = [m for m in modules if m not in excluded]
+    cache = run_cache.tree_dir(files, kept) if settings.cache else None
+    return baseline(grader, task, kept, settings.clean_runs, cache), kept, excluded
+
+
 def synthesize_repository(
     source: str | Path,
     grader: SWEGrader,
@@ -192,7 +226,9 @@ def synthesize_files(
     modules = sorted(p for p in files if _is_test_path(p) and _is_test_module(p))
     if not modules:
         raise ConfigError(f"synth: {repo_name} has no test module (test_*.py or *_test.py)")
-    unmutated = [p for p, c in files.items() if p.endswith(".py") and isinstance(c, bytes)]
+    unmutated = [
+        p for p, c in files.items() if p.endswith(".py") and isinstance(c, bytes) and not _is_test_path(p)
+    ]
     if unmutated:
         log.warning(
             "synth: %s: %d Python file(s) not UTF-8 (or over 1 MiB) get no bugs: %s",
@@ -215,11 +251,11 @@ def synthesize_files(
             pass_to_pass=(),
             repo_source=str(clean_dir),
         )
-        cache = run_cache.tree_dir(files, modules) if settings.cache else None
         try:
-            clean = baseline(grader, task, modules, settings.clean_runs, cache)
+            clean, modules, excluded = _baseline(repo_name, grader, task, files, modules, settings)
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
             raise ConfigError(f"synth: {repo_name}: {err}") from None
+        cache = run_cache.tree_dir(files, modules) if settings.cache else None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
         found = len(groups)
         groups = _sample_functions(groups, settings.max_functions, settings.seed)
@@ -249,6 +285,7 @@ def synthesize_files(
                 split="eval"
                 if _held_out(candidate.function, settings.eval_fraction, settings.seed)
                 else "train",
+                uncollectable=tuple(excluded),
                 info={
                     "bug_kind": candidate.site.kind,
                     "function": candidate.function,
@@ -267,6 +304,7 @@ def synthesize_files(
         "rejected": dict(sorted(rejected.items())),
         "kinds": dict(sorted(Counter(t.info["bug_kind"] for t in tasks).items())),
         "clean_tests": len(clean.ids),
+        "excluded_test_modules": excluded,
         "wall_s": round(time.monotonic() - start, 2),
     }
     stats["kept_fraction"] = round(len(tasks) / validated, 3) if validated else 0.0

@@ -26,7 +26,9 @@ def _cut(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 
 def _test_name(node_id: str) -> str:
-    return node_id.rsplit("::", 1)[-1]
+    """``test_q[a::b]`` of ``tests/t.py::C::test_q[a::b]`` (parameters may hold ``::``)."""
+    address, bracket, params = node_id.partition("[")
+    return address.rsplit("::", 1)[-1] + bracket + params
 
 
 def repository_statement(

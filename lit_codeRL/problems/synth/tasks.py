@@ -46,6 +46,10 @@ class SynthTask:
     """``train`` or ``eval``."""
     info: dict[str, Any] = field(default_factory=dict)
     """``bug_kind``, ``function``, ``line``, the source..."""
+    uncollectable: tuple[str, ...] = ()
+    """Test modules that do not collect on the clean repository (a test dependency the sandbox
+    lacks): left out of the debugging row, whose grading runs every test module (pytest runs no
+    test at all when one does not collect); the SWE row keeps them and runs its tests' files."""
 
 
 def debug_row(task: SynthTask) -> dict[str, Any]:
@@ -53,7 +57,7 @@ def debug_row(task: SynthTask) -> dict[str, Any]:
     return {
         "task_name": task.task_id,
         "description": task.statement,
-        "files": [_file_entry(p, c) for p, c in sorted(task.files.items())],
+        "files": [_file_entry(p, c) for p, c in sorted(task.files.items()) if p not in task.uncollectable],
         "fix": [{"path": p, "content": c} for p, c in sorted(task.fix.items())],
         "split": task.split,
         "extra_info": {**task.info, "fail_to_pass": list(task.fail_to_pass)},

@@ -126,6 +126,15 @@ def run_suite(
     )
 
 
+class SuiteDoesNotCollect(ValueError):
+    """The clean suite has collection errors: ``nodes`` (test modules, or a directory whose
+    ``conftest.py`` or ``__init__.py`` fails)."""
+
+    def __init__(self, nodes: Sequence[str]) -> None:
+        self.nodes = tuple(nodes)
+        super().__init__(f"the clean test suite does not collect: {', '.join(self.nodes)[:300]}")
+
+
 def baseline(
     grader: SWEGrader, task: SWETask, modules: Sequence[str], clean_runs: int = 2, cache: Path | None = None
 ) -> Baseline:
@@ -151,7 +160,7 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         if run.verdict not in ("resolved", "unresolved"):
             raise ValueError(f"the clean test suite did not run: {run.verdict} ({run.reason})")
         if run.collect_errors:
-            raise ValueError(f"the clean test suite does not collect: {', '.join(run.collect_errors)[:300]}")
+            raise SuiteDoesNotCollect(run.collect_errors)
         if set(run.statuses) != set(first.statuses):
             raise ValueError("the clean test suite collects different tests from run to run")
     if not first.statuses:
@@ -201,6 +210,8 @@ def classify(
         return f"run {run.verdict}"
     if run.collect_errors:
         return "collection error"
+    if not run.statuses:
+        return "no test ran"  # pytest stopped before its session (a conftest that does not import)
     if set(run.statuses) != clean.ids:
         return "test ids differ"
     fail = tuple(node for node in clean.passing if run.statuses.get(node) != "passed")
