@@ -84,6 +84,9 @@ class _Run:
     """Seconds the run took, the sandbox's start included."""
     cpu_s: float | None = None
     """CPU time of the run's processes (``None``: not known)."""
+    output: str = ""
+    """The end of what the run printed (pytest's own errors: a conftest that does not load): for
+    a person reading why a repository cannot be used, never for a grade."""
 
 
 def _run_tests(
@@ -124,6 +127,7 @@ def _run_tests(
         run.junit,
         time.monotonic() - start,
         run.cpu_s,
+        run.output,
     )
 
 

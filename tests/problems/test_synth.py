@@ -650,6 +650,9 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
         "tests/conftest.py": "import tally  # noqa: F401 - imported before any test, as many repositories do\n",
         # a test dependency the sandbox lacks (hypothesis, freezegun): this module is left out
         "tests/test_properties.py": "import a_test_dependency_not_installed\n\n\ndef test_p():\n    pass\n",
+        # a class that does not collect (markdown's): its whole module is left out
+        "tests/test_classes.py": "import pytest\n\n\nclass TestC:\n"
+        "    @pytest.mark.parametrize('not_an_argument', [1])\n    def test_x(self):\n        pass\n",
     }.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
@@ -664,15 +667,23 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
         "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
         "def test_add_zero():\n    assert add(0, 2) == 2\n"
     )
+    plugin = tmp_path / "needs_plugin"
+    (plugin / "tests").mkdir(parents=True)
+    (plugin / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (plugin / "tests" / "conftest.py").write_text("import a_pytest_plugin_not_installed\n")
+    (plugin / "tests" / "test_calc.py").write_text("def test_add():\n    assert True\n")
     out = tmp_path / "out"
     kinds = ["--kinds", "wrong_constant", "--per-function", "2", "--tries", "2", "--eval-fraction", "0"]
-    main(["synth", str(broken), str(repo), "--out", str(out), *kinds])
+    main(["synth", str(broken), str(plugin), str(repo), "--out", str(out), *kinds])
     report = json.loads((out / "report.json").read_text())
     why = report["failed_sources"][str(broken)]
     assert "no test passes on the clean repository: 2 error;" in why and "C extension is not built" in why
+    why = report["failed_sources"][str(plugin)]  # the conftest does not load: pytest's own words
+    assert "the clean test suite did not start" in why, why
+    assert "No module named 'a_pytest_plugin_not_installed'" in why, why
     (source,) = report["sources"]
     assert source["clean_tests"] == 4 and source["kept"] >= 2 and not report["dropped_by_check"]
-    assert source["excluded_test_modules"] == ["tests/test_properties.py"]
+    assert source["excluded_test_modules"] == ["tests/test_classes.py", "tests/test_properties.py"]
     assert "rejected" not in " ".join(source["rejected"]), source["rejected"]  # no tamper verdict
     skipped = "tests/test_core.py::TestTotals::test_mean_with_optional_backend"
     tasks = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")

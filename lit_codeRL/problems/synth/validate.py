@@ -54,6 +54,8 @@ class SuiteRun:
     wall_s: float = 0.0
     cpu_s: float | None = None
     """CPU time of the run's processes (``None``: not known)."""
+    output: str = ""
+    """The end of what the run printed (see ``debug_repo._Run.output``)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ def run_suite(
         run.reason,
         run.wall_s,
         run.cpu_s,
+        run.output,
     )
 
 
@@ -164,6 +167,10 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         if set(run.statuses) != set(first.statuses):
             raise ValueError("the clean test suite collects different tests from run to run")
     if not first.statuses:
+        if first.reason:  # pytest stopped before collecting (a conftest that does not load)
+            raise ValueError(
+                f"the clean test suite did not start: {first.reason}{_printed_error(first.output)}"
+            )
         raise ValueError(f"no test collected from {', '.join(modules)}")
     passing = tuple(
         node for node in first.statuses if all(run.statuses.get(node) == "passed" for run in runs)
@@ -177,6 +184,16 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         max(run.wall_s for run in runs),
         None if None in cpu else max(c for c in cpu if c is not None),
     )
+
+
+def _printed_error(output: str) -> str:
+    """``: <pytest's error line>`` from the end of a run's output (``E   ModuleNotFoundError: No
+    module named 'hypothesis'`` under ``ImportError while loading conftest``), or nothing."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("E ")] or [
+        line for line in lines if "Error" in line or "error:" in line
+    ]
+    return f": {' '.join(errors[-1].split())[:200]}" if errors else ""
 
 
 def _why_none_passes(runs: Sequence[SuiteRun]) -> str:
