@@ -168,9 +168,7 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
             raise ValueError("the clean test suite collects different tests from run to run")
     if not first.statuses:
         if first.reason:  # pytest stopped before collecting (a conftest that does not load)
-            raise ValueError(
-                f"the clean test suite did not start: {first.reason}{_printed_error(first.output)}"
-            )
+            raise ValueError(f"the clean test suite: {first.reason}{_printed_error(first.output)}")
         raise ValueError(f"no test collected from {', '.join(modules)}")
     passing = tuple(
         node for node in first.statuses if all(run.statuses.get(node) == "passed" for run in runs)
