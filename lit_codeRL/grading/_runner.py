@@ -103,11 +103,8 @@ def _python_path() -> list[tuple[str, bool]]:
     """The sandbox's ``PYTHONPATH`` (``-I`` ignores it; read by hand), each entry with whether it
     lies in the repository (the working directory)."""
     repo = os.path.realpath(os.getcwd())
-    return [
-        (p, os.path.realpath(p) == repo or os.path.realpath(p).startswith(repo + os.sep))
-        for p in os.environ.get("PYTHONPATH", "").split(":")
-        if p
-    ]
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    return [(p, os.path.commonpath([repo, os.path.realpath(p)]) == repo) for p in entries]
 
 
 def toolchain_dirs() -> list[str]:

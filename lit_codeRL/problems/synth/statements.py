@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from lit_codeRL.grading.repo import junit_key
+
 MAX_MESSAGE_CHARS = 600
 """An assertion message longer than this is cut (a huge repr teaches nothing)."""
 _MIN_LEAK_CHARS = 8
@@ -26,9 +28,9 @@ def _cut(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 
 def _test_name(node_id: str) -> str:
-    """``test_q[a::b]`` of ``tests/t.py::C::test_q[a::b]`` (parameters may hold ``::``)."""
-    address, bracket, params = node_id.partition("[")
-    return address.rsplit("::", 1)[-1] + bracket + params
+    """``test_q[a::b]`` of ``tests/t.py::C::test_q[a::b]``: the name junit gives the test
+    (parameters may hold ``::``), or the node id itself when it names no test."""
+    return junit_key(node_id)[1] or node_id
 
 
 def repository_statement(
