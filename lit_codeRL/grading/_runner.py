@@ -27,8 +27,10 @@ once every process of the sandbox is gone. Two processes:
 **The child** puts the standard library and the toolchain first on ``sys.path`` and the
 repository last; installs a meta-path finder that loads every standard-library and toolchain
 top-level module from trusted directories only (a repository module of the same name is never
-imported in its place); turns pytest's plugin autoload off and uses ``--import-mode=append``;
-imports pytest, all of ``_pytest`` and ``pluggy`` before any repository code; and installs an
+imported in its place; the repository's own ``test``/``tests`` packages, restored from the base
+like every test directory, are loaded from it first, never the standard library's ``test``);
+turns pytest's plugin autoload off and uses ``--import-mode=append``; imports pytest, all of
+``_pytest`` and ``pluggy`` before any repository code; and installs an
 audit hook (PEP 578, cannot be removed) that reports the garbage collector's object walks, frame
 access, tracing, ``ctypes``, new code objects and patches of code objects or toolchain classes
 when they are called from a source file the diff changed. Its reports go to the parent as they
@@ -118,6 +120,16 @@ def repository_roots() -> list[str]:
     """The ``PYTHONPATH`` entries inside the repository: imported from after the repository root,
     as an installed copy of a src-layout project would be."""
     return [p for p, inside in _python_path() if inside]
+
+
+def own_test_packages(repo: str) -> frozenset[str]:
+    """The repository's top-level test packages (``test/__init__.py``, ``tests/__init__.py``,
+    ``testing/__init__.py``), loaded from the repository first. Otherwise a package of that name
+    earlier on ``sys.path`` hides them and no test module under them imports (``No module named
+    'test.unit'``): CPython's own test suite is ``test``, and some wheels install a top-level
+    ``tests``. They are test directories, restored from the base commit before the run, so the
+    diff can neither bring nor change one."""
+    return frozenset(d for d in _scan.TEST_DIRS if os.path.isfile(os.path.join(repo, d, "__init__.py")))
 
 
 def toolchain_names() -> set[str]:
@@ -471,16 +483,19 @@ class _Reporter:
 
 class _TrustedFinder:
     """Loads standard-library and toolchain top-level modules from trusted directories only: a
-    repository module with such a name is never imported in their place."""
+    repository module with such a name is never imported in their place. ``own``: top-level
+    names loaded from the repository first (:func:`own_test_packages`)."""
 
-    def __init__(self, paths: list[str], names: frozenset[str]) -> None:
-        self.paths, self.names = list(paths), names
+    def __init__(self, paths: list[str], names: frozenset[str], repo: str, own: frozenset[str]) -> None:
+        self.paths, self.names, self.repo, self.own = list(paths), names, repo, own
 
     def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201
-        if path is not None or name.split(".")[0] not in self.names:
-            return None
         from importlib.machinery import PathFinder  # noqa: PLC0415
 
+        if path is None and name in self.own:
+            return PathFinder.find_spec(name, [self.repo])
+        if path is not None or name.split(".")[0] not in self.names:
+            return None
         spec = PathFinder.find_spec(name, self.paths)
         if spec is None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
@@ -545,7 +560,7 @@ def child_main() -> None:
     sys.path[:] = [*trusted, repo, *repository_roots()]
     toolchain = frozenset(toolchain_names())
     names = _scan.protected_names(toolchain)
-    finder = _TrustedFinder(trusted, names)
+    finder = _TrustedFinder(trusted, names, repo, own_test_packages(repo))
     from importlib.machinery import PathFinder  # noqa: PLC0415
 
     at = next((i for i, f in enumerate(sys.meta_path) if f is PathFinder), len(sys.meta_path))

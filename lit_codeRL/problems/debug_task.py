@@ -109,13 +109,23 @@ class DebugTask:
 
     @property
     def test_modules(self) -> list[str]:
-        """The test files pytest runs (``test_*.py``/``*_test.py``; not ``conftest.py`` or helpers)."""
-        return [path for path in self.test_files if _is_test_module(path)]
+        """The test files pytest runs (``test_*.py``/``*_test.py``; not ``conftest.py`` or helpers):
+        those the entry point names, when it names any (a repository whose configuration does not
+        collect some files named like tests, such as fixtures under ``tests/data``), else all."""
+        modules = [path for path in self.test_files if _is_test_module(path)]
+        try:
+            named = set(shlex.split(self.entry_point))
+        except ValueError:  # unbalanced quotes: the command names no file we can trust to read
+            named = set()
+        return [path for path in modules if path in named] or modules
 
     def content_key(self) -> str:
         """A hash of everything the task's repository and node ids depend on."""
         files = {p: {"base64": _b64(c)} if isinstance(c, bytes) else c for p, c in self.files.items()}
-        data = {"format": _FORMAT, "id": self.task_id, "files": files, "fix": self.fix}
+        data: dict[str, Any] = {"format": _FORMAT, "id": self.task_id, "files": files, "fix": self.fix}
+        every = [path for path in self.test_files if _is_test_module(path)]
+        if self.test_modules != every:  # only then: the keys of tasks that run every module stay
+            data["modules"] = self.test_modules
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_swe_task(self, root: str | Path | None = None, grader: SWEGrader | None = None) -> SWETask:

@@ -106,6 +106,33 @@ def test_failure_messages_read_the_message_not_the_traceback():
     assert failure_messages(b"<not xml", ["a.py::b"]) == {}
 
 
+def test_collection_errors_are_named_with_pytests_error_line_and_grouped_by_it():
+    from lit_codeRL.problems.synth.validate import collect_reasons, why_not_collected
+
+    junit = (
+        b'<testsuites><testsuite><testcase classname="" name="tests.test_a">'
+        b'<error message="collection failure">Traceback:\ntests/test_a.py:1: in &lt;module&gt;\n'
+        b"    import six\nE   ModuleNotFoundError: No module named 'six'</error></testcase>"
+        b'<testcase classname="tests.test_b" name="TestB"><error message="collection failure">'
+        b"E   In TestB:\nE   TypeError: bad</error></testcase>"
+        b'<testcase classname="" name="tests.test_c"><error message="collection failure">no E line</error>'
+        b'</testcase><testcase classname="tests.test_d" name="test_ok"/></testsuite></testsuites>'
+    )
+    nodes = ["tests/test_a.py", "tests/test_b.py::TestB", "tests/test_c.py", "tests/test_e.py"]
+    reasons = collect_reasons(junit, nodes)
+    assert reasons == {
+        "tests/test_a.py": "ModuleNotFoundError: No module named 'six'",
+        "tests/test_b.py::TestB": "TypeError: bad",
+        "tests/test_c.py": "collection failure",
+    }
+    six = {f"t/{n}.py": "ModuleNotFoundError: No module named 'six'" for n in "pqrs"}
+    assert why_not_collected([*six, "t/x.py", "t/y.py"], {**six, "t/x.py": "SyntaxError: bad"}) == (
+        "ModuleNotFoundError: No module named 'six' (t/p.py, t/q.py, t/r.py, and 1 more); "
+        "SyntaxError: bad (t/x.py); t/y.py"
+    )
+    assert collect_reasons(b"<not xml", nodes) == {} and collect_reasons(None, nodes) == {}
+
+
 def test_statements_name_the_test_and_values_and_the_leak_check_catches_the_changed_line():
     diff = unified_diff("m.py", "def f(x):\n    return x + 1\n", "def f(x):\n    return x - 1\n")
     text = repository_statement(["tests/test_m.py::test_f"], {"tests/test_m.py::test_f": "assert 1 == 3"}, 4)
@@ -710,3 +737,88 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
     assert kept and len(dropped) <= 1
     for task_id in dropped:
         assert f"{skipped}: skipped" in caplog.text and task_id in caplog.text
+
+
+def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_lacks(
+    tmp_path, monkeypatch, caplog, capsys
+):
+    """The repository says which files are its tests (``testpaths``, an ``--ignore`` in
+    ``addopts`` beside an option of a plugin the sandbox lacks): files named like tests outside
+    them are not run, and stay in the rows as the data they are (a test here reads one). Its tests
+    live in its own ``test`` package, the standard library's name: they import and grade. A test
+    module that needs a package the sandbox lacks is left out, with the package named."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.problems.debug import load_debug_tasks
+
+    repo = tmp_path / "shelf"
+    reads_fixture = (
+        "\n\ndef test_fixture_is_python_2():\n"
+        "    from pathlib import Path\n\n"
+        "    assert Path(__file__).parents[1].joinpath('fixtures', 'legacy_test.py').read_text().startswith('print')\n"
+    )
+    for path, text in {
+        "pyproject.toml": "[project]\nname = 'shelf'\nversion = '1.0'\n\n[tool.pytest.ini_options]\n"
+        "testpaths = ['test']\naddopts = '--cov=shelf --ignore=test/fixtures -ra'\n",
+        "shelf/__init__.py": "",
+        "shelf/lib.py": LIB,
+        "test/__init__.py": "",
+        "test/unit/__init__.py": "",
+        "test/unit/helpers.py": "LOW, HIGH = 0, 10\n",
+        "test/unit/test_lib.py": "from test.unit.helpers import HIGH, LOW  # noqa: F401\n"
+        + TESTS
+        + reads_fixture,
+        "test/unit/test_extra.py": "import a_test_dependency_xyz  # noqa: F401\n\n\ndef test_x():\n    pass\n",
+        # named like tests, not tests: a Python 2 fixture the suite reads, a release script
+        "test/fixtures/legacy_test.py": 'print "python 2"\n',
+        "scripts/test_release.py": "import a_release_tool_xyz  # noqa: F401\n\n\ndef test_release():\n    pass\n",
+    }.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth"):
+        main(
+            [
+                "synth",
+                str(repo),
+                "--out",
+                str(out),
+                "--kinds",
+                "compare_op,off_by_one",
+                "--eval-fraction",
+                "0",
+            ]
+        )
+    report = json.loads((out / "report.json").read_text())
+    (source,) = report["sources"]
+    assert source["not_configured_test_files"] == ["scripts/test_release.py", "test/fixtures/legacy_test.py"]
+    assert source["excluded_test_modules"] == ["test/unit/test_extra.py"]
+    assert (
+        "ModuleNotFoundError: No module named 'a_test_dependency_xyz' (test/unit/test_extra.py)"
+        in caplog.text
+    )
+    assert source["clean_tests"] == 7 and source["kept"] >= 1 and not report["dropped_by_check"], report
+    rows = [json.loads(line) for line in (out / "debug" / "tasks.jsonl").read_text().splitlines()]
+    assert rows and all(row["entry_point"] == "python -m pytest -sq test/unit/test_lib.py" for row in rows)
+    assert all("test/fixtures/legacy_test.py" in {f["path"] for f in row["files"]} for row in rows)
+    assert {t.test_modules[0] for t in load_debug_tasks(str(out / "debug" / "tasks.jsonl"))} == {
+        "test/unit/test_lib.py"
+    }
+
+    # a repository whose only test module lacks a package: the one-line error names the package
+    lonely = tmp_path / "lonely"
+    (lonely / "tests").mkdir(parents=True)
+    (lonely / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (lonely / "tests" / "test_calc.py").write_text("import lxml_like_dependency_xyz  # noqa: F401\n")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["synth", str(lonely), "--out", str(tmp_path / "lonely-out")])
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "lonely: the clean test suite does not collect: ModuleNotFoundError: No module named "
+            "'lxml_like_dependency_xyz' (tests/test_calc.py)"
+        )
+    )

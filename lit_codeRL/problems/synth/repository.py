@@ -30,6 +30,7 @@ from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
+from lit_codeRL.problems.synth.discover import collected_modules, configured_modules
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
@@ -38,6 +39,7 @@ from lit_codeRL.problems.synth.validate import (
     SuiteDoesNotCollect,
     baseline,
     validate_functions,
+    why_not_collected,
     workspace_check,
 )
 
@@ -198,9 +200,10 @@ def _baseline(
         excluded = sorted(failing & set(modules))
         if not excluded or failing - set(excluded) or len(excluded) == len(modules):
             raise
+        why = why_not_collected(err.nodes, err.reasons)
     log.warning(
         "synth: %s: %d of %d test module(s) do not collect on the clean repository, left out: %s",
-        repo_name, len(excluded), len(modules), excluded[:5],
+        repo_name, len(excluded), len(modules), why,
     )  # fmt: skip
     kept = [m for m in modules if m not in excluded]
     cache = run_cache.tree_dir(files, kept) if settings.cache else None
@@ -252,6 +255,20 @@ def synthesize_files(
             pass_to_pass=(),
             repo_source=str(clean_dir),
         )
+        modules, unconfigured = configured_modules(
+            modules, collected_modules(grader, task, files, settings.cache)
+        )
+        if unconfigured:
+            log.warning(
+                "synth: %s: %d file(s) named like tests are not collected by the repository's pytest "
+                "configuration (testpaths, norecursedirs, --ignore, collect_ignore), left out: %s",
+                repo_name, len(unconfigured), unconfigured[:5],
+            )  # fmt: skip
+        if not modules:
+            raise ConfigError(
+                f"synth: {repo_name}: its pytest configuration collects none of its test modules "
+                f"(test_*.py or *_test.py): {unconfigured[:5]}"
+            )
         try:
             clean, modules, excluded = _baseline(repo_name, grader, task, files, modules, settings)
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
@@ -287,6 +304,7 @@ def synthesize_files(
                 if _held_out(candidate.function, settings.eval_fraction, settings.seed)
                 else "train",
                 uncollectable=tuple(excluded),
+                test_modules=tuple(modules),
                 info={
                     "bug_kind": candidate.site.kind,
                     "function": candidate.function,
@@ -306,6 +324,7 @@ def synthesize_files(
         "kinds": dict(sorted(Counter(t.info["bug_kind"] for t in tasks).items())),
         "clean_tests": len(clean.ids),
         "excluded_test_modules": excluded,
+        "not_configured_test_files": unconfigured,
         "wall_s": round(time.monotonic() - start, 2),
     }
     stats["kept_fraction"] = round(len(tasks) / validated, 3) if validated else 0.0

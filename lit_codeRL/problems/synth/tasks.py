@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_codeRL.problems.debug_repo import _write_files
+from lit_codeRL.problems.debug_task import DEFAULT_TEST_COMMAND, _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import git_environment, run_git
 
 _GIT_DATE = "2000-01-01T00:00:00+0000"
@@ -50,6 +52,19 @@ class SynthTask:
     """Test modules that do not collect on the clean repository (a test dependency the sandbox
     lacks): left out of the debugging row, whose grading runs every test module (pytest runs no
     test at all when one does not collect); the SWE row keeps them and runs its tests' files."""
+    test_modules: tuple[str, ...] = ()
+    """The test modules the task's tests were measured on, when not every file named like a test
+    is one (the repository's configuration does not collect some): the debugging row's entry
+    point names them, and its grading runs those. Empty: every ``test_*.py``/``*_test.py``."""
+
+
+def _entry_point(task: SynthTask) -> dict[str, str]:
+    every = sorted(
+        p for p in task.files if p not in task.uncollectable and _is_test_path(p) and _is_test_module(p)
+    )
+    if not task.test_modules or sorted(task.test_modules) == every:
+        return {}
+    return {"entry_point": f"{DEFAULT_TEST_COMMAND} {shlex.join(sorted(task.test_modules))}"}
 
 
 def debug_row(task: SynthTask) -> dict[str, Any]:
@@ -61,6 +76,7 @@ def debug_row(task: SynthTask) -> dict[str, Any]:
         "fix": [{"path": p, "content": c} for p, c in sorted(task.fix.items())],
         "split": task.split,
         "extra_info": {**task.info, "fail_to_pass": list(task.fail_to_pass)},
+        **_entry_point(task),
     }
 
 

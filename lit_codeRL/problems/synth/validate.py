@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +56,9 @@ class SuiteRun:
     """CPU time of the run's processes (``None``: not known)."""
     output: str = ""
     """The end of what the run printed (see ``debug_repo._Run.output``)."""
+    collect_reasons: dict[str, str] = field(default_factory=dict)
+    """Node id of a collection error -> why (pytest's last ``E`` line: ``ModuleNotFoundError: No
+    module named 'six'``)."""
 
 
 @dataclass(frozen=True)
@@ -81,26 +84,51 @@ class Bug:
     """Failure messages of the FAIL_TO_PASS tests."""
 
 
+def _junit_problems(junit: bytes | None) -> list[tuple[tuple[str, str], ET.Element]]:
+    """``((classname, name), element)`` of each ``failure``/``error`` of a junit file (none when
+    it does not parse)."""
+    if not junit:
+        return []
+    try:
+        root = ET.fromstring(junit)
+    except ET.ParseError:
+        return []
+    return [
+        ((case.get("classname", ""), case.get("name", "")), child)
+        for case in root.iter("testcase")
+        for child in case
+        if child.tag in ("failure", "error")
+    ]
+
+
 def failure_messages(junit: bytes | None, node_ids: Sequence[str]) -> dict[str, str]:
     """The ``message`` attribute of each failed or erroring test case among ``node_ids`` (pytest
     puts the assertion there, with its rewritten values; the traceback text is not read: it
     quotes the code under test, which would show the bug)."""
-    if not junit:
-        return {}
-    try:
-        root = ET.fromstring(junit)
-    except ET.ParseError:
-        return {}
     by_key: dict[tuple[str, str], str] = {}
-    for case in root.iter("testcase"):
-        for child in case:
-            if child.tag in ("failure", "error") and child.get("message"):
-                by_key.setdefault((case.get("classname", ""), case.get("name", "")), child.get("message", ""))
+    for key, element in _junit_problems(junit):
+        if element.get("message"):
+            by_key.setdefault(key, element.get("message", ""))
+    found = {node: by_key.get(junit_key(node), "") for node in node_ids}
+    return {node: message for node, message in found.items() if message}
+
+
+def collect_reasons(junit: bytes | None, nodes: Sequence[str]) -> dict[str, str]:
+    """Why each of ``nodes`` (collection errors: ``tests/t.py``, ``tests/t.py::C``) did not
+    collect: the last ``E`` line of its junit error (the exception pytest printed), else the
+    error's message. Read for the user's one-line error only (the test code is the user's own)."""
+    by_key: dict[tuple[str, str], str] = {}
+    for key, element in _junit_problems(junit):
+        if element.tag == "error":
+            said = [line[1:].strip() for line in (element.text or "").splitlines() if line.startswith("E ")]
+            by_key.setdefault(key, " ".join((said[-1] if said else element.get("message", "")).split())[:200])
     out = {}
-    for node in node_ids:
-        message = by_key.get(junit_key(node))
-        if message:
-            out[node] = message
+    for node in nodes:
+        module, name = junit_key(node)
+        # pytest's junit names a module's collection error by the module alone (classname "")
+        why = by_key.get((module, name) if name else ("", module))
+        if why:
+            out[node] = why
     return out
 
 
@@ -126,16 +154,36 @@ def run_suite(
         run.wall_s,
         run.cpu_s,
         run.output,
+        collect_reasons(run.junit, run.collect_errors),
     )
 
 
 class SuiteDoesNotCollect(ValueError):
     """The clean suite has collection errors: ``nodes`` (test modules, or a directory whose
-    ``conftest.py`` or ``__init__.py`` fails)."""
+    ``conftest.py`` or ``__init__.py`` fails), with why where pytest said (``reasons``)."""
 
-    def __init__(self, nodes: Sequence[str]) -> None:
+    def __init__(self, nodes: Sequence[str], reasons: Mapping[str, str] | None = None) -> None:
         self.nodes = tuple(nodes)
-        super().__init__(f"the clean test suite does not collect: {', '.join(self.nodes)[:300]}")
+        self.reasons = dict(reasons or {})
+        super().__init__(
+            f"the clean test suite does not collect: {why_not_collected(self.nodes, self.reasons)}"
+        )
+
+
+def why_not_collected(nodes: Sequence[str], reasons: Mapping[str, str]) -> str:
+    """``nodes`` grouped by reason, the commonest first: ``ModuleNotFoundError: No module named
+    'astroid' (tests/a.py, tests/b.py); ModuleNotFoundError: No module named 'six' (tests/c.py)``
+    (a missing test dependency is named once, with what needs it); those pytest gave no reason
+    for last."""
+    groups: dict[str, list[str]] = {}
+    for node in nodes:
+        groups.setdefault(reasons.get(node, ""), []).append(node)
+    parts = []
+    for why, members in sorted(groups.items(), key=lambda item: (not item[0], -len(item[1]), item[0])):
+        shown = ", ".join(members[:3]) + (f", and {len(members) - 3} more" if len(members) > 3 else "")
+        parts.append(f"{why} ({shown})" if why else shown)
+    text = "; ".join(parts)
+    return text if len(text) <= 600 else text[:595] + " ..."
 
 
 def baseline(
@@ -163,7 +211,7 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         if run.verdict not in ("resolved", "unresolved"):
             raise ValueError(f"the clean test suite did not run: {run.verdict} ({run.reason})")
         if run.collect_errors:
-            raise SuiteDoesNotCollect(run.collect_errors)
+            raise SuiteDoesNotCollect(run.collect_errors, run.collect_reasons)
         if set(run.statuses) != set(first.statuses):
             raise ValueError("the clean test suite collects different tests from run to run")
     if not first.statuses:

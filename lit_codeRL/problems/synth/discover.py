@@ -1,0 +1,136 @@
+"""Which test modules a repository's own pytest configuration collects.
+
+The grader runs the test files it is given (``-o addopts=``, explicit paths: the repository's
+``addopts`` could load plugins). A repository says in its configuration which files are its tests:
+``testpaths``, ``norecursedirs``, ``python_files``, ``--ignore`` in ``addopts``, ``collect_ignore``
+in a ``conftest.py``. A file that matches ``test_*.py`` but is none of them (``asttokens`` keeps
+Python 2 fixtures named ``*_test.py`` under an ``--ignore``\\d ``tests/testdata``) would otherwise
+be run as a test module. So synthesis asks pytest itself, in a sandbox workspace on the clean
+repository: ``pytest --collect-only`` from the root, with the repository's configuration, and keeps
+the modules it collected from or failed to collect (the latter are then left out by the clean
+runs, with the reason). When pytest cannot parse the ``addopts`` here (``--cov`` without
+``pytest-cov``), collection runs again with only those of them that choose what is collected
+(``--ignore``, ``--ignore-glob``, ``--deselect``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.problems.swe import SWETask
+from lit_codeRL.problems.synth import run_cache
+from lit_codeRL.sandbox.workspace import WorkspaceError, open_workspace
+
+log = logging.getLogger(__name__)
+_MOUNT = "/opt/lcrl-discover"
+_SCRATCH_BYTES = 8 << 20
+_TIMEOUT_S = 300.0
+
+# Runs in the sandbox with the toolchain's Python: the modules pytest collects items from, and
+# those it fails to collect, relative to the repository root; the exit code of each attempt.
+_SCRIPT = r"""
+import json, os, sys
+
+import pytest
+
+out_path = sys.argv[1]
+root = os.getcwd()
+sys.path.append(root)
+
+
+class Collected:
+    def __init__(self):
+        self.modules, self.failed, self.addopts = set(), set(), []
+
+    def _rel(self, path):
+        rel = os.path.relpath(str(path), root)
+        return None if rel.startswith("..") else rel.replace(os.sep, "/")
+
+    def pytest_collectreport(self, report):
+        path = report.nodeid.split("::", 1)[0]
+        if report.failed and path.endswith(".py"):
+            self.failed.add(path)
+
+    def pytest_load_initial_conftests(self, early_config):  # before an unknown option fails
+        self.addopts = list(early_config.getini("addopts"))
+
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            rel = self._rel(getattr(item, "path", ""))
+            if rel and rel.endswith(".py"):
+                self.modules.add(rel)
+
+
+def selecting(addopts):  # the options of addopts that choose what is collected
+    kept, take = [], False
+    for arg in addopts:
+        if take or arg.startswith(("--ignore=", "--ignore-glob=", "--deselect=")):
+            kept.append(arg)
+        take = arg in ("--ignore", "--ignore-glob", "--deselect")
+        if take:
+            kept.append(arg)
+    return kept
+
+
+base = ["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", root, "--import-mode=append"]
+found = Collected()
+attempts = [int(pytest.main([*base, "--maxfail=0"], plugins=[found]))]
+if attempts[0] == 4:  # a usage error: an addopts option of a plugin this Python lacks (--cov)
+    kept = selecting(found.addopts)
+    found = Collected()
+    attempts.append(int(pytest.main([*base, "-o", "addopts=", *kept, "--maxfail=0"], plugins=[found])))
+with open(out_path, "w") as f:
+    json.dump({"exit": attempts, "modules": sorted(found.modules), "failed": sorted(found.failed)}, f)
+"""
+_USABLE_EXITS = (0, 2, 5)
+"""pytest's exit codes after which its collection is complete: ok, collection errors, no test."""
+
+
+def collected_modules(
+    grader: SWEGrader, task: SWETask, files: Mapping[str, str | bytes], use_cache: bool = True
+) -> frozenset[str] | None:
+    """The ``.py`` files pytest collects from (or fails to collect) on ``task``'s clean repository
+    with the repository's own configuration; ``None`` when pytest did not get through collection
+    (a ``conftest.py`` that does not load: the clean runs then say why) or the sandbox failed."""
+    digest = hashlib.sha256(_SCRIPT.encode()).hexdigest()[:16]
+    path = run_cache.tree_dir(files, []) / f"discovered-{digest}.json" if use_cache else None
+    data = run_cache.load(path)
+    if data is None:
+        data = _collect(grader, task)
+        if data is None:
+            return None
+        run_cache.store(path, data)
+    if not set(data.get("exit", [None])[-1:]) <= set(_USABLE_EXITS):
+        return None
+    return frozenset(map(str, data.get("modules", []))) | frozenset(map(str, data.get("failed", [])))
+
+
+def _collect(grader: SWEGrader, task: SWETask) -> dict | None:
+    try:
+        with open_workspace(grader.workspace, grader.repos.get(task), scratch={_MOUNT: _SCRATCH_BYTES}) as ws:
+            ws.write_file(f"{_MOUNT}/discover.py", _SCRIPT, confine=False)
+            run = ws.run(
+                f"python {_MOUNT}/discover.py {_MOUNT}/out.json", timeout=_TIMEOUT_S, max_output=2000
+            )
+            if run.exit_code != 0:
+                log.warning(
+                    "synth: %s: collecting the tests failed: %s", task.repo, run.output[-300:].strip()
+                )
+                return None
+            data = json.loads(ws.read_file(f"{_MOUNT}/out.json", _SCRATCH_BYTES, confine=False))
+    except (WorkspaceError, OSError, ValueError) as err:
+        log.warning("synth: %s: collecting the tests failed: %s", task.repo, err)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def configured_modules(found: Sequence[str], collected: frozenset[str] | None) -> tuple[list[str], list[str]]:
+    """``found`` (the test modules by name) split into those the configuration collects and those
+    it does not; all of ``found`` when collection told nothing."""
+    if collected is None:
+        return list(found), []
+    return [m for m in found if m in collected], [m for m in found if m not in collected]
