@@ -276,8 +276,12 @@ class Outcomes:
             # a skipped subtest (``skipTest`` in ``subTest``, pytest's ``subtests``), then the test
             # passing: junit keeps the skip on the test's one case, and the two records must agree
             status = "skipped"
+        elif when == "call" and xfail:
+            # an expected failure that failed (xfailed), or passed (xpassed: a non-strict xfail
+            # mark; junit writes it as passed): never "passed", which the test was not meant to
+            status = {"skipped": "xfailed", "passed": "xpassed"}.get(outcome, "failed")
         elif when == "call":
-            status = ("xfailed" if outcome == "skipped" else "failed") if xfail else outcome
+            status = outcome
         elif outcome == "failed":
             status = "error"  # setup or teardown failed
         elif outcome == "skipped":
@@ -580,6 +584,11 @@ def child_main() -> None:
                 pass
     _install_monitor(channel, repo, watched, toolchain)
     code = int(pytest.main(args, plugins=[_Reporter(channel)]))
+    for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed or replaced stream: nothing to keep
+            pass
     os._exit(code)
 
 

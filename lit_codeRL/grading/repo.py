@@ -23,8 +23,8 @@ or the stdlib, packaging metadata, native code, reporter or interpreter internal
 reading "passed", a forged reporting pipe), with its own reward (``tamper_reward``, default the
 failure reward); ``rejected`` when the records disagree or do not parse; otherwise ``resolved``
 or ``unresolved`` from the tests. Nothing is ever read from the tests' stdout. A FAIL_TO_PASS test
-that is absent, skipped, xfailed or errored counts as failed; so does every test of a file that
-does not collect. ``resolved`` needs every FAIL_TO_PASS and every PASS_TO_PASS test passed.
+that is absent, skipped, xfailed, xpassed (a non-strict ``xfail`` that passed) or errored counts
+as failed; so does every test of a file that does not collect. ``resolved`` needs every FAIL_TO_PASS and every PASS_TO_PASS test passed.
 Partial credit (when asked for) is the fraction of FAIL_TO_PASS passed, and only when every
 PASS_TO_PASS passes. What can still forge a pass, with its case: ``docs/swe.md``.
 """
@@ -311,7 +311,9 @@ def _judge(
     for node in wanted:
         recorded = outcomes.get(node, "absent")
         in_junit = junit_status.get(junit_key(node), "absent")
-        if (recorded == "passed") != (in_junit == "passed"):
+        # junit writes an unexpected pass of a non-strict xfail as passed; the record keeps it
+        # apart (xpassed) and it never counts as passed
+        if (recorded in ("passed", "xpassed")) != (in_junit == "passed"):
             return reject(f"{node}: the runner recorded {recorded}, junit says {in_junit}")
     f2p = {n: outcomes.get(n, "absent") for n in task.fail_to_pass}
     p2p = {n: outcomes.get(n, "absent") for n in task.pass_to_pass}

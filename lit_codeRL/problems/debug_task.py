@@ -38,7 +38,7 @@ DEFAULT_TEST_COMMAND = "python -m pytest -sq"
 """The entry point's command; the task's test modules are appended."""
 FAILING = ("failed", "error", "absent")
 """Statuses at the base that make a test FAIL_TO_PASS (a test that does not even collect fails)."""
-_FORMAT = 1
+_FORMAT = 2
 """Bump when the repository layout or how node ids are measured changes: old cache entries then
 stop matching instead of being trusted."""
 

@@ -217,7 +217,7 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
     if not first.statuses:
         if first.reason:  # pytest stopped before collecting (a conftest that does not load)
             raise ValueError(f"the clean test suite: {first.reason}{_printed_error(first.output)}")
-        raise ValueError(f"no test collected from {', '.join(modules)}")
+        raise ValueError(f"no test collected from {', '.join(modules)[:300]}{_printed_error(first.output)}")
     passing = tuple(
         node for node in first.statuses if all(run.statuses.get(node) == "passed" for run in runs)
     )
@@ -233,12 +233,17 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
 
 
 def _printed_error(output: str) -> str:
-    """``: <pytest's error line>`` from the end of a run's output (``E   ModuleNotFoundError: No
-    module named 'hypothesis'`` under ``ImportError while loading conftest``), or nothing."""
+    """``: <pytest's error line>`` from the end of a run's output, or nothing: ``E
+    ModuleNotFoundError: No module named 'hypothesis'`` under ``ImportError while loading
+    conftest``; the last ``INTERNALERROR>`` line when pytest itself failed (``filterwarnings =
+    error`` and a marker of a plugin the sandbox lacks); ``mainloop: caught unexpected
+    SystemExit!`` when importing a test module exits (a module-level ``unittest.main()``)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("E ")] or [
-        line for line in lines if "Error" in line or "error:" in line
-    ]
+    errors = (
+        [line for line in lines if line.startswith("E ")]
+        or [line for line in lines if line.startswith("INTERNALERROR>") and "File " not in line]
+        or [line for line in lines if "Error" in line or "error:" in line or line.startswith("mainloop:")]
+    )
     return f": {' '.join(errors[-1].split())[:200]}" if errors else ""
 
 
