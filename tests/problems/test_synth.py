@@ -739,6 +739,16 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
         assert f"{skipped}: skipped" in caplog.text and task_id in caplog.text
 
 
+CALC = "def add(a, b):\n    return a + b\n"
+
+
+def _write_tree(root, files: dict[str, str]):
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
 def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_lacks(
     tmp_path, monkeypatch, caplog
 ):
@@ -752,7 +762,6 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
     from lit_codeRL.cli import main
     from lit_codeRL.problems.debug import load_debug_tasks
 
-    repo = tmp_path / "shelf"
     reads_fixture = (
         "\n\n@pytest.mark.xfail(reason='not meant to pass yet')\ndef test_an_unexpected_pass():\n"
         "    assert clamp(1, 0, 10) == 1\n"
@@ -760,24 +769,25 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
         "    from pathlib import Path\n\n"
         "    assert Path(__file__).parents[1].joinpath('fixtures', 'legacy_test.py').read_text().startswith('print')\n"
     )
-    for path, text in {
-        "pyproject.toml": "[project]\nname = 'shelf'\nversion = '1.0'\n\n[tool.pytest.ini_options]\n"
-        "testpaths = ['test']\naddopts = '--cov=shelf --ignore=test/fixtures -ra'\n",
-        "shelf/__init__.py": "",
-        "shelf/lib.py": LIB,
-        "test/__init__.py": "",
-        "test/unit/__init__.py": "",
-        "test/unit/helpers.py": "LOW, HIGH = 0, 10\n",
-        "test/unit/test_lib.py": "import pytest\n\nfrom test.unit.helpers import HIGH, LOW  # noqa: F401\n"
-        + TESTS
-        + reads_fixture,
-        "test/unit/test_extra.py": "import a_test_dependency_xyz  # noqa: F401\n\n\ndef test_x():\n    pass\n",
-        # named like tests, not tests: a Python 2 fixture the suite reads, a release script
-        "test/fixtures/legacy_test.py": 'print "python 2"\n',
-        "scripts/test_release.py": "import a_release_tool_xyz  # noqa: F401\n\n\ndef test_release():\n    pass\n",
-    }.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(text)
+    repo = _write_tree(
+        tmp_path / "shelf",
+        {
+            "pyproject.toml": "[project]\nname = 'shelf'\nversion = '1.0'\n\n[tool.pytest.ini_options]\n"
+            "testpaths = ['test']\naddopts = '--cov=shelf --ignore=test/fixtures -ra'\n",
+            "shelf/__init__.py": "",
+            "shelf/lib.py": LIB,
+            "test/__init__.py": "",
+            "test/unit/__init__.py": "",
+            "test/unit/helpers.py": "LOW, HIGH = 0, 10\n",
+            "test/unit/test_lib.py": "import pytest\n\nfrom test.unit.helpers import HIGH, LOW  # noqa: F401\n"
+            + TESTS
+            + reads_fixture,
+            "test/unit/test_extra.py": "import a_test_dependency_xyz  # noqa: F401\n\n\ndef test_x():\n    pass\n",
+            # named like tests, not tests: a Python 2 fixture the suite reads, a release script
+            "test/fixtures/legacy_test.py": 'print "python 2"\n',
+            "scripts/test_release.py": "import a_release_tool_xyz  # noqa: F401\n\n\ndef test_release():\n    pass\n",
+        },
+    )
     out = tmp_path / "out"
     with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth"):
         main(
@@ -814,22 +824,21 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
     }
 
     # a repository whose only test module lacks a package: the one-line error names the package
-    lonely = tmp_path / "lonely"
-    (lonely / "tests").mkdir(parents=True)
-    (lonely / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (lonely / "tests" / "test_calc.py").write_text("import lxml_like_dependency_xyz  # noqa: F401\n")
+    lonely = _write_tree(
+        tmp_path / "lonely",
+        {"calc.py": CALC, "tests/test_calc.py": "import lxml_like_dependency_xyz  # noqa: F401\n"},
+    )
     # one whose pytest fails inside (warnings are errors, and its conftest marks tests with a
     # plugin's marker the sandbox lacks): pytest's INTERNALERROR line, not a bare "no test"
-    internal = tmp_path / "internal"
-    (internal / "tests").mkdir(parents=True)
-    (internal / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (internal / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n")
-    (internal / "tests" / "conftest.py").write_text(
-        "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
-        "    for item in items:\n        item.add_marker(pytest.mark.no_cover_xyz)\n"
-    )
-    (internal / "tests" / "test_calc.py").write_text(
-        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    internal = _write_tree(
+        tmp_path / "internal",
+        {
+            "calc.py": CALC,
+            "pytest.ini": "[pytest]\nfilterwarnings =\n    error\n",
+            "tests/conftest.py": "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
+            "    for item in items:\n        item.add_marker(pytest.mark.no_cover_xyz)\n",
+            "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+        },
     )
     with pytest.raises(SystemExit):
         main(["synth", str(lonely), str(internal), "--out", str(tmp_path / "failed-out")])
