@@ -5,14 +5,17 @@ a minimal ``/etc``, built once per machine in the user's cache directory."""
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
 
+from lit_codeRL.errors import ConfigError
 from lit_codeRL.sandbox import backends
 
 _TOOLCHAIN_SCRIPT = r"""
@@ -39,6 +42,25 @@ _TOOLCHAIN_LAYOUT = 2
 """Part of the cache key: bump when what a toolchain directory holds changes."""
 _TOOLCHAIN_LOCK = threading.Lock()
 _TOOLCHAINS: dict[tuple[str, tuple[str, ...]], Path] = {}
+
+
+def with_test_deps(test_deps: str) -> tuple[str, ...]:
+    """``WorkspaceConfig.toolchain`` for a command line's ``--test-deps hypothesis,six``: pytest
+    and each named distribution, which must be installed for this interpreter (a bwrap sandbox
+    copies the installed files). Raises ``ConfigError`` naming those that are not."""
+    names = [name.strip() for name in test_deps.split(",") if name.strip()]
+    missing = []
+    for name in names:
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    if missing:
+        raise ConfigError(
+            f"--test-deps: {', '.join(missing)} not installed for {sys.executable} "
+            f"(pip install {' '.join(missing)})"
+        )
+    return tuple(dict.fromkeys(["pytest", *names]))
 
 
 def toolchain_dir(python: str, dists: tuple[str, ...]) -> Path:

@@ -826,7 +826,12 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
     # a repository whose only test module lacks a package: the one-line error names the package
     lonely = _write_tree(
         tmp_path / "lonely",
-        {"calc.py": CALC, "tests/test_calc.py": "import lxml_like_dependency_xyz  # noqa: F401\n"},
+        {
+            "calc.py": CALC,
+            "tests/test_calc.py": "import docstring_parser\n\nfrom calc import add\n\n\n"
+            "def test_add():\n    assert add(1, 2) == 3\n\n\n"
+            "def test_parser():\n    assert docstring_parser.parse('Hi.').short_description == 'Hi.'\n",
+        },
     )
     # one whose pytest fails inside (warnings are errors, and its conftest marks tests with a
     # plugin's marker the sandbox lacks): pytest's INTERNALERROR line, not a bare "no test"
@@ -845,7 +850,18 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
     failed = json.loads((tmp_path / "failed-out" / "report.json").read_text())["failed_sources"]
     assert failed[str(lonely)].endswith(
         "lonely: the clean test suite does not collect: ModuleNotFoundError: No module named "
-        "'lxml_like_dependency_xyz' (tests/test_calc.py)"
+        "'docstring_parser' (tests/test_calc.py) (the sandbox imports pytest and the --test-deps "
+        "distributions only: install what is missing here and name it in --test-deps)"
     ), failed
     assert "no test collected from tests/test_calc.py: INTERNALERROR> " in failed[str(internal)], failed
     assert "Unknown pytest.mark.no_cover_xyz" in failed[str(internal)], failed
+    # named with --test-deps (installed here), the tests import it in the sandbox, and the rows
+    # pass the final check graded with the same toolchain
+    main(["synth", str(lonely), "--out", str(tmp_path / "deps"), "--test-deps", "docstring-parser"])
+    report = json.loads((tmp_path / "deps" / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["failed_sources"], report
+    from lit_codeRL.sandbox.workspace_toolchain import with_test_deps
+
+    assert with_test_deps(" docstring-parser,pytest ") == ("pytest", "docstring-parser")
+    with pytest.raises(ConfigError, match="--test-deps: not-a-distribution-xyz not installed"):
+        with_test_deps("not-a-distribution-xyz")

@@ -19,6 +19,7 @@ from lit_codeRL.errors import ConfigError
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.swe import RepoCache, SWETask, load_swe_tasks
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
+from lit_codeRL.sandbox.workspace_toolchain import with_test_deps
 
 
 def episodes(path: Path) -> Iterator[dict[str, Any]]:
@@ -37,8 +38,10 @@ def regrade(
     out: Path | None = None,
     partial_credit: bool = False,
     parallel: int = 2,
+    toolchain: tuple[str, ...] = ("pytest",),
 ) -> dict[str, Any]:
-    """Grade every dumped diff again; writes ``out`` (default ``<rollouts>.regraded.jsonl``)."""
+    """Grade every dumped diff again; writes ``out`` (default ``<rollouts>.regraded.jsonl``).
+    ``toolchain``: the distributions the tests may import (the run's ``workspace.toolchain``)."""
     if not rollouts.is_file():
         raise ConfigError(f"no rollout dump at {rollouts}")
     tasks: dict[str, SWETask] = {t.instance_id: t for t in load_swe_tasks(source, split="all")}
@@ -48,7 +51,7 @@ def regrade(
     unknown = sorted({r["instance_id"] for r in records} - tasks.keys())
     if unknown:
         raise ConfigError(f"tasks not found in source {source!r}: {', '.join(unknown[:5])}")
-    grader = SWEGrader(WorkspaceConfig(), RepoCache(), partial_credit=partial_credit)
+    grader = SWEGrader(WorkspaceConfig(toolchain=toolchain), RepoCache(), partial_credit=partial_credit)
     with ThreadPoolExecutor(parallel) as pool:
         grades = list(pool.map(lambda r: grader.grade(tasks[r["instance_id"]], r["diff"]), records))
     out = out or rollouts.with_suffix(".regraded.jsonl")
@@ -85,6 +88,18 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the new grades go")
     parser.add_argument("--partial-credit", action="store_true")
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument(
+        "--test-deps",
+        default="",
+        help="comma-separated distributions the tests import besides pytest (the run's workspace.toolchain)",
+    )
     args = parser.parse_args(argv)
-    summary = regrade(args.rollouts, args.source, args.out, args.partial_credit, args.parallel)
+    summary = regrade(
+        args.rollouts,
+        args.source,
+        args.out,
+        args.partial_credit,
+        args.parallel,
+        with_test_deps(args.test_deps),
+    )
     print(json.dumps(summary, indent=1))

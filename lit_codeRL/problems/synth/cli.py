@@ -33,6 +33,7 @@ from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.repository import SynthSettings, read_repository, synthesize_files
 from lit_codeRL.problems.synth.tasks import SynthTask, debug_row, swe_rows, write_jsonl
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+from lit_codeRL.sandbox.workspace_toolchain import with_test_deps
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--mbpp-split", default="all", help="MBPP split(s) to use: train, test, validation, all"
     )
     parser.add_argument("--workers", type=int, default=2, help="sandboxed validations at a time")
+    parser.add_argument(
+        "--test-deps",
+        default="",
+        help="comma-separated distributions the tests import, besides pytest (hypothesis,six): "
+        "installed here, importable read-only in the sandbox; train with the same "
+        "workspace.toolchain (pytest plus these)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--no-check", action="store_true", help="skip the final two-way grade of every SWE row"
@@ -187,16 +195,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     swe: list[dict[str, Any]] = []
     debug: list[dict[str, Any]] = []
     start = time.monotonic()
+    workspace = WorkspaceConfig(toolchain=with_test_deps(args.test_deps))
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-cache-") as cache:
-        grader = SWEGrader(WorkspaceConfig(), RepoCache(Path(cache) / "prepared"))
+        grader = SWEGrader(workspace, RepoCache(Path(cache) / "prepared"))
         for source in args.sources:
             began = time.monotonic()
             try:
                 named = _synthesize_source(source, args, settings, grader)
             except (ConfigError, FileNotFoundError) as err:  # the other sources still count
-                failed[source] = str(err)
+                failed[source] = str(err) + (_MISSING_MODULE_HINT if "No module named" in str(err) else "")
                 if len(args.sources) > 1:
-                    print(f"synth: {source}: skipped: {err}", file=sys.stderr)
+                    print(f"synth: {source}: skipped: {failed[source]}", file=sys.stderr)
                 continue
             for name, tasks, stats in named:
                 swe += swe_rows(tasks, out / "swe", name)
@@ -234,6 +243,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{len(dropped)} dropped by the final check; rows in {out}/swe/tasks.jsonl and {out}/debug/tasks.jsonl"
     )
     return report
+
+
+_MISSING_MODULE_HINT = (
+    " (the sandbox imports pytest and the --test-deps distributions only: install what is missing "
+    "here and name it in --test-deps)"
+)
 
 
 def command(argv: list[str]) -> None:

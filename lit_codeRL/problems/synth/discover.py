@@ -97,7 +97,11 @@ def collected_modules(
     with the repository's own configuration; ``None`` when pytest did not get through collection
     (a ``conftest.py`` that does not load: the clean runs then say why) or the sandbox failed."""
     digest = hashlib.sha256(_SCRIPT.encode()).hexdigest()[:16]
-    path = run_cache.tree_dir(files, []) / f"discovered-{digest}.json" if use_cache else None
+    path = (
+        run_cache.tree_dir(files, [], grader.workspace.toolchain) / f"discovered-{digest}.json"
+        if use_cache
+        else None
+    )
     data = run_cache.load(path)
     if data is None:
         data = _collect(grader, task)

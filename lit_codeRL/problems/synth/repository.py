@@ -193,7 +193,7 @@ def _baseline(
     ``freezegun``) is left out with a warning, and the others run again without it. A directory
     that does not collect (its ``conftest.py``), or nothing left, is the clean suite's error."""
     try:
-        cache = run_cache.tree_dir(files, modules) if settings.cache else None
+        cache = run_cache.tree_dir(files, modules, grader.workspace.toolchain) if settings.cache else None
         return baseline(grader, task, modules, settings.clean_runs, cache), modules, []
     except SuiteDoesNotCollect as err:
         failing = {node.split("::", 1)[0] for node in err.nodes}  # a class of a module: the module
@@ -201,12 +201,14 @@ def _baseline(
         if not excluded or failing - set(excluded) or len(excluded) == len(modules):
             raise
         why = why_not_collected(err.nodes, err.reasons)
+    if "No module named" in why:
+        why += " (the sandbox imports only WorkspaceConfig.toolchain: lit-coderl synth --test-deps)"
     log.warning(
         "synth: %s: %d of %d test module(s) do not collect on the clean repository, left out: %s",
         repo_name, len(excluded), len(modules), why,
     )  # fmt: skip
     kept = [m for m in modules if m not in excluded]
-    cache = run_cache.tree_dir(files, kept) if settings.cache else None
+    cache = run_cache.tree_dir(files, kept, grader.workspace.toolchain) if settings.cache else None
     return baseline(grader, task, kept, settings.clean_runs, cache), kept, excluded
 
 
@@ -273,7 +275,7 @@ def synthesize_files(
             clean, modules, excluded = _baseline(repo_name, grader, task, files, modules, settings)
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
             raise ConfigError(f"synth: {repo_name}: {err}") from None
-        cache = run_cache.tree_dir(files, modules) if settings.cache else None
+        cache = run_cache.tree_dir(files, modules, grader.workspace.toolchain) if settings.cache else None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
         found = len(groups)
         groups = _sample_functions(groups, settings.max_functions, settings.seed)

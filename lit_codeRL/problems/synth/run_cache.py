@@ -1,10 +1,11 @@
 """Suite runs of a repository's synthesis, cached on disk: synthesizing it again (more tries, other
 kinds, another ``--per-function``, more repositories beside it) runs no test it already ran.
 
-A run is a pure function of the clean tree, the candidate's diff, the test modules, the time
-limits and the trusted runner, so that is the key: ``<cache>/repo-runs/<tree>/`` holds the clean
-baseline and one JSON file per candidate run (its statuses, failure messages, verdict and times;
-the keep rule reads them again, so changing ``--max-fail-to-pass`` needs no run). The limits come
+A run is a pure function of the clean tree, the candidate's diff, the test modules, the
+distributions the sandbox lets the tests import, the time limits and the trusted runner, so that
+is the key: ``<cache>/repo-runs/<tree>/`` holds the clean baseline and one JSON file per candidate
+run (its statuses, failure messages, verdict and times; the keep rule reads them again, so
+changing ``--max-fail-to-pass`` needs no run). The limits come
 from the cached baseline, so they match from one synthesis to the next. Entries are written
 atomically; a file that does not read back is run again. Only runs that finished or met their
 limit are cached: a sandbox failure or a run that left no record runs again.
@@ -36,9 +37,16 @@ def _runner_digest() -> str:
     return h.hexdigest()
 
 
-def tree_dir(files: Mapping[str, str | bytes], modules: Sequence[str], root: Path | None = None) -> Path:
-    """The cache directory of a clean tree run with ``modules``."""
-    h = hashlib.sha256(f"{_FORMAT}\0{_runner_digest()}\0{json.dumps(sorted(modules))}".encode())
+def tree_dir(
+    files: Mapping[str, str | bytes],
+    modules: Sequence[str],
+    toolchain: Sequence[str] = ("pytest",),
+    root: Path | None = None,
+) -> Path:
+    """The cache directory of a clean tree run with ``modules`` in a sandbox whose toolchain (the
+    distributions the tests can import, ``WorkspaceConfig.toolchain``) is ``toolchain``."""
+    key = f"{_FORMAT}\0{_runner_digest()}\0{json.dumps(sorted(modules))}\0{json.dumps(sorted(toolchain))}"
+    h = hashlib.sha256(key.encode())
     for path in sorted(files):
         content = files[path]
         data = content if isinstance(content, bytes) else content.encode("utf-8")
