@@ -845,8 +845,20 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
             "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
         },
     )
+    # tests inside the package, whose conftest.py imports what the sandbox lacks (glom's): a
+    # directory that does not collect, not "no test module"
+    nested = _write_tree(
+        tmp_path / "nested",
+        {
+            "pkg/__init__.py": "",
+            "pkg/core.py": CALC,
+            "pkg/test/__init__.py": "",
+            "pkg/test/conftest.py": "import a_fixture_library_xyz  # noqa: F401\n",
+            "pkg/test/test_core.py": "from pkg.core import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+        },
+    )
     with pytest.raises(SystemExit):
-        main(["synth", str(lonely), str(internal), "--out", str(tmp_path / "failed-out")])
+        main(["synth", str(lonely), str(internal), str(nested), "--out", str(tmp_path / "failed-out")])
     failed = json.loads((tmp_path / "failed-out" / "report.json").read_text())["failed_sources"]
     assert failed[str(lonely)].endswith(
         "lonely: the clean test suite does not collect: ModuleNotFoundError: No module named "
@@ -855,6 +867,7 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
     ), failed
     assert "no test collected from tests/test_calc.py: INTERNALERROR> " in failed[str(internal)], failed
     assert "Unknown pytest.mark.no_cover_xyz" in failed[str(internal)], failed
+    assert "No module named 'a_fixture_library_xyz'" in failed[str(nested)], failed
     # named with --test-deps (installed here), the tests import it in the sandbox, and the rows
     # pass the final check graded with the same toolchain
     main(["synth", str(lonely), "--out", str(tmp_path / "deps"), "--test-deps", "docstring-parser"])

@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.swe import SWETask
@@ -50,10 +51,9 @@ class Collected:
         rel = os.path.relpath(str(path), root)
         return None if rel.startswith("..") else rel.replace(os.sep, "/")
 
-    def pytest_collectreport(self, report):
-        path = report.nodeid.split("::", 1)[0]
-        if report.failed and path.endswith(".py"):
-            self.failed.add(path)
+    def pytest_collectreport(self, report):  # a module, or a directory whose conftest fails
+        if report.failed:
+            self.failed.add(report.nodeid.split("::", 1)[0])
 
     def pytest_load_initial_conftests(self, early_config):  # before an unknown option fails
         self.addopts = list(early_config.getini("addopts"))
@@ -90,12 +90,27 @@ _USABLE_EXITS = (0, 2, 5)
 """pytest's exit codes after which its collection is complete: ok, collection errors, no test."""
 
 
+@dataclass(frozen=True)
+class Collection:
+    """What pytest's collection reached: the modules it collected from or failed to collect, and
+    the paths of other nodes that failed (a directory whose ``conftest.py`` does not import)."""
+
+    modules: frozenset[str]
+    failed: frozenset[str]
+
+    def holds(self, module: str) -> bool:
+        """Did collection reach ``module`` (itself, or a directory above it that failed)?"""
+        return module in self.modules or any(
+            path in ("", ".") or module.startswith(path.rstrip("/") + "/") for path in self.failed
+        )
+
+
 def collected_modules(
     grader: SWEGrader, task: SWETask, files: Mapping[str, str | bytes], use_cache: bool = True
-) -> frozenset[str] | None:
-    """The ``.py`` files pytest collects from (or fails to collect) on ``task``'s clean repository
-    with the repository's own configuration; ``None`` when pytest did not get through collection
-    (a ``conftest.py`` that does not load: the clean runs then say why) or the sandbox failed."""
+) -> Collection | None:
+    """What pytest collects on ``task``'s clean repository with the repository's own
+    configuration; ``None`` when pytest did not get through collection (a ``conftest.py`` at the
+    root that does not load: the clean runs then say why) or the sandbox failed."""
     digest = hashlib.sha256(_SCRIPT.encode()).hexdigest()[:16]
     path = (
         run_cache.tree_dir(files, [], grader.workspace.toolchain) / f"discovered-{digest}.json"
@@ -110,7 +125,8 @@ def collected_modules(
         run_cache.store(path, data)
     if not set(data.get("exit", [None])[-1:]) <= set(_USABLE_EXITS):
         return None
-    return frozenset(map(str, data.get("modules", []))) | frozenset(map(str, data.get("failed", [])))
+    failed = frozenset(map(str, data.get("failed", [])))
+    return Collection(frozenset(map(str, data.get("modules", []))) | failed, failed)
 
 
 def _collect(grader: SWEGrader, task: SWETask) -> dict | None:
@@ -132,9 +148,9 @@ def _collect(grader: SWEGrader, task: SWETask) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def configured_modules(found: Sequence[str], collected: frozenset[str] | None) -> tuple[list[str], list[str]]:
+def configured_modules(found: Sequence[str], collected: Collection | None) -> tuple[list[str], list[str]]:
     """``found`` (the test modules by name) split into those the configuration collects and those
     it does not; all of ``found`` when collection told nothing."""
     if collected is None:
         return list(found), []
-    return [m for m in found if m in collected], [m for m in found if m not in collected]
+    return [m for m in found if collected.holds(m)], [m for m in found if not collected.holds(m)]
