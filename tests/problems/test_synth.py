@@ -878,3 +878,51 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
     assert with_test_deps(" docstring-parser,pytest ") == ("pytest", "docstring-parser")
     with pytest.raises(ConfigError, match="--test-deps: not-a-distribution-xyz not installed"):
         with_test_deps("not-a-distribution-xyz")
+
+
+def test_synth_tests_the_repositorys_own_copy_of_a_package_the_toolchain_also_has(tmp_path, monkeypatch):
+    """A repository that is itself a dependency of one of its test dependencies (``attrs`` of
+    ``hypothesis``, ``dateutil`` of ``freezegun``): its tests import the repository's package,
+    not the toolchain's copy, so bugs in it are seen. One that pytest itself imports before any
+    test (``iniconfig``) cannot be tested in the sandbox, and says so."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+
+    own = _write_tree(
+        tmp_path / "own",
+        {
+            "pyproject.toml": "[project]\nname = 'docstring-parser'\nversion = '0.0'\n",
+            "docstring_parser/__init__.py": CALC,
+            "tests/test_add.py": "from docstring_parser import add\n\n\ndef test_add():\n"
+            "    assert add(1, 2) == 3\n\n\ndef test_add_zeros():\n    assert add(0, 0) == 0\n",
+        },
+    )
+    pytests = _write_tree(
+        tmp_path / "pytests",
+        {
+            "iniconfig/__init__.py": CALC,
+            "tests/test_add.py": "from iniconfig import add\n\n\ndef test_add():\n    pass\n",
+        },
+    )
+    out = tmp_path / "out"
+    main(
+        [
+            "synth",
+            str(own),
+            str(pytests),
+            "--out",
+            str(out),
+            "--test-deps",
+            "docstring-parser",
+            "--kinds",
+            "arith_op",
+        ]
+    )
+    report = json.loads((out / "report.json").read_text())
+    (source,) = report["sources"]
+    assert source["kept"] == 1 and not report["dropped_by_check"], report
+    assert report["failed_sources"][str(pytests)].endswith(
+        "pytests: pytest itself imports iniconfig from its own installation before any test runs, so "
+        "the tests would exercise that copy, never this repository's code"
+    )

@@ -15,9 +15,12 @@ runs, with the reason). When pytest cannot parse the ``addopts`` here (``--cov``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -154,3 +157,45 @@ def configured_modules(found: Sequence[str], collected: Collection | None) -> tu
     if collected is None:
         return list(found), []
     return [m for m in found if collected.holds(m)], [m for m in found if not collected.holds(m)]
+
+
+_LOADED_SCRIPT = r"""
+import json, pkgutil, sys
+import _pytest, pluggy, pytest
+for package in (_pytest, pluggy):
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        try:
+            __import__(info.name)
+        except Exception:
+            pass
+print(json.dumps(sorted({name.split(".", 1)[0] for name in sys.modules})))
+"""
+
+
+@functools.lru_cache(maxsize=4)
+def pytest_runs_on(python: str) -> frozenset[str]:
+    """The top-level modules ``python`` has imported once pytest is loaded, as the grading
+    runner loads it before any repository code (``grading/_runner.py``): pytest and what it runs
+    on (pluggy, iniconfig, packaging), and the standard library it uses."""
+    out = subprocess.run([python, "-I", "-c", _LOADED_SCRIPT], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        return frozenset()
+    return frozenset(json.loads(out.stdout))
+
+
+def packages_pytest_shadows(files: Mapping[str, str | bytes], python: str) -> list[str]:
+    """The repository's top-level packages and modules (at its root or in ``src/``) that pytest
+    has already imported from its own installation when the tests start: the tests of such a
+    repository (``iniconfig``, ``packaging``, ``pluggy``) would exercise pytest's copy, never
+    this code, so no bug put into it could be seen."""
+    stdlib = frozenset(sys.stdlib_module_names)
+    provided = set()
+    for path in files:
+        parts = path.split("/")
+        if parts[0] == "src":
+            parts = parts[1:]
+        if len(parts) == 1 and parts[0].endswith(".py"):
+            provided.add(parts[0][:-3])
+        elif len(parts) == 2 and parts[1] == "__init__.py":
+            provided.add(parts[0])
+    return sorted((provided & pytest_runs_on(python)) - stdlib - {"conftest", "setup"})

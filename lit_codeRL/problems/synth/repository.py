@@ -30,7 +30,7 @@ from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
-from lit_codeRL.problems.synth.discover import collected_modules, configured_modules
+from lit_codeRL.problems.synth.discover import collected_modules, configured_modules, packages_pytest_shadows
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
@@ -240,6 +240,13 @@ def synthesize_files(
             "synth: %s: %d Python file(s) not UTF-8 (or over 1 MiB) get no bugs: %s",
             repo_name, len(unmutated), unmutated[:5],
         )  # fmt: skip
+    shadowed = packages_pytest_shadows(files, grader.workspace.python)
+    if shadowed:
+        raise ConfigError(
+            f"synth: {repo_name}: pytest itself imports {', '.join(shadowed)} from its own "
+            "installation before any test runs, so the tests would exercise that copy, never this "
+            "repository's code"
+        )
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
         clean_dir = Path(tmp) / "clean"
         _build_repo(files, clean_dir)
