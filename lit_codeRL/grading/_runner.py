@@ -28,8 +28,7 @@ once every process of the sandbox is gone. Two processes:
 repository last; installs a meta-path finder that loads every standard-library and toolchain
 top-level module from trusted directories only (a repository module of the same name is never
 imported in its place; the repository's own ``test``/``tests`` packages, restored from the base
-like every test directory, and its own packages that a toolchain distribution also has but pytest
-has not imported, are loaded from it first);
+like every test directory, are loaded from it first, never the standard library's ``test``);
 turns pytest's plugin autoload off and uses ``--import-mode=append``; imports pytest, all of
 ``_pytest`` and ``pluggy`` before any repository code; and installs an
 audit hook (PEP 578, cannot be removed) that reports the garbage collector's object walks, frame
@@ -131,26 +130,6 @@ def own_test_packages(repo: str) -> frozenset[str]:
     ``tests``. They are test directories, restored from the base commit before the run, so the
     diff can neither bring nor change one."""
     return frozenset(d for d in _scan.TEST_DIRS if os.path.isfile(os.path.join(repo, d, "__init__.py")))
-
-
-def own_toolchain_names(names: frozenset[str], loaded: set[str], roots: list[str]) -> frozenset[str]:
-    """Toolchain names that are the repository's own packages: a top-level package or module
-    in ``roots`` (the repository root, a src layout's ``src``) whose name a toolchain
-    distribution also has (``attrs``, a dependency of ``hypothesis``; ``dateutil``, of
-    ``freezegun``) and that the toolchain has not imported itself (``loaded``). They are loaded
-    from the repository, as an editable install would be: otherwise its tests exercise the
-    installed copy and no change to the code is seen. A diff that adds such a package or module
-    is a tamper reason (``shadows X``), so the base commit has each one. The standard library and
-    what pytest itself runs on (``loaded``: pluggy, iniconfig, packaging) stay trusted."""
-    stdlib = frozenset(getattr(sys, "stdlib_module_names", ()))
-    own = set()
-    for name in names - stdlib - _scan.ALWAYS_PROTECTED - loaded:
-        for root in roots:
-            if os.path.isfile(os.path.join(root, name, "__init__.py")) or os.path.isfile(
-                os.path.join(root, f"{name}.py")
-            ):
-                own.add(name)
-    return frozenset(own)
 
 
 def toolchain_names() -> set[str]:
@@ -509,8 +488,7 @@ class _Reporter:
 class _TrustedFinder:
     """Loads standard-library and toolchain top-level modules from trusted directories only: a
     repository module with such a name is never imported in their place. ``own``: top-level
-    names loaded from the repository (``roots``) first (:func:`own_test_packages`,
-    :func:`own_toolchain_names`)."""
+    names loaded from the repository (``roots``) first (:func:`own_test_packages`)."""
 
     def __init__(
         self, paths: list[str], names: frozenset[str], roots: list[str], own: frozenset[str]
@@ -607,8 +585,6 @@ def child_main() -> None:
                 __import__(info.name)
             except Exception:  # noqa: BLE001, S110 - optional parts (e.g. needing extra packages)
                 pass
-    loaded = {name.split(".", 1)[0] for name in sys.modules}
-    finder.own = finder.own | own_toolchain_names(names, loaded, roots)
     _install_monitor(channel, repo, watched, toolchain)
     code = int(pytest.main(args, plugins=[_Reporter(channel)]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines

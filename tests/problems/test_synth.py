@@ -880,49 +880,32 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
         with_test_deps("not-a-distribution-xyz")
 
 
-def test_synth_tests_the_repositorys_own_copy_of_a_package_the_toolchain_also_has(tmp_path, monkeypatch):
-    """A repository that is itself a dependency of one of its test dependencies (``attrs`` of
-    ``hypothesis``, ``dateutil`` of ``freezegun``): its tests import the repository's package,
-    not the toolchain's copy, so bugs in it are seen. One that pytest itself imports before any
-    test (``iniconfig``) cannot be tested in the sandbox, and says so."""
-    require_bwrap()
+def test_synth_refuses_a_repository_the_sandbox_holds_an_installed_copy_of(tmp_path, monkeypatch):
+    """A repository that one of its test dependencies needs (``attrs`` of ``hypothesis``,
+    ``dateutil`` of ``freezegun``), or that pytest runs on (``iniconfig``, ``packaging``): the
+    sandbox's toolchain holds an installed copy, which grading imports in its place (a diff must
+    not replace what grading runs on) and an agent could copy the answer from. Such a source
+    gives no task, in one line, where its bugs were all "no test fails" before."""
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     from lit_codeRL.cli import main
 
-    own = _write_tree(
-        tmp_path / "own",
-        {
-            "pyproject.toml": "[project]\nname = 'docstring-parser'\nversion = '0.0'\n",
-            "docstring_parser/__init__.py": CALC,
-            "tests/test_add.py": "from docstring_parser import add\n\n\ndef test_add():\n"
-            "    assert add(1, 2) == 3\n\n\ndef test_add_zeros():\n    assert add(0, 0) == 0\n",
-        },
+    tests = "tests/test_add.py"
+    sources = {
+        "own": {"docstring_parser/__init__.py": CALC, tests: "from docstring_parser import add\n"},
+        "runs_pytest": {"src/iniconfig/__init__.py": CALC, tests: "from iniconfig import add\n"},
+        "pytest_dependency": {"packaging/__init__.py": CALC, tests: "from packaging import add\n"},
+    }
+    paths = [str(_write_tree(tmp_path / name, files)) for name, files in sources.items()]
+    with pytest.raises(SystemExit):
+        main(["synth", *paths, "--out", str(tmp_path / "out"), "--test-deps", "docstring-parser"])
+    failed = json.loads((tmp_path / "out" / "report.json").read_text())["failed_sources"]
+    assert failed[paths[0]] == (
+        "synth: own: the sandbox's toolchain (pytest, docstring-parser with their dependencies) holds "
+        "an installed copy of docstring_parser, which grading imports in place of the repository's "
+        "(and an agent could copy the answer from): leave out the test dependency that needs it"
     )
-    pytests = _write_tree(
-        tmp_path / "pytests",
-        {
-            "iniconfig/__init__.py": CALC,
-            "tests/test_add.py": "from iniconfig import add\n\n\ndef test_add():\n    pass\n",
-        },
+    assert failed[paths[1]] == (
+        "synth: runs_pytest: pytest itself imports iniconfig from its own installation before any "
+        "test runs, so the tests would exercise that copy, never this repository's code"
     )
-    out = tmp_path / "out"
-    main(
-        [
-            "synth",
-            str(own),
-            str(pytests),
-            "--out",
-            str(out),
-            "--test-deps",
-            "docstring-parser",
-            "--kinds",
-            "arith_op",
-        ]
-    )
-    report = json.loads((out / "report.json").read_text())
-    (source,) = report["sources"]
-    assert source["kept"] == 1 and not report["dropped_by_check"], report
-    assert report["failed_sources"][str(pytests)].endswith(
-        "pytests: pytest itself imports iniconfig from its own installation before any test runs, so "
-        "the tests would exercise that copy, never this repository's code"
-    )
+    assert "holds an installed copy of packaging" in failed[paths[2]], failed

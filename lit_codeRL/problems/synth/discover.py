@@ -19,15 +19,20 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lit_codeRL.grading import SWEGrader
+from lit_codeRL.grading._scan import TOOLCHAIN_NAMES
 from lit_codeRL.problems.swe import SWETask
 from lit_codeRL.problems.synth import run_cache
+from lit_codeRL.sandbox.backends import SandboxUnavailable
 from lit_codeRL.sandbox.workspace import WorkspaceError, open_workspace
+from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+from lit_codeRL.sandbox.workspace_toolchain import toolchain_dir
 
 log = logging.getLogger(__name__)
 _MOUNT = "/opt/lcrl-discover"
@@ -183,11 +188,14 @@ def pytest_runs_on(python: str) -> frozenset[str]:
     return frozenset(json.loads(out.stdout))
 
 
-def packages_pytest_shadows(files: Mapping[str, str | bytes], python: str) -> list[str]:
-    """The repository's top-level packages and modules (at its root or in ``src/``) that pytest
-    has already imported from its own installation when the tests start: the tests of such a
-    repository (``iniconfig``, ``packaging``, ``pluggy``) would exercise pytest's copy, never
-    this code, so no bug put into it could be seen."""
+def installed_copies(files: Mapping[str, str | bytes], workspace: WorkspaceConfig) -> dict[str, str]:
+    """The repository's top-level packages and modules (at its root or in ``src/``) of which the
+    sandbox holds an installed copy, each with where it comes from: ``pytest`` (pytest imports it
+    before any test: ``iniconfig``, ``pluggy``) or ``toolchain`` (pytest's dependencies, and the
+    ``--test-deps`` distributions with theirs: ``attrs`` beside ``hypothesis``). Grading loads
+    such a name from the toolchain, never from the repository (a diff must not replace what
+    grading runs on), so the tests would exercise that copy; and an agent could copy the answer
+    from it."""
     stdlib = frozenset(sys.stdlib_module_names)
     provided = set()
     for path in files:
@@ -198,4 +206,24 @@ def packages_pytest_shadows(files: Mapping[str, str | bytes], python: str) -> li
             provided.add(parts[0][:-3])
         elif len(parts) == 2 and parts[1] == "__init__.py":
             provided.add(parts[0])
-    return sorted((provided & pytest_runs_on(python)) - stdlib - {"conftest", "setup"})
+    provided -= stdlib | {"conftest", "setup", "noxfile"}
+    found = {name: "toolchain" for name in sorted(provided & _toolchain_names(workspace))}
+    found.update({name: "pytest" for name in sorted(provided & pytest_runs_on(workspace.python))})
+    return found
+
+
+def _toolchain_names(workspace: WorkspaceConfig) -> frozenset[str]:
+    """What grading's runner protects as the toolchain (``grading/_runner.py: toolchain_names``):
+    pytest's names and the top-level entries of the bwrap toolchain built for ``workspace``."""
+    names = set(TOOLCHAIN_NAMES)
+    try:
+        site = toolchain_dir(workspace.python, workspace.toolchain) / "site"
+        entries = os.listdir(site) if site.is_dir() else []
+    except (SandboxUnavailable, OSError):  # no such toolchain here: grading will say so itself
+        entries = []
+    for entry in entries:
+        if not entry.endswith((".dist-info", ".egg-info", ".pth")) and not entry.startswith(
+            ("_distutils", "__")
+        ):
+            names.add(entry.split(".", 1)[0])
+    return frozenset(names)

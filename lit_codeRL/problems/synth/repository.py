@@ -30,7 +30,7 @@ from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
-from lit_codeRL.problems.synth.discover import collected_modules, configured_modules, packages_pytest_shadows
+from lit_codeRL.problems.synth.discover import collected_modules, configured_modules, installed_copies
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
@@ -212,6 +212,26 @@ def _baseline(
     return baseline(grader, task, kept, settings.clean_runs, cache), kept, excluded
 
 
+def _refuse_installed_copies(repo_name: str, files: dict[str, str | bytes], grader: SWEGrader) -> None:
+    """A repository the sandbox holds an installed copy of (``discover.installed_copies``) gives
+    no task: its tests would exercise that copy, and an agent could copy the answer from it."""
+    copies = installed_copies(files, grader.workspace)
+    by_pytest = [name for name, where in copies.items() if where == "pytest"]
+    if by_pytest:
+        raise ConfigError(
+            f"synth: {repo_name}: pytest itself imports {', '.join(by_pytest)} from its own "
+            "installation before any test runs, so the tests would exercise that copy, never this "
+            "repository's code"
+        )
+    if copies:
+        raise ConfigError(
+            f"synth: {repo_name}: the sandbox's toolchain ({', '.join(grader.workspace.toolchain)} "
+            f"with their dependencies) holds an installed copy of {', '.join(copies)}, which grading "
+            "imports in place of the repository's (and an agent could copy the answer from): leave "
+            "out the test dependency that needs it"
+        )
+
+
 def synthesize_repository(
     source: str | Path,
     grader: SWEGrader,
@@ -240,13 +260,7 @@ def synthesize_files(
             "synth: %s: %d Python file(s) not UTF-8 (or over 1 MiB) get no bugs: %s",
             repo_name, len(unmutated), unmutated[:5],
         )  # fmt: skip
-    shadowed = packages_pytest_shadows(files, grader.workspace.python)
-    if shadowed:
-        raise ConfigError(
-            f"synth: {repo_name}: pytest itself imports {', '.join(shadowed)} from its own "
-            "installation before any test runs, so the tests would exercise that copy, never this "
-            "repository's code"
-        )
+    _refuse_installed_copies(repo_name, files, grader)
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
         clean_dir = Path(tmp) / "clean"
         _build_repo(files, clean_dir)
