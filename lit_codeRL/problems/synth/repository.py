@@ -30,7 +30,8 @@ from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
-from lit_codeRL.problems.synth.discover import collected_modules, configured_modules, installed_copies
+from lit_codeRL.problems.synth.discover import collected_modules, configured_modules
+from lit_codeRL.problems.synth.installed import installed_copies
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
@@ -213,7 +214,7 @@ def _baseline(
 
 
 def _refuse_installed_copies(repo_name: str, files: dict[str, str | bytes], grader: SWEGrader) -> None:
-    """A repository the sandbox holds an installed copy of (``discover.installed_copies``) gives
+    """A repository the sandbox holds an installed copy of (``installed.installed_copies``) gives
     no task: its tests would exercise that copy, and an agent could copy the answer from it."""
     copies = installed_copies(files, grader.workspace)
     by_pytest = [name for name, where in copies.items() if where == "pytest"]
