@@ -136,13 +136,28 @@ def toolchain_names() -> set[str]:
     names = set(_scan.TOOLCHAIN_NAMES)
     for d in toolchain_dirs():
         try:
-            entries = os.listdir(d)
+            names |= _scan.top_level_names(os.listdir(d))
         except OSError:
             continue
-        for e in entries:
-            if not e.endswith((".dist-info", ".egg-info", ".pth")) and not e.startswith(("_distutils", "__")):
-                names.add(e.split(".", 1)[0])
     return names
+
+
+def load_toolchain() -> None:
+    """Import pytest, all of ``_pytest`` and ``pluggy``: all of the toolchain is loaded before any
+    repository code (``lit_codeRL/problems/synth/installed.py`` runs this too, to learn what
+    pytest has imported by then)."""
+    import pkgutil  # noqa: PLC0415
+
+    import _pytest  # noqa: PLC0415
+    import pluggy  # noqa: PLC0415
+    import pytest  # noqa: PLC0415, F401
+
+    for package in (_pytest, pluggy):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            try:
+                __import__(info.name)
+            except Exception:  # noqa: BLE001, S110 - optional parts (e.g. needing extra packages)
+                pass
 
 
 def toolchain_plugins(dirs: list[str]) -> list[str]:
@@ -573,18 +588,9 @@ def child_main() -> None:
     at = next((i for i, f in enumerate(sys.meta_path) if f is PathFinder), len(sys.meta_path))
     sys.meta_path.insert(at, finder)
     channel = _Channel(fd)
-    import pkgutil  # noqa: PLC0415
-
-    import _pytest  # noqa: PLC0415
-    import pluggy  # noqa: PLC0415
+    load_toolchain()
     import pytest  # noqa: PLC0415
 
-    for package in (_pytest, pluggy):  # all of the toolchain is loaded before any repository code
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            try:
-                __import__(info.name)
-            except Exception:  # noqa: BLE001, S110 - optional parts (e.g. needing extra packages)
-                pass
     _install_monitor(channel, repo, watched, toolchain)
     code = int(pytest.main(args, plugins=[_Reporter(channel)]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines

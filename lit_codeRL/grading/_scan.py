@@ -87,6 +87,16 @@ def is_test_path(path: str) -> bool:
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
+def top_level_names(entries: list[str]) -> set[str]:
+    """The top-level module names a ``sys.path`` directory holding ``entries`` provides (packaging
+    metadata, ``.pth`` files and setuptools' ``_distutils`` hack left out)."""
+    return {
+        e.split(".", 1)[0]
+        for e in entries
+        if not e.endswith((".dist-info", ".egg-info", ".pth")) and not e.startswith(("_distutils", "__"))
+    }
+
+
 def protected_names(toolchain: frozenset[str] | set[str] = TOOLCHAIN_NAMES) -> frozenset[str]:
     """Module names no diff may add at a ``sys.path`` root: stdlib, toolchain and our own."""
     stdlib = frozenset(getattr(sys, "stdlib_module_names", ())) - NOT_PROTECTED

@@ -24,9 +24,10 @@ reading "passed", a forged reporting pipe), with its own reward (``tamper_reward
 failure reward); ``rejected`` when the records disagree or do not parse; otherwise ``resolved``
 or ``unresolved`` from the tests. Nothing is ever read from the tests' stdout. A FAIL_TO_PASS test
 that is absent, skipped, xfailed, xpassed (a non-strict ``xfail`` that passed) or errored counts
-as failed; so does every test of a file that does not collect. ``resolved`` needs every FAIL_TO_PASS and every PASS_TO_PASS test passed.
-Partial credit (when asked for) is the fraction of FAIL_TO_PASS passed, and only when every
-PASS_TO_PASS passes. What can still forge a pass, with its case: ``docs/swe.md``.
+as failed; so does every test of a file that does not collect. ``resolved`` needs every
+FAIL_TO_PASS and every PASS_TO_PASS test passed. Partial credit (when asked for) is the fraction
+of FAIL_TO_PASS passed, and only when every PASS_TO_PASS passes. What can still forge a pass,
+with its case: ``docs/swe.md``.
 """
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             try:
                 named = _synthesize_source(source, args, settings, grader)
             except (ConfigError, FileNotFoundError) as err:  # the other sources still count
-                failed[source] = str(err) + (_MISSING_MODULE_HINT if "No module named" in str(err) else "")
+                failed[source] = str(err)
                 if len(args.sources) > 1:
                     print(f"synth: {source}: skipped: {failed[source]}", file=sys.stderr)
                 continue
@@ -243,12 +243,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{len(dropped)} dropped by the final check; rows in {out}/swe/tasks.jsonl and {out}/debug/tasks.jsonl"
     )
     return report
-
-
-_MISSING_MODULE_HINT = (
-    " (the sandbox imports pytest and the --test-deps distributions only: install what is missing "
-    "here and name it in --test-deps)"
-)
 
 
 def command(argv: list[str]) -> None:

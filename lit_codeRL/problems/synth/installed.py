@@ -16,20 +16,17 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from lit_codeRL.grading._scan import TOOLCHAIN_NAMES
+from lit_codeRL.grading._scan import TOOLCHAIN_NAMES, top_level_names
+from lit_codeRL.grading.repo import RUNNER
 from lit_codeRL.sandbox.backends import SandboxUnavailable
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 from lit_codeRL.sandbox.workspace_toolchain import toolchain_dir
 
 _LOADED_SCRIPT = r"""
-import json, pkgutil, sys
-import _pytest, pluggy, pytest
-for package in (_pytest, pluggy):
-    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-        try:
-            __import__(info.name)
-        except Exception:
-            pass
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import _runner
+_runner.load_toolchain()
 print(json.dumps(sorted({name.split(".", 1)[0] for name in sys.modules})))
 """
 
@@ -37,9 +34,11 @@ print(json.dumps(sorted({name.split(".", 1)[0] for name in sys.modules})))
 @functools.lru_cache(maxsize=4)
 def pytest_runs_on(python: str) -> frozenset[str]:
     """The top-level modules ``python`` has imported once pytest is loaded, as the grading
-    runner loads it before any repository code (``grading/_runner.py``): pytest and what it runs
-    on (pluggy, iniconfig, packaging), and the standard library it uses."""
-    out = subprocess.run([python, "-I", "-c", _LOADED_SCRIPT], capture_output=True, text=True, timeout=120)
+    runner loads it before any repository code (``grading/_runner.py: load_toolchain``, run here):
+    pytest and what it runs on (pluggy, iniconfig, pygments), and the standard library it uses."""
+    out = subprocess.run(
+        [python, "-I", "-c", _LOADED_SCRIPT, str(RUNNER.parent)], capture_output=True, text=True, timeout=120
+    )
     if out.returncode != 0:
         return frozenset()
     return frozenset(json.loads(out.stdout))
@@ -75,12 +74,7 @@ def _toolchain_names(workspace: WorkspaceConfig) -> frozenset[str]:
     names = set(TOOLCHAIN_NAMES)
     try:
         site = toolchain_dir(workspace.python, workspace.toolchain) / "site"
-        entries = os.listdir(site) if site.is_dir() else []
+        names |= top_level_names(os.listdir(site)) if site.is_dir() else set()
     except (SandboxUnavailable, OSError):  # no such toolchain here: grading will say so itself
-        entries = []
-    for entry in entries:
-        if not entry.endswith((".dist-info", ".egg-info", ".pth")) and not entry.startswith(
-            ("_distutils", "__")
-        ):
-            names.add(entry.split(".", 1)[0])
+        pass
     return frozenset(names)

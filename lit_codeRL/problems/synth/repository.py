@@ -202,15 +202,23 @@ def _baseline(
         if not excluded or failing - set(excluded) or len(excluded) == len(modules):
             raise
         why = why_not_collected(err.nodes, err.reasons)
-    if "No module named" in why:
-        why += " (the sandbox imports only WorkspaceConfig.toolchain: lit-coderl synth --test-deps)"
     log.warning(
         "synth: %s: %d of %d test module(s) do not collect on the clean repository, left out: %s",
-        repo_name, len(excluded), len(modules), why,
+        repo_name, len(excluded), len(modules), why + _missing_module_hint(why),
     )  # fmt: skip
     kept = [m for m in modules if m not in excluded]
     cache = run_cache.tree_dir(files, kept, grader.workspace.toolchain) if settings.cache else None
     return baseline(grader, task, kept, settings.clean_runs, cache), kept, excluded
+
+
+def _missing_module_hint(message: str) -> str:
+    """What to do about a module the tests import and the sandbox lacks, when ``message`` says so."""
+    if "No module named" not in message:
+        return ""
+    return (
+        " (the sandbox imports pytest and the --test-deps distributions only: install what is missing "
+        "here and name it in --test-deps)"
+    )
 
 
 def _refuse_installed_copies(repo_name: str, files: dict[str, str | bytes], grader: SWEGrader) -> None:
@@ -296,7 +304,7 @@ def synthesize_files(
         try:
             clean, modules, excluded = _baseline(repo_name, grader, task, files, modules, settings)
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
-            raise ConfigError(f"synth: {repo_name}: {err}") from None
+            raise ConfigError(f"synth: {repo_name}: {err}{_missing_module_hint(str(err))}") from None
         cache = run_cache.tree_dir(files, modules, grader.workspace.toolchain) if settings.cache else None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
         found = len(groups)
