@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from lit_codeRL.envs.protocol import Action, PendingSteps, StepResult
+from lit_codeRL.errors import ConfigError
 from lit_codeRL.grading import SWEGrade, SWEGrader
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import SWETask
 from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, WorkspaceDead, WorkspaceError
+from lit_codeRL.sandbox.workspace_toolchain import missing_distributions
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +233,7 @@ class WorkspaceEpisodeEnv:
     def validate_problems(self, problems: Sequence[Problem]) -> list[Problem]:
         """The problems whose task validates (its reference fix resolves it, the base does not;
         cached per machine), the others dropped with a warning naming them and why."""
+        check_test_deps(problems, self.grader.workspace)
         reasons = list(self._pool.map(lambda p: self.grader.validate(self.task_of(p)), problems))
         dropped = [(p.task_id, why) for p, why in zip(problems, reasons, strict=True) if why]
         for task_id, why in dropped:
@@ -282,6 +285,25 @@ class WorkspaceEpisodeEnv:
             self._pool.shutdown(wait=False, cancel_futures=True)
         except Exception:  # noqa: BLE001
             pass
+
+
+def check_test_deps(problems: Sequence[Problem], workspace: WorkspaceConfig) -> None:
+    """Raise ``ConfigError`` in one line, before any grading run, when the ``test_deps`` of an SWE
+    or debugging task are not installed for ``workspace.python``: every session of such a task
+    would fail to start, and validation would drop them one by one."""
+    needed: dict[str, list[str]] = {}
+    for problem in problems:
+        task = problem.metadata.get("swe_task") or problem.metadata.get("debug_task")
+        for dep in getattr(task, "test_deps", ()):
+            needed.setdefault(dep, []).append(problem.task_id)
+    missing = missing_distributions(workspace.python, list(needed))
+    if missing:
+        ids = list(dict.fromkeys(task_id for dep in missing for task_id in needed[dep]))
+        raise ConfigError(
+            f"{len(ids)} task(s) ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}) import "
+            f"{', '.join(missing)} in their tests (their test_deps), not installed for {workspace.python}: "
+            f"pip install {' '.join(missing)}"
+        )
 
 
 def f2p_fraction(grade: SWEGrade) -> float:

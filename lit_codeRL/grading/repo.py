@@ -398,6 +398,11 @@ class SWEGrader:
         self.timeout_factor, self.min_timeout_s, self.min_cpu_s = timeout_factor, min_timeout_s, min_cpu_s
         self._reference_s: dict[Path, tuple[float | None, float | None]] = {}
 
+    def workspace_for(self, task: GradedTask) -> WorkspaceConfig:
+        """The workspace settings of ``task``'s sessions: the grader's, with the distributions the
+        task's tests import (its ``test_deps``) added to the toolchain."""
+        return self.workspace.plus_toolchain(getattr(task, "test_deps", ()))
+
     @classmethod
     def from_settings(cls, settings: Any, repos: RepoSource) -> SWEGrader:
         """The grader an env's settings describe (``SWESettings``, ``DebugSettings``: their
@@ -510,7 +515,7 @@ class SWEGrader:
         try:
             repo = self.repos.get(task)
             ws = open_workspace(
-                self.workspace,
+                self.workspace_for(task),
                 repo,
                 binds={
                     str(RUNNER): f"{RUNNER_MOUNT}/{RUNNER.name}",
@@ -581,6 +586,8 @@ class SWEGrader:
                     task.test_patch,
                     list(task.fail_to_pass),
                     list(task.pass_to_pass),
+                    # what the tests may import decides whether they collect
+                    list(self.workspace_for(task).toolchain),
                 ]
             ).encode()
         ).hexdigest()[:16]

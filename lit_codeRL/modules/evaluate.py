@@ -40,6 +40,7 @@ from lit_codeRL.callbacks.progress import EvalProgress
 from lit_codeRL.envs.debug.env import DebugSettings
 from lit_codeRL.envs.harness.env import HarnessSettings
 from lit_codeRL.envs.swe.env import SWESettings
+from lit_codeRL.envs.workspace_episodes import check_test_deps
 from lit_codeRL.policy.engine import EngineSettings, make_engine
 from lit_codeRL.policy.loading import ModelSettings, load_policy
 from lit_codeRL.problems import Problem
@@ -219,6 +220,9 @@ class EvaluationModule(LightningModule):
             self.settings.swe,
             self.settings.harness,
         )
+        grader = getattr(getattr(self.runner, "env", None), "grader", None)
+        if grader is not None:  # agent tasks: their test_deps installed, or one line now
+            check_test_deps(self.shard(), grader.workspace)
         self.results, self._start, self._times = [], time.perf_counter(), {}
         # a live validation bar gets the running pass rate in its description (its own columns
         # show batches done and the time left); without one (a pipe, a log file) a line per batch

@@ -22,6 +22,7 @@ from lit_codeRL.problems.debug_task import (
 )
 from lit_codeRL.problems.files import embedded_data_dir, read_table_rows
 from lit_codeRL.problems.kodcode_stub import kodcode_stub
+from lit_codeRL.problems.swe import row_test_deps
 
 EMBEDDED_FILE = Path("debug") / "tasks.jsonl"
 """The shipped tasks, relative to the data directory (``data/`` in a checkout)."""
@@ -209,7 +210,9 @@ def _from_debug_row(row: Mapping[str, Any], where: str, split: str) -> DebugTask
         modules = sorted(path for path in files if _is_test_path(path) and _is_test_module(path))
         description = f"Some tests in {', '.join(modules)} fail. Fix the program so that every test passes."
     metadata = {
-        key: value for key, value in row.items() if key not in (*_DEBUG_ROW_FIELDS, "difficulty", "split")
+        key: value
+        for key, value in row.items()
+        if key not in (*_DEBUG_ROW_FIELDS, "difficulty", "split", "test_deps")
     }
     if renamed:
         metadata["renamed_tests"] = renamed
@@ -221,6 +224,7 @@ def _from_debug_row(row: Mapping[str, Any], where: str, split: str) -> DebugTask
         entry_point=entry_point or "",
         difficulty=_optional_str(row, ("difficulty",), where),
         split=split,
+        test_deps=row_test_deps(row.get("test_deps"), where),
         metadata=metadata,
     )
 

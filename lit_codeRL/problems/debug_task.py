@@ -28,7 +28,14 @@ from lit_codeRL.problems.debug_repo import (
     _write_atomic,
 )
 from lit_codeRL.problems.record import Problem
-from lit_codeRL.problems.swe import SPLIT_ALIASES, RepoCache, SWETask, git_environment, run_git
+from lit_codeRL.problems.swe import (
+    SPLIT_ALIASES,
+    RepoCache,
+    SWETask,
+    git_environment,
+    row_test_deps,
+    run_git,
+)
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 
 CACHE_ENV = "LIT_CODERL_DEBUG_CACHE"
@@ -66,6 +73,9 @@ class DebugTask:
     """``easy``/``medium``/``hard`` where the source says."""
     split: str = "train"
     """``train`` or ``eval`` (aliases such as ``test`` mean ``eval``)."""
+    test_deps: tuple[str, ...] = ()
+    """Distributions the tests import besides the workspace's toolchain (the row's ``test_deps``):
+    every session of the task gets them in its toolchain."""
     metadata: dict = field(default_factory=dict)
     """The row's other fields (``bug_kind``, KodCode's ``question_id``/``subset``/``style``...)."""
 
@@ -96,6 +106,7 @@ class DebugTask:
         if not self.entry_point:
             self.entry_point = f"{DEFAULT_TEST_COMMAND} {' '.join(map(shlex.quote, self.test_modules))}"
         self.split = _canonical_split(self.split) or "train"
+        self.test_deps = row_test_deps(self.test_deps, where)
 
     @property
     def test_files(self) -> list[str]:
@@ -126,6 +137,8 @@ class DebugTask:
         every = [path for path in self.test_files if _is_test_module(path)]
         if self.test_modules != every:  # only then: the keys of tasks that run every module stay
             data["modules"] = self.test_modules
+        if self.test_deps:  # what the tests may import decides which of them collect at the base
+            data["test_deps"] = list(self.test_deps)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_swe_task(self, root: str | Path | None = None, grader: SWEGrader | None = None) -> SWETask:
@@ -209,6 +222,7 @@ class DebugTask:
             repo_source=str(repo),
             difficulty=self.difficulty,
             split=self.split,
+            test_deps=self.test_deps,
             metadata={"debug_task_id": self.task_id, "entry_point": self.entry_point},
         )
 

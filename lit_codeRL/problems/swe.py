@@ -101,6 +101,10 @@ class SWETask:
     """``easy``/``medium``/``hard`` where the source says."""
     split: str = "train"
     """``train`` or ``eval`` for the shipped tasks; the dataset split otherwise."""
+    test_deps: tuple[str, ...] = ()
+    """Distributions the task's tests import besides the workspace's toolchain (the row's
+    ``test_deps``; ``lit-coderl synth --test-deps`` writes it): every session of the task, the
+    agent's and the grader's, gets them in its toolchain."""
     metadata: dict = field(default_factory=dict, compare=False, hash=False)
     """The row's other fields (``version``, ``created_at``, ``hints_text``...)."""
 
@@ -288,6 +292,7 @@ def _task_from_row(
             raise ConfigError(f"{where}: field {name} must be a string, got {type(row[name]).__name__}")
     consumed = {
         *REQUIRED_FIELDS,
+        "test_deps",
         "repo_source",
         "image",
         "eval_script",
@@ -313,8 +318,33 @@ def _task_from_row(
         test_command=row.get("test_command") or "python -m pytest",
         difficulty=row.get("difficulty") or None,
         split=split,
+        test_deps=row_test_deps(row.get("test_deps"), where),
         metadata=metadata,
     )
+
+
+_DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+"""A distribution's name as packaging accepts it (PEP 508), without version or extras."""
+
+
+def row_test_deps(value: Any, where: str) -> tuple[str, ...]:
+    """A row's ``test_deps``: distribution names, as a list or a comma-separated string (``None``:
+    none). Raises ``ConfigError`` naming the row for anything else: the names become arguments of
+    the toolchain's resolver, so a version, an extra or a path is refused, not interpreted."""
+    if value is None:
+        return ()
+    if hasattr(value, "tolist"):  # numpy arrays from some parquet readers
+        value = value.tolist()
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(
+            f"{where}: field test_deps must be a list of distribution names, got {value!r:.120}"
+        )
+    names = [n.strip() for n in names if n.strip()]
+    bad = [n for n in names if not _DISTRIBUTION_NAME.fullmatch(n)]
+    if bad:
+        raise ConfigError(f"{where}: field test_deps: {bad[0]!r:.80} is not a distribution name")
+    return tuple(dict.fromkeys(names))
 
 
 def _node_ids(value: Any, name: str, where: str) -> tuple[str, ...]:

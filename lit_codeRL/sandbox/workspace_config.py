@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -58,3 +61,18 @@ class WorkspaceConfig:
         if min(self.command_timeout_s, self.memory_mb, self.disk_mb, self.max_processes) <= 0:
             raise ValueError("workspace limits must be positive")
         check_base_uid("workspace.root_program_uid", self.root_program_uid)
+
+    def plus_toolchain(self, dists: Sequence[str]) -> WorkspaceConfig:
+        """This config with ``dists`` (a task's ``test_deps``) added to its toolchain, after the
+        entries it has; itself when it has each of them already (names compared as packaging
+        does: case, ``-``, ``_`` and ``.`` alike)."""
+        have, new = {_canonical(name) for name in self.toolchain}, []
+        for name in dists:
+            if _canonical(name) not in have:
+                have.add(_canonical(name))
+                new.append(name)
+        return dataclasses.replace(self, toolchain=(*self.toolchain, *new)) if new else self
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -49,18 +49,44 @@ def with_test_deps(test_deps: str) -> tuple[str, ...]:
     and each named distribution, which must be installed for this interpreter (a bwrap sandbox
     copies the installed files). Raises ``ConfigError`` naming those that are not."""
     names = [name.strip() for name in test_deps.split(",") if name.strip()]
-    missing = []
-    for name in names:
-        try:
-            importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(name)
+    missing = missing_distributions(sys.executable, names)
     if missing:
         raise ConfigError(
             f"--test-deps: {', '.join(missing)} not installed for {sys.executable} "
             f"(pip install {' '.join(missing)})"
         )
     return tuple(dict.fromkeys(["pytest", *names]))
+
+
+_MISSING_SCRIPT = r"""
+import json, sys, importlib.metadata as md
+missing = []
+for name in sys.argv[1:]:
+    try:
+        md.distribution(name)
+    except md.PackageNotFoundError:
+        missing.append(name)
+print(json.dumps(missing))
+"""
+
+
+def missing_distributions(python: str, names: list[str]) -> list[str]:
+    """Those of ``names`` not installed for the interpreter ``python`` (the one whose installed
+    files a toolchain copies), in order."""
+    if not names:
+        return []
+    if python == sys.executable:
+        missing = []
+        for name in names:
+            try:
+                importlib.metadata.distribution(name)
+            except importlib.metadata.PackageNotFoundError:
+                missing.append(name)
+        return missing
+    out = subprocess.run([python, "-c", _MISSING_SCRIPT, *names], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise ConfigError(f"cannot ask {python} which distributions it has: {out.stderr.strip()[-300:]}")
+    return json.loads(out.stdout)
 
 
 def toolchain_dir(python: str, dists: tuple[str, ...]) -> Path:

@@ -868,16 +868,97 @@ def test_synth_runs_the_tests_the_repository_configures_and_says_what_a_module_l
     assert "no test collected from tests/test_calc.py: INTERNALERROR> " in failed[str(internal)], failed
     assert "Unknown pytest.mark.no_cover_xyz" in failed[str(internal)], failed
     assert "No module named 'a_fixture_library_xyz'" in failed[str(nested)], failed
-    # named with --test-deps (installed here), the tests import it in the sandbox, and the rows
-    # pass the final check graded with the same toolchain
-    main(["synth", str(lonely), "--out", str(tmp_path / "deps"), "--test-deps", "docstring-parser"])
-    report = json.loads((tmp_path / "deps" / "report.json").read_text())
-    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["failed_sources"], report
     from lit_codeRL.sandbox.workspace_toolchain import with_test_deps
 
     assert with_test_deps(" docstring-parser,pytest ") == ("pytest", "docstring-parser")
     with pytest.raises(ConfigError, match="--test-deps: not-a-distribution-xyz not installed"):
         with_test_deps("not-a-distribution-xyz")
+
+
+def test_rows_made_with_test_deps_carry_them_into_every_session(tmp_path, monkeypatch):
+    """``--test-deps`` makes the tests import a distribution besides pytest; the rows carry it
+    (``test_deps``), so a run with the default toolchain validates them (the synthesis's final
+    check is such a run), and the agent's own session imports it too: an SWE episode's command,
+    a debugging episode's first test run. A row naming a distribution not installed here stops
+    the run in one line before any grading."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LIT_CODERL_DEBUG_CACHE", str(tmp_path / "debug-cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
+    from lit_codeRL.envs.protocol import Action
+    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+    from lit_codeRL.problems.debug import debug_problem, load_debug_tasks
+    from lit_codeRL.problems.swe import load_swe_tasks, to_problem
+
+    repo = _write_tree(
+        tmp_path / "calc",
+        {
+            "calc.py": CALC,
+            "tests/test_calc.py": "import docstring_parser\n\nfrom calc import add\n\n\n"
+            "def test_add():\n    assert add(1, 2) == 3\n\n\n"
+            "def test_parser():\n    assert docstring_parser.parse('Hi.').short_description == 'Hi.'\n",
+        },
+    )
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--test-deps", "docstring-parser", "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["failed_sources"], report
+    swe_file, debug_file = out / "swe" / "tasks.jsonl", out / "debug" / "tasks.jsonl"
+    for file in (swe_file, debug_file):
+        rows = [json.loads(line) for line in file.read_text().splitlines()]
+        assert rows and all(row["test_deps"] == ["docstring-parser"] for row in rows), rows
+
+    # the default toolchain (pytest) plus each row's own: validated, and the agent's session has it
+    swe = ContainerEnv(
+        str(swe_file),
+        "all",
+        settings=SWESettings(repo_cache=str(tmp_path / "swe-repos"), command_timeout_s=20),
+    )
+    with swe:
+        assert swe.settings.workspace.toolchain == ("pytest",)
+        problems = [to_problem(t) for t in swe.tasks()]
+        assert len(swe.validate_problems(problems)) == len(problems)
+        swe.reset(problems[0].task_id)
+        _, _, _, extra = swe.step("<execute>python -c 'import docstring_parser; print(42 * 2)'</execute>")
+        assert "84" in extra["output"], extra["output"]
+    debug = DebugEnv(DebugSettings(repo_cache=str(tmp_path / "debug-repos"), command_timeout_s=20))
+    try:
+        problems = [debug_problem(t) for t in load_debug_tasks(str(debug_file))]
+        assert len(debug.validate_problems(problems)) == len(problems)
+        (first,) = debug.reset_batch(problems[:1])
+        assert "test_parser PASSED" in first.observation or "1 passed" in first.observation, first.observation
+        assert "docstring_parser" not in first.observation
+        for text in (f'<rewrite path="calc.py">{CALC}</rewrite>', "<submit/>"):
+            (result,) = debug.step_batch([first.state], [Action(text, "stop")]).result()
+        assert result.terminated and result.reward == 1.0, result
+    finally:
+        debug.close()
+
+    # a row naming what is not installed here: one line, before any grading run
+    for file, key in ((swe_file, "instance_id"), (debug_file, "task_name")):
+        rows = [json.loads(line) for line in file.read_text().splitlines()]
+        rows[0]["test_deps"] = ["docstring-parser", "not-a-distribution-xyz"]
+        file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        first_id = rows[0][key]
+    env = ContainerEnv(str(swe_file), "all", settings=SWESettings(repo_cache=str(tmp_path / "swe-repos")))
+    with env, pytest.raises(ConfigError) as err:
+        env.validate_problems([to_problem(t) for t in env.tasks()])
+    message = str(err.value)
+    assert "\n" not in message and "import not-a-distribution-xyz in their tests" in message, message
+    assert message.endswith("pip install not-a-distribution-xyz"), message
+    debug = DebugEnv(DebugSettings(repo_cache=str(tmp_path / "debug-repos")))
+    with pytest.raises(ConfigError, match=f"1 task\\(s\\) \\({first_id}\\) import not-a-distribution-xyz"):
+        debug.validate_problems([debug_problem(t) for t in load_debug_tasks(str(debug_file))])
+    debug.close()
+    # names that are not a distribution's are refused at load, with the row
+    rows = [json.loads(line) for line in swe_file.read_text().splitlines()]
+    rows[0]["test_deps"] = ["docstring-parser>=0.1"]
+    swe_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(
+        ConfigError, match="row 0 .*: field test_deps: 'docstring-parser>=0.1' is not a distribution"
+    ):
+        load_swe_tasks(str(swe_file), "all")
 
 
 def test_synth_refuses_a_repository_the_sandbox_holds_an_installed_copy_of(tmp_path, monkeypatch):

@@ -43,7 +43,12 @@ from lit_codeRL.envs.debug.tools import (
 from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
 from lit_codeRL.envs.swe.prompt import cut_middle
 from lit_codeRL.envs.text import clean_text
-from lit_codeRL.envs.workspace_episodes import WorkspaceEnvSettings, WorkspaceEpisodeEnv, WorkspaceState
+from lit_codeRL.envs.workspace_episodes import (
+    WorkspaceEnvSettings,
+    WorkspaceEpisodeEnv,
+    WorkspaceState,
+    check_test_deps,
+)
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.debug import DebugTask, cache_root, debug_task, validate_debug_tasks
 from lit_codeRL.problems.record import Problem
@@ -167,6 +172,7 @@ class DebugEnv(WorkspaceEpisodeEnv):
         """The problems whose task is worth training on (``validate_debug_tasks``: the reference
         fix resolves it and the base does not; a task without a fix is kept when its base fails,
         with a warning), the others dropped with a warning saying why. Cached per machine."""
+        check_test_deps(problems, self.grader.workspace)
         kept = validate_debug_tasks(
             [debug_task(p) for p in problems], self.grader, self.settings.cache_root(), self.settings.parallel
         )
@@ -186,7 +192,9 @@ class DebugEnv(WorkspaceEpisodeEnv):
         state = DebugState(self.task_of(problem), debug_task=task)
         state.pdb = PdbSession(self._pdb_argv(task), s.pdb_timeout_s, s.max_output_chars)
         try:
-            config = dataclasses.replace(s.workspace, command_timeout_s=s.command_timeout_s)
+            config = dataclasses.replace(
+                s.workspace.plus_toolchain(state.task.test_deps), command_timeout_s=s.command_timeout_s
+            )
             state.workspace = self._track(open_workspace(config, self.repos.get(state.task)))
         except Exception as e:  # noqa: BLE001 - the episode is masked, the run goes on
             logger.warning("workspace for %s failed to start: %s", task.task_id, e)

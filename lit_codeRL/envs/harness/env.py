@@ -147,13 +147,13 @@ class HarnessEnv(WorkspaceEpisodeEnv):
         task = self.task_of(problem)
         return task.problem_statement
 
-    def _agent_workspace_config(self) -> Any:
+    def _agent_workspace_config(self, task: SWETask) -> Any:
         s = self.settings
         # One command runs the whole agent: its limit is the episode's wall clock. The gateway's
         # socket is the trainer's (in a 0700 directory): a root trainer's session reaches it only
         # as root's uid, never as a uid of its own (``WorkspaceConfig.root_program_uid``).
         return dataclasses.replace(
-            s.swe.workspace,
+            s.swe.workspace.plus_toolchain(task.test_deps),
             command_timeout_s=s.timeout_s,
             max_output_chars=max(s.swe.workspace.max_output_chars, s.max_log_chars),
             root_program_uid=None,
@@ -168,7 +168,7 @@ class HarnessEnv(WorkspaceEpisodeEnv):
             (socket_dir / TASK_NAME).write_text(self.statement(problem), encoding="utf-8", errors="replace")
             binds = {**bridge_binds(socket_dir), str(self.agent_dir): AGENT_DIR_IN}
             state.workspace = self._track(
-                open_workspace(self._agent_workspace_config(), self.repos.get(task), binds=binds)
+                open_workspace(self._agent_workspace_config(task), self.repos.get(task), binds=binds)
             )
         except Exception as e:  # noqa: BLE001 - the episode is masked, the run goes on
             logger.warning("harness workspace for %s failed to start: %s", task.instance_id, e)

@@ -143,7 +143,8 @@ class ContainerEnv(WorkspaceEpisodeEnv):
     # ------------------------------------------------------------------ workspaces
     def _workspace_config(self, task: SWETask) -> WorkspaceConfig:
         config = dataclasses.replace(
-            self.settings.workspace, command_timeout_s=self.settings.command_timeout_s
+            self.settings.workspace.plus_toolchain(task.test_deps),
+            command_timeout_s=self.settings.command_timeout_s,
         )
         folder = self.settings.sif_folder
         if folder:

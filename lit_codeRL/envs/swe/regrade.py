@@ -15,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from lit_codeRL.envs.workspace_episodes import check_test_deps
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.grading import SWEGrader
-from lit_codeRL.problems.swe import RepoCache, SWETask, load_swe_tasks
+from lit_codeRL.problems.swe import RepoCache, SWETask, load_swe_tasks, to_problem
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
 from lit_codeRL.sandbox.workspace_toolchain import with_test_deps
 
@@ -41,7 +42,8 @@ def regrade(
     toolchain: tuple[str, ...] = ("pytest",),
 ) -> dict[str, Any]:
     """Grade every dumped diff again; writes ``out`` (default ``<rollouts>.regraded.jsonl``).
-    ``toolchain``: the distributions the tests may import (the run's ``workspace.toolchain``)."""
+    ``toolchain``: the distributions the tests may import (the run's ``workspace.toolchain``;
+    each row's ``test_deps`` are added to it for its own task, as in training)."""
     if not rollouts.is_file():
         raise ConfigError(f"no rollout dump at {rollouts}")
     tasks: dict[str, SWETask] = {t.instance_id: t for t in load_swe_tasks(source, split="all")}
@@ -52,6 +54,8 @@ def regrade(
     if unknown:
         raise ConfigError(f"tasks not found in source {source!r}: {', '.join(unknown[:5])}")
     grader = SWEGrader(WorkspaceConfig(toolchain=toolchain), RepoCache(), partial_credit=partial_credit)
+    used = dict.fromkeys(r["instance_id"] for r in records)
+    check_test_deps([to_problem(tasks[i]) for i in used], grader.workspace)
     with ThreadPoolExecutor(parallel) as pool:
         grades = list(pool.map(lambda r: grader.grade(tasks[r["instance_id"]], r["diff"]), records))
     out = out or rollouts.with_suffix(".regraded.jsonl")

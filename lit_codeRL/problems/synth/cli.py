@@ -217,7 +217,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         write_jsonl(out / "swe" / "tasks.jsonl", swe)
         dropped: dict[str, str] = {}
         if not args.no_check and swe:
-            dropped = check_swe_rows(out / "swe" / "tasks.jsonl", grader, args.workers)
+            # as a training run with the default toolchain grades them: the rows' own test_deps
+            # must bring what their tests import
+            checker = SWEGrader(WorkspaceConfig(), grader.repos)
+            dropped = check_swe_rows(out / "swe" / "tasks.jsonl", checker, args.workers)
             swe = [row for row in swe if row["instance_id"] not in dropped]
             debug = [row for row in debug if row["task_name"] not in dropped]
             write_jsonl(out / "swe" / "tasks.jsonl", swe)

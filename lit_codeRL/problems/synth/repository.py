@@ -43,6 +43,7 @@ from lit_codeRL.problems.synth.validate import (
     why_not_collected,
     workspace_check,
 )
+from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 
 log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 1 << 20
@@ -317,6 +318,9 @@ def synthesize_files(
         )
         shutil.rmtree(grader.repos.path_for(task), ignore_errors=True)
     validated = sum(rejected.values()) + len(bugs)
+    # the toolchain beyond the default: the rows carry it, so a run with the default one grades them alike
+    default = WorkspaceConfig().toolchain
+    test_deps = tuple(name for name in grader.workspace.toolchain if name not in default)
     tasks: list[SynthTask] = []
     for bug in bugs:
         candidate = bug.candidate
@@ -336,6 +340,7 @@ def synthesize_files(
                 if _held_out(candidate.function, settings.eval_fraction, settings.seed)
                 else "train",
                 uncollectable=tuple(excluded),
+                test_deps=test_deps,
                 test_modules=tuple(modules),
                 info={
                     "bug_kind": candidate.site.kind,

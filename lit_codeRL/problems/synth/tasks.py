@@ -52,6 +52,9 @@ class SynthTask:
     """Test modules that do not collect on the clean repository (a test dependency the sandbox
     lacks): left out of the debugging row, whose grading runs every test module (pytest runs no
     test at all when one does not collect); the SWE row keeps them and runs its tests' files."""
+    test_deps: tuple[str, ...] = ()
+    """Distributions the tests import besides pytest (``--test-deps``): both rows carry them as
+    ``test_deps``, and every session of the task gets them in its toolchain."""
     test_modules: tuple[str, ...] = ()
     """The test modules the task's tests were measured on, when not every file named like a test
     is one (the repository's configuration does not collect some): the debugging row's entry
@@ -77,7 +80,12 @@ def debug_row(task: SynthTask) -> dict[str, Any]:
         "split": task.split,
         "extra_info": {**task.info, "fail_to_pass": list(task.fail_to_pass)},
         **_entry_point(task),
+        **_test_deps(task),
     }
+
+
+def _test_deps(task: SynthTask) -> dict[str, list[str]]:
+    return {"test_deps": list(task.test_deps)} if task.test_deps else {}
 
 
 def _file_entry(path: str, content: str | bytes) -> dict[str, str]:
@@ -126,6 +134,7 @@ def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[
                     "repo_source": f"repos/{bundle.name}",
                     "split": task.split,
                     "created_by": "lit-coderl synth",
+                    **_test_deps(task),
                     **{k: v for k, v in task.info.items() if k not in ("split",)},
                 }
             )
