@@ -58,7 +58,7 @@ from lit_codeRL.problems.debug_task import (
     debug_task,
     default_grader,
 )
-from lit_codeRL.problems.debug_validation import validate_debug_tasks
+from lit_codeRL.problems.debug_validation import validate_debug_tasks, why_not_trainable
 from lit_codeRL.problems.kodcode_stub import kodcode_stub
 
 __all__ = [
@@ -81,4 +81,5 @@ __all__ = [
     "load_debug_tasks",
     "task_from_row",
     "validate_debug_tasks",
+    "why_not_trainable",
 ]

@@ -22,7 +22,7 @@ from lit_codeRL.problems.debug_task import (
 )
 from lit_codeRL.problems.files import embedded_data_dir, read_table_rows
 from lit_codeRL.problems.kodcode_stub import kodcode_stub
-from lit_codeRL.problems.swe import row_test_deps
+from lit_codeRL.problems.swe import row_node_ids, row_test_deps
 
 EMBEDDED_FILE = Path("debug") / "tasks.jsonl"
 """The shipped tasks, relative to the data directory (``data/`` in a checkout)."""
@@ -39,6 +39,8 @@ _DEBUG_ROW_FIELDS = (
     "description",
     "question",
 )
+_GRADED_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
+"""Optional: the node ids a debugging row is graded on (``DebugTask.fail_to_pass``)."""
 _KODCODE_FIELDS = ("question", "solution", "test", "test_code", "test_info")
 
 
@@ -204,6 +206,7 @@ def _from_debug_row(row: Mapping[str, Any], where: str, split: str) -> DebugTask
     entry_point = _optional_str(row, ("entry_point", "entrypoint"), where)
     description = _optional_str(row, ("description", "question"), where)
     files, entry_point, renamed = _protect_tests(files, entry_point, where)
+    graded = _graded(row, renamed, where)
     if fix is not None and renamed:
         fix = {renamed.get(path, path): content for path, content in fix.items()}
     if description is None:
@@ -212,7 +215,7 @@ def _from_debug_row(row: Mapping[str, Any], where: str, split: str) -> DebugTask
     metadata = {
         key: value
         for key, value in row.items()
-        if key not in (*_DEBUG_ROW_FIELDS, "difficulty", "split", "test_deps")
+        if key not in (*_DEBUG_ROW_FIELDS, "difficulty", "split", "test_deps", *_GRADED_FIELDS)
     }
     if renamed:
         metadata["renamed_tests"] = renamed
@@ -225,8 +228,22 @@ def _from_debug_row(row: Mapping[str, Any], where: str, split: str) -> DebugTask
         difficulty=_optional_str(row, ("difficulty",), where),
         split=split,
         test_deps=row_test_deps(row.get("test_deps"), where),
+        fail_to_pass=graded[0],
+        pass_to_pass=graded[1],
         metadata=metadata,
     )
+
+
+def _graded(row: Mapping[str, Any], renamed: Mapping[str, str], where: str) -> tuple[tuple[str, ...], ...]:
+    """The row's ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` node ids (SWE rows' fields; optional), their
+    files renamed as the row's test files were."""
+    ids = tuple(row_node_ids(row[f], f, where) if row.get(f) is not None else () for f in _GRADED_FIELDS)
+
+    def moved(node: str) -> str:
+        path, sep, rest = node.partition("::")
+        return renamed.get(path, path) + sep + rest
+
+    return tuple(tuple(moved(node) for node in group) for group in ids)
 
 
 def _protect_tests(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -38,6 +39,8 @@ from lit_codeRL.problems.swe import (
 )
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 
+# the package's logger, as for validation: users filter and tests capture these warnings by it
+log = logging.getLogger("lit_codeRL.problems.debug")
 CACHE_ENV = "LIT_CODERL_DEBUG_CACHE"
 """Environment variable naming where task repositories and their node ids are cached."""
 DEFAULT_CACHE = Path("~") / ".cache" / "lit-coderl" / "debug-tasks"
@@ -76,6 +79,14 @@ class DebugTask:
     test_deps: tuple[str, ...] = ()
     """Distributions the tests import besides the workspace's toolchain (the row's ``test_deps``):
     every session of the task gets them in its toolchain."""
+    fail_to_pass: tuple[str, ...] = ()
+    """The node ids the task is graded on, when its row names them (``FAIL_TO_PASS``; a
+    synthesized row's, measured on the clean repository): those failing at the base are its
+    FAIL_TO_PASS. Empty: every test failing at the base."""
+    pass_to_pass: tuple[str, ...] = ()
+    """With ``fail_to_pass``: the row's ``PASS_TO_PASS``, those passing at the base graded too.
+    Other tests run but are not graded (one this machine breaks, such as a test that needs a
+    locale or another version of a dependency, would make the task unsolvable)."""
     metadata: dict = field(default_factory=dict)
     """The row's other fields (``bug_kind``, KodCode's ``question_id``/``subset``/``style``...)."""
 
@@ -107,6 +118,9 @@ class DebugTask:
             self.entry_point = f"{DEFAULT_TEST_COMMAND} {' '.join(map(shlex.quote, self.test_modules))}"
         self.split = _canonical_split(self.split) or "train"
         self.test_deps = row_test_deps(self.test_deps, where)
+        self.fail_to_pass, self.pass_to_pass = tuple(self.fail_to_pass), tuple(self.pass_to_pass)
+        if self.pass_to_pass and not self.fail_to_pass:
+            raise ConfigError(f"{where}: PASS_TO_PASS without FAIL_TO_PASS (name both, or neither)")
 
     @property
     def test_files(self) -> list[str]:
@@ -139,6 +153,8 @@ class DebugTask:
             data["modules"] = self.test_modules
         if self.test_deps:  # what the tests may import decides which of them collect at the base
             data["test_deps"] = list(self.test_deps)
+        if self.fail_to_pass:
+            data["graded"] = [list(self.fail_to_pass), list(self.pass_to_pass)]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_swe_task(self, root: str | Path | None = None, grader: SWEGrader | None = None) -> SWETask:
@@ -256,10 +272,24 @@ class DebugTask:
             ids += [node for node in with_fix.fail_to_pass if node not in statuses]
         record["fail_to_pass"] = [node for node in ids if statuses.get(node, "absent") in FAILING]
         record["pass_to_pass"] = [node for node in ids if statuses.get(node) == "passed"]
+        if self.fail_to_pass:  # the row names what it is graded on: those of them measured so here
+            named = (*self.fail_to_pass, *self.pass_to_pass)
+            record["fail_to_pass"] = [n for n in self.fail_to_pass if statuses.get(n, "absent") in FAILING]
+            record["pass_to_pass"] = [n for n in self.pass_to_pass if statuses.get(n) == "passed"]
+            kept = set(record["fail_to_pass"] + record["pass_to_pass"])
+            if off := [node for node in named if node not in kept]:
+                log.warning(
+                    "debug task %s: %d test(s) its row names measure otherwise at the base here, not graded: %s",
+                    self.task_id, len(off), ", ".join(off[:5]) + (", ..." if len(off) > 5 else ""),
+                )  # fmt: skip
         record["collect_errors"] = at_base.collect_errors
         if not ids:
             record["invalid"] = (
                 f"no test was collected at the base (collection errors: {at_base.collect_errors})"
+            )
+        elif not record["fail_to_pass"] and self.fail_to_pass:
+            record["invalid"] = (
+                f"none of the {len(self.fail_to_pass)} FAIL_TO_PASS tests its row names fails at the base"
             )
         elif not record["fail_to_pass"]:
             record["invalid"] = f"all {len(ids)} tests pass at the base: there is nothing to debug"

@@ -281,12 +281,12 @@ def _task_from_row(
     base_commit = row["base_commit"].strip().lower()
     if not re.fullmatch(r"[0-9a-f]{7,64}", base_commit):
         raise ConfigError(f"{where}: field base_commit must be a hex commit id, got {row['base_commit']!r}")
-    fail_to_pass = _node_ids(row["FAIL_TO_PASS"], "FAIL_TO_PASS", where)
+    fail_to_pass = row_node_ids(row["FAIL_TO_PASS"], "FAIL_TO_PASS", where)
     if not fail_to_pass:
         raise ConfigError(
             f"{where}: field FAIL_TO_PASS is empty; a task needs a test that the fix makes pass"
         )
-    pass_to_pass = _node_ids(row["PASS_TO_PASS"], "PASS_TO_PASS", where)
+    pass_to_pass = row_node_ids(row["PASS_TO_PASS"], "PASS_TO_PASS", where)
     for name in ("image", "eval_script", "test_command", "difficulty"):
         if row.get(name) is not None and not isinstance(row[name], str):
             raise ConfigError(f"{where}: field {name} must be a string, got {type(row[name]).__name__}")
@@ -347,7 +347,7 @@ def row_test_deps(value: Any, where: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _node_ids(value: Any, name: str, where: str) -> tuple[str, ...]:
+def row_node_ids(value: Any, name: str, where: str) -> tuple[str, ...]:
     """A list of pytest node ids from a list, or from a JSON-encoded list (swebench's datasets)."""
     if isinstance(value, str):
         try:

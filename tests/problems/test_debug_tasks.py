@@ -552,6 +552,86 @@ def test_a_bug_that_breaks_the_import_is_collected_with_the_fix(debug_sandbox):
     assert validate_debug_tasks([task], grader, root) == [task]
 
 
+def test_a_row_that_names_its_graded_tests_is_graded_on_those(debug_sandbox, tmp_path, caplog):
+    """A row's ``FAIL_TO_PASS``/``PASS_TO_PASS`` (a synthesized row's, measured on the clean
+    repository) are what it is graded on, those measured so at the base here: a test this
+    machine breaks (asttokens' on another astroid, natsort's on a locale that is not here) is
+    run but not graded, where without them it is FAIL_TO_PASS and no fix resolves the task."""
+    grader, root = debug_sandbox
+    clean = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+    tests = (
+        "from calc import add, sub\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+        "def test_sub():\n    assert sub(3, 1) == 2\n\n\n"
+        "def test_needs_what_is_not_here():\n    import not_installed_here_xyz  # noqa: F401\n"
+    )
+    row = {
+        "task_name": "debug/env-broken-test",
+        "files": [
+            {"path": "calc.py", "content": clean.replace("a + b", "a - b")},
+            {"path": "test_calc.py", "content": tests},
+        ],
+        "fix": [{"path": "calc.py", "content": clean}],
+    }
+    named = {"FAIL_TO_PASS": ["test_calc.py::test_add"], "PASS_TO_PASS": ["test_calc.py::test_sub"]}
+    rows = [
+        row,  # no names: every test failing at the base is FAIL_TO_PASS, the broken one too
+        {**row, **named, "task_name": "debug/named"},
+        {
+            **row,
+            "task_name": "debug/named-broken-p2p",
+            "FAIL_TO_PASS": ["test_calc.py::test_add"],
+            "PASS_TO_PASS": ["test_calc.py::test_sub", "test_calc.py::test_needs_what_is_not_here"],
+        },
+        {**row, "task_name": "debug/named-passes", "FAIL_TO_PASS": ["test_calc.py::test_sub"]},
+    ]
+    plain, named_task, broken_p2p, passes = load_debug_tasks(str(_write_jsonl(tmp_path / "rows.jsonl", rows)))
+    assert (named_task.fail_to_pass, named_task.pass_to_pass) == (
+        ("test_calc.py::test_add",),
+        ("test_calc.py::test_sub",),
+    )
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        kept = validate_debug_tasks([plain, named_task, broken_p2p, passes], grader, root)
+    assert [t.task_id for t in kept] == ["debug/named", "debug/named-broken-p2p"]
+    assert "debug/env-broken-test dropped: the reference patch does not resolve it" in caplog.text
+    assert (
+        "debug/named-broken-p2p: 1 test(s) its row names measure otherwise at the base here, not graded: "
+        "test_calc.py::test_needs_what_is_not_here" in caplog.text
+    )
+    assert (
+        "debug/named-passes dropped: none of the 1 FAIL_TO_PASS tests its row names fails at the base"
+        in caplog.text
+    )
+    swe = named_task.to_swe_task(root, grader)
+    assert swe.fail_to_pass == ("test_calc.py::test_add",) and swe.pass_to_pass == ("test_calc.py::test_sub",)
+    # graded on those: the fix resolves it, breaking sub does not
+    assert grader.grade(swe, swe.patch).resolved
+    assert not grader.grade(swe, _diff(swe, {"calc.py": clean.replace("a - b", "b - a")}, tmp_path)).resolved
+
+
+def test_graded_node_ids_of_a_row_follow_its_renamed_test_file(tmp_path):
+    row = {
+        "task_name": "pdb/renamed",
+        "files": [
+            {"path": "code.py", "content": "X = 1\n"},
+            {"path": "test.py", "content": "def test_x():\n    pass\n"},
+        ],
+        "FAIL_TO_PASS": '["test.py::test_x"]',  # a JSON string, as swebench's datasets have it
+    }
+    (task,) = load_debug_tasks(str(_write_jsonl(tmp_path / "rows.jsonl", [row])))
+    assert "test_test.py" in task.files and task.fail_to_pass == ("test_test.py::test_x",)
+    with pytest.raises(ConfigError, match="PASS_TO_PASS without FAIL_TO_PASS"):
+        load_debug_tasks(
+            str(
+                _write_jsonl(
+                    tmp_path / "p2p.jsonl",
+                    [{**row, "FAIL_TO_PASS": None, "PASS_TO_PASS": ["test.py::test_x"]}],
+                )
+            )
+        )
+    with pytest.raises(ConfigError, match="row 0: field FAIL_TO_PASS must be a list of test ids"):
+        load_debug_tasks(str(_write_jsonl(tmp_path / "bad.jsonl", [{**row, "FAIL_TO_PASS": [3]}])))
+
+
 def test_a_hanging_edit_is_cut_at_a_multiple_of_the_reference_run(
     shipped, validated, debug_sandbox, tmp_path
 ):

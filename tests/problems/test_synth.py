@@ -405,12 +405,18 @@ def test_initials():
 """
 
 
-def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_path, monkeypatch):
+@pytest.fixture(autouse=True)
+def _debug_cache(tmp_path, monkeypatch):
+    """synth's final check validates debugging rows in a debugging run's cache: this test's own."""
+    monkeypatch.setenv("LIT_CODERL_DEBUG_CACHE", str(tmp_path / "debug-run-cache"))
+
+
+def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_path, monkeypatch, caplog):
     require_bwrap()
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     from lit_codeRL.cli import main
     from lit_codeRL.grading import SWEGrader
-    from lit_codeRL.problems.debug import load_debug_tasks, validate_debug_tasks
+    from lit_codeRL.problems.debug import default_grader, load_debug_tasks, validate_debug_tasks
     from lit_codeRL.problems.swe import RepoCache, load_swe_tasks, prepare_repo
     from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 
@@ -450,6 +456,31 @@ def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_p
     assert {t.task_id for t in debug} == {t.instance_id for t in tasks}
     kept = validate_debug_tasks(debug, grader, root=tmp_path / "debug-cache")
     assert [t.task_id for t in kept] == [t.task_id for t in debug]
+    # the final check validated the debugging rows where a debugging run looks: it runs nothing
+    assert report["debug_tasks"] == len(debug) and not report["debug_dropped_by_check"]
+    with caplog.at_level(logging.INFO, logger="lit_codeRL.problems.debug"):
+        assert len(validate_debug_tasks(debug, default_grader())) == len(debug)
+    assert f"validated {len(debug)} debug tasks: {len(debug)} on this machine before" in caplog.text
+
+    # a debugging row that does not validate is dropped by the final check, its SWE row kept
+    import lit_codeRL.problems.synth.cli as synth_cli
+
+    def unfixed(task):  # the reference fix left buggy: it resolves nothing
+        row = unfixed.__wrapped__(task)
+        return {**row, "fix": [{"path": p, "content": task.files[p]} for p in task.fix]}
+
+    unfixed.__wrapped__ = synth_cli.debug_row
+    monkeypatch.setattr(synth_cli, "debug_row", unfixed)
+    main(["synth", str(repo), "--out", str(tmp_path / "unfixed"), "--eval-fraction", "0.5", "--tries", "8"])
+    monkeypatch.setattr(synth_cli, "debug_row", unfixed.__wrapped__)
+    unfixed_report = json.loads((tmp_path / "unfixed" / "report.json").read_text())
+    assert unfixed_report["tasks"] == report["tasks"] and unfixed_report["debug_tasks"] == 0
+    assert set(unfixed_report["debug_dropped_by_check"]) == {t.instance_id for t in tasks}
+    assert all(
+        why.startswith("the reference patch does not resolve it")
+        for why in unfixed_report["debug_dropped_by_check"].values()
+    ), unfixed_report
+    assert not (tmp_path / "unfixed" / "debug" / "tasks.jsonl").read_text()
 
     # --max-functions: a seeded sample of the functions is tried (the suite runs are cached now)
     main(
@@ -880,7 +911,9 @@ def test_rows_made_with_test_deps_carry_them_into_every_session(tmp_path, monkey
     (``test_deps``), so a run with the default toolchain validates them (the synthesis's final
     check is such a run), and the agent's own session imports it too: an SWE episode's command,
     a debugging episode's first test run. A row naming a distribution not installed here stops
-    the run in one line before any grading."""
+    the run in one line before any grading. A test that fails on the clean repository is graded
+    in neither row: the debugging row names the tests it is graded on, as the SWE row does (it
+    was dropped: its base measurement took that test for FAIL_TO_PASS, which no fix makes pass)."""
     require_bwrap()
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("LIT_CODERL_DEBUG_CACHE", str(tmp_path / "debug-cache"))
@@ -897,7 +930,11 @@ def test_rows_made_with_test_deps_carry_them_into_every_session(tmp_path, monkey
             "calc.py": CALC,
             "tests/test_calc.py": "import docstring_parser\n\nfrom calc import add\n\n\n"
             "def test_add():\n    assert add(1, 2) == 3\n\n\n"
-            "def test_parser():\n    assert docstring_parser.parse('Hi.').short_description == 'Hi.'\n",
+            "def test_parser():\n    assert docstring_parser.parse('Hi.').short_description == 'Hi.'\n\n\n"
+            # a test this machine breaks (natsort's need a locale that is not here): it fails on
+            # the clean repository too, so it is graded in neither row
+            "def test_in_a_locale_not_here():\n    import locale\n\n"
+            "    locale.setlocale(locale.LC_ALL, 'xx_NOT_HERE.UTF-8')\n",
         },
     )
     out = tmp_path / "out"
@@ -905,9 +942,18 @@ def test_rows_made_with_test_deps_carry_them_into_every_session(tmp_path, monkey
     report = json.loads((out / "report.json").read_text())
     assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["failed_sources"], report
     swe_file, debug_file = out / "swe" / "tasks.jsonl", out / "debug" / "tasks.jsonl"
+    assert report["debug_tasks"] == report["tasks"] and not report["debug_dropped_by_check"], report
     for file in (swe_file, debug_file):
         rows = [json.loads(line) for line in file.read_text().splitlines()]
         assert rows and all(row["test_deps"] == ["docstring-parser"] for row in rows), rows
+    swe_rows = {row["instance_id"]: row for row in map(json.loads, swe_file.read_text().splitlines())}
+    for row in map(json.loads, debug_file.read_text().splitlines()):
+        graded = row["FAIL_TO_PASS"] + row["PASS_TO_PASS"]
+        assert (
+            graded == swe_rows[row["task_name"]]["FAIL_TO_PASS"] + swe_rows[row["task_name"]]["PASS_TO_PASS"]
+        )
+        assert "tests/test_calc.py::test_parser" in graded
+        assert not any("locale" in node for node in graded)
 
     # the default toolchain (pytest) plus each row's own: validated, and the agent's session has it
     swe = ContainerEnv(

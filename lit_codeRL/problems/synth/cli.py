@@ -7,8 +7,10 @@ reference solutions; ``--mbpp-split``). Writes ``DIR/swe/tasks.jsonl`` with ``DI
 (``problems.source: swe:DIR/swe/tasks.jsonl``), ``DIR/debug/tasks.jsonl``
 (``problems.source: debug:DIR/debug/tasks.jsonl``) and ``DIR/report.json``: per source the
 functions, candidates, how many were validated, kept and why the others were rejected, the
-mutation kinds kept, and seconds per kept task. ``--check`` (the default) then grades every SWE
-row both ways in the sandbox (the gold patch resolves it, the base does not) and drops the rest.
+mutation kinds kept, and seconds per kept task. The final check (``--no-check`` skips it) then
+grades every SWE row both ways in the sandbox (the gold patch resolves it, the base does not) with
+the default toolchain and the row's ``test_deps``, and validates every debugging row as a
+debugging run does (in that run's cache, so the run finds them validated); it drops the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.grading import SWEGrader
+from lit_codeRL.problems.debug import default_grader, load_debug_tasks, why_not_trainable
 from lit_codeRL.problems.files import embedded_data_dir
 from lit_codeRL.problems.mbpp import canonical_split
 from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
@@ -107,6 +110,15 @@ def check_swe_rows(path: Path, grader: SWEGrader, workers: int) -> dict[str, str
     return {t.instance_id: why for t, why in zip(tasks, reasons, strict=True) if why}
 
 
+def check_debug_rows(path: Path, workers: int) -> dict[str, str]:
+    """Why each debugging row of ``path`` cannot be trained on, decided as a debugging run with
+    the default settings decides it (base measured, the fix resolves, the base does not), in that
+    run's cache (``$LIT_CODERL_DEBUG_CACHE``): such a run then finds every row validated."""
+    tasks = load_debug_tasks(str(path))
+    reasons = why_not_trainable(tasks, default_grader(), None, workers, sandbox_errors_as_reasons=True)
+    return {t.task_id: why for t, why in zip(tasks, reasons, strict=True) if why}
+
+
 def _synthesize_source(
     source: str, args: argparse.Namespace, settings: SynthSettings, grader: SWEGrader
 ) -> list[tuple[str, list[SynthTask], dict[str, Any]]]:
@@ -164,7 +176,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--no-check", action="store_true", help="skip the final two-way grade of every SWE row"
+        "--no-check",
+        action="store_true",
+        help="skip the final check: the two-way grade of every SWE row, the validation of every debugging row",
     )
     parser.add_argument(
         "--no-cache",
@@ -225,6 +239,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             debug = [row for row in debug if row["task_name"] not in dropped]
             write_jsonl(out / "swe" / "tasks.jsonl", swe)
         write_jsonl(out / "debug" / "tasks.jsonl", debug)
+        debug_dropped: dict[str, str] = {}
+        if not args.no_check and debug:
+            # its own check: a debugging row runs the modules that collect, its SWE row their files
+            debug_dropped = check_debug_rows(out / "debug" / "tasks.jsonl", args.workers)
+            debug = [row for row in debug if row["task_name"] not in debug_dropped]
+            write_jsonl(out / "debug" / "tasks.jsonl", debug)
     wall = time.monotonic() - start
     report.update(
         {
@@ -232,6 +252,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "train": sum(r["split"] == "train" for r in swe),
             "eval": sum(r["split"] == "eval" for r in swe),
             "dropped_by_check": dropped,
+            "debug_tasks": len(debug),
+            "debug_dropped_by_check": debug_dropped,
             "failed_sources": failed,
             "checked": not args.no_check,
             "wall_s": round(wall, 1),
@@ -243,7 +265,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise ConfigError(next(iter(failed.values())))
     print(
         f"synth: {len(swe)} tasks ({report['train']} train, {report['eval']} eval) in {wall:.0f} s; "
-        f"{len(dropped)} dropped by the final check; rows in {out}/swe/tasks.jsonl and {out}/debug/tasks.jsonl"
+        f"{len(dropped)} dropped by the final check ({len(debug_dropped)} more debugging rows); rows in {out}/swe/tasks.jsonl and {out}/debug/tasks.jsonl"
     )
     return report
 

@@ -78,7 +78,11 @@ def debug_row(task: SynthTask) -> dict[str, Any]:
         "files": [_file_entry(p, c) for p, c in sorted(task.files.items()) if p not in task.uncollectable],
         "fix": [{"path": p, "content": c} for p, c in sorted(task.fix.items())],
         "split": task.split,
-        "extra_info": {**task.info, "fail_to_pass": list(task.fail_to_pass)},
+        # graded on the tests measured on the clean repository, as its SWE row: not on one this
+        # machine breaks (a locale, another version of a dependency), which no fix makes pass
+        "FAIL_TO_PASS": list(task.fail_to_pass),
+        "PASS_TO_PASS": list(task.pass_to_pass),
+        "extra_info": task.info,
         **_entry_point(task),
         **_test_deps(task),
     }
