@@ -24,8 +24,9 @@ once every process of the sandbox is gone. Two processes:
    the junit file's hash, every tamper reason) signed with an HMAC under the key; it leaves with
    the child's exit code.
 
-**The child** puts the standard library and the toolchain first on ``sys.path`` and the
-repository last; installs a meta-path finder that loads every standard-library and toolchain
+**The child** starts with no PYTHON* variable but a fixed ``PYTHONHASHSEED`` (node ids and
+set order alike in every run), puts the standard library and the toolchain first on ``sys.path``
+and the repository last; installs a meta-path finder that loads every standard-library and toolchain
 top-level module from trusted directories only (a repository module of the same name is never
 imported in its place; the repository's own ``test``/``tests`` packages, restored from the base
 like every test directory, are loaded from it first, never the standard library's ``test``);
@@ -56,6 +57,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out the script's dir
 import _scan  # noqa: E402 - the scanner lives beside this file, bound read-only with it
 
+HASH_SEED = "0"
+"""``PYTHONHASHSEED`` of the pytest child (and of the workspace's commands: what the agent runs
+orders sets as grading does)."""
+CHILD_PYTHON_ENV = "LIT_CODERL_CHILD_PYTHON_ENV"
+"""Carries the sandbox's PYTHON* variables past the child's interpreter start (see run_child)."""
 CHILD_DRAIN_S = 2.0
 """After the child exits: how long its reports may still arrive (a daemon holding the pipe)."""
 is_test_path = _scan.is_test_path
@@ -311,10 +317,19 @@ class Outcomes:
 def run_child(results: str, args: list[str], out: Outcomes) -> int:
     """Run pytest in the child, feed its reports to ``out``, return its exit code."""
     r, w = os.pipe()
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    # Not -I: its -E would ignore PYTHONHASHSEED. The same isolation by hand: no PYTHON* variable
+    # reaches the child's interpreter (PYTHONPATH may name the repository's src, which would be
+    # searched before the standard library at startup), and -s -S; the child gives them back to
+    # the processes its tests start. A fixed hash seed gives a parametrization over a set of
+    # strings (isodate's) the same node ids in every run, and a test that depends on set order
+    # the same outcome: grading measures the task, not the seed.
+    python_env = {k: v for k, v in os.environ.items() if k.startswith("PYTHON")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": HASH_SEED})
+    env[CHILD_PYTHON_ENV] = json.dumps(python_env)
     env.pop("PYTEST_PLUGINS", None)
     env.pop("PYTEST_ADDOPTS", None)
-    argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "--child", str(w), results, *args]
+    argv = [sys.executable, "-s", "-S", os.path.abspath(__file__), "--child", str(w), results, *args]
     child = subprocess.Popen(argv, pass_fds=(w,), env=env, start_new_session=True)
     os.close(w)
     buf = bytearray()
@@ -572,6 +587,9 @@ def _install_monitor(channel: _Channel, repo: str, watched: set[str], toolchain:
 
 
 def child_main() -> None:
+    # the sandbox's PYTHON* variables, for the processes the tests start (and PYTHONPATH for
+    # toolchain_dirs): the interpreter has started, so they no longer reach this one
+    os.environ.update(json.loads(os.environ.pop(CHILD_PYTHON_ENV, "{}")))
     fd, results, args = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
     with open(os.path.join(results, "watched.json")) as f:
         watched = set(json.load(f))

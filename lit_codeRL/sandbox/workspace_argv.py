@@ -91,6 +91,9 @@ def base_env(path_head: str, extra: Mapping[str, str]) -> dict[str, str]:
         # size and its mtime's second, so an edit that swaps `+` for `*` within a second of the
         # last test run would run the old code (the tests' output lied; only the fresh grade saw).
         "PYTHONDONTWRITEBYTECODE": "1",
+        # grading's pytest runs with this seed (grading/_runner.py: HASH_SEED): the agent's own
+        # test runs order a set of strings, and name a parametrization over one, as grading does
+        "PYTHONHASHSEED": "0",
     }
     for k, v in extra.items():
         env[k] = str(v).replace("$PATH", path)

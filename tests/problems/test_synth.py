@@ -1007,6 +1007,82 @@ def test_rows_made_with_test_deps_carry_them_into_every_session(tmp_path, monkey
         load_swe_tasks(str(swe_file), "all")
 
 
+def test_a_parametrization_over_a_set_has_the_same_node_ids_in_every_grading_run(tmp_path, monkeypatch):
+    """``isodate`` parametrizes over a set of tuples of strings: with a random hash seed per
+    process its node ids (``test_format[4-1985-expected22-%Y]``) changed from run to run, so its
+    clean suite "collects different tests from run to run" and no task could be graded by node
+    id. The pytest child runs with a fixed seed (and the agent's commands with the same one),
+    while the processes the tests start still get the sandbox's PYTHONPATH."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+
+    # a tuple's id is its index in the set's order: ``test_word[alpha-box5]``
+    words = (
+        "{"
+        + ", ".join(f"({w!r}, (1,))" for w in "alpha beta gamma delta epsilon zeta eta theta".split())
+        + "}"
+    )
+    repo = _write_tree(
+        tmp_path / "words",
+        {
+            "calc.py": CALC,
+            "tests/test_calc.py": "import subprocess\nimport sys\n\nimport pytest\n\nfrom calc import add\n\n\n"
+            "def test_add():\n    assert add(1, 2) == 3\n\n\n"
+            f"@pytest.mark.parametrize('word, box', {words})\ndef test_word(word, box):\n    assert word.isalpha()\n\n\n"
+            "def test_a_process_it_starts_imports_the_toolchain():\n"
+            "    assert subprocess.run([sys.executable, '-c', 'import pytest']).returncode == 0\n",
+        },
+    )
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["failed_sources"] and not report["dropped_by_check"], report
+    assert report["debug_tasks"] == report["tasks"] and not report["debug_dropped_by_check"], report
+    row = json.loads((out / "swe" / "tasks.jsonl").read_text().splitlines()[0])
+    assert len([node for node in row["PASS_TO_PASS"] if "test_word[" in node]) == 8, row["PASS_TO_PASS"]
+    assert "tests/test_calc.py::test_a_process_it_starts_imports_the_toolchain" in row["PASS_TO_PASS"]
+    # the agent's own pytest names them as grading does
+    env = ContainerEnv(
+        str(out / "swe" / "tasks.jsonl"), "all", settings=SWESettings(repo_cache=str(tmp_path / "r"))
+    )
+    with env:
+        env.reset(row["instance_id"])
+        _, _, _, extra = env.step(
+            "<execute>python -m pytest -q --collect-only tests | grep test_word</execute>"
+        )
+    shown = {line.strip() for line in extra["output"].splitlines() if "test_word[" in line}
+    assert shown == {node for node in row["PASS_TO_PASS"] if "test_word[" in node}, extra["output"]
+
+
+def test_a_root_tests_py_becomes_a_test_file_grading_protects(tmp_path, monkeypatch, caplog):
+    """``jsonpointer``, ``jsonpatch`` and ``texttable`` keep their tests in a root ``tests.py``:
+    no task, "has no test module", and were one made, grading would not restore that file before
+    it runs it (an agent could rewrite it to pass). Renamed ``test_tests.py``, it is both."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.grading._scan import is_test_path
+
+    tests = (
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+        "def test_add_nothing():\n    assert add(0, 0) == 0\n"
+    )
+    repo = _write_tree(tmp_path / "flat", {"calc.py": CALC, "tests.py": tests})
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth"):
+        main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
+    assert "its tests are in tests.py, which grading would not protect" in caplog.text
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["debug_dropped_by_check"]
+    assert report["sources"][0]["renamed_test_files"] == {"tests.py": "test_tests.py"}
+    row = json.loads((out / "debug" / "tasks.jsonl").read_text().splitlines()[0])
+    paths = {f["path"] for f in row["files"]}
+    assert paths == {"calc.py", "test_tests.py"} and is_test_path("test_tests.py")
+    assert "test_tests.py::test_add" in row["FAIL_TO_PASS"]
+
+
 def test_synth_refuses_a_repository_the_sandbox_holds_an_installed_copy_of(tmp_path, monkeypatch):
     """A repository that one of its test dependencies needs (``attrs`` of ``hypothesis``,
     ``dateutil`` of ``freezegun``), or that pytest runs on (``iniconfig``, ``packaging``): the

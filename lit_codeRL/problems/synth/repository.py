@@ -164,6 +164,23 @@ def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
     return files
 
 
+ROOT_TEST_FILES = ("tests.py", "test.py")
+"""Root files that hold a project's tests (texttable, jsonpatch, jsonpointer) under names the
+grader's test rule (``test_*.py``, ``*_test.py``, test directories) does not protect."""
+
+
+def _name_root_tests(files: dict[str, str | bytes]) -> tuple[dict[str, str | bytes], dict[str, str]]:
+    """``files`` with a root ``tests.py``/``test.py`` renamed ``test_tests.py``/``test_test.py``
+    (grading restores test files from the base before it runs them: under its own name an agent
+    could rewrite it to pass), and the renames; as the SWE-PDB rows' ``test.py`` is renamed."""
+    renamed = {
+        name: f"test_{name}"
+        for name in ROOT_TEST_FILES
+        if name in files and f"test_{name}" not in files and isinstance(files[name], str)
+    }
+    return {renamed.get(path, path): content for path, content in files.items()}, renamed
+
+
 def _held_out(function: str, fraction: float, seed: int) -> bool:
     digest = hashlib.sha256(f"{seed}\0{function}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
@@ -259,6 +276,12 @@ def synthesize_files(
     """Validated tasks of the repository whose files (path -> content) are ``files``."""
     settings = settings or SynthSettings()
     start = time.monotonic()
+    files, renamed = _name_root_tests(files)
+    if renamed:
+        log.warning(
+            "synth: %s: its tests are in %s, which grading would not protect from an agent's edits: "
+            "renamed %s", repo_name, ", ".join(renamed), ", ".join(f"{a} -> {b}" for a, b in renamed.items()),
+        )  # fmt: skip
     modules = sorted(p for p in files if _is_test_path(p) and _is_test_module(p))
     if not modules:
         raise ConfigError(f"synth: {repo_name} has no test module (test_*.py or *_test.py)")
@@ -362,6 +385,7 @@ def synthesize_files(
         "clean_tests": len(clean.ids),
         "excluded_test_modules": excluded,
         "not_configured_test_files": unconfigured,
+        "renamed_test_files": renamed,
         "wall_s": round(time.monotonic() - start, 2),
     }
     stats["kept_fraction"] = round(len(tasks) / validated, 3) if validated else 0.0
