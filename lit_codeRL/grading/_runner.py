@@ -321,8 +321,8 @@ def run_child(results: str, args: list[str], out: Outcomes) -> int:
     # reaches the child's interpreter (PYTHONPATH may name the repository's src, which would be
     # searched before the standard library at startup), and -s -S; the child gives them back to
     # the processes its tests start. A fixed hash seed gives a parametrization over a set of
-    # strings (isodate's) the same node ids in every run, and a test that depends on set order
-    # the same outcome: grading measures the task, not the seed.
+    # strings (ids that hold indices) the same node ids in every run, and a test that depends on
+    # set order the same outcome: grading measures the task, not the seed.
     python_env = {k: v for k, v in os.environ.items() if k.startswith("PYTHON")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": HASH_SEED})

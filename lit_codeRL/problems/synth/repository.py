@@ -329,6 +329,12 @@ def synthesize_files(
             clean, modules, excluded = _baseline(repo_name, grader, task, files, modules, settings)
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
             raise ConfigError(f"synth: {repo_name}: {err}{_missing_module_hint(str(err))}") from None
+        if clean.unstable:
+            log.warning(
+                "synth: %s: %d test id(s) differ from run to run (a parametrization named after objects "
+                "hashed by address), never graded: %s",
+                repo_name, len(clean.unstable), ", ".join(clean.unstable[:3]) + (", ..." if len(clean.unstable) > 3 else ""),
+            )  # fmt: skip
         cache = run_cache.tree_dir(files, modules, grader.workspace.toolchain) if settings.cache else None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
         found = len(groups)
@@ -386,6 +392,7 @@ def synthesize_files(
         "excluded_test_modules": excluded,
         "not_configured_test_files": unconfigured,
         "renamed_test_files": renamed,
+        "unstable_test_ids": len(clean.unstable),
         "wall_s": round(time.monotonic() - start, 2),
     }
     stats["kept_fraction"] = round(len(tasks) / validated, 3) if validated else 0.0
