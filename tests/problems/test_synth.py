@@ -1089,7 +1089,9 @@ def test_a_root_tests_py_becomes_a_test_file_grading_protects(tmp_path, monkeypa
         "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
         "def test_add_nothing():\n    assert add(0, 0) == 0\n"
     )
-    repo = _write_tree(tmp_path / "flat", {"calc.py": CALC, "tests.py": tests})
+    # its configuration names the file (jsonpatch's): the renamed file is still its test module
+    ini = "[pytest]\npython_files = tests.py\n"
+    repo = _write_tree(tmp_path / "flat", {"calc.py": CALC, "tests.py": tests, "pytest.ini": ini})
     out = tmp_path / "out"
     with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth"):
         main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
@@ -1099,7 +1101,7 @@ def test_a_root_tests_py_becomes_a_test_file_grading_protects(tmp_path, monkeypa
     assert report["sources"][0]["renamed_test_files"] == {"tests.py": "test_tests.py"}
     row = json.loads((out / "debug" / "tasks.jsonl").read_text().splitlines()[0])
     paths = {f["path"] for f in row["files"]}
-    assert paths == {"calc.py", "test_tests.py"} and is_test_path("test_tests.py")
+    assert paths == {"calc.py", "test_tests.py", "pytest.ini"} and is_test_path("test_tests.py")
     assert "test_tests.py::test_add" in row["FAIL_TO_PASS"]
 
 
