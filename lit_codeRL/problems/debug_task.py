@@ -279,7 +279,8 @@ class DebugTask:
             kept = set(record["fail_to_pass"] + record["pass_to_pass"])
             if off := [node for node in named if node not in kept]:
                 log.warning(
-                    "debug task %s: %d test(s) its row names measure otherwise at the base here, not graded: %s",
+                    "debug task %s: %d test(s) its row names measure otherwise at the base here, "
+                    "not graded: %s",
                     self.task_id, len(off), ", ".join(off[:5]) + (", ..." if len(off) > 5 else ""),
                 )  # fmt: skip
         record["collect_errors"] = at_base.collect_errors

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--no-check",
         action="store_true",
-        help="skip the final check: the two-way grade of every SWE row, the validation of every debugging row",
+        help="skip the final check (the two-way grade of every SWE row, every debugging row validated)",
     )
     parser.add_argument(
         "--no-cache",
@@ -265,7 +265,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise ConfigError(next(iter(failed.values())))
     print(
         f"synth: {len(swe)} tasks ({report['train']} train, {report['eval']} eval) in {wall:.0f} s; "
-        f"{len(dropped)} dropped by the final check ({len(debug_dropped)} more debugging rows); rows in {out}/swe/tasks.jsonl and {out}/debug/tasks.jsonl"
+        f"{len(dropped)} dropped by the final check ({len(debug_dropped)} more debugging rows); "
+        f"rows in {out}/swe/tasks.jsonl and {out}/debug/tasks.jsonl"
     )
     return report
 

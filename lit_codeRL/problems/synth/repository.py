@@ -181,6 +181,10 @@ def _name_root_tests(files: dict[str, str | bytes]) -> tuple[dict[str, str | byt
     return {renamed.get(path, path): content for path, content in files.items()}, renamed
 
 
+def _some(items: Sequence[str], shown: int = 3) -> str:
+    return ", ".join(items[:shown]) + (", ..." if len(items) > shown else "")
+
+
 def _held_out(function: str, fraction: float, seed: int) -> bool:
     digest = hashlib.sha256(f"{seed}\0{function}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
@@ -279,8 +283,9 @@ def synthesize_files(
     files, renamed = _name_root_tests(files)
     if renamed:
         log.warning(
-            "synth: %s: its tests are in %s, which grading would not protect from an agent's edits: "
-            "renamed %s", repo_name, ", ".join(renamed), ", ".join(f"{a} -> {b}" for a, b in renamed.items()),
+            "synth: %s: its tests are in %s, which grading would not protect from an agent's "
+            "edits: renamed %s",
+            repo_name, ", ".join(renamed), ", ".join(f"{a} -> {b}" for a, b in renamed.items()),
         )  # fmt: skip
     modules = sorted(p for p in files if _is_test_path(p) and _is_test_module(p))
     if not modules:
@@ -335,9 +340,9 @@ def synthesize_files(
             raise ConfigError(f"synth: {repo_name}: {err}{_missing_module_hint(str(err))}") from None
         if clean.unstable:
             log.warning(
-                "synth: %s: %d test id(s) differ from run to run (a parametrization named after objects "
-                "hashed by address), never graded: %s",
-                repo_name, len(clean.unstable), ", ".join(clean.unstable[:3]) + (", ..." if len(clean.unstable) > 3 else ""),
+                "synth: %s: %d test id(s) differ from run to run (a parametrization named after "
+                "objects hashed by address), never graded: %s",
+                repo_name, len(clean.unstable), _some(clean.unstable),
             )  # fmt: skip
         cache = run_cache.tree_dir(files, modules, grader.workspace.toolchain) if settings.cache else None
         groups = candidates_by_function(files, settings.kinds, settings.seed)

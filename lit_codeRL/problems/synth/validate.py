@@ -224,7 +224,6 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
             raise ValueError(f"the clean test suite did not run: {run.verdict} ({run.reason})")
         if run.collect_errors:
             raise SuiteDoesNotCollect(run.collect_errors, run.collect_reasons)
-
     if not first.statuses:
         if first.reason:  # pytest stopped before collecting (a conftest that does not load)
             raise ValueError(f"the clean test suite: {first.reason}{_printed_error(first.output)}")
