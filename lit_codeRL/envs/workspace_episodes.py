@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from lit_codeRL.envs.protocol import Action, PendingSteps, StepResult
-from lit_codeRL.errors import ConfigError
+from lit_codeRL.errors import ConfigError, listed
 from lit_codeRL.grading import SWEGrade, SWEGrader
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import SWETask
@@ -300,7 +300,7 @@ def check_test_deps(problems: Sequence[Problem], workspace: WorkspaceConfig) -> 
     if missing:
         ids = list(dict.fromkeys(task_id for dep in missing for task_id in needed[dep]))
         raise ConfigError(
-            f"{len(ids)} task(s) ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}) import "
+            f"{len(ids)} task(s) ({listed(ids)}) import "
             f"{', '.join(missing)} in their tests (their test_deps), not installed for {workspace.python}: "
             f"pip install {' '.join(missing)}"
         )

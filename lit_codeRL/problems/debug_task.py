@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from lit_codeRL.errors import ConfigError
+from lit_codeRL.errors import ConfigError, listed
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.grading._scan import is_test_path as _grader_is_test_path
 from lit_codeRL.problems.debug_repo import (
@@ -281,7 +281,7 @@ class DebugTask:
                 log.warning(
                     "debug task %s: %d test(s) its row names measure otherwise at the base here, "
                     "not graded: %s",
-                    self.task_id, len(off), ", ".join(off[:5]) + (", ..." if len(off) > 5 else ""),
+                    self.task_id, len(off), listed(off, 5),
                 )  # fmt: skip
         record["collect_errors"] = at_base.collect_errors
         if not ids:

@@ -36,7 +36,7 @@ from torch.utils.data import IterableDataset
 
 from lit_codeRL.envs.reference import ReferenceEpisode, ends_at_stop
 from lit_codeRL.envs.settings import EnvSettings
-from lit_codeRL.errors import ConfigError
+from lit_codeRL.errors import ConfigError, listed
 from lit_codeRL.problems import Problem
 from lit_codeRL.problems.prompts import format_prompt
 from lit_codeRL.rollout.chat import ChatFormat
@@ -252,7 +252,7 @@ def reference_demonstrations(
             len(dropped),
             len(episodes),
             environment.name,
-            "; ".join(dropped[:10]) + ("; ..." if len(dropped) > 10 else ""),
+            listed(dropped, 10, "; "),
         )
     stops = list(environment.stop_strings)
     return [episode_segments(e, chat, stops) for e in episodes if e.resolved]

@@ -5,7 +5,6 @@ a minimal ``/etc``, built once per machine in the user's cache directory."""
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -75,14 +74,6 @@ def missing_distributions(python: str, names: list[str]) -> list[str]:
     files a toolchain copies), in order."""
     if not names:
         return []
-    if python == sys.executable:
-        missing = []
-        for name in names:
-            try:
-                importlib.metadata.distribution(name)
-            except importlib.metadata.PackageNotFoundError:
-                missing.append(name)
-        return missing
     out = subprocess.run([python, "-c", _MISSING_SCRIPT, *names], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise ConfigError(f"cannot ask {python} which distributions it has: {out.stderr.strip()[-300:]}")

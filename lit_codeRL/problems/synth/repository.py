@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lit_codeRL.errors import ConfigError
+from lit_codeRL.errors import ConfigError, listed
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.debug_repo import _build_repo
 from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
@@ -179,10 +179,6 @@ def _name_root_tests(files: dict[str, str | bytes]) -> tuple[dict[str, str | byt
         if name in files and f"test_{name}" not in files and isinstance(files[name], str)
     }
     return {renamed.get(path, path): content for path, content in files.items()}, renamed
-
-
-def _some(items: Sequence[str], shown: int = 3) -> str:
-    return ", ".join(items[:shown]) + (", ..." if len(items) > shown else "")
 
 
 def _held_out(function: str, fraction: float, seed: int) -> bool:
@@ -342,7 +338,7 @@ def synthesize_files(
             log.warning(
                 "synth: %s: %d test id(s) differ from run to run (a parametrization named after "
                 "objects hashed by address), never graded: %s",
-                repo_name, len(clean.unstable), _some(clean.unstable),
+                repo_name, len(clean.unstable), listed(clean.unstable),
             )  # fmt: skip
         cache = run_cache.tree_dir(files, modules, grader.workspace.toolchain) if settings.cache else None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
