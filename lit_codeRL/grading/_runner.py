@@ -25,9 +25,11 @@ once every process of the sandbox is gone. Two processes:
    the child's exit code.
 
 **The child** starts with no PYTHON* variable but a fixed ``PYTHONHASHSEED`` (node ids and
-set order alike in every run), puts the standard library and the toolchain first on ``sys.path``
-and the repository last; installs a meta-path finder that loads every standard-library and toolchain
-top-level module from trusted directories only (a repository module of the same name is never
+set order alike in every run; with Hypothesis in the toolchain, property tests draw the same
+examples every run, with no deadline and no example database: ``steady_property_tests``), puts
+the standard library and the toolchain first on ``sys.path`` and the repository last; installs
+a meta-path finder that loads every standard-library and toolchain top-level module from
+trusted directories only (a repository module of the same name is never
 imported in its place; the repository's own ``test``/``tests`` packages, restored from the base
 like every test directory, are loaded from it first, never the standard library's ``test``);
 turns pytest's plugin autoload off and uses ``--import-mode=append``; imports pytest, all of
@@ -62,6 +64,9 @@ HASH_SEED = "0"
 orders sets as grading does)."""
 CHILD_PYTHON_ENV = "LIT_CODERL_CHILD_PYTHON_ENV"
 """Carries the sandbox's PYTHON* variables past the child's interpreter start (see run_child)."""
+HYPOTHESIS_PLUGIN = "_hypothesis_pytestplugin"
+"""Hypothesis's pytest plugin (its ``pytest11`` entry point): loaded when the toolchain has it."""
+HYPOTHESIS_PROFILE = "lit-coderl-grading"
 CHILD_DRAIN_S = 2.0
 """After the child exits: how long its reports may still arrive (a daemon holding the pipe)."""
 is_test_path = _scan.is_test_path
@@ -179,6 +184,34 @@ def toolchain_plugins(dirs: list[str]) -> list[str]:
             if ep.group == "pytest11" and ep.module:
                 args += ["-p", ep.module]
     return args
+
+
+def steady_property_options(plugins: list[str]) -> list[str]:
+    """``--hypothesis-seed`` when Hypothesis's plugin is loaded: every property test draws the same
+    examples in every run, a profile the repository loads itself (``settings.load_profile``)
+    included; only a test's own ``@seed`` is its own."""
+    return ["--hypothesis-seed", HASH_SEED] if HYPOTHESIS_PLUGIN in plugins else []
+
+
+def steady_property_tests(toolchain: frozenset[str]) -> None:
+    """Hypothesis, when the toolchain has it, with no deadline and no example database, as its own
+    CI profile has it (the examples are seeded: ``steady_property_options``).
+
+    By default a property test fails when one example runs past 200 ms (``DeadlineExceeded``, or
+    ``Flaky`` when the rerun is quicker): on a loaded machine the same diff could pass one
+    grading run and fail the next. The profile is loaded before any repository code, so one the
+    repository loads in its conftest still wins, and its deadline with it."""
+    if "hypothesis" not in toolchain:
+        return
+    try:
+        from hypothesis import HealthCheck, settings  # noqa: PLC0415
+
+        settings.register_profile(
+            HYPOTHESIS_PROFILE, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+        )
+        settings.load_profile(HYPOTHESIS_PROFILE)
+    except Exception:  # noqa: BLE001, S110 - a Hypothesis without these settings grades as it is
+        pass
 
 
 def pytest_config(path: str, data: bytes) -> object:
@@ -421,6 +454,7 @@ def main() -> None:
     test_files = list(spec["test_files"])
     canary_files, canaries = write_canaries(test_files)
     junit = os.path.join(results, "junit.xml")
+    plugins = toolchain_plugins(toolchain_dirs())
     args = [
         "-p", "no:cacheprovider",
         "-o", "addopts=",
@@ -429,7 +463,8 @@ def main() -> None:
         "--import-mode=append",
         "--junitxml", junit,
         "-o", "junit_family=xunit2",
-        *toolchain_plugins(toolchain_dirs()),
+        *plugins,
+        *steady_property_options(plugins),
         *test_files,
         *canary_files,
     ]  # fmt: skip
@@ -607,6 +642,7 @@ def child_main() -> None:
     sys.meta_path.insert(at, finder)
     channel = _Channel(fd)
     load_toolchain()
+    steady_property_tests(toolchain)
     import pytest  # noqa: PLC0415
 
     _install_monitor(channel, repo, watched, toolchain)

@@ -1076,6 +1076,83 @@ def test_a_parametrization_over_a_set_has_the_same_node_ids_in_every_grading_run
     assert shown == {node for node in row["PASS_TO_PASS"] if "test_word[" in node}, extra["output"]
 
 
+PROPERTY_TESTS = """import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from calc import add
+
+DRAWN = []
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+@given(st.integers(), st.integers())
+def test_add_commutes(a, b):
+    assert add(a, b) == add(b, a)
+
+
+@settings(max_examples=3)
+@given(st.integers())
+def test_add_zero_slowly(x):
+    time.sleep(0.3)
+    assert add(x, 0) == x
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 10**9))
+def test_draw(x):
+    DRAWN.append(x)
+
+
+# which of these pass is the examples test_draw drew: each passes for 3 seeds in 4
+@pytest.mark.parametrize("bit", range(0, 16, 2))
+def test_drawn(bit):
+    assert (sum(DRAWN) >> bit) & 3
+"""
+
+
+def test_property_tests_grade_alike_in_every_run(tmp_path, monkeypatch):
+    """Hypothesis draws new examples in every run and fails a test one of whose examples runs
+    past 200 ms: a property test could pass one grading run and fail the next (a hyperlink row's
+    ``test_hostname_labels_valid_ascii`` measured otherwise at the base than in its clean runs).
+    Grading seeds the examples and sets no deadline, so a repository's property tests are
+    measured once and graded alike in every run after."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LIT_CODERL_DEBUG_CACHE", str(tmp_path / "debug-cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = _write_tree(tmp_path / "calc", {"calc.py": CALC, "tests/test_calc.py": PROPERTY_TESTS})
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--test-deps", "hypothesis", "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["failed_sources"], report
+    assert report["debug_tasks"] == report["tasks"] and not report["debug_dropped_by_check"], report
+    tasks = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")
+    for task in tasks:
+        graded = [*task.fail_to_pass, *task.pass_to_pass]
+        # slower than the default deadline: it failed in every run
+        assert "tests/test_calc.py::test_add_zero_slowly" in graded, graded
+        # graded when it passed in both clean runs: a quarter of them were
+        assert [node for node in graded if "test_drawn[" in node], graded
+    grader = SWEGrader(
+        WorkspaceConfig(backend="bwrap", toolchain=("pytest", "hypothesis")),
+        RepoCache(tmp_path / "prepared"),
+        timeout_s=120,
+    )
+    for task in tasks[:2]:
+        runs = [grader.grade(task, task.patch) for _ in range(3)]
+        assert all(run.resolved for run in runs), [run.to_dict() for run in runs]
+        assert len({json.dumps(run.pass_to_pass, sort_keys=True) for run in runs}) == 1
+
+
 def test_a_root_tests_py_becomes_a_test_file_grading_protects(tmp_path, monkeypatch, caplog):
     """``jsonpointer``, ``jsonpatch`` and ``texttable`` keep their tests in a root ``tests.py``:
     no task, "has no test module", and were one made, grading would not restore that file before
