@@ -15,7 +15,7 @@ once every process of the sandbox is gone. Two processes:
    internals new in changed source files -> the report's ``tamper`` reasons;
 4. restores every test file from the base commit: files the diff changed or created whose path
    is a test path (under a ``tests``/``test``/``testing`` directory, ``test_*.py``, ``*_test.py``,
-   any ``conftest.py``, ``pytest.ini``, ``tox.ini``) are checked out from ``HEAD`` or deleted;
+   any ``conftest.py``, ``pytest.ini``, ``pytest.toml``, ``tox.ini``...) are checked out from ``HEAD`` or deleted;
 5. applies the task's hidden test patch (failure -> ``test_patch_failed``);
 6. adds *canaries*: tests with random names that always fail, appended to every test file (one
    of them a ``unittest.TestCase`` test);
@@ -25,8 +25,9 @@ once every process of the sandbox is gone. Two processes:
    the child's exit code.
 
 **The child** starts with no PYTHON* variable but a fixed ``PYTHONHASHSEED`` (node ids and
-set order alike in every run; with Hypothesis in the toolchain, property tests draw the same
-examples every run, with no deadline and no example database: ``steady_property_tests``), puts
+set order alike in every run; ``random`` seeded before each test, as ``pytest-randomly`` does;
+with Hypothesis in the toolchain, property tests draw the same examples every run, with no
+deadline and no example database: ``steady_property_tests``), puts
 the standard library and the toolchain first on ``sys.path`` and the repository last; installs
 a meta-path finder that loads every standard-library and toolchain top-level module from
 trusted directories only (a repository module of the same name is never
@@ -214,22 +215,89 @@ def steady_property_tests(toolchain: frozenset[str]) -> None:
         pass
 
 
+CONFIG_NAMES = (
+    "pytest.toml",
+    ".pytest.toml",
+    "pytest.ini",
+    ".pytest.ini",
+    "pyproject.toml",
+    "tox.ini",
+    "setup.cfg",
+)
+"""The files pytest reads its configuration from, in its order of precedence within a directory."""
+SELECTING = ("-m", "-k", "--deselect")
+"""The ``addopts`` options that choose which of the collected tests run."""
+
+
 def pytest_config(path: str, data: bytes) -> object:
-    """The pytest section of ``pyproject.toml`` (``[tool.pytest.ini_options]``) or ``setup.cfg``
-    (``[tool:pytest]``), or ``None`` when there is none or it does not parse."""
+    """The pytest configuration in a file of :data:`CONFIG_NAMES` (``[pytest]``, ``[tool.pytest]``
+    with its ``ini_options``, ``[tool:pytest]``; a ``pytest.ini`` without one is ``{}``: it still
+    is the configuration), or ``None`` when it has none or does not parse."""
     text = data.decode("utf-8", "replace")
+    name = os.path.basename(path)
     try:
-        if path.endswith("pyproject.toml"):
+        if name.endswith(".toml"):
             import tomllib  # noqa: PLC0415
 
-            return tomllib.loads(text).get("tool", {}).get("pytest")
+            table = tomllib.loads(text)
+            return table.get("pytest") if name != "pyproject.toml" else table.get("tool", {}).get("pytest")
         import configparser  # noqa: PLC0415
 
         parser = configparser.ConfigParser(interpolation=None)
         parser.read_string(text)
-        return dict(parser["tool:pytest"]) if parser.has_section("tool:pytest") else None
+        section = "tool:pytest" if name == "setup.cfg" else "pytest"
+        if parser.has_section(section):
+            return dict(parser[section])
+        return {} if name.endswith("pytest.ini") else None
     except Exception:  # noqa: BLE001 - a file that does not parse configures nothing
         return None
+
+
+def repository_selection(test_files: list[str]) -> list[str]:
+    """The options of the repository's ``addopts`` that choose which tests run (``-m "not stress"``,
+    ``-k``, ``--deselect``), from the configuration pytest finds for the first test file (a
+    ``CONFIG_NAMES`` file in its directory or the nearest one above it). ``addopts`` itself is
+    ignored (it could load plugins, or add a coverage run), but without these grading ran what the
+    repository leaves out by default: click's 31,000 stress tests took its clean suite past any
+    time limit. The configuration is the base's: test configuration files are restored before
+    this, and a changed pytest section in ``pyproject.toml`` or ``setup.cfg`` is tampering."""
+    where = os.path.dirname(test_files[0]) if test_files else ""
+    while True:
+        for name in CONFIG_NAMES:
+            path = os.path.join(where, name)
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            with open(path, "rb") as f:
+                config = pytest_config(path, f.read(1 << 20))
+            if config is None:
+                continue
+            if isinstance(config, dict) and isinstance(config.get("ini_options"), dict):
+                config = config["ini_options"]
+            addopts = config.get("addopts") if isinstance(config, dict) else None
+            return _selecting(addopts)
+        if not where:
+            return []
+        where = os.path.dirname(where)
+
+
+def _selecting(addopts: object) -> list[str]:
+    import shlex  # noqa: PLC0415
+
+    try:
+        args = shlex.split(addopts) if isinstance(addopts, str) else [str(a) for a in addopts or ()]
+    except (ValueError, TypeError):
+        return []
+    kept, take = [], False
+    for arg in args:
+        if take:
+            kept.append(arg)
+            take = False
+        elif arg in SELECTING:
+            kept.append(arg)
+            take = True
+        elif arg.startswith("--deselect=") or (arg[:2] in ("-m", "-k") and len(arg) > 2):
+            kept.append(arg)
+    return kept if not take else kept[:-1]
 
 
 def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[str]]:
@@ -458,6 +526,7 @@ def main() -> None:
     args = [
         "-p", "no:cacheprovider",
         "-o", "addopts=",
+        *repository_selection(test_files),
         "-q",
         "--rootdir", os.getcwd(),
         "--import-mode=append",
@@ -548,6 +617,42 @@ class _Reporter:
         self.channel.send(
             {"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)}
         )
+
+
+def _steady_random(pytest) -> object:  # noqa: ANN001
+    """The child's plugin that seeds ``random`` (and NumPy's global generator, when it is loaded)
+    before each phase of each test, as ``pytest-randomly`` does: a test that draws unseeded
+    numbers draws the same ones in every run, whichever other tests ran before it (grading runs
+    the task's test files, the clean measurement the whole suite). Otherwise such a test passes
+    some runs and fails others, and a right diff can grade ``unresolved``."""
+    import random  # noqa: PLC0415
+
+    def reseed() -> None:
+        random.seed(int(HASH_SEED))
+        numpy = sys.modules.get("numpy")
+        try:
+            numpy.random.seed(int(HASH_SEED))
+        except Exception:  # noqa: BLE001, S110 - not loaded, or not NumPy's API
+            pass
+
+    class SteadyRandom:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collectstart(self, collector) -> None:  # noqa: ANN001, ARG002
+            reseed()  # what a test module draws when it is imported
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_setup(self, item) -> None:  # noqa: ANN001, ARG002
+            reseed()
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_call(self, item) -> None:  # noqa: ANN001, ARG002
+            reseed()
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_teardown(self, item) -> None:  # noqa: ANN001, ARG002
+            reseed()
+
+    return SteadyRandom()
 
 
 class _TrustedFinder:
@@ -646,7 +751,7 @@ def child_main() -> None:
     import pytest  # noqa: PLC0415
 
     _install_monitor(channel, repo, watched, toolchain)
-    code = int(pytest.main(args, plugins=[_Reporter(channel)]))
+    code = int(pytest.main(args, plugins=[_Reporter(channel), _steady_random(pytest)]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines
         try:
             stream.flush()

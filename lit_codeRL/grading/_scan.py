@@ -74,7 +74,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 TEST_DIRS = {"tests", "test", "testing"}
-TEST_CONFIG_FILES = {"conftest.py", "pytest.ini", "tox.ini"}
+TEST_CONFIG_FILES = {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini"}
 
 
 def is_test_path(path: str) -> bool:

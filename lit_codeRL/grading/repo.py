@@ -10,8 +10,8 @@ made from the pristine repository at the base commit, never in the workspace the
    the task's hidden test patch, and adds a canary test that always fails;
 2. pytest runs the files of the FAIL_TO_PASS and PASS_TO_PASS tests and the canary in a child
    process of the runner that holds no key, with the toolchain and the standard library loaded
-   from trusted directories only, plugin autoload off and the repository's ``addopts`` ignored,
-   watched by an audit hook; its reports go to the runner as they happen;
+   from trusted directories only, plugin autoload off and the repository's ``addopts`` ignored but for
+   its ``-m``/``-k``/``--deselect`` (``_runner.repository_selection``), watched by an audit hook; its reports go to the runner as they happen;
 3. the outcomes come back through two channels, both on a size-capped tmpfs of the grading
    sandbox that the trusted workspace server reads once every process there is gone: pytest's
    junit XML, and the runner's record (the child's reports, the canary, the junit file's hash,

@@ -9,7 +9,7 @@ import hashlib
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from lit_codeRL.errors import ConfigError
@@ -23,6 +23,7 @@ from lit_codeRL.problems.debug_task import (
 from lit_codeRL.problems.files import embedded_data_dir, read_table_rows
 from lit_codeRL.problems.kodcode_stub import kodcode_stub
 from lit_codeRL.problems.swe import row_node_ids, row_test_deps
+from lit_codeRL.problems.test_names import misnamed_test_modules, protected_name
 
 EMBEDDED_FILE = Path("debug") / "tasks.jsonl"
 """The shipped tasks, relative to the data directory (``data/`` in a checkout)."""
@@ -249,22 +250,21 @@ def _graded(row: Mapping[str, Any], renamed: Mapping[str, str], where: str) -> t
 def _protect_tests(
     files: dict[str, str], entry_point: str | None, where: str
 ) -> tuple[dict[str, str], str | None, dict[str, str]]:
-    """Rename test files the grader would not recognise as tests (``test.py`` in SWE-PDB rows).
+    """Rename test files the grader would not recognise as tests (``test.py`` in SWE-PDB rows;
+    ``problems/test_names.py``).
 
-    Grading restores only paths its ``is_test_path`` rule matches; a test file outside that rule
-    could be edited by the agent and the edit would count. So a Python file the entry point
-    names (or, without an entry point, a ``test.py``/``tests.py``) that the rule misses becomes
-    ``test_<name>``, and the entry point follows."""
+    A Python file the entry point names (or, without an entry point, a ``test.py``/``tests.py``
+    that holds tests and no other module imports) that the grader's rule misses becomes ``test_<name>``, and the entry point
+    follows."""
     tokens = shlex.split(entry_point) if entry_point else []
     named = [t for t in tokens if t in files and t.endswith(".py")]
     if not tokens:
-        named = [p for p in files if PurePosixPath(p).name in ("test.py", "tests.py")]
+        named = misnamed_test_modules(files)
     renamed: dict[str, str] = {}
     for path in named:
         if _is_test_path(path) and _is_test_module(path):
             continue
-        pure = PurePosixPath(path)
-        new = str(pure.with_name(f"test_{pure.name}"))
+        new = protected_name(path)
         if new in files:
             raise ConfigError(f"{where}: test file {path} must be renamed {new} for grading, which exists")
         renamed[path] = new

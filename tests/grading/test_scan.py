@@ -226,3 +226,55 @@ def test_runner_outcomes_agree_with_junit_on_subtests(reports, status):
     for when, outcome in reports:
         out.feed({"t": "log", "nodeid": "t.py::T::test_a", "when": when, "outcome": outcome})
     assert out.outcomes["t.py::T::test_a"] == status
+
+
+@pytest.mark.parametrize(
+    ("files", "selected"),
+    [
+        # pytest's own files, in its order within a directory, the first with a section wins
+        ({"pyproject.toml": "[tool.pytest.ini_options]\naddopts = \"-q -m 'not stress' --cov=pkg\"\n"},
+         ["-m", "not stress"]),
+        ({"pyproject.toml": "[tool.pytest]\naddopts = ['-p', 'xdist', '-k', 'not net', '--deselect=t/a.py::x']\n"},
+         ["-k", "not net", "--deselect=t/a.py::x"]),
+        ({"pytest.toml": "[pytest]\naddopts = ['-mnot slow']\n", "pytest.ini": "[pytest]\naddopts = -k x\n"},
+         ["-mnot slow"]),
+        ({".pytest.ini": "[pytest]\naddopts = --deselect t/test_a.py::test_b -x\n"},
+         ["--deselect", "t/test_a.py::test_b"]),
+        ({"tox.ini": "[tox]\n[pytest]\naddopts =\n    -m 'not slow'\n    --strict-markers\n"}, ["-m", "not slow"]),
+        ({"setup.cfg": "[tool:pytest]\naddopts = -k 'a or b'\n", "tox.ini": "[tox]\nenvlist = py3\n"},
+         ["-k", "a or b"]),
+        # a pytest.ini without a section is the configuration all the same: nothing selected
+        ({"pytest.ini": "", "setup.cfg": "[tool:pytest]\naddopts = -m x\n"}, []),
+        # the file nearest the first test file, then the directories above it
+        ({"tests/tox.ini": "[pytest]\naddopts = -m near\n", "pyproject.toml": "[tool.pytest.ini_options]\naddopts = \"-m far\"\n"},
+         ["-m", "near"]),
+        ({"tests/setup.cfg": "[metadata]\nname = x\n", "setup.cfg": "[tool:pytest]\naddopts = -m far\n"}, ["-m", "far"]),
+        # nothing that selects, an option without its value, a file that does not parse
+        ({"pyproject.toml": "[tool.pytest.ini_options]\naddopts = \"--cov -p no:warnings -m\"\n"}, []),
+        ({"pyproject.toml": "[tool.pytest.ini_options\n", "tox.ini": "[pytest]\naddopts = -m 'unclosed\n"}, []),
+        ({}, []),
+    ],
+)  # fmt: skip
+def test_grading_runs_the_tests_the_repositorys_addopts_select(tmp_path, monkeypatch, files, selected):
+    from lit_codeRL.grading._runner import repository_selection
+
+    for path, text in {"tests/test_a.py": "def test_a():\n    pass\n", **files}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert repository_selection(["tests/test_a.py", "other/test_b.py"]) == selected
+
+
+def test_every_file_pytest_reads_its_configuration_from_is_restored_or_watched():
+    from _pytest.config import findpaths
+
+    from lit_codeRL.grading._runner import CONFIG_NAMES
+
+    if not hasattr(findpaths, "CONFIG_LOADERS_BY_NAME"):
+        pytest.skip("pytest < 9 keeps no list of its configuration files")
+    assert tuple(findpaths.CONFIG_LOADERS_BY_NAME) == CONFIG_NAMES  # pytest's own list, in its order
+    # restored from the base before the run; the other two are read, and a change is tampering
+    assert {name for name in CONFIG_NAMES if is_test_path(f"pkg/{name}")} == set(CONFIG_NAMES) - {
+        "pyproject.toml",
+        "setup.cfg",
+    }

@@ -125,15 +125,25 @@ def test_collection_errors_are_named_with_pytests_error_line_and_grouped_by_it()
         b"    import six\nE   ModuleNotFoundError: No module named 'six'</error></testcase>"
         b'<testcase classname="tests.test_b" name="TestB"><error message="collection failure">'
         b"E   In TestB:\nE   TypeError: bad</error></testcase>"
-        b'<testcase classname="" name="tests.test_c"><error message="collection failure">no E line</error>'
-        b'</testcase><testcase classname="tests.test_d" name="test_ok"/></testsuite></testsuites>'
+        # no E line (titlecase's nose-style yield tests): pytest's own words
+        b'<testcase classname="" name="tests.test_c"><error message="collection failure">'
+        b"&apos;yield&apos; keyword is allowed in fixtures, but not in tests (test_io)</error></testcase>"
+        b'<testcase classname="" name="tests.test_f"><error message="collection failure"/></testcase>'
+        b'<testcase classname="tests.test_d" name="test_ok"/></testsuite></testsuites>'
     )
-    nodes = ["tests/test_a.py", "tests/test_b.py::TestB", "tests/test_c.py", "tests/test_e.py"]
+    nodes = [
+        "tests/test_a.py",
+        "tests/test_b.py::TestB",
+        "tests/test_c.py",
+        "tests/test_e.py",
+        "tests/test_f.py",
+    ]
     reasons = collect_reasons(junit, nodes)
     assert reasons == {
         "tests/test_a.py": "ModuleNotFoundError: No module named 'six'",
         "tests/test_b.py::TestB": "TypeError: bad",
-        "tests/test_c.py": "collection failure",
+        "tests/test_c.py": "'yield' keyword is allowed in fixtures, but not in tests (test_io)",
+        "tests/test_f.py": "collection failure",
     }
     six = {f"t/{n}.py": "ModuleNotFoundError: No module named 'six'" for n in "pqrs"}
     assert why_not_collected([*six, "t/x.py", "t/y.py"], {**six, "t/x.py": "SyntaxError: bad"}) == (
@@ -781,6 +791,7 @@ def test_synth_grades_src_layouts_and_subtests_and_says_why_no_test_passes(tmp_p
 
 
 CALC = "def add(a, b):\n    return a + b\n"
+DOUBLE = "\n\ndef double(x):\n    return x * 2\n"
 
 
 def _write_tree(root, files: dict[str, str]):
@@ -1153,6 +1164,115 @@ def test_property_tests_grade_alike_in_every_run(tmp_path, monkeypatch):
         assert len({json.dumps(run.pass_to_pass, sort_keys=True) for run in runs}) == 1
 
 
+RANDOM_TESTS = """import random
+
+import pytest
+
+from calc import add
+
+SAMPLE = random.sample(range(1000), 8)  # drawn when the module is imported
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_add_zero():
+    assert add(0, 5) == 5
+
+
+# each passes for 3 seeds in 4: which ones pass is the numbers drawn
+@pytest.mark.parametrize("i", range(8))
+def test_coin(i):
+    assert [random.random() for _ in range(i + 1)][-1] < 0.75
+
+
+@pytest.mark.parametrize("i", range(8))
+def test_sample(i):
+    assert SAMPLE[i] % 4
+"""
+
+
+def test_tests_that_draw_unseeded_random_numbers_grade_alike_in_every_run(tmp_path, monkeypatch):
+    """A test that draws from ``random`` unseeded (in its body, or when its module is imported)
+    passes some runs and fails others: a right diff could grade ``unresolved``, and synthesis
+    kept such a test when it passed both clean runs. Grading seeds ``random`` before each test and
+    each module's collection, as ``pytest-randomly`` does, so such a test is measured once and
+    graded alike in every run after."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LIT_CODERL_DEBUG_CACHE", str(tmp_path / "debug-cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = _write_tree(tmp_path / "calc", {"calc.py": CALC, "tests/test_calc.py": RANDOM_TESTS})
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["failed_sources"], report
+    tasks = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")
+    grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    for task in tasks[:2]:
+        graded = [*task.fail_to_pass, *task.pass_to_pass]
+        # the same numbers in every clean run: every test that passed is graded (each passes for
+        # 3 seeds in 4; passing both of two random runs, 9 in 16)
+        assert len([node for node in graded if "test_coin[" in node]) >= 2, graded
+        assert len([node for node in graded if "test_sample[" in node]) >= 2, graded
+        runs = [grader.grade(task, task.patch) for _ in range(3)]
+        assert all(run.resolved for run in runs), [run.to_dict() for run in runs]
+        assert len({json.dumps(run.pass_to_pass, sort_keys=True) for run in runs}) == 1
+
+
+def test_tests_the_repositorys_addopts_leave_out_are_left_out_of_every_run(tmp_path, monkeypatch):
+    """click's ``addopts = "-m 'not stress'"`` leaves 31,000 stress tests out of a plain
+    ``pytest``; grading ignores ``addopts`` (it could load plugins), so its clean suite ran them and
+    ran past the time limit: no task. Grading keeps what ``addopts`` selects with (``-m``,
+    ``-k``, ``--deselect``), so the suite runs as the repository runs it, in synthesis and in
+    every grading run after. Here what is left out never ends."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LIT_CODERL_DEBUG_CACHE", str(tmp_path / "debug-cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    tests = (
+        "import time\n\nimport pytest\n\nfrom calc import add, double\n\n\n"
+        "def test_add():\n    assert add(1, 2) == 3\n\n\n"
+        "def test_add_zero():\n    assert add(0, 2) == 2\n\n\n"
+        "def test_double():\n    assert double(4) == 8\n\n\n"
+        "@pytest.mark.stress\ndef test_stress():\n    time.sleep(10_000)\n\n\n"
+        "def test_on_the_network():\n    time.sleep(10_000)\n\n\n"
+        "def test_deselected():\n    time.sleep(10_000)\n"
+    )
+    config = (
+        "[tool.pytest.ini_options]\nmarkers = ['stress: slow']\n"
+        "addopts = \"-m 'not stress' -k 'not network' --deselect tests/test_calc.py::test_deselected\"\n"
+    )
+    repo = _write_tree(
+        tmp_path / "calc",
+        {"calc.py": CALC + DOUBLE, "tests/test_calc.py": tests, "pyproject.toml": config},
+    )
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["failed_sources"], report
+    assert report["debug_tasks"] == report["tasks"] and not report["debug_dropped_by_check"], report
+    assert report["sources"][0]["clean_tests"] == 3, report
+    (task, *_) = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")
+    assert sorted([*task.fail_to_pass, *task.pass_to_pass]) == [
+        "tests/test_calc.py::test_add",
+        "tests/test_calc.py::test_add_zero",
+        "tests/test_calc.py::test_double",
+    ]
+    grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    graded = grader.grade(task, task.patch)
+    assert graded.resolved and graded.wall_s < 60, graded.to_dict()
+
+
 def test_a_root_tests_py_becomes_a_test_file_grading_protects(tmp_path, monkeypatch, caplog):
     """``jsonpointer``, ``jsonpatch`` and ``texttable`` keep their tests in a root ``tests.py``:
     no task, "has no test module", and were one made, grading would not restore that file before
@@ -1180,6 +1300,57 @@ def test_a_root_tests_py_becomes_a_test_file_grading_protects(tmp_path, monkeypa
     paths = {f["path"] for f in row["files"]}
     assert paths == {"calc.py", "test_tests.py", "pytest.ini"} and is_test_path("test_tests.py")
     assert "test_tests.py::test_add" in row["FAIL_TO_PASS"]
+
+
+def test_a_tests_py_anywhere_that_holds_tests_is_renamed_and_graded(tmp_path, monkeypatch):
+    """roman keeps its tests in ``src/tests.py`` and titlecase in ``titlecase/tests.py``, inside
+    its package: "has no test module", as a root ``tests.py`` did. Every ``tests.py``/``test.py``
+    that defines a test is renamed in its directory; a module of that name with no test in it
+    (``setuptools/command/test.py``), or one the project's code imports (``jinja2/tests.py``, its
+    template tests ``test_odd``...), keeps its name: it is part of the program."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.problems.synth.repository import _name_test_modules
+
+    unittest_case = (
+        "import unittest\n\n\nclass Roman(unittest.TestCase):\n    def check(self):\n        pass\n"
+    )
+    files, renamed = _name_test_modules(
+        {
+            "src/tests.py": unittest_case,
+            "pkg/command/test.py": "def run(argv):\n    return 0\n",  # a command named test
+            "tests/test.py": "def test_x():\n    pass\n",  # under tests/: grading protects it
+            "a/tests.py": "def test_a():\n    pass\n",
+            "a/test_tests.py": "",  # the new name is taken
+            "b/test.py": "def test_b(:\n",  # does not parse
+            "c/tests.py": b"\xff\xfe",
+            # Jinja's tests (`is odd`) are part of the program: its own code imports them
+            "src/jinja/tests.py": "def test_odd(value):\n    return value % 2 == 1\n\n\nTESTS = {}\n",
+            "src/jinja/defaults.py": "from .tests import TESTS as DEFAULT_TESTS\n",
+            "lib/tests.py": "def test_odd(value):\n    return value % 2 == 1\n",
+            "lib/sub/x.py": "from .. import tests\n",
+            "tools/test.py": "def test_helper():\n    pass\n",
+            "tools/run.py": "import tools.test\n",
+        }
+    )
+    assert renamed == {"src/tests.py": "src/test_tests.py"} and "src/test_tests.py" in files
+
+    package = {
+        "calc/__init__.py": "from calc.test import probe\n\n\ndef add(a, b):\n    return a + b\n",
+        "calc/test.py": "def probe():\n    return 'not a test module'\n",
+        "calc/tests.py": "from calc import add, probe\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+        "def test_add_nothing():\n    assert add(0, 0) == 0\n\n\n"
+        "def test_probe():\n    assert probe()\n",
+    }
+    repo = _write_tree(tmp_path / "calc", package)
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["debug_dropped_by_check"]
+    assert report["sources"][0]["renamed_test_files"] == {"calc/tests.py": "calc/test_tests.py"}
+    row = json.loads((out / "swe" / "tasks.jsonl").read_text().splitlines()[0])
+    assert "calc/test_tests.py::test_probe" in row["PASS_TO_PASS"], row
 
 
 def test_synth_refuses_a_repository_the_sandbox_holds_an_installed_copy_of(tmp_path, monkeypatch):

@@ -10,7 +10,8 @@ repository: ``pytest --collect-only`` from the root, with the repository's confi
 the modules it collected from or failed to collect (the latter are then left out by the clean
 runs, with the reason). When pytest cannot parse the ``addopts`` here (``--cov`` without
 ``pytest-cov``), collection runs again with only those of them that choose what is collected
-(``--ignore``, ``--ignore-glob``, ``--deselect``).
+(``--ignore``, ``--ignore-glob``, ``--deselect``, ``-m``, ``-k``: grading keeps the last three
+too, ``grading/_runner.py: repository_selection``).
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ class Collected:
 def selecting(addopts):  # the options of addopts that choose what is collected
     kept, take = [], False
     for arg in addopts:
-        if take or arg.startswith(("--ignore=", "--ignore-glob=", "--deselect=")):
+        if take or arg.startswith(("--ignore=", "--ignore-glob=", "--deselect=", "-m", "-k")) and len(arg) > 2:
             kept.append(arg)
-        take = arg in ("--ignore", "--ignore-glob", "--deselect")
+        take = arg in ("--ignore", "--ignore-glob", "--deselect", "-m", "-k")
         if take:
             kept.append(arg)
     return kept

@@ -43,6 +43,7 @@ from lit_codeRL.problems.synth.validate import (
     why_not_collected,
     workspace_check,
 )
+from lit_codeRL.problems.test_names import misnamed_test_modules, protected_name
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 
 log = logging.getLogger(__name__)
@@ -164,19 +165,14 @@ def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
     return files
 
 
-ROOT_TEST_FILES = ("tests.py", "test.py")
-"""Root files that hold a project's tests (texttable, jsonpatch, jsonpointer) under names the
-grader's test rule (``test_*.py``, ``*_test.py``, test directories) does not protect."""
-
-
-def _name_root_tests(files: dict[str, str | bytes]) -> tuple[dict[str, str | bytes], dict[str, str]]:
-    """``files`` with a root ``tests.py``/``test.py`` renamed ``test_tests.py``/``test_test.py``
-    (grading restores test files from the base before it runs them: under its own name an agent
-    could rewrite it to pass), and the renames; as the SWE-PDB rows' ``test.py`` is renamed."""
+def _name_test_modules(files: dict[str, str | bytes]) -> tuple[dict[str, str | bytes], dict[str, str]]:
+    """``files`` with every ``tests.py``/``test.py`` that holds tests and that no other module
+    imports (and is not under a test directory already) renamed ``test_tests.py``/``test_test.py`` in its directory
+    (``problems/test_names.py``), and the renames."""
     renamed = {
-        name: f"test_{name}"
-        for name in ROOT_TEST_FILES
-        if name in files and f"test_{name}" not in files and isinstance(files[name], str)
+        path: protected_name(path)
+        for path in misnamed_test_modules(files)
+        if not _is_test_path(path) and protected_name(path) not in files
     }
     return {renamed.get(path, path): content for path, content in files.items()}, renamed
 
@@ -276,7 +272,7 @@ def synthesize_files(
     """Validated tasks of the repository whose files (path -> content) are ``files``."""
     settings = settings or SynthSettings()
     start = time.monotonic()
-    files, renamed = _name_root_tests(files)
+    files, renamed = _name_test_modules(files)
     if renamed:
         log.warning(
             "synth: %s: its tests are in %s, which grading would not protect from an agent's "

@@ -119,15 +119,19 @@ def failure_messages(junit: bytes | None, node_ids: Sequence[str]) -> dict[str, 
 
 def collect_reasons(junit: bytes | None, nodes: Sequence[str]) -> dict[str, str]:
     """Why each of ``nodes`` (collection errors: ``tests/t.py``, ``tests/t.py::C``) did not
-    collect: the last ``E`` line of its junit error (the exception pytest printed), else the
-    error's message. Read for the user's one-line error only (the test code is the user's own)."""
+    collect: the last ``E`` line of its junit error (the exception pytest printed), else its
+    last line, else the error's message. Read for the user's one-line error only (the test code is the user's own)."""
     if not nodes:  # every run that collected: its junit is not parsed a second time
         return {}
     by_key: dict[tuple[str, str], str] = {}
     for key, element in _junit_problems(junit):
         if element.tag == "error":
-            said = [line[1:].strip() for line in (element.text or "").splitlines() if line.startswith("E ")]
-            by_key.setdefault(key, " ".join((said[-1] if said else element.get("message", "")).split())[:200])
+            lines = (element.text or "").splitlines()
+            said = [line[1:].strip() for line in lines if line.startswith("E ")]
+            # no E line: pytest's own words (a nose-style yield test: "'yield' keyword is allowed
+            # in fixtures, but not in tests (test_x)"), else the message ("collection failure")
+            said = said or [line.strip() for line in lines if line.strip()] or [element.get("message", "")]
+            by_key.setdefault(key, " ".join(said[-1].split())[:200])
     out = {}
     for node in nodes:
         module, name = junit_key(node)
