@@ -15,7 +15,8 @@ once every process of the sandbox is gone. Two processes:
    internals new in changed source files -> the report's ``tamper`` reasons;
 4. restores every test file from the base commit: files the diff changed or created whose path
    is a test path (under a ``tests``/``test``/``testing`` directory, ``test_*.py``, ``*_test.py``,
-   any ``conftest.py``, ``pytest.ini``, ``pytest.toml``, ``tox.ini``...) are checked out from ``HEAD`` or deleted;
+   any ``conftest.py``, ``pytest.ini``, ``pytest.toml``, ``tox.ini``...) are checked out from
+   ``HEAD`` or deleted;
 5. applies the task's hidden test patch (failure -> ``test_patch_failed``);
 6. adds *canaries*: tests with random names that always fail, appended to every test file (one
    of them a ``unittest.TestCase`` test);
@@ -27,11 +28,10 @@ once every process of the sandbox is gone. Two processes:
 **The child** starts with no PYTHON* variable but a fixed ``PYTHONHASHSEED`` (node ids and
 set order alike in every run; ``random`` seeded before each test, as ``pytest-randomly`` does;
 with Hypothesis in the toolchain, property tests draw the same examples every run, with no
-deadline and no example database: ``steady_property_tests``), puts
-the standard library and the toolchain first on ``sys.path`` and the repository last; installs
-a meta-path finder that loads every standard-library and toolchain top-level module from
-trusted directories only (a repository module of the same name is never
-imported in its place; the repository's own ``test``/``tests`` packages, restored from the base
+deadline and no example database: ``steady_property_tests``), puts the standard library and
+the toolchain first on ``sys.path`` and the repository last; installs a meta-path finder that
+loads every standard-library and toolchain top-level module from trusted directories only (a
+repository module of the same name is never imported in its place; the repository's own ``test``/``tests`` packages, restored from the base
 like every test directory, are loaded from it first, never the standard library's ``test``);
 turns pytest's plugin autoload off and uses ``--import-mode=append``; imports pytest, all of
 ``_pytest`` and ``pluggy`` before any repository code; and installs an
@@ -311,9 +311,11 @@ def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[s
     )
     watched = []
     for path in changed:  # pytest.ini, tox.ini and conftest.py are restored; these two are not
-        if os.path.basename(path) in ("pyproject.toml", "setup.cfg") and os.path.isfile(path):
-            with open(path, "rb") as f:
-                new_config = pytest_config(path, f.read(1 << 20))
+        if os.path.basename(path) in ("pyproject.toml", "setup.cfg"):
+            new_config = None  # deleted: its pytest section went with it
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    new_config = pytest_config(path, f.read(1 << 20))
             old = git("show", f"HEAD:{path}", check=False)
             old_config = pytest_config(path, old.stdout) if old.returncode == 0 else None
             if new_config != old_config:

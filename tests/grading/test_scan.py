@@ -278,3 +278,36 @@ def test_every_file_pytest_reads_its_configuration_from_is_restored_or_watched()
         "pyproject.toml",
         "setup.cfg",
     }
+
+
+def test_a_pytest_section_changed_or_deleted_with_its_file_is_tampering(tmp_path, monkeypatch):
+    """``pyproject.toml`` and ``setup.cfg`` are not restored (they hold the project's metadata
+    too): a changed pytest section is tampering. Deleting the whole file took the section (its
+    ``filterwarnings = error``, its ``-m 'not stress'``) with it and was not."""
+    import subprocess
+
+    from lit_codeRL.grading import _runner
+
+    section = "[tool.pytest.ini_options]\naddopts = \"-m 'not stress'\"\nfilterwarnings = ['error']\n"
+    files = {"pyproject.toml": "[project]\nname = 'p'\n" + section, "setup.cfg": "[metadata]\nname = p\n"}
+    for path, text in files.items():
+        (tmp_path / path).write_text(text)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=tmp_path, check=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "")
+
+    def findings(changed: list[str]) -> list[str]:
+        return [f for f in _runner.tamper_scan(changed, [])[0] if "pytest configuration" in f]
+
+    (tmp_path / "pyproject.toml").unlink()
+    (tmp_path / "setup.cfg").unlink()  # it had no pytest section: nothing went with it
+    assert findings(["pyproject.toml", "setup.cfg"]) == [
+        "metadata: pyproject.toml: its pytest configuration changed"
+    ]
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n" + section.replace("error", "ignore"))
+    assert findings(["pyproject.toml"]) == ["metadata: pyproject.toml: its pytest configuration changed"]
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'q'\n" + section)  # metadata only
+    assert findings(["pyproject.toml"]) == []
