@@ -1353,6 +1353,60 @@ def test_a_tests_py_anywhere_that_holds_tests_is_renamed_and_graded(tmp_path, mo
     assert "calc/test_tests.py::test_probe" in row["PASS_TO_PASS"], row
 
 
+def test_a_package_that_reads_its_installed_version_imports_in_every_session(tmp_path, monkeypatch):
+    """``__version__ = version("calc-kit")`` at import, unguarded: in the sandbox the project is
+    not installed, so the package did not import, no test passed and the repository gave no task.
+    Synthesis writes the metadata an editable install leaves beside the package
+    (``calc_kit.egg-info/PKG-INFO``: the name and the version its ``pyproject.toml`` declares), so
+    it imports in grading and in the agent's commands alike."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+    from lit_codeRL.problems.synth.metadata import project_metadata
+
+    init = "from importlib.metadata import version\n\n__version__ = version('calc-kit')\n\n\n" + CALC + DOUBLE
+    tests = (
+        "import calc\n\n\ndef test_add():\n    assert calc.add(1, 2) == 3\n\n\n"
+        "def test_double():\n    assert calc.double(2) == 4\n\n\n"
+        "def test_version():\n    assert calc.__version__ == '1.2.3'\n"
+    )
+    pyproject = "[project]\nname = 'calc-kit'\nversion = '1.2.3'\n"
+    repo = _write_tree(
+        tmp_path / "kit",
+        {"src/calc/__init__.py": init, "tests/test_calc.py": tests, "pyproject.toml": pyproject},
+    )
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["debug_dropped_by_check"]
+    assert report["sources"][0]["added_metadata"] == ["src/calc_kit.egg-info/PKG-INFO"], report
+    row = json.loads((out / "swe" / "tasks.jsonl").read_text().splitlines()[0])
+    assert "tests/test_calc.py::test_version" in row["PASS_TO_PASS"] + row["FAIL_TO_PASS"], row
+    env = ContainerEnv(
+        str(out / "swe" / "tasks.jsonl"), "all", settings=SWESettings(repo_cache=str(tmp_path / "r"))
+    )
+    with env:
+        env.reset(row["instance_id"])
+        _, _, _, extra = env.step(
+            "<execute>python -c 'import calc; print(calc.__version__)'</execute>"
+        )
+    assert "1.2.3" in extra["output"], extra["output"]
+
+    # nothing added where nothing reads metadata, where the tree has its own, or no name is declared
+    reads = {"m/__init__.py": "import importlib.metadata\n"}
+    assert project_metadata({**reads, "setup.cfg": "[metadata]\nname = m.kit\nversion = attr: m.V\n"}) == {
+        "m_kit.egg-info/PKG-INFO": "Metadata-Version: 2.1\nName: m.kit\nVersion: 0.0.0\n"
+    }
+    assert project_metadata({**reads, "PKG-INFO": "Metadata-Version: 2.1\nName: m\nVersion: 2.0\n"}) == {
+        "m.egg-info/PKG-INFO": "Metadata-Version: 2.1\nName: m\nVersion: 2.0\n"
+    }
+    assert project_metadata({"m/__init__.py": "", "pyproject.toml": pyproject}) == {}
+    assert project_metadata({**reads, "m.dist-info/METADATA": "", "pyproject.toml": pyproject}) == {}
+    assert project_metadata({**reads, "pyproject.toml": "[project]\nname = '../x'\n"}) == {}
+    assert project_metadata(reads) == {}
+
+
 def test_synth_refuses_a_repository_the_sandbox_holds_an_installed_copy_of(tmp_path, monkeypatch):
     """A repository that one of its test dependencies needs (``attrs`` of ``hypothesis``,
     ``dateutil`` of ``freezegun``), or that pytest runs on (``iniconfig``, ``packaging``): the

@@ -32,6 +32,7 @@ from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
 from lit_codeRL.problems.synth.discover import collected_modules, configured_modules
 from lit_codeRL.problems.synth.installed import installed_copies
+from lit_codeRL.problems.synth.metadata import project_metadata
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
@@ -273,6 +274,10 @@ def synthesize_files(
     settings = settings or SynthSettings()
     start = time.monotonic()
     files, renamed = _name_test_modules(files)
+    metadata = project_metadata(files)
+    if metadata:
+        log.info("synth: %s reads its installed metadata: added %s", repo_name, ", ".join(metadata))
+        files = {**files, **metadata}
     if renamed:
         log.warning(
             "synth: %s: its tests are in %s, which grading would not protect from an agent's "
@@ -393,6 +398,7 @@ def synthesize_files(
         "excluded_test_modules": excluded,
         "not_configured_test_files": unconfigured,
         "renamed_test_files": renamed,
+        "added_metadata": sorted(metadata),
         "unstable_test_ids": len(clean.unstable),
         "wall_s": round(time.monotonic() - start, 2),
     }
