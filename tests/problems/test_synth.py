@@ -794,6 +794,19 @@ CALC = "def add(a, b):\n    return a + b\n"
 DOUBLE = "\n\ndef double(x):\n    return x * 2\n"
 
 
+def _agent_command(out, row: dict, repo_cache, command: str) -> str:
+    """The output of ``command`` run by the agent in an SWE episode of ``row`` (synthesized in
+    ``out``)."""
+    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+
+    env = ContainerEnv(
+        str(out / "swe" / "tasks.jsonl"), "all", settings=SWESettings(repo_cache=str(repo_cache))
+    )
+    with env:
+        env.reset(row["instance_id"])
+        return env.step(f"<execute>{command}</execute>")[3]["output"]
+
+
 def _write_tree(root, files: dict[str, str]):
     for path, text in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -1039,7 +1052,6 @@ def test_a_parametrization_over_a_set_has_the_same_node_ids_in_every_grading_run
     require_bwrap()
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     from lit_codeRL.cli import main
-    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
 
     # a tuple's id is its index in the set's order: ``test_word[alpha-box5]``
     words = (
@@ -1075,16 +1087,11 @@ def test_a_parametrization_over_a_set_has_the_same_node_ids_in_every_grading_run
     assert 8 < report["sources"][0]["unstable_test_ids"] <= 16, report
     assert "tests/test_calc.py::test_a_process_it_starts_imports_the_toolchain" in row["PASS_TO_PASS"]
     # the agent's own pytest names them as grading does
-    env = ContainerEnv(
-        str(out / "swe" / "tasks.jsonl"), "all", settings=SWESettings(repo_cache=str(tmp_path / "r"))
+    output = _agent_command(
+        out, row, tmp_path / "r", "python -m pytest -q --collect-only tests | grep test_word"
     )
-    with env:
-        env.reset(row["instance_id"])
-        _, _, _, extra = env.step(
-            "<execute>python -m pytest -q --collect-only tests | grep test_word</execute>"
-        )
-    shown = {line.strip() for line in extra["output"].splitlines() if "test_word[" in line}
-    assert shown == {node for node in row["PASS_TO_PASS"] if "test_word[" in node}, extra["output"]
+    shown = {line.strip() for line in output.splitlines() if "test_word[" in line}
+    assert shown == {node for node in row["PASS_TO_PASS"] if "test_word[" in node}, output
 
 
 PROPERTY_TESTS = """import time
@@ -1362,7 +1369,6 @@ def test_a_package_that_reads_its_installed_version_imports_in_every_session(tmp
     require_bwrap()
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     from lit_codeRL.cli import main
-    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
     from lit_codeRL.problems.synth.metadata import project_metadata
 
     init = "from importlib.metadata import version\n\n__version__ = version('calc-kit')\n\n\n" + CALC + DOUBLE
@@ -1383,15 +1389,8 @@ def test_a_package_that_reads_its_installed_version_imports_in_every_session(tmp
     assert report["sources"][0]["added_metadata"] == ["src/calc_kit.egg-info/PKG-INFO"], report
     row = json.loads((out / "swe" / "tasks.jsonl").read_text().splitlines()[0])
     assert "tests/test_calc.py::test_version" in row["PASS_TO_PASS"] + row["FAIL_TO_PASS"], row
-    env = ContainerEnv(
-        str(out / "swe" / "tasks.jsonl"), "all", settings=SWESettings(repo_cache=str(tmp_path / "r"))
-    )
-    with env:
-        env.reset(row["instance_id"])
-        _, _, _, extra = env.step(
-            "<execute>python -c 'import calc; print(calc.__version__)'</execute>"
-        )
-    assert "1.2.3" in extra["output"], extra["output"]
+    output = _agent_command(out, row, tmp_path / "r", "python -c 'import calc; print(calc.__version__)'")
+    assert "1.2.3" in output, output
 
     # nothing added where nothing reads metadata, where the tree has its own, or no name is declared
     reads = {"m/__init__.py": "import importlib.metadata\n"}
