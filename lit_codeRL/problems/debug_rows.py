@@ -254,8 +254,8 @@ def _protect_tests(
     ``problems/test_names.py``).
 
     A Python file the entry point names (or, without an entry point, a ``test.py``/``tests.py``
-    that holds tests and no other module imports) that the grader's rule misses becomes ``test_<name>``, and the entry point
-    follows."""
+    that holds tests and no other module imports) that the grader's rule misses becomes
+    ``test_<name>``, and the entry point follows."""
     tokens = shlex.split(entry_point) if entry_point else []
     named = [t for t in tokens if t in files and t.endswith(".py")]
     if not tokens:

@@ -28,8 +28,8 @@ def protected_name(path: str) -> str:
 
 def holds_tests(content: str | bytes) -> bool:
     """Does this module define a test (a ``test*`` function, a ``Test*`` class, a ``TestCase``) or
-    assert at its top level, as a test script does? A module named ``test.py`` that defines none (``setuptools/command/test.py``) is something
-    else, which other modules import by that name."""
+    assert at its top level, as a test script does? A module named ``test.py`` that defines none
+    (``setuptools/command/test.py``) is something else, which other modules import by that name."""
     if not isinstance(content, str):
         return False
     try:

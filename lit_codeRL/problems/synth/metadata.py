@@ -69,8 +69,7 @@ def _declared(files: Mapping[str, str | bytes]) -> tuple[str | None, str | None]
         except configparser.Error:
             return None, None
         if parser.has_option("metadata", "name"):
-            version = parser.get("metadata", "version", fallback=None)
-            return parser.get("metadata", "name"), version if version and not version.startswith(
-                "attr:"
-            ) else None
+            version = parser.get("metadata", "version", fallback="")
+            # "attr: pkg.__version__" is read from the code at build time: not declared here
+            return parser.get("metadata", "name"), None if version.startswith("attr:") else version or None
     return None, None

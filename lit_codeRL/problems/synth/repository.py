@@ -168,8 +168,8 @@ def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
 
 def _name_test_modules(files: dict[str, str | bytes]) -> tuple[dict[str, str | bytes], dict[str, str]]:
     """``files`` with every ``tests.py``/``test.py`` that holds tests and that no other module
-    imports (and is not under a test directory already) renamed ``test_tests.py``/``test_test.py`` in its directory
-    (``problems/test_names.py``), and the renames."""
+    imports (and is not under a test directory already) renamed ``test_tests.py``/``test_test.py``
+    in its directory (``problems/test_names.py``), and the renames."""
     renamed = {
         path: protected_name(path)
         for path in misnamed_test_modules(files)

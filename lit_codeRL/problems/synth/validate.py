@@ -120,7 +120,8 @@ def failure_messages(junit: bytes | None, node_ids: Sequence[str]) -> dict[str, 
 def collect_reasons(junit: bytes | None, nodes: Sequence[str]) -> dict[str, str]:
     """Why each of ``nodes`` (collection errors: ``tests/t.py``, ``tests/t.py::C``) did not
     collect: the last ``E`` line of its junit error (the exception pytest printed), else its
-    last line, else the error's message. Read for the user's one-line error only (the test code is the user's own)."""
+    last line, else the error's message. Read for the user's one-line error only (the test code
+    is the user's own)."""
     if not nodes:  # every run that collected: its junit is not parsed a second time
         return {}
     by_key: dict[tuple[str, str], str] = {}
