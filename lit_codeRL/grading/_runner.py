@@ -26,9 +26,10 @@ once every process of the sandbox is gone. Two processes:
    the child's exit code.
 
 **The child** starts with no PYTHON* variable but a fixed ``PYTHONHASHSEED`` (node ids and
-set order alike in every run; ``random`` seeded before each test, as ``pytest-randomly`` does;
-with Hypothesis in the toolchain, property tests draw the same examples every run, with no
-deadline and no example database: ``steady_property_tests``), puts the standard library and
+set order alike in every run) and loads the workspace's ``lcrl_steady`` plugin, as every pytest
+the agent ran did (``sandbox/pytest_steady.py``: ``random`` seeded before each test, as
+``pytest-randomly`` does; with Hypothesis in the toolchain, property tests draw the same examples
+every run, with no deadline and no example database), puts the standard library and
 the toolchain first on ``sys.path`` and the repository last; installs a meta-path finder that
 loads every standard-library and toolchain top-level module from trusted directories only (a
 repository module of the same name is never imported in its place; the repository's own ``test``/``tests`` packages, restored from the base
@@ -65,9 +66,9 @@ HASH_SEED = "0"
 orders sets as grading does)."""
 CHILD_PYTHON_ENV = "LIT_CODERL_CHILD_PYTHON_ENV"
 """Carries the sandbox's PYTHON* variables past the child's interpreter start (see run_child)."""
-HYPOTHESIS_PLUGIN = "_hypothesis_pytestplugin"
-"""Hypothesis's pytest plugin (its ``pytest11`` entry point): loaded when the toolchain has it."""
-HYPOTHESIS_PROFILE = "lit-coderl-grading"
+STEADY_PLUGIN = "lcrl_steady"
+"""The plugin every pytest of a workspace loads (``sandbox/workspace_argv.py: STEADY_PLUGIN_NAME``),
+from a read-only directory of the sandbox's ``PYTHONPATH``: the child loads it too."""
 CHILD_DRAIN_S = 2.0
 """After the child exits: how long its reports may still arrive (a daemon holding the pipe)."""
 is_test_path = _scan.is_test_path
@@ -187,32 +188,12 @@ def toolchain_plugins(dirs: list[str]) -> list[str]:
     return args
 
 
-def steady_property_options(plugins: list[str]) -> list[str]:
-    """``--hypothesis-seed`` when Hypothesis's plugin is loaded: every property test draws the same
-    examples in every run, a profile the repository loads itself (``settings.load_profile``)
-    included; only a test's own ``@seed`` is its own."""
-    return ["--hypothesis-seed", HASH_SEED] if HYPOTHESIS_PLUGIN in plugins else []
-
-
-def steady_property_tests(toolchain: frozenset[str]) -> None:
-    """Hypothesis, when the toolchain has it, with no deadline and no example database, as its own
-    CI profile has it (the examples are seeded: ``steady_property_options``).
-
-    By default a property test fails when one example runs past 200 ms (``DeadlineExceeded``, or
-    ``Flaky`` when the rerun is quicker): on a loaded machine the same diff could pass one
-    grading run and fail the next. The profile is loaded before any repository code, so one the
-    repository loads in its conftest still wins, and its deadline with it."""
-    if "hypothesis" not in toolchain:
-        return
-    try:
-        from hypothesis import HealthCheck, settings  # noqa: PLC0415
-
-        settings.register_profile(
-            HYPOTHESIS_PROFILE, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-        )
-        settings.load_profile(HYPOTHESIS_PROFILE)
-    except Exception:  # noqa: BLE001, S110 - a Hypothesis without these settings grades as it is
-        pass
+def steady_plugin(dirs: list[str]) -> dict[str, str]:
+    """``PYTEST_PLUGINS`` of the child: the steady plugin when a toolchain directory holds it (every
+    workspace binds it there), read by the child's pytest before any conftest and by the pytest
+    runs its tests start (pytester, a subprocess), as in the agent's session; nothing else."""
+    found = any(os.path.isfile(os.path.join(d, STEADY_PLUGIN + ".py")) for d in dirs)
+    return {"PYTEST_PLUGINS": STEADY_PLUGIN} if found else {}
 
 
 CONFIG_NAMES = (
@@ -430,8 +411,9 @@ def run_child(results: str, args: list[str], out: Outcomes) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": HASH_SEED})
     env[CHILD_PYTHON_ENV] = json.dumps(python_env)
-    env.pop("PYTEST_PLUGINS", None)
     env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_PLUGINS", None)
+    env.update(steady_plugin(toolchain_dirs()))
     argv = [sys.executable, "-s", "-S", os.path.abspath(__file__), "--child", str(w), results, *args]
     child = subprocess.Popen(argv, pass_fds=(w,), env=env, start_new_session=True)
     os.close(w)
@@ -535,7 +517,6 @@ def main() -> None:
         "--junitxml", junit,
         "-o", "junit_family=xunit2",
         *plugins,
-        *steady_property_options(plugins),
         *test_files,
         *canary_files,
     ]  # fmt: skip
@@ -619,42 +600,6 @@ class _Reporter:
         self.channel.send(
             {"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)}
         )
-
-
-def _steady_random(pytest) -> object:  # noqa: ANN001
-    """The child's plugin that seeds ``random`` (and NumPy's global generator, when it is loaded)
-    before each phase of each test, as ``pytest-randomly`` does: a test that draws unseeded
-    numbers draws the same ones in every run, whichever other tests ran before it (grading runs
-    the task's test files, the clean measurement the whole suite). Otherwise such a test passes
-    some runs and fails others, and a right diff can grade ``unresolved``."""
-    import random  # noqa: PLC0415
-
-    def reseed() -> None:
-        random.seed(int(HASH_SEED))
-        numpy = sys.modules.get("numpy")
-        try:
-            numpy.random.seed(int(HASH_SEED))
-        except Exception:  # noqa: BLE001, S110 - not loaded, or not NumPy's API
-            pass
-
-    class SteadyRandom:
-        @pytest.hookimpl(tryfirst=True)
-        def pytest_collectstart(self, collector) -> None:  # noqa: ANN001, ARG002
-            reseed()  # what a test module draws when it is imported
-
-        @pytest.hookimpl(tryfirst=True)
-        def pytest_runtest_setup(self, item) -> None:  # noqa: ANN001, ARG002
-            reseed()
-
-        @pytest.hookimpl(tryfirst=True)
-        def pytest_runtest_call(self, item) -> None:  # noqa: ANN001, ARG002
-            reseed()
-
-        @pytest.hookimpl(tryfirst=True)
-        def pytest_runtest_teardown(self, item) -> None:  # noqa: ANN001, ARG002
-            reseed()
-
-    return SteadyRandom()
 
 
 class _TrustedFinder:
@@ -749,11 +694,10 @@ def child_main() -> None:
     sys.meta_path.insert(at, finder)
     channel = _Channel(fd)
     load_toolchain()
-    steady_property_tests(toolchain)
     import pytest  # noqa: PLC0415
 
     _install_monitor(channel, repo, watched, toolchain)
-    code = int(pytest.main(args, plugins=[_Reporter(channel), _steady_random(pytest)]))
+    code = int(pytest.main(args, plugins=[_Reporter(channel)]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines
         try:
             stream.flush()

@@ -255,14 +255,16 @@ def _protect_tests(
 
     A Python file the entry point names (or, without an entry point, a ``test.py``/``tests.py``
     that holds tests and no other module imports) that the grader's rule misses becomes
-    ``test_<name>``, and the entry point follows."""
+    ``test_<name>``, and the entry point follows. One the entry point names under a test directory
+    keeps its name: grading protects it, and the task runs it by that name
+    (``DebugTask.test_modules``; lark's suite runs through ``tests/__main__.py``)."""
     tokens = shlex.split(entry_point) if entry_point else []
     named = [t for t in tokens if t in files and t.endswith(".py")]
     if not tokens:
         named = misnamed_test_modules(files)
     renamed: dict[str, str] = {}
     for path in named:
-        if _is_test_path(path) and _is_test_module(path):
+        if _is_test_path(path) and (_is_test_module(path) or tokens):
             continue
         new = protected_name(path)
         if new in files:

@@ -134,15 +134,21 @@ class DebugTask:
 
     @property
     def test_modules(self) -> list[str]:
-        """The test files pytest runs (``test_*.py``/``*_test.py``; not ``conftest.py`` or helpers):
-        those the entry point names, when it names any (a repository whose configuration does not
-        collect some files named like tests, such as fixtures under ``tests/data``), else all."""
+        """The test files pytest runs: those the entry point names, when it names any (a repository
+        whose configuration does not collect some files named like tests, such as fixtures under
+        ``tests/data``, or collects its suite through a module named otherwise, lark's
+        ``tests/__main__.py``), else every ``test_*.py``/``*_test.py`` (never ``conftest.py``)."""
         modules = [path for path in self.test_files if _is_test_module(path)]
         try:
             named = set(shlex.split(self.entry_point))
         except ValueError:  # unbalanced quotes: the command names no file we can trust to read
             named = set()
-        return [path for path in modules if path in named] or modules
+        chosen = [
+            path
+            for path in self.test_files
+            if path in named and path.endswith(".py") and PurePosixPath(path).name != "conftest.py"
+        ]
+        return chosen or modules
 
     def content_key(self) -> str:
         """A hash of everything the task's repository and node ids depend on."""

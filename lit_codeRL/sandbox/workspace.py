@@ -50,6 +50,7 @@ from lit_codeRL.sandbox import cgroups, userns
 from lit_codeRL.sandbox.workspace_argv import (
     APPTAINER_PYTHON,
     MOUNT,
+    PLUGINS_IN,
     REPO_SRC_IN,
     SERVER_FILE,
     SERVER_IN,
@@ -93,6 +94,7 @@ __all__ = [
     "START_TIMEOUT_S",
     "STATE_BYTES",
     "STATE_DIR",
+    "PLUGINS_IN",
     "TOOLS_IN",
     "CommandResult",
     "PtyResult",
@@ -272,8 +274,9 @@ def _start_apptainer(
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env=_apptainer_env(),
     )  # fmt: skip
-    # the image's own interpreter finds pytest; a src layout's code goes on its PYTHONPATH
-    return apptainer_server_argv(config, name, {**python_path_env([], repo), **env}, apptainer)
+    # the image's own interpreter finds pytest; the steady plugin and a src layout's code go on
+    # its PYTHONPATH
+    return apptainer_server_argv(config, name, {**python_path_env([PLUGINS_IN], repo), **env}, apptainer)
 
 
 def _apptainer_env() -> dict[str, str]:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lit_codeRL.sandbox import backends, userns
+from lit_codeRL.sandbox.repo_layout import import_roots
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 
 SERVER_FILE = Path(__file__).with_name("_workspace_server.py")
@@ -21,6 +21,12 @@ MOUNT = "/opt/lcrl"
 SERVER_IN = f"{MOUNT}/ws_server.py"
 TOOLS_IN = f"{MOUNT}/tools"
 REPO_SRC_IN = f"{MOUNT}/repo-src"
+STEADY_PLUGIN = Path(__file__).with_name("pytest_steady.py")
+STEADY_PLUGIN_NAME = "lcrl_steady"
+"""The module name every pytest of a session loads ``pytest_steady.py`` by (``PYTEST_PLUGINS``)."""
+PLUGINS_IN = f"{MOUNT}/pytest-plugins"
+"""A directory on every session's ``PYTHONPATH`` that holds only that plugin."""
+STEADY_PLUGIN_IN = f"{PLUGINS_IN}/{STEADY_PLUGIN_NAME}.py"
 STATE_DIR = "/run/lcrl"
 """The server's per-command state files and temporary git indexes: a small tmpfs of its own, so
 an agent filling /tmp or the workspace does not stop the shell state from being saved."""
@@ -31,38 +37,11 @@ REPO = "/workspace/repo"
 """Where the repository lives inside every session; commands start there."""
 
 
-SRC_LAYOUT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py")
-"""A project's own packaging files: a ``src`` directory is its code only beside one of them."""
-
-
 def repo_python_path(repo: str | Path) -> list[str]:
     """The directories of ``repo`` (a host checkout at the base commit) that an installed copy of
-    it would import from, as sandbox paths: ``/workspace/repo/src`` for a *src layout* (a
-    packaging file at the root, a ``src`` directory that is no package itself and holds a package
-    or module), else none.
-
-    Why: a src-layout project's tests import it as installed (``pip install -e .``, what
-    SWE-bench's images do), and no workspace installs anything: its whole suite failed to collect
-    (``cachetools``). Decided on the pristine base, never on what an agent made. A name in
-    ``src`` that the standard library has (``src/queue.py``) leaves ``src`` out: on ``PYTHONPATH``
-    it would come before the standard library, where an installed package never does."""
-    root = Path(repo)
-    src = root / "src"
-    if src.is_symlink() or not src.is_dir() or (src / "__init__.py").exists():
-        return []
-    if not any((root / marker).is_file() for marker in SRC_LAYOUT_MARKERS):
-        return []
-    try:
-        entries = list(src.iterdir())
-    except OSError:
-        return []
-    names = {
-        e.name.split(".", 1)[0]
-        for e in entries
-        if (e.is_file() and e.suffix == ".py") or (e.is_dir() and (e / "__init__.py").is_file())
-    }
-    stdlib = getattr(sys, "stdlib_module_names", frozenset())
-    return [f"{REPO}/src"] if names and not names & stdlib else []
+    it would import from, as sandbox paths (``repo_layout.import_roots``: ``src`` of a src layout,
+    or the root package directory its packaging declares)."""
+    return [f"{REPO}/{d}" for d in import_roots(repo)]
 
 
 def python_path_env(head: Sequence[str], repo: str | Path) -> dict[str, str]:
@@ -74,7 +53,8 @@ def python_path_env(head: Sequence[str], repo: str | Path) -> dict[str, str]:
 
 def base_env(path_head: str, extra: Mapping[str, str]) -> dict[str, str]:
     """The environment every command starts with: nothing from the trainer. ``$PATH`` inside an
-    ``extra`` value stands for the default PATH (``{"PATH": "/tools/bin:$PATH"}``)."""
+    ``extra`` value stands for the default PATH (``{"PATH": "/tools/bin:$PATH"}``). ``PYTHONPATH``
+    comes in ``extra`` (:func:`python_path_env`; it holds :data:`PLUGINS_IN`)."""
     path = f"{path_head}:/usr/local/bin:/usr/bin:/bin" if path_head else "/usr/local/bin:/usr/bin:/bin"
     env = {
         "PATH": path,
@@ -94,6 +74,10 @@ def base_env(path_head: str, extra: Mapping[str, str]) -> dict[str, str]:
         # grading's pytest runs with this seed (grading/_runner.py: HASH_SEED): the agent's own
         # test runs order a set of strings, and name a parametrization over one, as grading does
         "PYTHONHASHSEED": "0",
+        # and as grading's child does, every pytest loads the plugin that seeds `random`, NumPy
+        # and Hypothesis (pytest_steady.py): a test that draws numbers or examples does what it
+        # will do when graded
+        "PYTEST_PLUGINS": STEADY_PLUGIN_NAME,
     }
     for k, v in extra.items():
         env[k] = str(v).replace("$PATH", path)
@@ -143,18 +127,22 @@ def bwrap_workspace_argv(
     bytes) on size-capped tmpfs; ``userns_fd``: in that user namespace, the server dropping to
     its sandbox uid (``backends.bwrap_isolation``)."""
     interp = backends.interpreter(config.python)
-    cmd_env = base_env(f"{TOOLS_IN}/bin", {**python_path_env([f"{TOOLS_IN}/site"], repo), **env})
+    cmd_env = base_env(f"{TOOLS_IN}/bin", {**python_path_env([f"{TOOLS_IN}/site", PLUGINS_IN], repo), **env})
     own = userns_fd is not None
     argv = [
         bwrap or backends.bwrap_executable(),
         *backends.bwrap_isolation(userns_fd),
         "--as-pid-1",
         *backends.bwrap_system_binds(
-            interp, open_parents=[SERVER_IN, *binds.values(), *writable_binds.values()] if own else None
+            interp,
+            open_parents=[SERVER_IN, STEADY_PLUGIN_IN, *binds.values(), *writable_binds.values()]
+            if own
+            else None,
         ),
     ]
     argv += ["--ro-bind", f"{toolchain}/etc", "/etc", "--ro-bind", toolchain, TOOLS_IN]
     argv += ["--ro-bind", str(SERVER_FILE), SERVER_IN, "--ro-bind", repo, REPO_SRC_IN]
+    argv += ["--ro-bind", str(STEADY_PLUGIN), STEADY_PLUGIN_IN]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for size, path in (
         (backends.SHM_BYTES, "/dev/shm"),
@@ -228,6 +216,8 @@ def apptainer_start_argv(
         f"{SERVER_FILE}:{SERVER_IN}:ro",
         "--bind",
         f"{repo}:{REPO_SRC_IN}:ro",
+        "--bind",
+        f"{STEADY_PLUGIN}:{STEADY_PLUGIN_IN}:ro",
         "--bind",
         f"{workspace_dir}:/workspace",
     ]

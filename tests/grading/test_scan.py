@@ -311,3 +311,15 @@ def test_a_pytest_section_changed_or_deleted_with_its_file_is_tampering(tmp_path
     assert findings(["pyproject.toml"]) == ["metadata: pyproject.toml: its pytest configuration changed"]
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'q'\n" + section)  # metadata only
     assert findings(["pyproject.toml"]) == []
+
+
+def test_grading_loads_the_plugin_every_workspace_pytest_loads(tmp_path) -> None:
+    """The runner (standard library only) names the workspace's steady plugin by hand: the same
+    name, given to the child's pytest only where a toolchain directory holds it."""
+    from lit_codeRL.grading import _runner
+    from lit_codeRL.sandbox.workspace_argv import STEADY_PLUGIN, STEADY_PLUGIN_NAME
+
+    assert _runner.STEADY_PLUGIN == STEADY_PLUGIN_NAME
+    assert _runner.steady_plugin([str(tmp_path)]) == {}
+    (tmp_path / f"{STEADY_PLUGIN_NAME}.py").write_bytes(STEADY_PLUGIN.read_bytes())
+    assert _runner.steady_plugin(["/nonexistent", str(tmp_path)]) == {"PYTEST_PLUGINS": STEADY_PLUGIN_NAME}

@@ -223,6 +223,14 @@ def test_debugging_row_layout(tmp_path):
     plain = task_from_row({"task_name": "t", "files": {"a.py": "x = 1\n", "tests/test_a.py": "import a\n"}})
     assert plain.entry_point == "python -m pytest -sq tests/test_a.py" and plain.fix is None
     assert plain.description.startswith("Some tests in tests/test_a.py fail")
+    # a suite run through a module the entry point names under a test directory (lark's
+    # tests/__main__.py): grading protects it by its path, so it keeps its name and is what runs
+    files = {"a.py": "", "tests/__init__.py": "", "tests/__main__.py": "", "tests/test_a.py": ""}
+    lark = task_from_row(
+        {"task_name": "t", "files": files, "entry_point": "python -m pytest tests/__main__.py"}
+    )
+    assert sorted(lark.files) == sorted(files) and lark.test_modules == ["tests/__main__.py"]
+    assert task_from_row({"task_name": "t", "files": files}).test_modules == ["tests/test_a.py"]
 
 
 def test_kodcode_row_becomes_a_stub_and_its_fix(tmp_path):

@@ -1310,9 +1310,11 @@ def test_a_root_tests_py_becomes_a_test_file_grading_protects(tmp_path, monkeypa
 
 
 def test_a_tests_py_anywhere_that_holds_tests_is_renamed_and_graded(tmp_path, monkeypatch):
-    """roman keeps its tests in ``src/tests.py`` and titlecase in ``titlecase/tests.py``, inside
-    its package: "has no test module", as a root ``tests.py`` did. Every ``tests.py``/``test.py``
-    that defines a test is renamed in its directory; a module of that name with no test in it
+    """roman keeps its tests in ``src/tests.py``, titlecase in ``titlecase/tests.py``, inside its
+    package, and polib in ``tests/tests.py``: "has no test module", as a root ``tests.py`` did.
+    Every ``tests.py``/``test.py`` that defines a test is renamed in its directory, a test
+    directory included (grading protects it there, but pytest does not collect it by that name);
+    a module of that name with no test in it
     (``setuptools/command/test.py``), or one the project's code imports (``jinja2/tests.py``, its
     template tests ``test_odd``...), keeps its name: it is part of the program."""
     require_bwrap()
@@ -1327,7 +1329,7 @@ def test_a_tests_py_anywhere_that_holds_tests_is_renamed_and_graded(tmp_path, mo
         {
             "src/tests.py": unittest_case,
             "pkg/command/test.py": "def run(argv):\n    return 0\n",  # a command named test
-            "tests/test.py": "def test_x():\n    pass\n",  # under tests/: grading protects it
+            "tests/test.py": "def test_x():\n    pass\n",  # under tests/: protected, not collected
             "a/tests.py": "def test_a():\n    pass\n",
             "a/test_tests.py": "",  # the new name is taken
             "b/test.py": "def test_b(:\n",  # does not parse
@@ -1341,7 +1343,8 @@ def test_a_tests_py_anywhere_that_holds_tests_is_renamed_and_graded(tmp_path, mo
             "tools/run.py": "import tools.test\n",
         }
     )
-    assert renamed == {"src/tests.py": "src/test_tests.py"} and "src/test_tests.py" in files
+    assert renamed == {"src/tests.py": "src/test_tests.py", "tests/test.py": "tests/test_test.py"}
+    assert {"src/test_tests.py", "tests/test_test.py"} <= set(files)
 
     package = {
         "calc/__init__.py": "from calc.test import probe\n\n\ndef add(a, b):\n    return a + b\n",
@@ -1358,6 +1361,63 @@ def test_a_tests_py_anywhere_that_holds_tests_is_renamed_and_graded(tmp_path, mo
     assert report["sources"][0]["renamed_test_files"] == {"calc/tests.py": "calc/test_tests.py"}
     row = json.loads((out / "swe" / "tasks.jsonl").read_text().splitlines()[0])
     assert "calc/test_tests.py::test_probe" in row["PASS_TO_PASS"], row
+
+
+LARK_MAIN = """\
+import unittest
+
+from .test_calc import TestCalc  # noqa: F401
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_a_suite_the_configuration_collects_through_another_module_is_graded_through_it(
+    tmp_path, monkeypatch
+):
+    """lark's ``python_files = "__main__.py"``: pytest collects its whole suite through
+    ``tests/__main__.py``, which imports every test module, and none of its ``test_*.py`` itself:
+    "collects none of its test modules", no task. A module the configuration collects tests from
+    that grading protects (under a test directory) is a test module, whatever its name: the rows'
+    tests are its node ids, and the debugging row's entry point runs it."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.problems.debug import load_debug_tasks
+
+    tests = (
+        "import unittest\n\nfrom calc import add, double\n\n\nclass TestCalc(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n\n"
+        "    def test_double(self):\n        self.assertEqual(double(2), 4)\n\n"
+        "    def test_add_zero(self):\n        self.assertEqual(add(0, 5), 5)\n"
+    )
+    config = "[tool.pytest.ini_options]\ntestpaths = ['tests']\npython_files = '__main__.py'\n"
+    repo = _write_tree(
+        tmp_path / "lark",
+        {
+            "calc.py": CALC + DOUBLE,
+            "pyproject.toml": config,
+            "tests/__init__.py": "",
+            "tests/__main__.py": LARK_MAIN,
+            "tests/test_calc.py": tests,
+        },
+    )
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["debug_dropped_by_check"]
+    rows = [json.loads(line) for line in (out / "swe" / "tasks.jsonl").read_text().splitlines()]
+    for row in rows:
+        ids = [*row["FAIL_TO_PASS"], *row["PASS_TO_PASS"]]
+        assert ids and all(i.startswith("tests/__main__.py::TestCalc::") for i in ids), row
+    debug = [json.loads(line) for line in (out / "debug" / "tasks.jsonl").read_text().splitlines()]
+    assert len(debug) == len(rows) and all("tests/__main__.py" in d["entry_point"] for d in debug), debug
+    # the debugging gym's <eval/> and pdb run what grading runs
+    assert all(
+        t.test_modules == ["tests/__main__.py"] for t in load_debug_tasks(str(out / "debug" / "tasks.jsonl"))
+    )
 
 
 def test_a_package_that_reads_its_installed_version_imports_in_every_session(tmp_path, monkeypatch):

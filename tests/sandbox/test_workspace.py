@@ -25,6 +25,7 @@ import pytest
 from lit_codeRL.sandbox import backends, cgroups
 from lit_codeRL.sandbox.workspace import (
     CPU_LIMIT_EXIT,
+    PLUGINS_IN,
     SERVER_IN,
     Workspace,
     WorkspaceConfig,
@@ -39,6 +40,7 @@ from lit_codeRL.sandbox.workspace import (
     open_workspace,
     workspace_image,
 )
+from lit_codeRL.sandbox.workspace_argv import STEADY_PLUGIN
 
 CFG = WorkspaceConfig(backend="bwrap", command_timeout_s=10.0, memory_mb=1024, disk_mb=64, grace_s=5.0)
 
@@ -579,10 +581,14 @@ def test_bwrap_argv_flags(repo: Path) -> None:
     assert argv[argv.index("/results") - 2] == "--bind"
     cfg = json.loads(argv[-1])
     assert cfg["pid1"] and cfg["env"]["HOME"] == "/tmp/home" and argv[-2] == SERVER_IN
-    own = ("PATH", "HOME", "LANG", "USER", "TERM", "LOGNAME", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH")
+    own = ("PATH", "HOME", "LANG", "USER", "TERM", "LOGNAME", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH",
+           "PYTEST_PLUGINS")  # fmt: skip
     assert not any(k in cfg["env"] for k in os.environ if k not in own)  # nothing of the host's
     assert cfg["env"]["PYTHONDONTWRITEBYTECODE"] == "1"
-    assert cfg["env"]["PYTHONPATH"] == "/opt/lcrl/tools/site"  # the toolchain's, not the host's
+    # the toolchain's and the steady plugin's, not the host's
+    assert cfg["env"]["PYTHONPATH"] == f"/opt/lcrl/tools/site:{PLUGINS_IN}"
+    assert cfg["env"]["PYTEST_PLUGINS"] == "lcrl_steady"
+    assert argv[argv.index(f"{PLUGINS_IN}/lcrl_steady.py") - 2 :][:2] == ["--ro-bind", str(STEADY_PLUGIN)]
 
 
 def _layout(root: Path, files: dict[str, str]) -> Path:
@@ -592,10 +598,25 @@ def _layout(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
+LIB = "/workspace/repo/lib"
+
+
 @pytest.mark.parametrize(
     "files, src",
     [
         ({"pyproject.toml": "", "src/pkg/__init__.py": ""}, True),
+        # the root package directory the packaging declares (markdown2: lib/markdown2.py)
+        ({"setup.py": "setup(package_dir={'': 'lib'}, py_modules=['md'])", "lib/md.py": ""}, LIB),
+        ({"setup.cfg": "[options]\npackage_dir =\n    =lib\n", "lib/pkg/__init__.py": ""}, LIB),
+        ({"pyproject.toml": "[tool.setuptools.package-dir]\n'' = 'lib'\n", "lib/pkg/__init__.py": ""}, LIB),
+        ({"setup.py": "setup(package_dir={'': 'py/src'})", "py/src/m.py": ""}, "/workspace/repo/py/src"),
+        ({"setup.py": "setup(package_dir={'': '../outside'})", "lib/m.py": ""}, False),
+        ({"setup.py": "setup(package_dir={'': '/abs'})", "src/m.py": ""}, True),  # not in it: src
+        ({"setup.py": "setup(package_dir={'': 'lib'})", "src/m.py": ""}, False),  # declared wins
+        ({"setup.py": "setup(package_dir={'': 'lib'})", "lib/__init__.py": ""}, False),  # a package
+        ({"setup.py": "setup(package_dir={'pkg': 'lib'})", "src/m.py": ""}, True),  # not the root's
+        ({"setup.py": "setup(package_dir=dirs)", "src/m.py": ""}, True),  # not a literal: src
+        ({"setup.py": "setup(\n", "src/m.py": ""}, True),  # does not parse: src
         ({"setup.py": "", "src/one.py": ""}, True),
         ({"setup.cfg": "", "src/pkg/__init__.py": "", "src/notes.txt": ""}, True),
         ({"src/pkg/__init__.py": ""}, False),  # no packaging file: not a project's own code
@@ -605,19 +626,23 @@ def _layout(root: Path, files: dict[str, str]) -> Path:
         ({"pyproject.toml": "", "pkg/__init__.py": ""}, False),  # flat layout
     ],
 )
-def test_src_layout_is_read_from_the_base_checkout(tmp_path: Path, files: dict[str, str], src: bool) -> None:
-    """A src-layout project's code goes on its sessions' ``PYTHONPATH`` after the toolchain, as an
-    installed copy would import; anything else adds nothing (``repo_python_path``)."""
+def test_src_layout_is_read_from_the_base_checkout(
+    tmp_path: Path, files: dict[str, str], src: bool | str
+) -> None:
+    """A src-layout project's code (``src``, or the root package directory its packaging declares)
+    goes on its sessions' ``PYTHONPATH`` after the toolchain, as an installed copy would import;
+    anything else adds nothing (``repo_python_path``)."""
     from lit_codeRL.sandbox.workspace_argv import python_path_env, repo_python_path
 
     repo = _layout(tmp_path / "r", files)
-    assert repo_python_path(repo) == (["/workspace/repo/src"] if src else [])
+    root = src if isinstance(src, str) else "/workspace/repo/src"
+    assert repo_python_path(repo) == ([root] if src else [])
     head = ["/opt/lcrl/tools/site"]
-    want = "/opt/lcrl/tools/site:/workspace/repo/src" if src else "/opt/lcrl/tools/site"
+    want = f"/opt/lcrl/tools/site:{root}" if src else "/opt/lcrl/tools/site"
     assert python_path_env(head, repo) == {"PYTHONPATH": want}
-    assert python_path_env([], repo) == ({"PYTHONPATH": "/workspace/repo/src"} if src else {})
+    assert python_path_env([], repo) == ({"PYTHONPATH": root} if src else {})
     exe = apptainer_server_argv(CFG, "lcrl-ws-x", python_path_env([], repo))
-    assert json.loads(exe[-1])["env"].get("PYTHONPATH") == ("/workspace/repo/src" if src else None)
+    assert json.loads(exe[-1])["env"].get("PYTHONPATH") == (root if src else None)
 
 
 def test_src_layout_symlinked_src_is_not_followed(tmp_path: Path) -> None:
@@ -657,6 +682,52 @@ def test_a_src_layout_package_imports_in_its_sessions_as_installed(tmp_path: Pat
         assert "ModuleNotFoundError" in out.output, out.output
 
 
+STEADY_TESTS = """\
+import json, os, random, time
+
+from hypothesis import given, settings, strategies as st
+
+AT_IMPORT = random.random()
+DRAWN = []
+
+
+def test_unseeded_draws():
+    assert AT_IMPORT == random.Random(0).random()  # what the module drew when it was imported
+    assert random.random() == random.Random(0).random()  # and this test, whatever ran before
+
+
+@settings(max_examples=4)
+@given(st.integers())
+def test_slow_property(x):
+    DRAWN.append(x)
+    time.sleep(0.3)  # past Hypothesis's default deadline of 200 ms
+
+
+def test_zz_keep_examples():
+    with open(os.environ["DRAWN"], "w") as f:
+        json.dump(DRAWN, f)
+"""
+
+
+def test_the_agents_pytest_draws_numbers_and_examples_as_grading_does(tmp_path: Path) -> None:
+    """Every pytest the agent runs loads the steady plugin grading's child loads
+    (``sandbox/pytest_steady.py``): unseeded ``random`` draws are seeded per test and at import,
+    Hypothesis draws the same examples in every run and has no deadline. Without it the first
+    two tests fail here and pass when graded, and the examples differ from run to run."""
+    repo = _layout(tmp_path / "proj", {"test_draws.py": STEADY_TESTS})
+    with open_workspace(CFG.plus_toolchain(["hypothesis"]), repo) as ws:
+        runs = []
+        for n in range(2):
+            out = ws.run(f"DRAWN=/tmp/drawn{n} python -m pytest -q -p no:cacheprovider 2>&1 | tail -3; "
+                         f"cat /tmp/drawn{n}", timeout=120)  # fmt: skip
+            assert "3 passed" in out.output, out.output
+            runs.append(out.output.strip().splitlines()[-1])
+        assert runs[0] == runs[1] and len(json.loads(runs[0])) >= 4, runs
+        out = ws.run("DRAWN=/tmp/d python -m pytest -q -p no:cacheprovider -p no:lcrl_steady 2>&1 | tail -1",
+                     timeout=120)  # fmt: skip
+        assert "2 failed" in out.output, out.output  # the control: the plugin is what does it
+
+
 def test_apptainer_argv() -> None:
     start = apptainer_start_argv(
         "/img.sif", "lcrl-ws-x", "/scratch/work", "/repo", workspace_dir="/scratch/ws",
@@ -673,6 +744,7 @@ def test_apptainer_argv() -> None:
     assert "/repo:/opt/lcrl/repo-src:ro" in binds and "/tools:/opt/tools:ro" in binds
     assert "/out:/results" in binds and "/scratch/ws:/workspace" in binds
     assert any(b.endswith(f":{SERVER_IN}:ro") for b in binds)
+    assert f"{STEADY_PLUGIN}:{PLUGINS_IN}/lcrl_steady.py:ro" in binds
     exe = apptainer_server_argv(CFG, "lcrl-ws-x")
     assert exe[:2] == ["apptainer", "exec"] and "instance://lcrl-ws-x" in exe and exe[-2] == SERVER_IN
     assert not json.loads(exe[-1])["pid1"]

@@ -21,8 +21,10 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from lit_codeRL.grading import SWEGrader
+from lit_codeRL.problems.debug_task import _is_test_path
 from lit_codeRL.problems.swe import SWETask
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.sandbox.workspace import WorkspaceError, open_workspace
@@ -151,7 +153,17 @@ def _collect(grader: SWEGrader, task: SWETask) -> dict | None:
 
 def configured_modules(found: Sequence[str], collected: Collection | None) -> tuple[list[str], list[str]]:
     """``found`` (the test modules by name) split into those the configuration collects and those
-    it does not; all of ``found`` when collection told nothing."""
+    it does not, the first with every other module it collects tests from where grading protects
+    it (a test directory's: lark's ``python_files = "__main__.py"`` collects its whole suite
+    through ``tests/__main__.py``); all of ``found`` when collection told nothing. A module
+    collected elsewhere (jsonpatch's root ``property_tests.py``) is left out: an agent could edit
+    it, and grading would run the edit."""
     if collected is None:
         return list(found), []
-    return [m for m in found if collected.holds(m)], [m for m in found if not collected.holds(m)]
+    other = [
+        m
+        for m in sorted(collected.modules - collected.failed - set(found))
+        if m.endswith(".py") and PurePosixPath(m).name != "conftest.py" and _is_test_path(m)
+    ]
+    kept = [m for m in found if collected.holds(m)]
+    return sorted([*kept, *other]), [m for m in found if not collected.holds(m)]

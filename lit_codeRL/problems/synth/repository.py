@@ -168,12 +168,13 @@ def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
 
 def _name_test_modules(files: dict[str, str | bytes]) -> tuple[dict[str, str | bytes], dict[str, str]]:
     """``files`` with every ``tests.py``/``test.py`` that holds tests and that no other module
-    imports (and is not under a test directory already) renamed ``test_tests.py``/``test_test.py``
-    in its directory (``problems/test_names.py``), and the renames."""
+    imports renamed ``test_tests.py``/``test_test.py`` in its directory (``problems/test_names.py``),
+    and the renames. Under a test directory too: grading protects it there, but neither pytest
+    nor synthesis collects a module by that name (polib's tests are all in ``tests/tests.py``)."""
     renamed = {
         path: protected_name(path)
         for path in misnamed_test_modules(files)
-        if not _is_test_path(path) and protected_name(path) not in files
+        if protected_name(path) not in files
     }
     return {renamed.get(path, path): content for path, content in files.items()}, renamed
 
@@ -321,10 +322,13 @@ def synthesize_files(
         back = [path for path in unconfigured if path in renamed.values()]
         modules, unconfigured = sorted([*modules, *back]), [p for p in unconfigured if p not in back]
         if unconfigured:
+            through = [m for m in modules if not _is_test_module(m) and m not in renamed.values()]
             log.warning(
                 "synth: %s: %d file(s) named like tests are not collected by the repository's pytest "
-                "configuration (testpaths, norecursedirs, --ignore, collect_ignore), left out: %s",
+                "configuration (testpaths, norecursedirs, python_files, --ignore, collect_ignore), "
+                "left out: %s%s",
                 repo_name, len(unconfigured), unconfigured[:5],
+                f" (it collects its tests through {', '.join(through[:5])})" if through else "",
             )  # fmt: skip
         if not modules:
             raise ConfigError(
