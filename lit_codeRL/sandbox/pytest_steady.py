@@ -14,8 +14,9 @@ so that a test behaves in the agent's own runs as in every grading run of the sa
   (``--hypothesis-seed``, unless the command line gives one) and runs under a profile with no
   deadline and no example database, as its own CI profile does: by default one example slower than
   200 ms on a loaded machine fails the test (``DeadlineExceeded``, or ``Flaky`` when the rerun is
-  quicker). The profile is loaded when this module is imported, before any conftest, so a profile
-  the repository loads itself still wins, and its deadline with it; the seed holds over it.
+  quicker). The profile is loaded once pytest knows the repository's root and before any conftest,
+  so a profile the repository loads itself still wins, and its deadline with it; the seed holds
+  over it.
 
 Standard library and pytest only: it runs inside the sandbox, with the sandbox's interpreter.
 """
@@ -35,8 +36,9 @@ PROFILE = "lit-coderl-steady"
 """The Hypothesis settings profile this plugin loads."""
 
 
-def _hypothesis_outside_repository() -> bool:
-    """Is Hypothesis installed (the toolchain's), not a directory of the repository under test?"""
+def _hypothesis_outside_repository(root: str) -> bool:
+    """Is Hypothesis installed (the toolchain's), not a directory of the repository at ``root``
+    (pytest's rootdir, not the working directory: a run from ``/`` has every file under it)?"""
     try:
         spec = importlib.util.find_spec("hypothesis")
     except (ImportError, ValueError):
@@ -44,12 +46,12 @@ def _hypothesis_outside_repository() -> bool:
     origin = spec.origin if spec is not None else None
     if not origin:
         return False
-    here = os.path.realpath(os.getcwd())
-    return os.path.commonpath([here, os.path.realpath(origin)]) != here
+    root = os.path.realpath(root)
+    return os.path.commonpath([root, os.path.realpath(origin)]) != root
 
 
-def _steady_property_tests() -> None:
-    if not _hypothesis_outside_repository():
+def _steady_property_tests(root: str) -> None:
+    if not _hypothesis_outside_repository(root):
         return
     try:
         from hypothesis import HealthCheck, settings  # noqa: PLC0415
@@ -62,9 +64,6 @@ def _steady_property_tests() -> None:
         pass
 
 
-_steady_property_tests()
-
-
 def reseed() -> None:
     random.seed(SEED)
     numpy = sys.modules.get("numpy")
@@ -72,6 +71,12 @@ def reseed() -> None:
         numpy.random.seed(SEED)
     except Exception:  # noqa: BLE001, S110 - not loaded, or not NumPy's API
         pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # the rootdir is known here, and no conftest of the repository is loaded yet
+    _steady_property_tests(str(early_config.rootpath))
 
 
 @pytest.hookimpl(tryfirst=True)

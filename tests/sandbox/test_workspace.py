@@ -723,6 +723,9 @@ def test_the_agents_pytest_draws_numbers_and_examples_as_grading_does(tmp_path: 
             assert "3 passed" in out.output, out.output
             runs.append(out.output.strip().splitlines()[-1])
         assert runs[0] == runs[1] and len(json.loads(runs[0])) >= 4, runs
+        out = ws.run("(cd / && DRAWN=/tmp/d python -m pytest -q -p no:cacheprovider /workspace/repo) 2>&1 | tail -1",
+                     timeout=120)  # fmt: skip
+        assert "3 passed" in out.output, out.output  # from `/`, where every file is under the cwd
         out = ws.run("DRAWN=/tmp/d python -m pytest -q -p no:cacheprovider -p no:lcrl_steady 2>&1 | tail -1",
                      timeout=120)  # fmt: skip
         assert "2 failed" in out.output, out.output  # the control: the plugin is what does it
