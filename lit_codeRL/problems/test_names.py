@@ -17,6 +17,8 @@ import ast
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
+from lit_codeRL.sandbox.repo_layout import import_prefixes
+
 UNPROTECTED_TEST_NAMES = ("tests.py", "test.py")
 
 
@@ -58,20 +60,20 @@ def misnamed_test_modules(files: Mapping[str, str | bytes]) -> list[str]:
     ]
     if not found:
         return []
-    imported = _imported_modules(files)
-    return [path for path in found if not _module_names(path) & imported]
+    roots = import_prefixes(files)
+    imported = _imported_modules(files, roots)
+    return [path for path in found if not _module_names(path, roots) & imported]
 
 
-def _module_names(path: str) -> set[str]:
-    """The dotted names ``path`` is imported by: from the root, and from ``src/``."""
-    parts = path[: -len(".py")].split("/")
-    names = {".".join(parts)}
-    if parts[0] == "src" and len(parts) > 1:
-        names.add(".".join(parts[1:]))
+def _module_names(path: str, roots: tuple[str, ...]) -> set[str]:
+    """The dotted names ``path`` is imported by: from the root, and from each of ``roots``
+    (``src/``, the package directory the packaging declares: ``repo_layout.import_prefixes``)."""
+    names = {path[: -len(".py")].replace("/", ".")}
+    names.update(path[len(r) : -len(".py")].replace("/", ".") for r in roots if path.startswith(r))
     return names
 
 
-def _imported_modules(files: Mapping[str, str | bytes]) -> set[str]:
+def _imported_modules(files: Mapping[str, str | bytes], roots: tuple[str, ...]) -> set[str]:
     """Every dotted module name the Python files of ``files`` import (relative imports resolved,
     ``from pkg import name`` counted as ``pkg.name`` too), the importing module's own name left
     out (a ``tests.py`` that imports itself by name is not imported by the project)."""
@@ -83,7 +85,7 @@ def _imported_modules(files: Mapping[str, str | bytes]) -> set[str]:
             tree = ast.parse(content)
         except (SyntaxError, ValueError):
             continue
-        own = _module_names(path)
+        own = _module_names(path, roots)
         package = [p.split(".")[:-1] for p in own]
         found: set[str] = set()
         for node in ast.walk(tree):

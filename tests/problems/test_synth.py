@@ -1345,6 +1345,17 @@ def test_a_tests_py_anywhere_that_holds_tests_is_renamed_and_graded(tmp_path, mo
     )
     assert renamed == {"src/tests.py": "src/test_tests.py", "tests/test.py": "tests/test_test.py"}
     assert {"src/test_tests.py", "tests/test_test.py"} <= set(files)
+    # imported by its name from the root package directory the packaging declares (lib/)
+    _, renamed = _name_test_modules(
+        {
+            "setup.cfg": "[options]\npackage_dir =\n    =lib\n",
+            "lib/kit/__init__.py": "",
+            "lib/kit/tests.py": "def test_odd(value):\n    return value % 2 == 1\n",
+            "lib/kit/filters.py": "import kit.tests\n",
+            "lib/kit/more/tests.py": "def test_more():\n    pass\n",
+        }
+    )
+    assert renamed == {"lib/kit/more/tests.py": "lib/kit/more/test_tests.py"}
 
     package = {
         "calc/__init__.py": "from calc.test import probe\n\n\ndef add(a, b):\n    return a + b\n",
@@ -1420,12 +1431,28 @@ def test_a_suite_the_configuration_collects_through_another_module_is_graded_thr
     )
 
 
-def test_a_package_that_reads_its_installed_version_imports_in_every_session(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "layout, packaging",
+    [
+        ("src", {"pyproject.toml": "[project]\nname = 'calc-kit'\nversion = '1.2.3'\n"}),
+        # markdown2's layout: the root package directory declared (package_dir={"": "lib"})
+        (
+            "lib",
+            {
+                "setup.cfg": "[metadata]\nname = calc-kit\nversion = 1.2.3\n[options]\npackage_dir =\n    =lib\n"
+            },
+        ),
+    ],
+)
+def test_a_package_that_reads_its_installed_version_imports_in_every_session(
+    tmp_path, monkeypatch, layout, packaging
+):
     """``__version__ = version("calc-kit")`` at import, unguarded: in the sandbox the project is
     not installed, so the package did not import, no test passed and the repository gave no task.
     Synthesis writes the metadata an editable install leaves beside the package
-    (``calc_kit.egg-info/PKG-INFO``: the name and the version its ``pyproject.toml`` declares), so
-    it imports in grading and in the agent's commands alike."""
+    (``calc_kit.egg-info/PKG-INFO``: the name and the version its packaging declares) in the
+    directory its sessions import it from (``src``, or the declared package directory), so it
+    imports in grading and in the agent's commands alike."""
     require_bwrap()
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     from lit_codeRL.cli import main
@@ -1437,16 +1464,14 @@ def test_a_package_that_reads_its_installed_version_imports_in_every_session(tmp
         "def test_double():\n    assert calc.double(2) == 4\n\n\n"
         "def test_version():\n    assert calc.__version__ == '1.2.3'\n"
     )
-    pyproject = "[project]\nname = 'calc-kit'\nversion = '1.2.3'\n"
     repo = _write_tree(
-        tmp_path / "kit",
-        {"src/calc/__init__.py": init, "tests/test_calc.py": tests, "pyproject.toml": pyproject},
+        tmp_path / "kit", {f"{layout}/calc/__init__.py": init, "tests/test_calc.py": tests, **packaging}
     )
     out = tmp_path / "out"
     main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0"])
     report = json.loads((out / "report.json").read_text())
     assert report["tasks"] >= 1 and not report["dropped_by_check"] and not report["debug_dropped_by_check"]
-    assert report["sources"][0]["added_metadata"] == ["src/calc_kit.egg-info/PKG-INFO"], report
+    assert report["sources"][0]["added_metadata"] == [f"{layout}/calc_kit.egg-info/PKG-INFO"], report
     row = json.loads((out / "swe" / "tasks.jsonl").read_text().splitlines()[0])
     assert "tests/test_calc.py::test_version" in row["PASS_TO_PASS"] + row["FAIL_TO_PASS"], row
     output = _agent_command(out, row, tmp_path / "r", "python -c 'import calc; print(calc.__version__)'")
@@ -1460,6 +1485,7 @@ def test_a_package_that_reads_its_installed_version_imports_in_every_session(tmp
     assert project_metadata({**reads, "PKG-INFO": "Metadata-Version: 2.1\nName: m\nVersion: 2.0\n"}) == {
         "m.egg-info/PKG-INFO": "Metadata-Version: 2.1\nName: m\nVersion: 2.0\n"
     }
+    pyproject = packaging.get("pyproject.toml", "[project]\nname = 'calc-kit'\n")
     assert project_metadata({"m/__init__.py": "", "pyproject.toml": pyproject}) == {}
     assert project_metadata({**reads, "m.dist-info/METADATA": "", "pyproject.toml": pyproject}) == {}
     assert project_metadata({**reads, "pyproject.toml": "[project]\nname = '../x'\n"}) == {}
@@ -1479,6 +1505,11 @@ def test_synth_refuses_a_repository_the_sandbox_holds_an_installed_copy_of(tmp_p
     sources = {
         "own": {"docstring_parser/__init__.py": CALC, tests: "from docstring_parser import add\n"},
         "runs_pytest": {"src/iniconfig/__init__.py": CALC, tests: "from iniconfig import add\n"},
+        "declared_dir": {
+            "setup.py": "setup(package_dir={'': 'lib'})\n",
+            "lib/pluggy/__init__.py": CALC,
+            tests: "from pluggy import add\n",
+        },
         "pytest_dependency": {"packaging/__init__.py": CALC, tests: "from packaging import add\n"},
     }
     paths = [str(_write_tree(tmp_path / name, files)) for name, files in sources.items()]
@@ -1494,4 +1525,5 @@ def test_synth_refuses_a_repository_the_sandbox_holds_an_installed_copy_of(tmp_p
         "synth: runs_pytest: pytest itself imports iniconfig from its own installation before any "
         "test runs, so the tests would exercise that copy, never this repository's code"
     )
-    assert "holds an installed copy of packaging" in failed[paths[2]], failed
+    assert "pytest itself imports pluggy" in failed[paths[2]], failed
+    assert "holds an installed copy of packaging" in failed[paths[3]], failed

@@ -632,11 +632,14 @@ def test_src_layout_is_read_from_the_base_checkout(
     """A src-layout project's code (``src``, or the root package directory its packaging declares)
     goes on its sessions' ``PYTHONPATH`` after the toolchain, as an installed copy would import;
     anything else adds nothing (``repo_python_path``)."""
+    from lit_codeRL.sandbox.repo_layout import import_root_of
     from lit_codeRL.sandbox.workspace_argv import python_path_env, repo_python_path
 
     repo = _layout(tmp_path / "r", files)
     root = src if isinstance(src, str) else "/workspace/repo/src"
     assert repo_python_path(repo) == ([root] if src else [])
+    # synthesis reads the same layout from the files it holds (its metadata, its modules' names)
+    assert import_root_of(files) == (root.removeprefix("/workspace/repo/") if src else None)
     head = ["/opt/lcrl/tools/site"]
     want = f"/opt/lcrl/tools/site:{root}" if src else "/opt/lcrl/tools/site"
     assert python_path_env(head, repo) == {"PYTHONPATH": want}

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from lit_codeRL.grading._scan import TOOLCHAIN_NAMES, top_level_names
 from lit_codeRL.grading.repo import RUNNER
 from lit_codeRL.sandbox.backends import SandboxUnavailable
+from lit_codeRL.sandbox.repo_layout import import_prefixes
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 from lit_codeRL.sandbox.workspace_toolchain import toolchain_dir
 
@@ -45,19 +46,19 @@ def pytest_runs_on(python: str) -> frozenset[str]:
 
 
 def installed_copies(files: Mapping[str, str | bytes], workspace: WorkspaceConfig) -> dict[str, str]:
-    """The repository's top-level packages and modules (at its root or in ``src/``) of which the
-    sandbox holds an installed copy, each with where it comes from: ``pytest`` (pytest imports it
-    before any test: ``iniconfig``, ``pluggy``) or ``toolchain`` (pytest's dependencies, and the
+    """The repository's top-level packages and modules (at its root, in ``src/``, or in the root
+    package directory its packaging declares: ``repo_layout.import_prefixes``) of which the sandbox
+    holds an installed copy, each with where it comes from: ``pytest`` (pytest imports it before
+    any test: ``iniconfig``, ``pluggy``) or ``toolchain`` (pytest's dependencies, and the
     ``--test-deps`` distributions with theirs: ``attrs`` beside ``hypothesis``). Grading loads
     such a name from the toolchain, never from the repository (a diff must not replace what
     grading runs on), so the tests would exercise that copy; and an agent could copy the answer
     from it."""
     stdlib = frozenset(sys.stdlib_module_names)
+    roots = import_prefixes(files)
     provided = set()
     for path in files:
-        parts = path.split("/")
-        if parts[0] == "src":
-            parts = parts[1:]
+        parts = next((path[len(r) :] for r in roots if path.startswith(r)), path).split("/")
         if len(parts) == 1 and parts[0].endswith(".py"):
             provided.add(parts[0][:-3])
         elif len(parts) == 2 and parts[1] == "__init__.py":

@@ -5,21 +5,18 @@ version("pkg")`` at import, unguarded) cannot be imported in the sandbox, where 
 installed: every test fails, and the repository gives no task. Synthesis reads ``*.egg-info``
 directories out of a source tree (they can declare plugins), so it writes one back with the
 name and version alone, ``<name>.egg-info/PKG-INFO``, where ``pip install -e .`` would leave it:
-beside the top-level package (the root, or ``src/``), which is on the path of every grading run
-and of the agent's commands.
+beside the top-level package (the root, or the import root of a src layout or a declared package
+directory: ``sandbox/repo_layout.py``), which is on the path of every grading run and of the
+agent's commands.
 """
 
 from __future__ import annotations
 
-import configparser
 import email.parser
 import re
 from collections.abc import Mapping
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: pyproject.toml is not read, PKG-INFO and setup.cfg are
-    tomllib = None
+from lit_codeRL.sandbox.repo_layout import Packaging, import_root_of
 
 READS_METADATA = re.compile(r"importlib[._]metadata|pkg_resources")
 """What a module that reads installed metadata says."""
@@ -40,8 +37,8 @@ def project_metadata(files: Mapping[str, str | bytes]) -> dict[str, str]:
     if not name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         return {}
     version = version if version and re.fullmatch(r"[A-Za-z0-9.+!_-]+", version) else "0.0.0"
-    src = any(p.startswith("src/") and p.count("/") == 2 and p.endswith("/__init__.py") for p in files)
-    where = "src/" if src else ""
+    root = import_root_of(files)
+    where = f"{root}/" if root else ""
     egg = re.sub(r"[-.]+", "_", name)
     return {f"{where}{egg}.egg-info/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
 
@@ -52,24 +49,4 @@ def _declared(files: Mapping[str, str | bytes]) -> tuple[str | None, str | None]
         message = email.parser.Parser().parsestr(pkg_info, headersonly=True)
         if message.get("Name"):
             return message.get("Name"), message.get("Version")
-    pyproject = files.get("pyproject.toml")
-    if isinstance(pyproject, str) and tomllib is not None:
-        try:
-            project = tomllib.loads(pyproject).get("project", {})
-        except tomllib.TOMLDecodeError:
-            project = {}
-        if isinstance(project, dict) and isinstance(project.get("name"), str):
-            version = project.get("version")
-            return project["name"], version if isinstance(version, str) else None
-    setup_cfg = files.get("setup.cfg")
-    if isinstance(setup_cfg, str):
-        parser = configparser.ConfigParser(interpolation=None)
-        try:
-            parser.read_string(setup_cfg)
-        except configparser.Error:
-            return None, None
-        if parser.has_option("metadata", "name"):
-            version = parser.get("metadata", "version", fallback="")
-            # "attr: pkg.__version__" is read from the code at build time: not declared here
-            return parser.get("metadata", "name"), None if version.startswith("attr:") else version or None
-    return None, None
+    return Packaging.of_files(files).name_and_version()
