@@ -15,8 +15,9 @@ once every process of the sandbox is gone. Two processes:
    internals new in changed source files -> the report's ``tamper`` reasons;
 4. restores every test file from the base commit: files the diff changed or created whose path
    is a test path (under a ``tests``/``test``/``testing`` directory, ``test_*.py``, ``*_test.py``,
-   any ``conftest.py``, ``pytest.ini``, ``pytest.toml``, ``tox.ini``...) are checked out from
-   ``HEAD`` or deleted;
+   any ``conftest.py``, ``pytest.ini``, ``pytest.toml``, ``tox.ini``...) or that hold a graded
+   test (``spec.json``'s ``test_files``, whatever their names) are checked out from ``HEAD`` or
+   deleted;
 5. applies the task's hidden test patch (failure -> ``test_patch_failed``);
 6. adds *canaries*: tests with random names that always fail, appended to every test file (one
    of them a ``unittest.TestCase`` test);
@@ -94,9 +95,21 @@ def changed_paths() -> tuple[list[str], list[str]]:
     return sorted(set(tracked + untracked)), sorted(set(added + untracked))
 
 
-def restore_test_files(changed: list[str]) -> list[str]:
+def is_restored(path: str, graded: frozenset[str]) -> bool:
+    """Is ``path`` put back as the base has it before the run? Every test path, and every file
+    the task's tests are in (``graded``: the files of its FAIL_TO_PASS and PASS_TO_PASS node ids)
+    whatever its name: a row may grade tests in ``checks.py``, or in a ``tests.py`` its
+    ``python_files`` names, and the agent's diff must not rewrite what decides its reward."""
+    return is_test_path(path) or os.path.normpath(path) in graded
+
+
+def graded_files(test_files: list[str]) -> frozenset[str]:
+    return frozenset(os.path.normpath(p) for p in test_files)
+
+
+def restore_test_files(changed: list[str], graded: frozenset[str]) -> list[str]:
     restored = []
-    paths = [p for p in changed if is_test_path(p)]
+    paths = [p for p in changed if is_restored(p, graded)]
     for path in paths:  # removals first: a file may have replaced a directory or the reverse
         if os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
             os.remove(path)
@@ -281,12 +294,12 @@ def _selecting(addopts: object) -> list[str]:
     return kept if not take else kept[:-1]
 
 
-def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[str]]:
+def tamper_scan(changed: list[str], added: list[str], graded: frozenset[str]) -> tuple[list[str], list[str]]:
     """Every static tamper reason of the applied diff (``_scan.py``), test files left out (they
-    are restored before anything runs), and the files the run-time monitor watches: changed
-    source files whose base version used none of the suspect internals."""
+    are restored before anything runs: :func:`is_restored`), and the files the run-time monitor
+    watches: changed source files whose base version used none of the suspect internals."""
     protected = _scan.protected_names(frozenset(toolchain_names()))
-    candidates = [p for p in added if not is_test_path(p)]
+    candidates = [p for p in added if not is_restored(p, graded)]
     found = _scan.structure_findings(
         candidates, lambda d: os.path.isfile(os.path.join(d, "__init__.py")), protected
     )
@@ -303,7 +316,7 @@ def tamper_scan(changed: list[str], added: list[str]) -> tuple[list[str], list[s
                 found.append(f"metadata: {path}: its pytest configuration changed")
     for path in changed:
         if (
-            is_test_path(path)
+            is_restored(path, graded)
             or not _scan.is_source(path)
             or not os.path.isfile(path)
             or os.path.islink(path)
@@ -494,16 +507,17 @@ def main() -> None:
     if error is not None:
         report.update(stage="agent_patch_failed", detail=error)
         finish(0)
+    test_files = list(spec["test_files"])
+    graded = graded_files(test_files)
     changed, added = changed_paths()
-    report["tamper"], watched = tamper_scan(changed, added)
+    report["tamper"], watched = tamper_scan(changed, added, graded)
     with open(os.path.join(results, "watched.json"), "w") as f:
         json.dump(watched, f)
-    report["restored"] = restore_test_files(changed)
+    report["restored"] = restore_test_files(changed, graded)
     error = apply(os.path.join(results, "test.patch"))
     if error is not None:
         report.update(stage="test_patch_failed", detail=error)
         finish(0)
-    test_files = list(spec["test_files"])
     canary_files, canaries = write_canaries(test_files)
     junit = os.path.join(results, "junit.xml")
     plugins = toolchain_plugins(toolchain_dirs())

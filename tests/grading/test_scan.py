@@ -300,7 +300,7 @@ def test_a_pytest_section_changed_or_deleted_with_its_file_is_tampering(tmp_path
     monkeypatch.setenv("PYTHONPATH", "")
 
     def findings(changed: list[str]) -> list[str]:
-        return [f for f in _runner.tamper_scan(changed, [])[0] if "pytest configuration" in f]
+        return [f for f in _runner.tamper_scan(changed, [], frozenset())[0] if "pytest configuration" in f]
 
     (tmp_path / "pyproject.toml").unlink()
     (tmp_path / "setup.cfg").unlink()  # it had no pytest section: nothing went with it
