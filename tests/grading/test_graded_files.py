@@ -9,17 +9,13 @@ passes, and be paid for it. Through the real bubblewrap sandbox, grader and pyte
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from lit_codeRL.grading import SWEGrader
-from lit_codeRL.problems.swe import RepoCache, SWETask
-from lit_codeRL.sandbox.workspace import WorkspaceConfig
+from tests.grading.repo_tasks import bwrap_grader, diff, make_task
 from tests.sandbox.conftest import require_bwrap
 
-GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
 FIXED = BUGGY.replace("return a - b\n\n\n", "return a + b\n\n\n", 1)
 TESTS = (
@@ -28,17 +24,6 @@ TESTS = (
 )
 REWRITTEN = "def test_add():\n    pass\n\n\ndef test_sub():\n    pass\n"
 HELPER = "from tests import TESTED  # noqa: F401\n"
-
-
-def _diff(repo: Path, scratch: Path, files: dict[str, str]) -> str:
-    """The diff from ``repo``'s base commit to it with ``files`` written over it."""
-    subprocess.run(["git", "clone", "-q", str(repo), str(scratch)], check=True)
-    for path, content in files.items():
-        (scratch / path).write_text(content)
-    subprocess.run(["git", "add", "-A"], cwd=scratch, check=True)
-    return subprocess.run(
-        ["git", "diff", "--cached", "--binary"], cwd=scratch, capture_output=True, text=True, check=True
-    ).stdout
 
 
 @pytest.mark.parametrize(
@@ -54,38 +39,21 @@ def test_a_graded_file_the_diff_rewrites_is_restored(
     tmp_path: Path, graded: str, extra: dict[str, str]
 ) -> None:
     require_bwrap()
-    repo = tmp_path / "repo"
     tests = TESTS + ("\nTESTED = True\n" if graded == "tests.py" else "")
     files = {"calc.py": BUGGY, graded: tests, **extra}
-    for path, content in files.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(content)
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run([*GIT, "commit", "-qm", "base"], cwd=repo, check=True)
-    base = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
-    ).stdout.strip()
-    fix = _diff(repo, tmp_path / "fix", {"calc.py": FIXED})
-    task = SWETask(
-        instance_id=f"graded-{graded.replace('/', '-')}",
-        repo="local/calc",
-        base_commit=base,
-        problem_statement="add subtracts",
-        patch=fix,
-        test_patch="",
-        fail_to_pass=(f"{graded}::test_add",),
-        pass_to_pass=(f"{graded}::test_sub",),
-        repo_source=str(repo),
+    name = f"graded-{graded.replace('/', '-')}"
+    task = make_task(
+        tmp_path, name, files, {"calc.py": FIXED}, [f"{graded}::test_add"], [f"{graded}::test_sub"]
     )
-    grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    grader = bwrap_grader(tmp_path)
     assert grader.validate(task) is None  # the fix resolves it, the base does not
+    repo = Path(task.repo_source)
 
-    rewrite = _diff(repo, tmp_path / "hack", {graded: REWRITTEN})
+    rewrite = diff(repo, tmp_path / "hack", {graded: REWRITTEN})
     hacked = grader.grade(task, rewrite)
     assert not hacked.resolved and hacked.reward == 0.0, hacked
     assert hacked.restored == [graded], hacked
 
-    both = _diff(repo, tmp_path / "both", {graded: REWRITTEN, "calc.py": FIXED})
+    both = diff(repo, tmp_path / "both", {graded: REWRITTEN, "calc.py": FIXED})
     fixed = grader.grade(task, both)
     assert fixed.resolved and fixed.reward == 1.0 and fixed.restored == [graded], fixed

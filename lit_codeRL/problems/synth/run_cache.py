@@ -30,9 +30,9 @@ _FORMAT = 1
 
 
 def _runner_digest() -> str:
-    """The trusted runner and its scanner: a change to either may change every status."""
+    """The trusted runner and the files it imports: a change to any may change every status."""
     h = hashlib.sha256()
-    for path in (grading_repo.RUNNER, grading_repo.SCANNER):
+    for path in grading_repo.RUNNER_FILES:
         h.update(Path(path).read_bytes())
     return h.hexdigest()
 

@@ -1,0 +1,59 @@
+"""Small SWE tasks made on the spot for grading tests: a git repository from a ``{path:
+content}`` map, its task row, and diffs against its base commit."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from lit_codeRL.grading import SWEGrader
+from lit_codeRL.problems.swe import RepoCache, SWETask
+from lit_codeRL.sandbox.workspace import WorkspaceConfig
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+
+
+def make_repo(root: Path, files: dict[str, str]) -> tuple[Path, str]:
+    """A git repository at ``root`` holding ``files`` in one commit, and that commit."""
+    for path, content in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(content)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "base"], cwd=root, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+    return root, head.stdout.strip()
+
+
+def diff(repo: Path, scratch: Path, files: dict[str, str]) -> str:
+    """The diff from ``repo``'s base commit to it with ``files`` written over it."""
+    subprocess.run(["git", "clone", "-q", str(repo), str(scratch)], check=True)
+    for path, content in files.items():
+        (scratch / path).parent.mkdir(parents=True, exist_ok=True)
+        (scratch / path).write_text(content)
+    subprocess.run(["git", "add", "-A"], cwd=scratch, check=True)
+    return subprocess.run(
+        ["git", "diff", "--cached", "--binary"], cwd=scratch, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def make_task(
+    tmp_path: Path, name: str, files: dict[str, str], fix: dict[str, str], f2p: list[str], p2p: list[str]
+) -> SWETask:
+    """A task on a new repository of ``files`` whose reference patch writes ``fix`` over it."""
+    repo, base = make_repo(tmp_path / f"{name}-repo", files)
+    return SWETask(
+        instance_id=name,
+        repo=f"local/{name}",
+        base_commit=base,
+        problem_statement="",
+        patch=diff(repo, tmp_path / f"{name}-fix", fix),
+        test_patch="",
+        fail_to_pass=tuple(f2p),
+        pass_to_pass=tuple(p2p),
+        repo_source=str(repo),
+    )
+
+
+def bwrap_grader(tmp_path: Path) -> SWEGrader:
+    return SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
