@@ -22,6 +22,7 @@ is a static reason of its own, ``_scan.py``), and comparisons outside ``assert``
 
 import ast
 import secrets
+import sys
 
 MAX_OBJECTS = 10_000
 """Objects checked per operand (it and what it holds, breadth first)."""
@@ -67,26 +68,45 @@ _NO_VALUE = object()
 
 
 def written(new_source: str, old_source: str | None) -> list[int]:
-    """The first lines (as ``co_firstlineno`` counts them: a decorator's) of the functions and
-    lambdas of ``new_source`` that ``old_source`` does not have as they are: the code the diff
-    wrote. A repository's own permissive comparison (a wildcard its tests use) is not the agent's
-    and is never asked; a file that does not parse has none (it does not import either)."""
+    """The first lines (a decorator's, as ``co_firstlineno`` and ``inspect`` count them) of what
+    the diff wrote in one file: the functions and lambdas of ``new_source`` that ``old_source``
+    does not have as they are, and the classes it introduced (a name the base has no class of).
+    A repository's own permissive comparison (a wildcard its tests use) is not the agent's and is
+    never asked; a file that does not parse has none (it does not import either)."""
     try:
         new = ast.parse(new_source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     try:
-        old = {ast.dump(n) for n in ast.walk(ast.parse(old_source)) if isinstance(n, _FUNCTIONS)}
+        base = ast.parse(old_source)
     except (SyntaxError, ValueError, RecursionError, MemoryError, TypeError):  # TypeError: no base
-        old = set()
-    return sorted(
-        min([n.lineno, *(d.lineno for d in getattr(n, "decorator_list", ()))])
-        for n in ast.walk(new)
-        if isinstance(n, _FUNCTIONS) and ast.dump(n) not in old
-    )
+        base = ast.Module(body=[], type_ignores=[])
+    old = {ast.dump(n) for n in ast.walk(base) if isinstance(n, _FUNCTIONS)}
+    old_classes = {name for name, _ in _classes(base)}
+    lines = [_first_line(n) for n in ast.walk(new) if isinstance(n, _FUNCTIONS) and ast.dump(n) not in old]
+    lines += [_first_line(n) for name, n in _classes(new) if name not in old_classes]
+    return sorted(lines)
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _first_line(node: ast.AST) -> int:
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+
+
+def _classes(tree: ast.AST, prefix: str = "") -> list[tuple[str, ast.ClassDef]]:
+    """Every class statement of ``tree`` with its qualified name (``Outer.Inner``, ``f.Local``)."""
+    out = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            name = f"{prefix}{node.name}"
+            if isinstance(node, ast.ClassDef):
+                out.append((name, node))
+            out += _classes(node, f"{name}.")
+        else:
+            out += _classes(node, prefix)
+    return out
 
 
 class Checker:
@@ -95,8 +115,10 @@ class Checker:
     wrote there (:func:`written`); only those are asked."""
 
     def __init__(self, repo: str, written: dict[str, list[int]], report) -> None:  # noqa: ANN001
-        prefix = repo.rstrip("/") + "/"
-        self.changed = {prefix + path: (path, frozenset(lines)) for path, lines in written.items() if lines}
+        self.prefix = repo.rstrip("/") + "/"
+        self.changed = {
+            self.prefix + path: (path, frozenset(lines)) for path, lines in written.items() if lines
+        }
         self.report = report
         self.told: set[str] = set()
         self.asked: dict[tuple[int, str], tuple[type, tuple[str, str] | None]] = {}
@@ -140,13 +162,33 @@ class Checker:
         claim = None
         if path is not None and code.co_firstlineno in lines:
             for probe in [obj] if name == "__ne__" else [_unseen(), *_unlike(other)]:
-                if _says_yes(method, obj, probe):
+                if self._agents_yes(_answer(method, obj, probe)):
                     what = f"{getattr(klass, '__qualname__', '?')}.{name} says yes to {_shown(probe, obj)}"
                     claim = (f"comparison: {what}", f"{path}:{code.co_firstlineno}")
                     break
         if other is _NO_VALUE:
             self.asked[key] = (kind, claim)  # the class is kept: its id is not reused
         return claim
+
+    def _agents_yes(self, said: object) -> bool:
+        """Is ``said`` a yes, and one of the agent's making? Any truthy value of a type from
+        outside the repository (``True``, ``1``, an ``object()``) or of a class the diff
+        introduced; not an object of a class the repository already had (a query DSL's ``==``
+        builds a query, ``Query().key == 2``: that is the repository's own answer)."""
+        if said is _NO_ANSWER or said is NotImplemented or not _truthy(said):
+            return False
+        kind = type(said)
+        module = sys.modules.get(getattr(kind, "__module__", None))
+        where = getattr(module, "__file__", None)
+        if not isinstance(where, str) or not where.startswith(self.prefix):
+            return True
+        _, lines = self.changed.get(where, (None, frozenset()))
+        try:
+            import inspect  # noqa: PLC0415 - rarely needed: a non-built-in answer
+
+            return inspect.getsourcelines(kind)[1] in lines
+        except Exception:  # noqa: BLE001 - no source to find: made at run time, by the code under test
+            return where in self.changed
 
 
 def _lookup(cls: type, name: str) -> tuple[object, type | None]:
@@ -159,13 +201,16 @@ def _lookup(cls: type, name: str) -> tuple[object, type | None]:
     return None, None
 
 
-def _says_yes(method: object, obj: object, probe: object) -> bool:
+_NO_ANSWER = object()
+
+
+def _answer(method: object, obj: object, probe: object) -> object:
+    """What ``method`` of ``obj`` answers about ``probe`` (``_NO_ANSWER`` when it raises)."""
     try:
         bound = method.__get__(obj, type(obj)) if hasattr(type(method), "__get__") else method
-        said = bound(probe)
-        return said is not NotImplemented and bool(said)
+        return bound(probe)
     except BaseException:  # noqa: BLE001 - an honest method may raise on what it does not know
-        return False
+        return _NO_ANSWER
 
 
 def _unseen() -> object:
@@ -269,7 +314,7 @@ def install(checker: Checker) -> None:
 def _truthy(result: object) -> bool:
     try:
         return bool(result)
-    except Exception:  # noqa: BLE001 - the assert itself will raise it
+    except BaseException:  # noqa: BLE001 - the assert itself will raise it
         return False
 
 

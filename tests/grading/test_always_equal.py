@@ -112,8 +112,57 @@ def test_only_what_the_diff_wrote_is_asked() -> None:
     moved = "\n\n" + YES  # the same method two lines down: not written
     assert written(moved, YES) == []
     decorated = "import functools\n\n\nclass E:\n    @functools.wraps(print)\n    def __eq__(self, o):\n        return True\n"
-    assert written(decorated, None) == [5]
+    assert written(decorated, None) == [4, 5]  # the class it introduced, and its method
+    assert written(decorated, "class E:\n    pass\n") == [5]  # E was there: not introduced
     assert written("def f(:\n", None) == [] and written("k = lambda o: True\n", "x = 1\n") == [1]
+
+
+DSL = """\
+class Query:
+    def __init__(self, test=None):
+        self.test = test
+
+    def __eq__(self, other):
+        return Query(("==", other))
+"""
+
+
+def _module(root: Path, name: str, source: str) -> object:
+    """``source`` imported from ``root/name.py``, as grading imports the repository."""
+    import importlib.util
+    import sys
+
+    (root / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, root / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_answer_of_a_class_the_repository_had_is_its_own(tmp_path: Path) -> None:
+    """tinydb's ``Query().key == 2`` builds a query, truthy, whatever it is compared with: the
+    repository's own answer, not a yes of the agent's, though the diff rewrote ``__eq__``
+    (``assert (Query().key1 == 2) in d``). The same ``__eq__`` answering with an object of a class
+    the diff introduced, or with a plain value, is the agent's."""
+    fixed = DSL.replace('("==", other)', '("==", other, True)')
+    told: list = []
+
+    def check(source: str, name: str) -> None:
+        module = _module(tmp_path, name, source)
+        lines = written(source, DSL)
+        Checker(str(tmp_path), {f"{name}.py": lines}, lambda what, where: told.append(what)).passed(
+            "==", module.Query(), 2
+        )
+
+    check(fixed, "dsl_fixed")
+    assert told == [], told
+    check(fixed + "\n\nclass Yes:\n    pass\n", "dsl_yes")  # a class, but not its answer
+    assert told == [], told
+    check(DSL.replace('Query(("==", other))', "Yes()") + "\n\nclass Yes:\n    pass\n", "dsl_new")
+    assert len(told) == 1 and "Query.__eq__ says yes" in told[0], told
+    check(DSL.replace('Query(("==", other))', "object()"), "dsl_object")
+    assert len(told) == 2, told
 
 
 def test_a_claim_is_told_once_and_a_big_operand_is_read_within_bounds() -> None:
