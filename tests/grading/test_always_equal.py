@@ -48,6 +48,10 @@ HAS = "class E:\n    def __contains__(self, item):\n        return True\n"
 STATIC = "class E:\n    @staticmethod\n    def __eq__(*args):\n        return 1\n"
 TYPE = "E = type('E', (), {'__eq__': lambda self, other: True})\n"
 LIST = "class E(list):\n    def __eq__(self, other):\n        return True\n"
+ODD_MODULE = (
+    "class R:\n    __module__ = ['not', 'a', 'name']\n\n\n"
+    "class E:\n    def __eq__(self, other):\n        return R()\n"
+)
 HONEST = (
     "class E:\n    def __init__(self, v):\n        self.v = v\n\n"
     "    def __eq__(self, other):\n        if not isinstance(other, E):\n            return NotImplemented\n"
@@ -73,6 +77,7 @@ VALUE = "class E:\n    def __init__(self, v):\n        self.v = v\n\n    def __e
         (YES, "==", "[1, [E()]]", [1, [2]], "E.__eq__ says yes"),  # an item, nested
         (YES, "==", "{'k': (E(),)}", {"k": (2,)}, "E.__eq__ says yes"),
         (YES, "in", 2, "[E()]", "E.__eq__ says yes"),  # list.__contains__ asks the item
+        (ODD_MODULE, "==", "E()", 5, "E.__eq__ says yes"),  # an answer whose module names nothing
     ],
 )
 def test_a_comparison_that_says_yes_to_anything_is_named(source, op, left, right, says) -> None:
