@@ -29,7 +29,9 @@ VENV="${VENV:-/work/venv}"
 PY="${PY:-$VENV/bin/python3}"
 CACHE="${GPU_STAGE_CACHE:-/tmp/lcr_gpu_stage_cache}"
 SHARED_MBPP="${SHARED_MBPP:-$REPO/../shared/data/mbpp}"
-LIMIT_MIB="${GPU_STAGE_LIMIT_MIB:-60}"
+# a call carries at most 64 MiB (working tree + folder); 63 leaves 1 MiB for the tree to grow.
+# 60 stopped fitting when the agent recipe's staged tasks grew to 4.7 MiB (.gpu2 60.4 MiB).
+LIMIT_MIB="${GPU_STAGE_LIMIT_MIB:-63}"
 G1="$REPO/.gpu1"
 G2="$REPO/.gpu2"
 

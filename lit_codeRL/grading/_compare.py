@@ -16,11 +16,18 @@ value of a type from outside the repository, or of a class the diff introduced (
 ``==`` builds a query of its own answers for the repository). A yes is reported to the parent,
 which makes the verdict ``tamper``.
 
+Where: the ``assert`` statements pytest rewrites, every other comparison of the repository's
+test modules (``self.assertTrue(a == b)``, ``same = a == b``), the modules of its test
+directories that pytest would not rewrite (``tests/helpers.py``, the base's like every test file),
+and ``unittest``'s equality, order and membership assertions.
+
 What it does not catch: a method written against these questions (one that answers yes only to
 the first value it is compared with, or only once armed by code the tests run), an object made
 outside the changed files (``unittest.mock.ANY``: importing ``unittest`` in the code under test
-is a static reason of its own, ``_scan.py``), and comparisons outside ``assert`` statements and
-``unittest``'s assertions (``assertTrue(a == b)``).
+is a static reason of its own, ``_scan.py``), a chained comparison outside an ``assert``
+(``same = a == b == c``), and the
+comparisons of a module that opts out of pytest's rewriting (``PYTEST_DONT_REWRITE``) or of a
+helper outside the test directories.
 """
 
 import ast
@@ -137,7 +144,7 @@ class Checker:
 
     def _passed(self, op: str, left: object, right: object) -> None:
         names = _METHODS.get(op)
-        if not names or not self.changed:
+        if not names or not self.changed or (type(left) in _ATOMS and type(right) in _ATOMS):
             return
         if op == "in":
             left, right = right, left  # the container is the one asked
@@ -280,26 +287,41 @@ def _objects(root: object) -> list[object]:
     return out
 
 
-def install(checker: Checker) -> None:
-    """Route every passed comparison of rewritten ``assert`` statements and of ``unittest``'s
-    assertions through ``checker``. Called in the pytest child before any test module loads."""
+def install(checker: Checker, is_test_file=lambda path: False) -> None:  # noqa: ANN001
+    """Route every passed comparison of the test modules through ``checker``: those of ``assert``
+    statements (pytest's rewriter, its explanations kept), every other comparison a test module
+    makes (``self.assertTrue(a == b)``, ``if a == b``), and ``unittest``'s assertions. Modules
+    pytest would not rewrite but ``is_test_file(path)`` names (a ``tests/helpers.py`` the tests
+    import: restored from the base like every test file) are rewritten too. Called in the pytest
+    child before any test module loads."""
+    import operator  # noqa: PLC0415
     import unittest  # noqa: PLC0415
 
     import _pytest.assertion.rewrite as rewrite  # noqa: PLC0415
 
-    helper = f"_lcrl_compared_{secrets.token_hex(4)}"
+    helper, evaluate = (f"_lcrl_{kind}_{secrets.token_hex(4)}" for kind in ("compared", "compare"))
+    operators = {
+        "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+        ">=": operator.ge, "in": lambda left, right: left in right,
+    }  # fmt: skip
 
     def compared(result: object, left: object, right: object, op: str) -> object:
         if result is not False and _truthy(result):
             checker.passed(op, left, right)
         return result
 
+    def compare(left: object, right: object, op: str) -> object:
+        return compared(operators[op](left, right), left, right, op)
+
     setattr(rewrite, helper, compared)
-    original = rewrite.AssertionRewriter.visit_Compare
+    setattr(rewrite, evaluate, compare)
+    hook, rewriter = rewrite.AssertionRewritingHook, rewrite.AssertionRewriter
+    visit_original, run_original = rewriter.visit_Compare, rewriter.run
+    should_original, bailout_original = hook._should_rewrite, hook._early_rewrite_bailout
 
     def visit_compare(self, comp):  # noqa: ANN001, ANN202
         start = len(self.statements)
-        res, expl = original(self, comp)
+        res, expl = visit_original(self, comp)
         for statement in self.statements[start:]:
             value = getattr(statement, "value", None)
             if not (isinstance(statement, ast.Assign) and isinstance(value, ast.Compare)):
@@ -312,9 +334,57 @@ def install(checker: Checker) -> None:
                 statement.value = ast.copy_location(call, value)
         return res, expl
 
-    rewrite.AssertionRewriter.visit_Compare = visit_compare
+    def run(self, mod):  # noqa: ANN001, ANN202
+        asserted = {id(n) for a in ast.walk(mod) if isinstance(a, ast.Assert) for n in ast.walk(a)}
+        elsewhere = [n for n in ast.walk(mod) if isinstance(n, ast.Compare) and id(n) not in asserted]
+        run_original(self, mod)
+        imported = any(
+            isinstance(n, ast.Import) and any(a.asname == "@pytest_ar" for a in n.names) for n in mod.body
+        )
+        # the repository's own test modules (pytest also rewrites the toolchain's plugins); and
+        # not where pytest left the module alone (PYTEST_DONT_REWRITE: no @pytest_ar import)
+        ours = str(getattr(self, "module_path", "")).startswith(checker.prefix)
+        if imported and ours:
+            _CompareCalls(self, evaluate, {id(n) for n in elsewhere}).visit(mod)
+
+    def should_rewrite(self, name, fn, state):  # noqa: ANN001, ANN202
+        return should_original(self, name, fn, state) or _asks(is_test_file, fn)
+
+    def early_bailout(self, name, state):  # noqa: ANN001, ANN202
+        # a dotted name through a test directory may be a helper is_test_file names
+        parts = name.split(".")
+        return bailout_original(self, name, state) and not {"tests", "test", "testing"} & set(parts)
+
+    rewriter.visit_Compare, rewriter.run = visit_compare, run
+    hook._should_rewrite, hook._early_rewrite_bailout = should_rewrite, early_bailout
     for name, op in _UNITTEST.items():
         _wrap(unittest.TestCase, name, op, checker)
+
+
+class _CompareCalls(ast.NodeTransformer):
+    """``a == b`` of the module's own source, outside ``assert`` statements ->
+    ``@pytest_ar.<evaluate>(a, b, "==")``: each operand evaluated once, in order, as before."""
+
+    def __init__(self, rewriter: object, evaluate: str, originals: set[int]) -> None:
+        self.rewriter, self.evaluate, self.originals = rewriter, evaluate, originals
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:  # noqa: N802 - ast's visitor naming
+        self.generic_visit(node)
+        op = _SYMBOLS.get(type(node.ops[0])) if len(node.ops) == 1 else None
+        if id(node) not in self.originals or op is None:
+            return node
+        call = self.rewriter.helper(self.evaluate, node.left, node.comparators[0], ast.Constant(op))
+        for new in ast.walk(call):  # the call and its parts at the comparison's place
+            if "lineno" in new._attributes and getattr(new, "lineno", None) is None:
+                ast.copy_location(new, node)
+        return call
+
+
+def _asks(predicate, path: object) -> bool:  # noqa: ANN001
+    try:
+        return bool(predicate(str(path)))
+    except Exception:  # noqa: BLE001 - a path the predicate cannot read is not a test file
+        return False
 
 
 def _truthy(result: object) -> bool:

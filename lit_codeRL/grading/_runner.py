@@ -737,7 +737,10 @@ def child_main() -> None:
     def claim(what: str, where: str) -> None:
         channel.send({"t": "audit", "event": what, "where": where})
 
-    _compare.install(_compare.Checker(repo, changes["written"], claim))
+    def in_tests(path: str) -> bool:  # a test file of the repository: the base's, restored
+        return path.startswith(repo + "/") and is_test_path(path[len(repo) + 1 :])
+
+    _compare.install(_compare.Checker(repo, changes["written"], claim), in_tests)
     code = int(pytest.main(args, plugins=[_Reporter(channel)]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines
         try:

@@ -189,43 +189,95 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import _compare
 told = []
-_compare.install(_compare.Checker(sys.argv[2], {"calc.py": [2, 6]}, lambda what, where: told.append(where)))
+checker = _compare.Checker(sys.argv[2], {"calc.py": [1, 2, 6]}, lambda what, where: told.append(where))
+_compare.install(checker, lambda path: "/tests/" in path)
 import pytest
-pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[3]])
+pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", sys.argv[2], sys.argv[3]])
 print(json.dumps(told))
+"""
+CASE = "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n"
+TRICKY = """\
+from calc import add
+
+
+class C:
+    flag = 1 == 1
+
+
+def f(x=2 == 2):
+    return x
+
+
+def test_semantics_kept():
+    assert C.flag and f() and f"{1 == 1}" == "True" and (1 == 1) == True  # noqa: E712
+    assert [i for i in range(3) if i == 1] == [1] and 2 in [1, 2] and 3 not in [1, 2]
+    assert (lambda a, b: a < b)(1, 2) and not (add(1, 2) == 3) is False
 """
 
 
 @pytest.mark.parametrize(
-    "test",
+    "files, claims",
     [
-        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-        "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
-        "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertIn(5, [add(2, 3)])\n",
-        "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(first=add(2, 3), second=5, msg='m')\n",
+        ({"test_it.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"}, 1),
+        ({"test_it.py": CASE + "        self.assertEqual(add(2, 3), 5)\n"}, 1),
+        ({"test_it.py": CASE + "        self.assertIn(5, [add(2, 3)])\n"}, 1),
+        ({"test_it.py": CASE + "        self.assertEqual(first=add(2, 3), second=5, msg='m')\n"}, 1),
+        ({"test_it.py": CASE + "        self.assertTrue(add(2, 3) == 5)\n"}, 1),  # no assert statement
+        (
+            {
+                "test_it.py": "from calc import add\n\n\ndef test_add():\n    same = add(2, 3) == 5\n    assert same\n"
+            },
+            1,
+        ),
+        (
+            {
+                "tests/__init__.py": "",
+                "tests/helpers.py": "def check(got, want):\n    assert got == want\n",
+                "tests/test_it.py": "from calc import add\nfrom tests.helpers import check\n\n\n"
+                "def test_add():\n    check(add(2, 3), 5)\n",
+            },
+            1,
+        ),
+        ({"test_it.py": TRICKY}, 0),
+        ({"test_it.py": '"""PYTEST_DONT_REWRITE"""\n' + TRICKY}, 0),
     ],
-    ids=["assert", "assertEqual", "assertIn", "keywords"],
+    ids=[
+        "assert",
+        "assertEqual",
+        "assertIn",
+        "keywords",
+        "assertTrue",
+        "outside_assert",
+        "helper",
+        "honest",
+        "no_rewrite",
+    ],
 )
-def test_both_ways_a_test_compares_are_checked(tmp_path: Path, test: str) -> None:
-    """pytest's rewritten ``assert`` and ``unittest``'s assertions, each alone (a pytest run in a
-    process of its own: :func:`install` patches both for good)."""
+def test_every_way_a_test_compares_is_checked(tmp_path: Path, files: dict[str, str], claims: int) -> None:
+    """pytest's rewritten ``assert``, ``unittest``'s assertions, a comparison outside any assert, and
+    one in a test helper module pytest would not rewrite, each alone (a pytest run in a process of
+    its own: :func:`install` patches pytest and unittest for good); the rewrite keeps what the
+    comparisons of a test module evaluate to."""
     import json
     import subprocess
     import sys
 
     from lit_codeRL.grading.repo import RUNNER
 
-    (tmp_path / "calc.py").write_text(YES + "\n\ndef add(a, b):\n    return E()\n")
-    (tmp_path / "test_it.py").write_text(test)
+    (tmp_path / "calc.py").write_text(
+        YES + "\n\ndef add(a, b):\n    return E() if (a, b) == (2, 3) else a + b\n"
+    )
+    for path, content in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(content)
+    test = next(p for p in files if p.endswith("test_it.py"))
     out = subprocess.run(
-        [sys.executable, "-c", INSTALLED, str(RUNNER.parent), str(tmp_path), str(tmp_path / "test_it.py")],
+        [sys.executable, "-c", INSTALLED, str(RUNNER.parent), str(tmp_path), str(tmp_path / test)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert "1 passed" in out.stdout, out.stdout + out.stderr
-    assert json.loads(out.stdout.splitlines()[-1]) == ["calc.py:2"], out.stdout  # the line of its __eq__
+    told = json.loads(out.stdout.splitlines()[-1])
+    assert told == ["calc.py:2"] * claims, out.stdout  # the line of its __eq__
 
 
 # -- through the real grader ----------------------------------------------------------------------
