@@ -287,13 +287,18 @@ def _objects(root: object) -> list[object]:
     return out
 
 
-def install(checker: Checker, is_test_file=lambda path: False) -> None:  # noqa: ANN001
+def install(
+    checker: Checker,
+    is_test_file=lambda path: False,  # noqa: ANN001
+    test_dirs: frozenset[str] = frozenset(),
+) -> None:
     """Route every passed comparison of the test modules through ``checker``: those of ``assert``
     statements (pytest's rewriter, its explanations kept), every other comparison a test module
     makes (``self.assertTrue(a == b)``, ``if a == b``), and ``unittest``'s assertions. Modules
     pytest would not rewrite but ``is_test_file(path)`` names (a ``tests/helpers.py`` the tests
-    import: restored from the base like every test file) are rewritten too. Called in the pytest
-    child before any test module loads."""
+    import: restored from the base like every test file) are rewritten too; ``test_dirs``: the
+    directory names of that rule (``_scan.TEST_DIRS``), which a dotted module name may pass
+    through. Called in the pytest child before any test module loads."""
     import operator  # noqa: PLC0415
     import unittest  # noqa: PLC0415
 
@@ -353,7 +358,7 @@ def install(checker: Checker, is_test_file=lambda path: False) -> None:  # noqa:
     def early_bailout(self, name, state):  # noqa: ANN001, ANN202
         # a dotted name through a test directory may be a helper is_test_file names
         parts = name.split(".")
-        return bailout_original(self, name, state) and not {"tests", "test", "testing"} & set(parts)
+        return bailout_original(self, name, state) and not test_dirs & set(parts)
 
     rewriter.visit_Compare, rewriter.run = visit_compare, run
     hook._should_rewrite, hook._early_rewrite_bailout = should_rewrite, early_bailout

@@ -741,7 +741,7 @@ def child_main() -> None:
     def in_tests(path: str) -> bool:  # a test file of the repository: the base's, restored
         return path.startswith(repo + "/") and is_test_path(path[len(repo) + 1 :])
 
-    _compare.install(_compare.Checker(repo, changes["written"], claim), in_tests)
+    _compare.install(_compare.Checker(repo, changes["written"], claim), in_tests, frozenset(_scan.TEST_DIRS))
     code = int(pytest.main(args, plugins=[_Reporter(channel)]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines
         try:

@@ -190,7 +190,7 @@ sys.path.insert(0, sys.argv[1])
 import _compare
 told = []
 checker = _compare.Checker(sys.argv[2], {"calc.py": [1, 2, 6]}, lambda what, where: told.append(where))
-_compare.install(checker, lambda path: "/tests/" in path)
+_compare.install(checker, lambda path: "/tests/" in path, frozenset({"tests"}))
 import pytest
 pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", sys.argv[2], sys.argv[3]])
 print(json.dumps(told))
