@@ -8,8 +8,8 @@ from lit_codeRL.problems.record import Problem
 def format_prompt(problem: Problem, num_shown_tests: int = 1) -> str:
     """The user message: task statement, then ``num_shown_tests`` of its tests (or the starter code).
 
-    A source whose tests are hidden (``metadata["show_tests"] is False``, HumanEval's ``check``
-    holds the whole test suite) shows its starter code instead, to be completed.
+    A source whose tests are hidden (``metadata["show_tests"] is False``, HumanEval's
+    asserts come from its hidden ``check``) shows its starter code instead, to be completed.
     """
     if problem.metadata.get("show_tests") is False:
         num_shown_tests = 0

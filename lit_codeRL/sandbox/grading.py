@@ -9,8 +9,9 @@ expression it is asked to compute and nothing else. The same holds for stdin/std
 expected output stays here and :func:`stdout_matches` compares it with what the program printed.
 
 Every other test shape (several statements, ``math.isclose(...)``, a non-literal expected value,
-HumanEval's ``check(candidate)`` function) runs in the program's process as before: see
-``docs/sandbox.md`` for what that path does and does not defend.
+what is left of HumanEval's ``check(candidate)`` once ``problems/humaneval.py`` has taken its plain
+asserts out) runs in the program's process as before: see ``docs/sandbox.md`` for what that path
+does and does not defend.
 """
 
 from __future__ import annotations

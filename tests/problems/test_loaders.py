@@ -35,7 +35,9 @@ def test_mbpp_record_and_total(mbpp_dir):
 def test_humaneval_has_164_problems():
     problems = load_humaneval()
     assert len(problems) == 164
-    assert problems[0].task_id == "HumanEval/0" and "check(" in problems[0].tests[0]
+    assert problems[0].task_id == "HumanEval/0"
+    # check(candidate) split into asserts compared on the trusted side (tests/sandbox/test_humaneval_split.py)
+    assert problems[0].tests[0] == "assert has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True"
 
 
 def test_seed_json_round_trip(tmp_path):

@@ -85,7 +85,7 @@ def test_humaneval_records_and_canonical_solutions(failing_references):
     assert len({p.task_id for p in problems}) == 164
     first = problems[0]
     assert first.entry_point == "has_close_elements" and first.starter_code == first.prompt
-    assert first.tests[0].rstrip().endswith("check(has_close_elements)")
+    assert len(first.tests) == 7 and all(t.startswith("assert has_close_elements(") for t in first.tests)
     assert load_problems("humaneval")[0] == first
     assert failing_references(problems) == []
     broken = first.__class__(**{**first.__dict__, "reference_solution": first.prompt + "    return False\n"})
@@ -102,4 +102,5 @@ def test_prompts_show_the_first_tests_but_never_humaneval_checks():
     assert system == {"role": "system", "content": "Be brief."} and user["role"] == "user"
     humaneval = load_humaneval()[0]
     shown = format_prompt(humaneval, num_shown_tests=1)
-    assert "def check" not in shown and humaneval.prompt.rstrip() in shown and "```python" in shown
+    assert "def check" not in shown and "assert has_close_elements" not in shown
+    assert humaneval.prompt.rstrip() in shown and "```python" in shown
