@@ -39,10 +39,15 @@ turns pytest's plugin autoload off and uses ``--import-mode=append``; imports py
 ``_pytest`` and ``pluggy`` before any repository code; and installs an
 audit hook (PEP 578, cannot be removed) that reports the garbage collector's object walks, frame
 access, tracing, ``ctypes``, new code objects and patches of code objects or toolchain classes
-when they are called from a source file the diff changed; and checks every comparison of the
-repository's test modules and ``unittest`` assertions that held, for an object of the agent's
-code that says yes to anything (the always-equal trick, ``_compare.py``). Its reports go to the
-parent as they happen, so nothing done later in the process can take one back.
+(where the interpreter raises the event: CPython 3.11 does not for classes) when they are called
+from a source file the diff changed, and a test module's or the toolchain's function given other
+code with such a file anywhere on the stack; checks every comparison of the repository's test
+modules and ``unittest`` assertions that held, for an object of the agent's code that says yes to
+anything (the always-equal trick, ``_compare.py``); and records the toolchain before the first
+line of the repository runs, then after each test's call checks that record and that no frame
+of the diff's files is on pytest's stack, and the stack again when the report is logged
+(``_guard.py``: a function of pytest replaced to forge only the failing tests). Its reports go to
+the parent as they happen, so nothing done later in the process can take one back.
 
 What the host checks (``repo.py: judge``): the signature; the exit code it observed against the
 run's; every canary failed in both records (a reporter patched to say "passed" passes it too); the
@@ -60,9 +65,11 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out the script's dir
 import _compare  # noqa: E402 - the comparison check of the child, bound beside it too
+import _guard  # noqa: E402 - the child's record of the toolchain, bound beside it too
 import _scan  # noqa: E402 - the scanner lives beside this file, bound read-only with it
 
 HASH_SEED = "0"
@@ -612,16 +619,23 @@ class _Channel:
 
 
 class _Reporter:
-    """The child's pytest plugin: every raw report straight to the parent."""
+    """The child's pytest plugin: every raw report straight to the parent, each test's call and
+    report checked for a changed toolchain (``_guard.Watch``) first."""
 
-    def __init__(self, channel: _Channel) -> None:
-        self.channel = channel
+    def __init__(self, channel: _Channel, watch: _guard.Watch) -> None:
+        self.channel, self.watch = channel, watch
+
+    def after_call(self, item):  # noqa: ANN001, ANN201 - pytest_runtest_call, outermost wrapper
+        yield
+        self.watch.check(item.nodeid, record=True, stack=True, codes=False)
 
     def pytest_collectreport(self, report) -> None:  # noqa: ANN001
         if report.failed:
             self.channel.send({"t": "collect_error", "nodeid": report.nodeid})
 
     def pytest_runtest_logreport(self, report) -> None:  # noqa: ANN001
+        if report.when == "call":
+            self.watch.check(report.nodeid, record=False, stack=True)
         self.channel.send(
             {
                 "t": "log",
@@ -633,6 +647,7 @@ class _Reporter:
         )
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:  # noqa: ANN001
+        self.watch.check("the end of the session", record=True, stack=False)
         self.channel.send(
             {"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)}
         )
@@ -672,12 +687,22 @@ _WATCHED = {
 _FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
 
 
-def _install_monitor(channel: _Channel, repo: str, watched: set[str], toolchain: frozenset[str]) -> None:
-    """The audit hook (see the module docstring). Only calls made directly from ``watched``
-    files count: the non-test source files the diff changed whose base version used none of
-    these internals (so a repository that walks frames in its own untouched code grades as
-    usual). It reports; it does not refuse (the report is what decides, and it is out of this
-    process before the call returns)."""
+def _install_monitor(
+    channel: _Channel,
+    repo: str,
+    watched: set[str],
+    changed: frozenset[str],
+    toolchain: frozenset[str],
+    guarded: Callable[[str], bool],
+) -> None:
+    """The audit hook (see the module docstring). Calls made directly from ``watched`` files
+    count: the non-test source files the diff changed whose base version used none of these
+    internals (so a repository that walks frames in its own untouched code grades as usual).
+    So does a patch of a toolchain class, or of the code of a function of a ``guarded`` file
+    (a test module, the toolchain), with a frame of any ``changed`` file on the stack, through
+    whatever helper (``_guard.patched_from``). It reports; it does
+    not refuse (the report is what decides, and it is out of this process before the call
+    returns)."""
     prefix = repo.rstrip("/") + "/"
     busy = []
 
@@ -701,6 +726,10 @@ def _install_monitor(channel: _Channel, repo: str, watched: set[str], toolchain:
                 channel.send(
                     {"t": "audit", "event": event, "where": f"{where[len(prefix) :]}:{frame.f_lineno}"}
                 )
+            else:
+                patch = _guard.patched_from(event, args, frame, repo, changed, guarded)
+                if patch is not None:
+                    channel.send({"t": "audit", "event": patch[0], "where": patch[1]})
         except Exception:  # noqa: BLE001, S110 - the hook must never break the code it watches
             pass
         finally:
@@ -733,7 +762,7 @@ def child_main() -> None:
     load_toolchain()
     import pytest  # noqa: PLC0415
 
-    _install_monitor(channel, repo, watched, toolchain)
+    changed = frozenset(changes["written"])  # every source file the diff changed, not restored
 
     def claim(what: str, where: str) -> None:
         channel.send({"t": "audit", "event": what, "where": where})
@@ -742,7 +771,13 @@ def child_main() -> None:
         return path.startswith(repo + "/") and is_test_path(path[len(repo) + 1 :])
 
     _compare.install(_compare.Checker(repo, changes["written"], claim), in_tests, frozenset(_scan.TEST_DIRS))
-    code = int(pytest.main(args, plugins=[_Reporter(channel)]))
+    # the toolchain's record: after everything trusted has loaded (and _compare patched pytest's
+    # rewriter), before the first line of the repository runs (conftests, test modules)
+    watch = _guard.Watch(repo, changed, claim, trusted)
+    dirs = watch.guard.package_dirs  # pytest's and pluggy's own files, not all trusted ones
+    _install_monitor(channel, repo, watched, changed, toolchain, lambda p: in_tests(p) or p.startswith(dirs))
+    _Reporter.pytest_runtest_call = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.after_call)
+    code = int(pytest.main(args, plugins=[_Reporter(channel, watch)]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines
         try:
             stream.flush()

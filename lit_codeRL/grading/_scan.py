@@ -39,7 +39,9 @@ TOOLCHAIN_NAMES = frozenset(
     {"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "exceptiongroup", "tomli"}
 )
 """Top-level names of the grading toolchain (pytest and its dependencies) besides the stdlib."""
-ALWAYS_PROTECTED = frozenset({"sitecustomize", "usercustomize", "_runner", "_scan", "_compare", "__main__"})
+ALWAYS_PROTECTED = frozenset(
+    {"sitecustomize", "usercustomize", "_runner", "_scan", "_compare", "_guard", "__main__"}
+)
 NOT_PROTECTED = frozenset({"test", "tests", "idlelib", "turtledemo"})
 """Stdlib names a repository may legitimately use for its own top-level test directories."""
 

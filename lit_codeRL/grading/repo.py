@@ -11,9 +11,11 @@ made from the pristine repository at the base commit, never in the workspace the
 2. pytest runs the files of the FAIL_TO_PASS and PASS_TO_PASS tests and the canary in a child
    process of the runner that holds no key, with the toolchain and the standard library loaded
    from trusted directories only, plugin autoload off and the repository's ``addopts`` ignored but for
-   its ``-m``/``-k``/``--deselect`` (``_runner.repository_selection``), watched by an audit hook
-   and a check of the comparisons its tests made (``_compare.py``: an object that says equal to
-   anything); its reports go to the runner as they happen;
+   its ``-m``/``-k``/``--deselect`` (``_runner.repository_selection``), watched by an audit hook,
+   a check of the comparisons its tests made (``_compare.py``: an object that says equal to
+   anything) and a record of the toolchain that must hold after each test's call, with no frame
+   of the diff's files on pytest's stack then or when the report is logged (``_guard.py``); its
+   reports go to the runner as they happen;
 3. the outcomes come back through two channels, both on a size-capped tmpfs of the grading
    sandbox that the trusted workspace server reads once every process there is gone: pytest's
    junit XML, and the runner's record (the child's reports, the canary, the junit file's hash,
@@ -22,8 +24,8 @@ made from the pristine repository at the base commit, never in the workspace the
 
 Verdicts: ``tamper`` when the scan or the run found tampering (a module shadowing the toolchain or
 the stdlib, packaging metadata, native code, reporter or interpreter internals, an object that
-says equal to anything in a passed comparison, the canary reading "passed", a forged reporting
-pipe), with its own reward (``tamper_reward``, default the failure reward); ``rejected`` when the
+says equal to anything in a passed comparison, pytest's functions or classes changed while the
+tests ran, the canary reading "passed", a forged reporting pipe), with its own reward (``tamper_reward``, default the failure reward); ``rejected`` when the
 records disagree or do not parse; otherwise ``resolved`` or ``unresolved`` from the tests. Nothing
 is ever read from the tests' stdout. A FAIL_TO_PASS test that is absent, skipped, xfailed, xpassed
 (a non-strict ``xfail`` that passed) or errored counts as failed; so does every test of a file
@@ -57,7 +59,8 @@ from lit_codeRL.sandbox.workspace import (
 RUNNER = Path(__file__).with_name("_runner.py")
 SCANNER = Path(__file__).with_name("_scan.py")
 COMPARER = Path(__file__).with_name("_compare.py")
-RUNNER_FILES = (RUNNER, SCANNER, COMPARER)
+GUARD = Path(__file__).with_name("_guard.py")
+RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD)
 """The trusted runner and what it imports, bound read-only side by side in every grading run."""
 RUNNER_MOUNT = "/opt/lcrl-grade"
 RESULTS_MOUNT = "/opt/lcrl-results"

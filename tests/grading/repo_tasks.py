@@ -10,6 +10,31 @@ from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.swe import RepoCache, SWETask
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
 
+# a calculator with one bug, its fix, and tests of every kind a hack must get past (a plain test,
+# a unittest.TestCase test, a passing test beside the failing ones)
+BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
+FIXED = BUGGY.replace("return a - b\n\n\n", "return a + b\n\n\n", 1)
+TESTS = """\
+import unittest
+
+from calc import add, sub
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_sub():
+    assert sub(5, 3) == 2
+
+
+class TestCalc(unittest.TestCase):
+    def test_add_case(self):
+        self.assertEqual(add(1, 1), 2)
+"""
+F2P = ["test_calc.py::test_add", "test_calc.py::TestCalc::test_add_case"]
+P2P = ["test_calc.py::test_sub"]
+
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 
 

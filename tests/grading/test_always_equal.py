@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.grading._compare import Checker, written
-from tests.grading.repo_tasks import bwrap_grader, diff, make_task
+from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, bwrap_grader, diff, make_task
 from tests.sandbox.conftest import require_bwrap
 
 # -- the check itself, on the host --------------------------------------------------------------
@@ -282,28 +282,6 @@ def test_every_way_a_test_compares_is_checked(tmp_path: Path, files: dict[str, s
 
 # -- through the real grader ----------------------------------------------------------------------
 
-BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
-FIXED = BUGGY.replace("return a - b\n\n\n", "return a + b\n\n\n", 1)
-TESTS = """\
-import unittest
-
-from calc import add, sub
-
-
-def test_add():
-    assert add(2, 3) == 5
-
-
-def test_sub():
-    assert sub(5, 3) == 2
-
-
-class TestCalc(unittest.TestCase):
-    def test_add_case(self):
-        self.assertEqual(add(1, 1), 2)
-"""
-F2P = ["test_calc.py::test_add", "test_calc.py::TestCalc::test_add_case"]
-P2P = ["test_calc.py::test_sub"]
 ALWAYS = "class Same:\n    def __eq__(self, other):\n        return True\n\n\n"
 HACKS = {
     "class": ALWAYS + BUGGY.replace("return a - b", "return Same()", 1),

@@ -1,0 +1,254 @@
+"""The toolchain as the grading child loaded it, and whether the tests changed it (stdlib only).
+
+Runs in the pytest child beside ``_runner.py``. A program that forges only the reports of the
+failing tests (the canaries left failing, the exit code left non-zero, junit and the record in
+agreement) has to change what pytest runs: replace a function or class of ``_pytest``/``pluggy``
+(``_pytest.runner.call_and_report``), a method of one of their classes
+(``TestReport.from_item_and_call``), or a function's code. None of it needs a name the static
+scan can read, and two of the three raise no audit event the monitor can pin on the diff: a
+module attribute set at run time raises none, and a class attribute set through a
+standard-library helper (``unittest.mock.patch.object``) is set from the helper's file.
+
+Three checks close that:
+
+* :class:`Guard`, the record: after the child has loaded the whole toolchain and before any
+  repository code runs, the identity of every function and class the toolchain's modules hold
+  (their own and what they import from each other), every callable attribute of their classes
+  and the code object of every such function; :meth:`Guard.changed` names what is no longer the
+  same object, or a callable a class gained. Identities only: no method of a replacement runs.
+  pytest changes its own classes as it configures, after the repository's conftests have run
+  (``_pytest.legacypath`` replaces ``Config._getini_unknown_type`` and adds ``Node.fspath``...):
+  a replacement whose functions all come from files the diff did not change (the standard
+  library, the toolchain's directories: Hypothesis's plugin wraps
+  ``FixtureFunctionMarker.__call__``; the repository's own untouched files, its conftests) is
+  taken into the record, and data attributes are not recorded. A function made by ``exec``
+  (``<string>``) is not from such a file.
+* :func:`patched_from`, for the audit hook: a function of a test module or of the toolchain
+  given other code (and, where the interpreter raises the event for it, an attribute of a
+  toolchain class set: CPython 3.11 does not) while a frame of a file the diff changed is
+  anywhere on the stack (a helper in between is no alibi).
+* :func:`foreign_frames`: a frame of a changed file on pytest's stack while pytest runs a test or
+  logs its report, where none belongs: a replacement of pytest's machinery running the test or
+  forging its report, even one that put the original back before the report is logged.
+
+``Watch`` runs the record (but its code objects) and the stack check right after each test's
+call, before its report is made (a patch the code under test makes while the test runs is in
+place there), the stack check when the report is logged, and the whole record at the end of the
+session. On a 2-core EPYC the per-test part costs about 0.3 ms (3,179 names recorded).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import sys
+import types
+from collections.abc import Callable
+
+ROOTS = ("_pytest", "pytest", "pluggy")
+"""The toolchain packages recorded: pytest's implementation, its public module, its hook system."""
+_CODE = operator.attrgetter("__code__")
+
+
+def in_toolchain(value: object, roots: tuple[str, ...] = ROOTS) -> bool:
+    """A function or class the toolchain defines (by its ``__module__``)."""
+    if not isinstance(value, types.FunctionType | type):
+        return False
+    module = getattr(value, "__module__", None)
+    return isinstance(module, str) and module.split(".")[0] in roots
+
+
+def _prefixes(dirs: list[str]) -> tuple[str, ...]:
+    """``dirs`` as path prefixes, each as given and resolved (a venv's ``lib64`` is a link)."""
+    return tuple({os.path.join(p, "") for d in dirs if d for p in (os.path.abspath(d), os.path.realpath(d))})
+
+
+def _functions_of(value: object) -> list[object]:
+    """The Python functions a class attribute runs: itself, a ``classmethod``'s or
+    ``staticmethod``'s function, a ``property``'s accessors."""
+    if isinstance(value, classmethod | staticmethod):
+        return [value.__func__]
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+    return [value]
+
+
+class Guard:
+    """Identity record of the toolchain's functions and classes, taken when constructed.
+
+    A recorded object replaced by one whose functions all come from the toolchain's own files
+    (``_pytest.legacypath`` giving ``Config`` its legacy properties, replacing
+    ``Config._getini_unknown_type``) is pytest changing itself: taken into the record, not named.
+    Anything else in its place (a function of the repository, a callable object, a ``property``
+    of the repository's functions) is named; so is a callable a toolchain class gains from
+    elsewhere. Data attributes are not recorded (pytest keeps state on its classes)."""
+
+    def __init__(self, roots: tuple[str, ...] = ROOTS, allowed: Callable[[str], bool] | None = None) -> None:
+        self.roots = roots
+        packages = [os.path.dirname(getattr(sys.modules.get(r), "__file__", None) or "") for r in roots]
+        self.package_dirs = _prefixes(packages)
+        # whose code may change pytest (by a function's file): by default the recorded packages'
+        # own; the child allows the standard library, the toolchain (Hypothesis's plugin wraps
+        # FixtureFunctionMarker.__call__) and the repository's files the diff left alone
+        self.allowed = allowed or (lambda path: path.startswith(self.package_dirs))
+        self.entries: list[tuple[str, object, str, object]] = []  # (label, namespace, key, value)
+        self.classes: dict[int, type] = {}
+        for name, module in sorted(sys.modules.items()):
+            if name.split(".")[0] not in roots or not isinstance(module, types.ModuleType):
+                continue
+            for key, value in vars(module).items():
+                if in_toolchain(value, roots):
+                    self.entries.append((f"{name}.{key}", vars(module), key, value))
+                    if isinstance(value, type):
+                        self.classes.setdefault(id(value), value)
+        # one mapping proxy per class, kept: each vars(cls) is a new object (ids are compared)
+        self.proxies = {id(cls): vars(cls) for cls in self.classes.values()}
+        for cls in self.classes.values():
+            space = self.proxies[id(cls)]
+            for key, value in space.items():
+                if callable(value) or isinstance(value, classmethod | staticmethod | property):
+                    self.entries.append((f"{cls.__module__}.{cls.__qualname__}.{key}", space, key, value))
+        self.reported: set[str] = set()
+        self._index()
+
+    def _index(self) -> None:
+        """Flat tuples for the one pass in C of the usual case (the objects are kept: no id is
+        reused while recorded)."""
+        self.spaces = tuple(e[1] for e in self.entries)
+        self.keys = tuple(e[2] for e in self.entries)
+        self.values = tuple(e[3] for e in self.entries)
+        functions = [
+            (e[0], f) for e in self.entries for f in _functions_of(e[3]) if isinstance(f, types.FunctionType)
+        ]
+        self.code_names = [f"{label} (its code)" for label, _ in functions]
+        self.functions = tuple(f for _, f in functions)
+        self.codes = tuple(f.__code__ for f in self.functions)
+        self.class_spaces = tuple(self.proxies.values())
+        self.class_sizes = list(map(len, self.class_spaces))
+
+    def _own(self, value: object) -> bool:
+        """Does ``value`` run only functions of files allowed to change pytest?"""
+        functions = _functions_of(value)
+        return all(
+            isinstance(f, types.FunctionType) and self.allowed(f.__code__.co_filename) for f in functions
+        )
+
+    def changed(self, codes: bool = True) -> list[str]:
+        """What is no longer the recorded object, and was not named before: ``module.name`` or
+        ``Class.attr`` replaced or removed, a callable ``Class.attr`` added, and with ``codes``
+        ``... (its code)`` of a function whose code object was swapped (a code swap made with a
+        changed file on the stack is the audit hook's at once: ``patched_from``)."""
+        try:  # the usual case, in C and without lists: every name still holds its object
+            same = all(map(operator.is_, map(operator.getitem, self.spaces, self.keys), self.values))
+        except KeyError:  # a name removed
+            same = False
+        if (
+            same
+            and list(map(len, self.class_spaces)) == self.class_sizes
+            and (not codes or all(map(operator.is_, map(_CODE, self.functions), self.codes)))
+        ):
+            return []
+        now_codes = list(map(_CODE, self.functions))
+        found = [
+            n for n, now, was in zip(self.code_names, now_codes, self.codes, strict=True) if now is not was
+        ]
+        entries, recorded = [], {}
+        for label, space, key, value in self.entries:
+            recorded.setdefault(id(space), set()).add(key)
+            now = space.get(key, _MISSING)
+            if now is not value and (now is _MISSING or not self._own(now)):
+                found.append(label)
+            if now is not _MISSING:
+                entries.append((label, space, key, now))
+        for cls in self.classes.values():  # callables a class gained
+            space = self.proxies[id(cls)]
+            for key in sorted(set(space) - recorded.get(id(space), set())):
+                value = space[key]
+                if callable(value) or isinstance(value, classmethod | staticmethod | property):
+                    label = f"{cls.__module__}.{cls.__qualname__}.{key}"
+                    if not self._own(value):
+                        found.append(label)
+                    entries.append((label, space, key, value))
+        # what is there now is the record: each change is named once, and pytest's own (and
+        # the data it keeps on its classes) no longer keeps the check off its one pass in C
+        self.entries = entries
+        self._index()
+        new = [f for f in found if f not in self.reported]
+        self.reported.update(new)
+        return new
+
+
+_MISSING = object()
+
+
+def foreign_frames(frame: types.FrameType | None, repo: str, changed: frozenset[str]) -> list[str]:
+    """``path:line (function)`` of every frame from ``frame`` outward whose code is in a file
+    of ``changed`` (repository-relative paths of the source files the diff changed)."""
+    prefix, found = repo.rstrip("/") + "/", []
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(prefix) and path[len(prefix) :] in changed:
+            found.append(f"{path[len(prefix) :]}:{frame.f_lineno} ({frame.f_code.co_name})")
+        frame = frame.f_back
+    return found
+
+
+def patched_from(
+    event: str,
+    args: tuple,
+    frame: types.FrameType | None,
+    repo: str,
+    changed: frozenset[str],
+    guarded: Callable[[str], bool],
+) -> tuple[str, str] | None:
+    """For the audit hook: ``(what, the nearest frame of a changed file on the stack)`` when
+    ``event`` sets or deletes an attribute of a toolchain class (on interpreters that raise the
+    event for it) or swaps the code of a function defined in a ``guarded`` file (a test module,
+    the toolchain), with such a frame on the stack; else None. Code swapped in other functions
+    is ordinary (``types.coroutine`` does it to ``asyncio``'s as the diff's module imports it)."""
+    if event not in ("object.__setattr__", "object.__delattr__") or not changed:
+        return None
+    target, attr = args[0], args[1]
+    if attr == "__code__":
+        code = getattr(target, "__code__", None)
+        if not (isinstance(code, types.CodeType) and guarded(code.co_filename)):
+            return None
+    elif not (isinstance(target, type) and in_toolchain(target)):
+        return None
+    found = foreign_frames(frame, repo, changed)
+    if not found:
+        return None
+    name = getattr(target, "__qualname__", type(target).__name__)
+    return f"{event} ({name}.{attr})", found[0]
+
+
+class Watch:
+    """The child's checks at the points of a test where the toolchain must be itself (see the
+    module docstring). ``claim(what, where)`` sends a tamper reason to the parent."""
+
+    def __init__(self, repo: str, changed: frozenset[str], claim, trusted: list[str]) -> None:  # noqa: ANN001
+        prefix, trusted_dirs = repo.rstrip("/") + "/", _prefixes(trusted)
+
+        def allowed(path: str) -> bool:  # not the diff's: trusted code, or the repository's own
+            if path.startswith(prefix):
+                return path[len(prefix) :] not in changed
+            return path.startswith(trusted_dirs)
+
+        self.guard, self.repo, self.changed, self.claim = Guard(allowed=allowed), repo, changed, claim
+        self.reported: set[str] = set()
+
+    def check(self, nodeid: str, record: bool = True, stack: bool = True, codes: bool = True) -> None:
+        """Claim every new finding for the test ``nodeid``: frames of changed files on the stack,
+        and what of the record changed."""
+        if stack:
+            for where in foreign_frames(sys._getframe(1), self.repo, self.changed):
+                if where not in self.reported:
+                    self.reported.add(where)
+                    self.claim(f"pytest ran or reported a test through {where}", nodeid)
+        if record:
+            try:
+                changed = self.guard.changed(codes)
+            except Exception as e:  # noqa: BLE001 - an object in the toolchain's place that fights back
+                changed = [f"(the check failed: {type(e).__name__})"]
+            for name in changed:
+                self.claim(f"toolchain changed: {name}", nodeid)
