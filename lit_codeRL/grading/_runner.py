@@ -628,6 +628,13 @@ class _Reporter:
     def after_call(self, item):  # noqa: ANN001, ANN201 - pytest_runtest_call, outermost wrapper
         yield
         self.watch.check(item.nodeid, record=True, stack=True, codes=False)
+        self.watch.check_hooks(item.config.pluginmanager, item.nodeid)
+        self.watch.check_item(item, item.nodeid)
+
+    def pytest_collection_finish(self, session) -> None:  # noqa: ANN001
+        # what was patched only while the tests were collected is in place here
+        self.watch.check("the collection", record=True, stack=False, codes=True)
+        self.watch.check_hooks(session.config.pluginmanager, "the collection")
 
     def pytest_collectreport(self, report) -> None:  # noqa: ANN001
         if report.failed:
@@ -648,6 +655,7 @@ class _Reporter:
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:  # noqa: ANN001
         self.watch.check("the end of the session", record=True, stack=False)
+        self.watch.check_hooks(session.config.pluginmanager, "the end of the session")
         self.channel.send(
             {"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)}
         )

@@ -15,13 +15,14 @@ import ast
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 from unittest import mock
 
 import pytest
 
 from lit_codeRL.grading import _scan
-from lit_codeRL.grading._guard import Guard, foreign_frames
+from lit_codeRL.grading._guard import Guard, Watch, foreign_frames
 from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, bwrap_grader, diff, make_task
 from tests.sandbox.conftest import require_bwrap
 
@@ -122,6 +123,44 @@ def test_the_stack_names_frames_of_changed_files_only() -> None:
     assert foreign_frames(sys._getframe(), repo, frozenset({"other.py"})) == []
 
 
+def test_items_and_hooks_running_the_diffs_code_are_named() -> None:
+    """A collected test whose ``runtest`` was set on its item, or whose function (through its
+    decorators) is one of a changed file; a report hook implemented in a changed file."""
+    here = Path(__file__)
+    repo, rel = str(here.parents[2]), str(here.relative_to(here.parents[2]))
+    told: list[tuple[str, str]] = []
+    watch = Watch(repo, frozenset({rel}), lambda what, where: told.append((what, where)), [])
+
+    def mine():  # a function of the "changed file" (this one)
+        return None
+
+    honest = types.SimpleNamespace(_obj=textwrap.dedent)  # a function from elsewhere
+    watch.check_item(honest, "t0")
+    wrapped = types.SimpleNamespace(_obj=types.SimpleNamespace(__wrapped__=mine))  # under a decorator
+    watch.check_item(wrapped, "t1")
+    replaced = types.SimpleNamespace(_obj=textwrap.dedent, runtest=lambda: None)
+    watch.check_item(replaced, "t2")
+    assert told == [
+        (f"the test runs a function of {rel}", "t1"),
+        ("the test's runtest was replaced on its item", "t2"),
+    ]
+    told.clear()
+
+    def caller(name, *functions):
+        impls = [types.SimpleNamespace(function=f) for f in functions]
+        return types.SimpleNamespace(name=name, get_hookimpls=lambda: impls)
+
+    relay = types.SimpleNamespace(
+        pytest_runtest_logreport=caller("pytest_runtest_logreport", textwrap.dedent, mine),
+        pytest_collection=caller("pytest_collection", mine),  # not a hook of the reports
+    )
+    watch.check_hooks(types.SimpleNamespace(hook=relay), "t3")
+    assert told == [(f"a hook of pytest implemented in {rel} (pytest_runtest_logreport)", "t3")]
+    told.clear()
+    watch.check_hooks(object(), "t4")  # not a plugin manager: named, never raised
+    assert told == [("the hooks of pytest could not be read (AttributeError)", "t4")]
+
+
 # -- through the real grader ----------------------------------------------------------------------
 
 
@@ -171,17 +210,36 @@ ARMED_BY_THE_CODE = (
     )
     + "def _arm():\n    setattr(_TR, _MAKE, classmethod(_forged))\n"
 )
+# a plugin registered on the live config, found by walking frames through an alias of inspect:
+# its report hook forges the failing tests (pytest calls it before the grader's reporter)
+HOOK_FROM_FRAMES = """
+_i = _load('ins' + 'pect')
+def _forge(report):
+    if report.when == 'call' and report.nodeid.split('::')[-1] in _FORGE:
+        report.outcome, report.longrepr = 'passed', None
+_P = type('_P', (), {'pytest_' + 'runtest_logreport': staticmethod(_forge)})
+_done = []
+def _arm():
+    f = getattr(_i, 'current' + 'frame')()
+    while f is not None and not _done:
+        item = getattr(f, 'f_' + 'locals').get('item')
+        if item is not None and hasattr(item, 'config'):
+            getattr(item.config, 'plugin' + 'manager').register(_P())
+            _done.append(1)
+        f = getattr(f, 'f_' + 'back')
+"""
 HACKS = {
     "module function replaced": (MODULE_FUNCTION, "toolchain changed: _pytest.runner.call_and_report"),
     "restored while it runs": (RESTORED_WHILE_RUNNING, "pytest ran or reported a test through calc.py:"),
     "class method by unittest.mock": (CLASS_BY_MOCK, "toolchain changed: _pytest.reports.TestReport.from_item_and_call"),
     "armed by the code under test": (ARMED_BY_THE_CODE, "toolchain changed: _pytest.reports.TestReport.from_item_and_call"),
+    "a report hook registered from a frame walk": (HOOK_FROM_FRAMES, "a hook of pytest implemented in calc.py (pytest_runtest_logreport)"),
 }  # fmt: skip
 
 
 def hacked(hack: str, source: str = BUGGY) -> str:
     code = LOAD + textwrap.dedent(HACKS[hack][0]) + "\n\n"
-    if hack == "armed by the code under test":
+    if "def _arm():" in HACKS[hack][0]:
         source = source.replace("def add(a, b):\n", "def add(a, b):\n    _arm()\n", 1)
     return code + source
 
@@ -215,6 +273,7 @@ def test_bwrap_forging_the_failing_tests_through_pytest_grades_tamper(calc, tmp_
         "run time: toolchain changed: ",
         "run time: pytest ran or reported",
         "run time: object.__setattr__ (",
+        "run time: a hook of pytest implemented in ",
     )
     assert all(r.startswith(new) for r in grade.tamper), grade.tamper
 
