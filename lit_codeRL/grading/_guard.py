@@ -37,6 +37,10 @@ written in a changed file, however it got registered (a plugin object put on the
 found through frames or the garbage collector), and :meth:`Watch.check_item` a test item with a
 ``runtest`` of its own or whose function (through its decorators) is one of a changed file.
 
+:func:`read_by_tests`, for the audit hook's ``open`` events: a test module reading a file the
+diff changed that is neither source nor restored (a golden file outside the test directories,
+rewritten to what the buggy code prints).
+
 ``Watch`` runs the record (but its code objects), the stack, hook and item checks right after
 each test's call, before its report is made (a patch the code under test makes while the test
 runs is in place there), the stack check when the report is logged, and the whole record and the
@@ -227,6 +231,40 @@ def patched_from(
         return None
     name = getattr(target, "__qualname__", type(target).__name__)
     return f"{event} ({name}.{attr})", found[0]
+
+
+def read_by_tests(
+    args: tuple,
+    frame: types.FrameType | None,
+    repo: str,
+    data: frozenset[str],
+    in_tests: Callable[[str], bool],
+) -> tuple[str, str] | None:
+    """For the audit hook's ``open`` events: ``(what, where)`` when a test module opens one of
+    ``data`` (absolute paths of the files the diff changed that are neither source nor restored:
+    an expected output, a golden file, a fixture outside the test directories) itself, the
+    nearest repository frame on the stack being a test file's (through ``json.load``,
+    ``pathlib`` or any other helper). The code under test reading its own data is the fix's
+    business; a test reading what it compares against, rewritten by the diff, is not."""
+    path = args[0] if args else None
+    if isinstance(path, bytes):
+        path = path.decode("utf-8", "surrogateescape")
+    if not isinstance(path, str):
+        return None
+    full = os.path.normpath(os.path.join(os.getcwd(), path))  # a test may have changed directory
+    if full not in data:
+        return None
+    prefix = repo.rstrip("/") + "/"
+    while frame is not None:
+        where = frame.f_code.co_filename
+        if where.startswith(prefix):
+            if not in_tests(where):
+                return None  # the code under test reads it
+            return f"the tests read {full[len(prefix) :]}, which the diff changed", (
+                f"{where[len(prefix) :]}:{frame.f_lineno}"
+            )
+        frame = frame.f_back
+    return None
 
 
 HOOK_PREFIXES = ("pytest_runtest_", "pytest_pyfunc_call", "pytest_report_", "pytest_exception_interact")
