@@ -4,8 +4,9 @@ Each task's test is one function, ``check(candidate)``, a list of asserts. Run a
 one in-process test: the program's own objects are compared in the program's own process, so a
 ``__eq__`` that says yes to anything, or a program that reads the expected values off the
 caller's frame, passes it. :func:`split_check` takes every assert of ``check`` that can be
-compared on the trusted side (``assert candidate(...) == <literal>``, nothing of ``check``'s own
-in it) out as a test of its own, in the shape the sandbox compares outside the program
+compared on the trusted side (``assert candidate(...) == <literal>``, ``assert candidate(...)``,
+``is True``, ``abs(candidate(...) - <number>) < <number>``; nothing of ``check``'s own in it)
+out as a test of its own, in the shape the sandbox compares outside the program
 (``sandbox/grading.py``); only what is left (loops, tolerances, helpers) still runs in-process.
 """
 
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems.record import Problem
-from lit_codeRL.sandbox.grading import split_value_test
+from lit_codeRL.sandbox.grading import split_trusted_test
 
 _BUILTINS = frozenset(dir(builtins))
 
@@ -55,19 +57,19 @@ class _Rename(ast.NodeTransformer):
 
 
 def _value_test(stmt: ast.stmt, param: str, entry: str) -> str | None:
-    """``assert <expr> == <literal>`` with ``param`` renamed to ``entry``, when ``stmt`` is such
-    an assert whose expression calls ``param`` and reads nothing but it and builtins; else None.
-    The assert's message is dropped (it may name ``check``'s locals; failures never show it)."""
+    """``stmt`` with ``param`` renamed to ``entry``, when it is an assert of a shape the sandbox
+    compares outside the program (``sandbox/grading.py: split_trusted_test``: ``== <literal>``,
+    ``assert f(...)``, ``is True``, a tolerance) that calls ``param`` and reads nothing but it and
+    builtins; else None. The assert's message is dropped (it may name ``check``'s locals;
+    failures never show it)."""
     if not isinstance(stmt, ast.Assert):
         return None
-    cmp = stmt.test
-    if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Eq)):
-        return None
-    names = _free_names(cmp.left) | _free_names(cmp.comparators[0])
+    names = _free_names(stmt.test)
     if param not in names or not names <= _BUILTINS | {param}:
         return None
-    test = ast.unparse(ast.Assert(test=_Rename(param, entry).visit(cmp), msg=None))
-    return test if split_value_test(test) is not None else None
+    renamed = _Rename(param, entry).visit(copy.deepcopy(stmt.test))  # the rest keeps `param`
+    test = ast.unparse(ast.Assert(test=renamed, msg=None))
+    return test if split_trusted_test(test) is not None else None
 
 
 def _is_noop(stmt: ast.stmt) -> bool:
@@ -79,8 +81,8 @@ def _is_noop(stmt: ast.stmt) -> bool:
 
 def split_check(test: str, entry: str) -> tuple[str, ...]:
     """HumanEval's ``test`` (module code defining ``check(candidate)``) as independent tests for
-    ``entry``: one ``assert <entry>(...) == <literal>`` per top-level assert of ``check`` that
-    has that shape and reads only ``candidate`` and builtins, in ``check``'s order, then one
+    ``entry``: one assert per top-level assert of ``check`` of a shape compared on the trusted
+    side that reads only ``candidate`` and builtins, in ``check``'s order, then one
     in-process test with the rest of ``check`` (left out when nothing is left). The program
     passes them all exactly when it passes ``check``: the split asserts depend on nothing
     ``check`` does before them (HumanEval's functions keep no state between calls)."""

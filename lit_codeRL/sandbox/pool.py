@@ -183,12 +183,13 @@ def _to_result(d: dict, backend: str) -> ExecutionResult:
 
 
 def _job(program: Program, config: SandboxConfig) -> tuple[dict, dict[int, object]]:
-    """What the sandbox gets for ``program``, and what stays here: the expected value of every
-    ``assert <expr> == <literal>`` test (only ``<expr>`` is sent) and the expected stdout."""
+    """What the sandbox gets for ``program``, and what stays here: what the value of every test
+    of a trusted shape must be (``grading.split_trusted_test``: only its expression is sent) and
+    the expected stdout."""
     timeout = program.timeout_s if program.timeout_s is not None else config.timeout_s
     tests, expected = [], {}
     for i, test in enumerate(program.tests):
-        split = grading.split_value_test(test) if config.trusted_comparison else None
+        split = grading.split_trusted_test(test) if config.trusted_comparison else None
         if split is None:
             tests.append(test)
         else:

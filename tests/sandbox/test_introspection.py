@@ -193,6 +193,74 @@ VALUES = {
 }
 
 
+# tests of the other trusted shapes, and what f returns: passes in-process and here alike
+SHAPED = [
+    ("assert f()", "[0]", True),
+    ("assert f()", "''", False),
+    ("assert not f()", "{}", True),
+    ("assert not f()", "0.5", False),
+    ("assert f()", "__import__('re').search('a', 'cat')", True),  # not plain data: its truth is
+    ("assert not f()", "__import__('re').search('a', 'dog')", True),
+    ("assert f() is True", "True", True),
+    ("assert f() is True", "1", False),
+    ("assert f() is None", "None", True),
+    ("assert f() is False", "0", False),
+    ("assert abs(f() - 2.0 / 3.0) < 1e-06", "0.6666667", True),
+    ("assert abs(f() - 2.0 / 3.0) < 1e-06", "0.667", False),
+    ("assert abs(0.5 - f()) <= 0", "0.5", True),
+    ("assert abs(0.5 - f()) < 0", "0.5", False),
+    ("assert abs(f() - 1) < 0.1", "True", True),
+    ("assert abs(f() - 1) < 0.1", "1 + 0.01j", True),
+    ("assert abs(f() - 1) < 0.1", "'1'", False),
+    ("assert math.isclose(f(), 0.3)", "0.1 + 0.2", True),
+    ("assert math.isclose(0.3, f(), abs_tol=0.2)", "0.15", True),
+    ("assert math.isclose(f(), 0.3)", "0.31", False),
+]
+# objects of the program's own that would pass each shape in-process: never plain data here
+ANSWERS_ANYTHING = (
+    "class A:\n    def __bool__(self):\n        return True\n    def __sub__(self, o):\n        return 0\n"
+    "    __rsub__ = __sub__\n    def __float__(self):\n        return 0.3\n"
+)
+
+
+@pytest.mark.parametrize(("test", "ret", "passes"), SHAPED)
+def test_other_shapes_compare_like_in_process(sandbox, test, ret, passes):
+    assert shape_of(test) == "value"
+    program = f"import math\n\n\ndef f():\n    return {ret}\n"
+    namespace: dict = {}
+    exec(program, namespace)  # noqa: S102 - our own literals
+    try:
+        exec(test, namespace)  # noqa: S102
+        in_process = True
+    except (AssertionError, TypeError):
+        in_process = False
+    assert in_process is passes
+    res = sandbox.run(Program(code=program, tests=(test,), setup_code="import math"))
+    assert res.passed is passes, res
+    if not test.startswith(("assert not f()", "assert f() is", "assert f()")):
+        cheat = sandbox.run(Program(code=ANSWERS_ANYTHING + "\n\ndef f():\n    return A()\n", tests=(test,)))
+        assert not cheat.passed, (test, cheat)
+
+
+def test_a_truth_test_does_not_tell_the_program_which_truth_it_wants(sandbox):
+    """``assert f(x)`` and ``assert not f(x)`` send the program the same expression: one that
+    answers after reading its caller's code, or with an object that is always true, passes one
+    of the two and fails the other."""
+    reader = HELPERS + (  # the caller's next jump: taken on a false value means `assert not`
+        "import dis\ndef f(x):\n    fr = sys._getframe(1)\n"
+        "    for i in dis.get_instructions(fr.f_code):\n"
+        "        if i.offset > fr.f_lasti and 'JUMP' in i.opname:\n"
+        "            return 'IF_FALSE' not in i.opname\n"
+        "    return True\n"
+    )
+    always = "class T:\n    def __bool__(self):\n        return True\ndef f(x):\n    return T()\n"
+    for code in (reader, always):
+        res = sandbox.run(Program(code=code, tests=("assert f(1)", "assert not f(2)")))
+        assert res.test_passed.count(True) == 1, res
+        in_process = sandbox.run(Program(code=code, tests=("x = 1\nassert f(1)", "x = 2\nassert not f(2)")))
+        assert in_process.test_passed.count(True) == (2 if code is reader else 1), in_process
+
+
 @pytest.mark.parametrize("ret", sorted(VALUES))
 def test_values_compare_like_in_process(sandbox, ret):
     expected, equal = VALUES[ret]
@@ -208,9 +276,21 @@ def test_shapes_and_limits(sandbox):
     assert shape_of("assert f(1) == 2") == "value" and shape_of("assert 2 == f(1)") == "value"
     assert shape_of("assert f(1) == [1, -2.5, {'a': (None,)}], 'msg'") == "value"
     assert shape_of("assert f(x=set()) == frozenset({1})") == "value"
-    for other in (
-        "assert math.isclose(f(1), 2.0)",
+    for shape in (
+        "assert math.isclose(f(1), 2.0, abs_tol=1e-3)",
         "assert f(1)",
+        "assert not f(1, 2)",
+        "assert f(1) is True",
+        "assert f(1) is None",
+        "assert abs(f(1) - 2.0 / 3.0) < 1e-6",
+        "assert abs(0.5 - f(1)) <= 1e-6",
+    ):
+        assert shape_of(shape) == "value", shape
+    for other in (
+        "assert all(f(1))",  # a builtin: it compares in the program's process
+        "assert abs(f(1) - g(2)) < 1e-6",
+        "assert f(1) is 3",
+        "assert math.isclose(f(1), 2.0, x=1)",
         "assert f(1) == g(2)",
         "x = f(1)\nassert x == 2",
         "assert f(1) != 2",
