@@ -87,12 +87,13 @@ def _functions_of(value: object) -> list[object]:
 class Guard:
     """Identity record of the toolchain's functions and classes, taken when constructed.
 
-    A recorded object replaced by one whose functions all come from the toolchain's own files
-    (``_pytest.legacypath`` giving ``Config`` its legacy properties, replacing
-    ``Config._getini_unknown_type``) is pytest changing itself: taken into the record, not named.
-    Anything else in its place (a function of the repository, a callable object, a ``property``
-    of the repository's functions) is named; so is a callable a toolchain class gains from
-    elsewhere. Data attributes are not recorded (pytest keeps state on its classes)."""
+    A recorded object replaced by one whose functions all come from ``allowed`` files (pytest's
+    own: ``_pytest.legacypath`` replacing ``Config._getini_unknown_type`` and adding legacy
+    properties; in the child also the standard library, the toolchain's plugins and the
+    repository's files the diff left alone) is taken into the record, not named. Anything else in
+    its place (a function of a file the diff changed, one made by ``exec``, a callable object, a
+    ``property`` of such functions) is named; so is such a callable a toolchain class gains. Data
+    attributes are not recorded (pytest keeps state on its classes)."""
 
     def __init__(self, roots: tuple[str, ...] = ROOTS, allowed: Callable[[str], bool] | None = None) -> None:
         self.roots = roots
