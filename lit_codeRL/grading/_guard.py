@@ -96,7 +96,6 @@ class Guard:
     attributes are not recorded (pytest keeps state on its classes)."""
 
     def __init__(self, roots: tuple[str, ...] = ROOTS, allowed: Callable[[str], bool] | None = None) -> None:
-        self.roots = roots
         packages = [os.path.dirname(getattr(sys.modules.get(r), "__file__", None) or "") for r in roots]
         self.package_dirs = _prefixes(packages)
         # whose code may change pytest (by a function's file): by default the recorded packages'
@@ -193,14 +192,20 @@ class Guard:
 _MISSING = object()
 
 
+def _inside(path: str, prefix: str) -> str | None:
+    """``path`` relative to the repository whose root is ``prefix`` (ending in ``/``), or None
+    when it lies outside."""
+    return path[len(prefix) :] if path.startswith(prefix) else None
+
+
 def foreign_frames(frame: types.FrameType | None, repo: str, changed: frozenset[str]) -> list[str]:
     """``path:line (function)`` of every frame from ``frame`` outward whose code is in a file
     of ``changed`` (repository-relative paths of the source files the diff changed)."""
     prefix, found = repo.rstrip("/") + "/", []
     while frame is not None:
-        path = frame.f_code.co_filename
-        if path.startswith(prefix) and path[len(prefix) :] in changed:
-            found.append(f"{path[len(prefix) :]}:{frame.f_lineno} ({frame.f_code.co_name})")
+        path = _inside(frame.f_code.co_filename, prefix)
+        if path in changed:
+            found.append(f"{path}:{frame.f_lineno} ({frame.f_code.co_name})")
         frame = frame.f_back
     return found
 
@@ -257,12 +262,13 @@ def read_by_tests(
         return None
     prefix = repo.rstrip("/") + "/"
     while frame is not None:
-        where = frame.f_code.co_filename
-        if where.startswith(prefix):
-            if not in_tests(where):
+        where = _inside(frame.f_code.co_filename, prefix)
+        if where is not None:
+            if not in_tests(frame.f_code.co_filename):
                 return None  # the code under test reads it
-            return f"the tests read {full[len(prefix) :]}, which the diff changed", (
-                f"{where[len(prefix) :]}:{frame.f_lineno}"
+            return (
+                f"the tests read {_inside(full, prefix)}, which the diff changed",
+                f"{where}:{frame.f_lineno}",
             )
         frame = frame.f_back
     return None
@@ -298,9 +304,8 @@ class Watch:
         prefix, trusted_dirs = repo.rstrip("/") + "/", _prefixes(trusted)
 
         def allowed(path: str) -> bool:  # not the diff's: trusted code, or the repository's own
-            if path.startswith(prefix):
-                return path[len(prefix) :] not in changed
-            return path.startswith(trusted_dirs)
+            inside = _inside(path, prefix)
+            return path.startswith(trusted_dirs) if inside is None else inside not in changed
 
         self.guard, self.repo, self.changed, self.claim = Guard(allowed=allowed), repo, changed, claim
         self.prefix = prefix
@@ -311,8 +316,9 @@ class Watch:
     def _changed_file(self, function: object) -> str | None:
         """The first file of a changed file's code ``function`` runs (:func:`code_files`)."""
         for path in code_files(function):
-            if path.startswith(self.prefix) and path[len(self.prefix) :] in self.changed:
-                return path[len(self.prefix) :]
+            inside = _inside(path, self.prefix)
+            if inside in self.changed:
+                return inside
         return None
 
     def _tell(self, what: str, nodeid: str) -> None:

@@ -145,13 +145,19 @@ def _number(node: ast.expr) -> float | int | None:
         return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
         a, b = _number(node.left), _number(node.right)
-        if a is None or b is None or (isinstance(node.op, ast.Div) and b == 0):
+        if a is None or b is None:
             return None
-        return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op), a / b if b else None)
+        if isinstance(node.op, ast.Add):
+            return a + b
+        if isinstance(node.op, ast.Sub):
+            return a - b
+        if isinstance(node.op, ast.Mult):
+            return a * b
+        return a / b if b else None
     return None
 
 
-def _shape(test: str, assertion: ast.expr) -> tuple[ast.expr, Expected] | None:
+def _shape(assertion: ast.expr) -> tuple[ast.expr, Expected] | None:
     """The expression sent into the sandbox and what its value must be, for the shapes beyond
     ``==`` (see :func:`split_trusted_test`)."""
     node, negated = assertion, False
@@ -211,7 +217,7 @@ def split_trusted_test(test: str) -> tuple[str, Expected] | None:
     if split is not None:
         return split[0], Expected("eq", split[1])
     asserted = _asserted(test)
-    shape = None if asserted is None else _shape(test, asserted)
+    shape = None if asserted is None else _shape(asserted)
     if shape is None:
         return None
     src = _source_of(test, shape[0])
