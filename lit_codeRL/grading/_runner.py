@@ -578,6 +578,9 @@ def main() -> None:
         "--import-mode=append",
         "--junitxml", junit,
         "-o", "junit_family=xunit2",
+        # synthesis writes problem statements from the failure messages: whole values, not
+        # pytest's 240-character reprs (``Version(major...') == Version(major...')``)
+        *(["-o", "verbosity_assertions=2"] if spec.get("full_assertions") else []),
         *plugins,
         *test_files,
         *canary_files,

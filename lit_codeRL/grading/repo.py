@@ -511,10 +511,13 @@ class SWEGrader:
         tests: Sequence[str],
         timeout_s: float | None = None,
         cpu_s: float | None = None,
+        full_assertions: bool = False,
     ) -> GradeRun:
         """One grading run of ``patch`` (bytes) on ``task`` running the test files ``tests``,
         killed after ``timeout_s`` (``None``: the grader's ``timeout_s``); ``cpu_s``: each of its
         processes stopped after that many CPU seconds (``None``: no such limit).
+        ``full_assertions``: failure messages hold whole values (pytest's ``-vv`` for assertions),
+        for a problem statement; grading leaves it off (a huge diff of a wrong answer costs time).
 
         Raises:
             WorkspaceError: the grading sandbox did not start (an infrastructure failure).
@@ -535,7 +538,10 @@ class SWEGrader:
                 for name, data in (
                     ("agent.patch", patch),
                     ("test.patch", patch_bytes(task.test_patch) if task.test_patch else b""),
-                    ("spec.json", json.dumps({"test_files": list(tests)}).encode()),
+                    (
+                        "spec.json",
+                        json.dumps({"test_files": list(tests), "full_assertions": full_assertions}).encode(),
+                    ),
                     ("key", key),
                 ):
                     ws.write_file(f"{RESULTS_MOUNT}/{name}", data, confine=False)

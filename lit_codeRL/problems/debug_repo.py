@@ -96,9 +96,11 @@ def _run_tests(
     modules: Sequence[str],
     timeout_s: float | None = None,
     cpu_s: float | None = None,
+    full_assertions: bool = False,
 ) -> _Run:
     """Run every test of ``modules`` after ``diff`` the way a grade does, within ``timeout_s``
-    (``None``: the grader's) and ``cpu_s`` CPU seconds per process (``None``: no such limit).
+    (``None``: the grader's) and ``cpu_s`` CPU seconds per process (``None``: no such limit);
+    ``full_assertions``: whole values in the failure messages (``SWEGrader.run``).
 
     The same run as :meth:`SWEGrader.grade`: a fresh workspace from the pristine repository, the
     trusted runner, outcomes read from its signed record and junit XML after the sandbox closed,
@@ -110,7 +112,9 @@ def _run_tests(
     """
     start = time.monotonic()
     try:
-        run = grader.run(task, patch_bytes(diff) if diff else b"", list(modules), timeout_s, cpu_s)
+        run = grader.run(
+            task, patch_bytes(diff) if diff else b"", list(modules), timeout_s, cpu_s, full_assertions
+        )
     except WorkspaceError as e:  # the sandbox failing is ours, not the task's
         raise RuntimeError(f"{task.instance_id}: running the tests failed: {e}") from e
     report, exit_code = run.report, run.exit_code

@@ -1527,3 +1527,49 @@ def test_synth_refuses_a_repository_the_sandbox_holds_an_installed_copy_of(tmp_p
     )
     assert "pytest itself imports pluggy" in failed[paths[2]], failed
     assert "holds an installed copy of packaging" in failed[paths[3]], failed
+
+
+LEDGER = """from dataclasses import dataclass
+
+
+@dataclass
+class Row:
+    name: str
+    quantity: int
+    unit_price: float
+
+
+def restock(row, n):
+    return Row(row.name, row.quantity + n, row.unit_price)
+"""
+
+
+def test_a_statement_shows_whole_values_where_pytest_would_cut_them(tmp_path, monkeypatch):
+    """pytest shortens each side of a failed ``==`` to about 30 characters unless run with ``-vv``:
+    a statement made from that (``assert Row(name='wi...unit_price=2.5) == Row(name='wi...
+    unit_price=2.5)``; semver's ``Version(major...', build=None)``) shows neither value. The
+    synthesis runs ask pytest for whole values; grading runs do not (a wrong answer's huge diff
+    would cost their time)."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+
+    repo = _write_tree(
+        tmp_path / "ledger",
+        {
+            "ledger.py": LEDGER,
+            "tests/test_ledger.py": "from ledger import Row, restock\n\n\n"
+            "def test_restock():\n    assert restock(Row('widget', 3, 2.5), 4) == Row('widget', 7, 2.5)\n\n\n"
+            "def test_name_kept():\n    assert restock(Row('bolt', 1, 0.5), 0).name == 'bolt'\n",
+        },
+    )
+    out = tmp_path / "out"
+    main(["synth", str(repo), "--out", str(out), "--eval-fraction", "0", "--kinds", "arith_op", "--no-check"])
+    rows = [json.loads(line) for line in (out / "swe" / "tasks.jsonl").read_text().splitlines()]
+    assert rows, json.loads((out / "report.json").read_text())
+    for row in rows:
+        statement = row["problem_statement"]
+        assert row["FAIL_TO_PASS"] == ["tests/test_ledger.py::test_restock"], row
+        # the actual value whole (3 - 4, 3 * 4, ...) and the expected one
+        assert "== Row(name='widget', quantity=7, unit_price=2.5)" in statement, statement
+        assert "assert Row(name='widget', quantity=" in statement and "..." not in statement, statement

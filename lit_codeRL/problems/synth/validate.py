@@ -154,7 +154,8 @@ def run_suite(
     """Run every test of ``modules`` on ``task``'s base with ``diff`` applied (see the module
     docstring), within ``timeout_s`` (``None``: the grader's) and ``cpu_s`` CPU seconds per process.
     Raises ``RuntimeError`` when the sandbox failed (ours, not the candidate's)."""
-    run = _run_tests(grader, task, diff, modules, timeout_s, cpu_s)
+    # whole values in the messages: a statement shows what a user would see with ``pytest -vv``
+    run = _run_tests(grader, task, diff, modules, timeout_s, cpu_s, full_assertions=True)
     failed = [node for node, status in run.fail_to_pass.items() if status != "passed"]
     return SuiteRun(
         run.verdict,
