@@ -57,6 +57,7 @@ junit file is the one the parent hashed; junit and the parent's record agree tes
 Nothing here reads what the tests print.
 """
 
+import functools
 import hashlib
 import hmac
 import json
@@ -337,8 +338,7 @@ def tamper_scan(changed: list[str], added: list[str], graded: frozenset[str]) ->
             continue
         with open(path, "rb") as f:
             new = f.read(4 << 20).decode("utf-8", "replace")
-        old = git("show", f"HEAD:{path}", check=False)
-        base = old.stdout.decode("utf-8", "replace") if old.returncode == 0 else None
+        base = base_text(path)
         found += _scan.internals_findings(path, new, base)
         if base is None or not _scan.features(base):
             watched.append(path)
@@ -356,11 +356,17 @@ def written_functions(changed: list[str], graded: frozenset[str]) -> dict[str, l
             continue
         with open(path, "rb") as f:
             new = f.read(4 << 20).decode("utf-8", "replace")
-        old = git("show", f"HEAD:{path}", check=False)
-        out[path] = _compare.written(
-            new, old.stdout.decode("utf-8", "replace") if old.returncode == 0 else None
-        )
+        out[path] = _compare.written(new, base_text(path))
     return out
+
+
+@functools.cache
+def base_text(path: str) -> str | None:
+    """``path`` as the base commit has it (the diff is applied to the work tree, never
+    committed), decoded; ``None`` where the base has no such file. Read once a run: the static
+    scan and the comparison check both need it."""
+    old = git("show", f"HEAD:{path}", check=False)
+    return old.stdout.decode("utf-8", "replace") if old.returncode == 0 else None
 
 
 def data_files(changed: list[str], graded: frozenset[str]) -> list[str]:
