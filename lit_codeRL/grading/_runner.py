@@ -22,7 +22,8 @@ once every process of the sandbox is gone. Two processes:
 6. adds *canaries*: tests with random names that always fail, appended to every test file (one
    of them a ``unittest.TestCase`` test);
 7. runs pytest in a **child** process (this file with ``--child``) that holds no key, reads the
-   child's per-test reports from a pipe, and writes ``report.json`` (the outcomes, the canary's,
+   child's per-test reports from a pipe, watches the restored test files while it runs
+   (``_fswatch.py``: one the code under test writes before pytest reads it is tampering), and writes ``report.json`` (the outcomes, the canary's,
    the junit file's hash, every tamper reason) signed with an HMAC under the key; it leaves with
    the child's exit code.
 
@@ -72,6 +73,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out the script's dir
 import _compare  # noqa: E402 - the comparison check of the child, bound beside it too
+import _fswatch  # noqa: E402 - the parent's watch on the test files, bound beside it too
 import _guard  # noqa: E402 - the child's record of the toolchain, bound beside it too
 import _scan  # noqa: E402 - the scanner lives beside this file, bound read-only with it
 
@@ -379,6 +381,27 @@ def data_files(changed: list[str], graded: frozenset[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def watch_test_files(graded: frozenset[str], run: list[str]) -> _fswatch.TestFileWatch:
+    """The watch on every file the run restored (as they stand now, canaries and the test patch
+    in), their directories and every directory from the root down to the files pytest runs
+    (``_fswatch.py``: a test file the code under test writes while the tests run)."""
+    listed = git("ls-files", "-z", "--cached", "--others", check=False).stdout.decode(
+        "utf-8", "surrogateescape"
+    )
+    files = [
+        p for p in listed.split("\0")
+        if p and is_restored(p, graded) and os.path.isfile(p) and not os.path.islink(p)
+    ]  # fmt: skip
+    dirs = {os.path.dirname(p) or "." for p in files}
+    for path in run:
+        parent = os.path.dirname(os.path.normpath(path))
+        while parent:
+            dirs.add(parent)
+            parent = os.path.dirname(parent)
+        dirs.add(".")
+    return _fswatch.TestFileWatch(files, dirs, lambda p: is_restored(p, graded))
+
+
 def write_canaries(test_files: list[str]) -> tuple[list[str], list[str]]:
     """Tests that always fail, with random names: ``(extra files to run, node ids)``.
 
@@ -458,8 +481,9 @@ class Outcomes:
         self.outcomes[nodeid] = status
 
 
-def run_child(results: str, args: list[str], out: Outcomes) -> int:
-    """Run pytest in the child, feed its reports to ``out``, return its exit code."""
+def run_child(results: str, args: list[str], out: Outcomes, watch: _fswatch.TestFileWatch) -> int:
+    """Run pytest in the child, feed its reports to ``out`` and the test files' events to
+    ``watch``, return its exit code."""
     r, w = os.pipe()
     # Not -I: its -E would ignore PYTHONHASHSEED. The same isolation by hand: no PYTHON* variable
     # reaches the child's interpreter (PYTHONPATH may name the repository's src, which would be
@@ -485,7 +509,10 @@ def run_child(results: str, args: list[str], out: Outcomes) -> int:
         wait = 0.2 if deadline is None else max(0.0, deadline - time.monotonic())
         if deadline is not None and wait == 0.0:
             break
-        if select.select([r], [], [], wait)[0]:
+        ready = select.select([r] + ([watch.fd] if watch.fd is not None else []), [], [], wait)[0]
+        if watch.fd is not None and watch.fd in ready:
+            watch.drain()
+        if r in ready:
             chunk = os.read(r, 1 << 16)
             if not chunk:
                 break
@@ -573,6 +600,7 @@ def main() -> None:
         report.update(stage="test_patch_failed", detail=error)
         finish(0)
     canary_files, canaries = write_canaries(test_files)
+    watch = watch_test_files(graded, [*test_files, *canary_files])
     junit = os.path.join(results, "junit.xml")
     plugins = toolchain_plugins(toolchain_dirs())
     args = [
@@ -593,7 +621,10 @@ def main() -> None:
     ]  # fmt: skip
     out = Outcomes()
     report["stage"] = "tests_started"
-    code = run_child(results, args, out)
+    code = run_child(results, args, out, watch)
+    report["tamper"] += watch.close()
+    if watch.unwatched:
+        report["unwatched"] = watch.unwatched
     report["tamper"] += clear_results(results)
     try:
         with open(junit, "rb") as f:

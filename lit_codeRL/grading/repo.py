@@ -15,7 +15,8 @@ made from the pristine repository at the base commit, never in the workspace the
    a check of the comparisons its tests made (``_compare.py``: an object that says equal to
    anything) and a record of the toolchain that must hold after each test's call, with no frame
    of the diff's files on pytest's stack then or when the report is logged (``_guard.py``); its
-   reports go to the runner as they happen;
+   reports go to the runner as they happen, and the runner watches the test files meanwhile
+   (``_fswatch.py``: the code under test rewriting a test before pytest reads it);
 3. the outcomes come back through two channels, both on a size-capped tmpfs of the grading
    sandbox that the trusted workspace server reads once every process there is gone: pytest's
    junit XML, and the runner's record (the child's reports, the canary, the junit file's hash,
@@ -60,7 +61,8 @@ RUNNER = Path(__file__).with_name("_runner.py")
 SCANNER = Path(__file__).with_name("_scan.py")
 COMPARER = Path(__file__).with_name("_compare.py")
 GUARD = Path(__file__).with_name("_guard.py")
-RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD)
+FSWATCH = Path(__file__).with_name("_fswatch.py")
+RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH)
 """The trusted runner and what it imports, bound read-only side by side in every grading run."""
 RUNNER_MOUNT = "/opt/lcrl-grade"
 RESULTS_MOUNT = "/opt/lcrl-results"

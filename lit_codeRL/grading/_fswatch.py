@@ -1,0 +1,158 @@
+"""Test files that change while the tests run: watched from the runner's parent, beside the child.
+
+The diff cannot change a test file: every test path is put back as the base has it before the run.
+The code under test still runs inside that run, and can write. A module imported while an earlier
+test module is collected rewrites a later one (``add(2, 3) == 5`` -> ``== -1``, the canary kept),
+or plants a ``conftest.py`` in a directory not collected yet, from the child or from a process it
+starts, and can put the original back before the run ends. So the parent, which runs none of the
+repository's code, asks the kernel (inotify: a record no process of the run can edit) about every
+file the run restored and the directories they are in, plus every directory from the repository
+root down to each graded test file, from after the canaries are written until the child's session
+is gone. A test file written, truncated, removed, renamed or replaced, a Python file (a
+``conftest.py``, an ``__init__.py``, a test module) created or moved in among the test files, or a
+watched directory moved: ``tamper``. Data files the tests create there are not (a suite may write
+its output next to its tests); one that existed before the run is a test file like the others (a
+golden file rewritten before it is read).
+
+Each file is watched too, not only its directory: a write through a hard link made elsewhere in the
+repository names no test file in any directory's events. Where inotify is missing or its watches
+run out, the contents are compared at the end instead (a change that was undone is then missed);
+the report says so (``unwatched``). Bound read-only beside ``_runner.py`` in the grading sandbox;
+standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import os
+import struct
+from collections.abc import Callable, Iterable
+
+IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x2, 0x40, 0x80, 0x100, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_ISDIR = 0x400, 0x800, 0x4000, 0x40000000
+IN_ONLYDIR, IN_NONBLOCK, IN_CLOEXEC = 0x01000000, os.O_NONBLOCK, 0o2000000
+FILE_MASK = IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF
+DIR_MASK = IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
+EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of NUL-padded name
+MAX_REASONS = 5
+
+
+def _digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+class TestFileWatch:
+    """Watches ``files`` (repository-relative paths of the restored files present now) and
+    ``dirs`` (their directories and the graded test files' ancestors); ``restored(path)``: would
+    the run restore ``path`` (a test path), for files created during the run."""
+
+    def __init__(self, files: Iterable[str], dirs: Iterable[str], restored: Callable[[str], bool]) -> None:
+        self.files = sorted({os.path.normpath(p) for p in files})
+        self.restored = restored
+        self.before = {p: _digest(p) for p in self.files}
+        self.changed: set[str] = set()
+        self.moved_dirs: set[str] = set()
+        self.overflow = False
+        self.unwatched: str | None = None
+        self.paths: dict[int, tuple[str, bool]] = {}  # watch descriptor -> (path, is a directory)
+        self.fd: int | None = None
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), "inotify_init1")
+            self.fd, self._add = fd, libc.inotify_add_watch
+        except (OSError, AttributeError) as e:
+            self.unwatched = f"no inotify ({e})"
+            return
+        for d in sorted({os.path.normpath(p) for p in dirs}):
+            self._watch(d, DIR_MASK | IN_ONLYDIR, True)
+        for path in self.files:
+            if self.unwatched:
+                break
+            self._watch(path, FILE_MASK, False)
+
+    def _watch(self, path: str, mask: int, is_dir: bool) -> None:
+        wd = self._add(self.fd, os.fsencode(path), mask)
+        if wd >= 0:
+            self.paths[wd] = (path, is_dir)
+            return
+        err = ctypes.get_errno()
+        if err in (errno.ENOSPC, errno.ENOMEM):  # the user's watches are spent: the end check stands
+            self.unwatched = f"watches ran out at {len(self.paths)}"
+        # ENOENT and the like: a path that is not there (a deleted test file); nothing to watch
+
+    def fileno(self) -> int | None:
+        return self.fd
+
+    def drain(self) -> None:
+        """Read the events waiting (the parent calls this while the child runs, so the kernel's
+        queue never fills)."""
+        if self.fd is None:
+            return
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if not data:
+                return
+            at = 0
+            while at + EVENT.size <= len(data):
+                wd, mask, _cookie, size = EVENT.unpack_from(data, at)
+                name = data[at + EVENT.size : at + EVENT.size + size].rstrip(b"\0")
+                at += EVENT.size + size
+                self._event(wd, mask, os.fsdecode(name))
+
+    def _event(self, wd: int, mask: int, name: str) -> None:
+        if mask & IN_Q_OVERFLOW:
+            self.overflow = True
+            return
+        where = self.paths.get(wd)
+        if where is None:
+            return
+        path, is_dir = where
+        if not is_dir:
+            if mask & FILE_MASK:
+                self.changed.add(path)
+            return
+        if not name:  # the directory itself
+            if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+                self.moved_dirs.add(path)
+            return
+        child = os.path.normpath(os.path.join(path, name))
+        if child in self.before:
+            if mask & (IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE):
+                self.changed.add(child)
+        elif mask & (IN_CREATE | IN_MOVED_TO) and child.endswith(".py") and self.restored(child):
+            self.changed.add(child)
+        elif (
+            mask & IN_MOVED_FROM
+            and mask & IN_ISDIR
+            and any(f.startswith(child + os.sep) for f in self.before)
+        ):
+            self.moved_dirs.add(child)
+
+    def close(self) -> list[str]:
+        """The last events, the end check, the watch closed: the tamper reasons (``[]``: none)."""
+        self.drain()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        for path, digest in self.before.items():
+            if path not in self.changed and _digest(path) != digest:
+                self.changed.add(path)
+        reasons = [f"run time: {p} changed while the tests ran" for p in sorted(self.changed)]
+        reasons += [f"run time: {d}/ moved or removed while the tests ran" for d in sorted(self.moved_dirs)]
+        if self.overflow:
+            reasons.append("run time: the test directories changed faster than they could be watched")
+        return reasons[:MAX_REASONS]
