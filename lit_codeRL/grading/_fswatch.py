@@ -15,7 +15,9 @@ its output next to its tests); one that existed before the run is a test file li
 golden file rewritten before it is read).
 
 Each file is watched too, not only its directory: a write through a hard link made elsewhere in the
-repository names no test file in any directory's events. Where inotify is missing or its watches
+repository names no test file in any directory's events. A write through ``mmap`` raises no event
+at all, so the files are made read-only first and a change of their mode, or a file opened for
+writing, counts as a change. Where inotify is missing or its watches
 run out, the contents are compared at the end instead (a change that was undone is then missed);
 the report says so (``unwatched``). Bound read-only beside ``_runner.py`` in the grading sandbox;
 standard library only.
@@ -31,13 +33,33 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 
-IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x2, 0x40, 0x80, 0x100, 0x200
-IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_ISDIR = 0x400, 0x800, 0x4000, 0x40000000
-IN_ONLYDIR, IN_NONBLOCK, IN_CLOEXEC = 0x01000000, os.O_NONBLOCK, 0o2000000
-FILE_MASK = IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO = 0x2, 0x4, 0x8, 0x40, 0x80
+IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x100, 0x200, 0x400, 0x800
+IN_Q_OVERFLOW, IN_ISDIR, IN_ONLYDIR, IN_NONBLOCK, IN_CLOEXEC = (
+    0x4000,
+    0x40000000,
+    0x01000000,
+    os.O_NONBLOCK,
+    0o2000000,
+)
+# IN_ATTRIB and IN_CLOSE_WRITE: a write through mmap raises no event of its own, and the files are
+# made read-only before the watch starts (:func:`read_only`), so such a write needs a chmod first
+# (or a file opened for writing, closed at the latest when the run's processes are gone)
+FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
 DIR_MASK = IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
 EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of NUL-padded name
 MAX_REASONS = 5
+
+
+def read_only(paths: Iterable[str]) -> None:
+    """Take the write bits off ``paths`` (the run's processes hold no capability, so a file of
+    theirs that is read-only must be made writable again, which the watch sees, before a write
+    through ``mmap`` can reach it)."""
+    for path in paths:
+        try:
+            os.chmod(path, os.stat(path).st_mode & ~0o222)
+        except OSError:
+            pass
 
 
 def _digest(path: str) -> str | None:

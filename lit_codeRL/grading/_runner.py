@@ -399,6 +399,7 @@ def watch_test_files(graded: frozenset[str], run: list[str]) -> _fswatch.TestFil
             dirs.add(parent)
             parent = os.path.dirname(parent)
         dirs.add(".")
+    _fswatch.read_only(files)
     return _fswatch.TestFileWatch(files, dirs, lambda p: is_restored(p, graded))
 
 

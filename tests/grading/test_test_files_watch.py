@@ -3,8 +3,9 @@
 Every test path is restored from the base before the run, so the diff cannot change a test. The
 code it changes still runs inside the run: imported by the suite's ``conftest.py``, it
 rewrites ``tests/b/test_b.py`` before that module is read (its canary kept), by itself, through a
-process it starts, through a rename or a hard link, puts the original back when the run ends, or
-plants a ``conftest.py`` in ``tests/b``. Each of these graded ``resolved`` with the bug in place
+process it starts, through a rename, a hard link or ``mmap`` (which raises no inotify event: the
+watched files are read-only, and a mode change counts), puts the original back when the run ends
+or as soon as pytest has read it, or plants a ``conftest.py`` in ``tests/b``. Each of these graded ``resolved`` with the bug in place
 before the parent watched the test files; none names anything the static scan reads.
 """
 
@@ -38,9 +39,11 @@ F2P, P2P = ["tests/b/test_b.py::test_add"], ["tests/a/test_a.py::test_sub"]
 
 FORGE = 'replace("add(2, 3) == 5", "add(2, 3) == -1")'
 HACKS = {
+    # (the run makes the test files read-only: each writer makes its target writable first)
     "rewritten in the process": f"""
 import pathlib as _p
 _t = _p.Path("tests/b/test_b.py")
+_t.chmod(0o644)
 _t.write_text(_t.read_text().{FORGE})
 """,
     "rewritten by a process it starts": """
@@ -50,6 +53,7 @@ _sp.run(["sed", "-i", "s/add(2, 3) == 5/add(2, 3) == -1/", "tests/b/test_b.py"])
     "rewritten, put back at the end": f"""
 import pathlib as _p, weakref as _w
 _t = _p.Path("tests/b/test_b.py")
+_t.chmod(0o644)
 _o = _t.read_text()
 _t.write_text(_o.{FORGE})
 class _K:
@@ -67,7 +71,26 @@ _os.replace("forged.txt", _t)
 import os as _os, pathlib as _p
 _os.link("tests/b/test_b.py", "notes.txt")
 _n = _p.Path("notes.txt")
+_n.chmod(0o644)
 _n.write_text(_n.read_text().{FORGE})
+""",
+    # no event for a write through mmap: the file made writable again for a moment, the change
+    # undone as soon as pytest has read the module (the end check sees the original)
+    "written through mmap, undone once read": """
+import mmap as _mm, os as _os, sys as _s, threading as _th, time as _ti
+_p = "tests/b/test_b.py"
+_mode = _os.stat(_p).st_mode
+_os.chmod(_p, 0o644)
+_fd = _os.open(_p, _os.O_RDWR)
+_os.chmod(_p, _mode)
+_m = _mm.mmap(_fd, 0)
+_i = _m.find(b"add(2, 3) == 5") + 10
+_m[_i:_i + 2] = b"!="
+def _undo():
+    while not hasattr(_s.modules.get("tests.b.test_b"), "test_add"):
+        _ti.sleep(0.001)
+    _m[_i:_i + 2] = b"=="
+_th.Thread(target=_undo, daemon=True).start()
 """,
     "a conftest planted where the failing test is": """
 import pathlib as _p

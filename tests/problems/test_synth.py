@@ -1084,7 +1084,10 @@ def test_a_parametrization_over_a_set_has_the_same_node_ids_in_every_grading_run
     # those named after an address: every one of them left out of both lists, even one that the
     # two clean runs happened to name alike
     assert not [node for node in row["PASS_TO_PASS"] + row["FAIL_TO_PASS"] if "test_marked[" in node], row
-    assert 8 < report["sources"][0]["unstable_test_ids"] <= 16, report
+    from lit_codeRL.problems.synth.repository import SynthSettings
+
+    # each clean run names the 8 its own way; those of two runs may happen to be alike
+    assert 8 < report["sources"][0]["unstable_test_ids"] <= 8 * SynthSettings.clean_runs, report
     assert "tests/test_calc.py::test_a_process_it_starts_imports_the_toolchain" in row["PASS_TO_PASS"]
     # the agent's own pytest names them as grading does
     output = _agent_command(
