@@ -9,7 +9,10 @@ repository's code, asks the kernel (inotify: a record no process of the run can 
 file the run restored and the directories they are in, plus every directory from the repository
 root down to each graded test file, from after the canaries are written until the child's session
 is gone. A test file written, truncated, removed, renamed or replaced, a Python file (a
-``conftest.py``, an ``__init__.py``, a test module) created or moved in among the test files, or a
+``conftest.py``, an ``__init__.py``, a test module) created or moved in among the test files, a
+``__pycache__`` directory or a ``.pyc`` created in a watched directory (pytest loads a rewritten
+test module's cached bytecode if it names the source's hash, which the code can compute; the child
+reads bytecode from nowhere, ``_runner.NO_BYTECODE``, so nothing of grading makes one), or a
 watched directory moved: ``tamper``. Data files the tests create there are not (a suite may write
 its output next to its tests); one that existed before the run is a test file like the others (a
 golden file rewritten before it is read).
@@ -155,7 +158,9 @@ class TestFileWatch:
         if child in self.before:
             if mask & (IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE):
                 self.changed.add(child)
-        elif mask & (IN_CREATE | IN_MOVED_TO) and child.endswith(".py") and self.restored(child):
+        elif mask & (IN_CREATE | IN_MOVED_TO) and (
+            (child.endswith(".py") and self.restored(child)) or name == "__pycache__" or name.endswith(".pyc")
+        ):
             self.changed.add(child)
         elif (
             mask & IN_MOVED_FROM

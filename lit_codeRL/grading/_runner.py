@@ -85,6 +85,11 @@ CHILD_PYTHON_ENV = "LIT_CODERL_CHILD_PYTHON_ENV"
 STEADY_PLUGIN = "lcrl_steady"
 """The plugin every pytest of a workspace loads (``sandbox/workspace_argv.py: STEADY_PLUGIN_NAME``),
 from a read-only directory of the sandbox's ``PYTHONPATH``: the child loads it too."""
+NO_BYTECODE = "/dev/null/lcrl-no-bytecode"
+"""The child's ``sys.pycache_prefix`` (and its test processes' ``PYTHONPYCACHEPREFIX``): bytecode
+is read from and written to a directory below a file, which no process can ever create. A
+``.pyc`` planted in a ``__pycache__`` while the tests run (pytest takes a rewritten test module's
+cached code if its header holds the source's hash) is never loaded in place of a test module."""
 CHILD_DRAIN_S = 2.0
 """After the child exits: how long its reports may still arrive (a daemon holding the pipe)."""
 is_test_path = _scan.is_test_path
@@ -830,6 +835,7 @@ def child_main() -> None:
     # the sandbox's PYTHON* variables, for the processes the tests start (and PYTHONPATH for
     # toolchain_dirs): the interpreter has started, so they no longer reach this one
     os.environ.update(json.loads(os.environ.pop(CHILD_PYTHON_ENV, "{}")))
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = NO_BYTECODE
     fd, results, args = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
     with open(os.path.join(results, "watched.json")) as f:
         changes = json.load(f)

@@ -92,6 +92,22 @@ def _undo():
     _m[_i:_i + 2] = b"=="
 _th.Thread(target=_undo, daemon=True).start()
 """,
+    # pytest takes a test module's cached, rewritten code if it names the source's hash; names
+    # built at run time, as the static scan reads names
+    "its cached bytecode planted": """
+import os as _os, sys as _s
+_il = _s.modules["import" + "lib"]
+_imp = getattr(_il, "import_" + "module")
+_iu, _ma = _imp("import" + "lib.util"), _imp("mar" + "shal")
+_src = "tests/b/test_b.py"
+_forged = open(_src).read().replace("add(2, 3) == 5", "add(2, 3) != 5")
+_code = compile(_forged, _os.path.abspath(_src), "ex" + "ec")
+_s.pycache_prefix = None
+_tag = _s.implementation.cache_tag + "-py" + "test-" + _s.modules["py" + "test"].__version__
+_os.makedirs("tests/b/__pycache__", exist_ok=True)
+with open("tests/b/__pycache__/test_b." + _tag + ".pyc", "wb") as _f:
+    _f.write(_iu.MAGIC_NUMBER + bytes([3, 0, 0, 0]) + _iu.source_hash(open(_src, "rb").read())[:8] + _ma.dumps(_code))
+""",
     "a conftest planted where the failing test is": """
 import pathlib as _p
 _p.Path("tests/b/conftest.py").write_text(
@@ -100,7 +116,10 @@ _p.Path("tests/b/conftest.py").write_text(
 )
 """,
 }
-WHERE = {"a conftest planted where the failing test is": "tests/b/conftest.py"}
+WHERE = {
+    "a conftest planted where the failing test is": "tests/b/conftest.py",
+    "its cached bytecode planted": "tests/b/__pycache__",
+}
 
 
 @pytest.fixture(scope="module")
