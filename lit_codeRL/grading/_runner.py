@@ -23,9 +23,9 @@ once every process of the sandbox is gone. Two processes:
    of them a ``unittest.TestCase`` test);
 7. runs pytest in a **child** process (this file with ``--child``) that holds no key, reads the
    child's per-test reports from a pipe, watches the restored test files while it runs
-   (``_fswatch.py``: one the code under test writes before pytest reads it is tampering), and writes ``report.json`` (the outcomes, the canary's,
-   the junit file's hash, every tamper reason) signed with an HMAC under the key; it leaves with
-   the child's exit code.
+   (``_fswatch.py``: one the code under test writes before pytest reads it is tampering), and
+   writes ``report.json`` (the outcomes, the canary's, the junit file's hash, every tamper reason)
+   signed with an HMAC under the key; it leaves with the child's exit code.
 
 **The child** starts with no PYTHON* variable but a fixed ``PYTHONHASHSEED`` (node ids and
 set order alike in every run) and loads the workspace's ``lcrl_steady`` plugin, as every pytest
@@ -398,12 +398,12 @@ def watch_test_files(graded: frozenset[str], run: list[str]) -> _fswatch.TestFil
         if p and is_restored(p, graded) and os.path.isfile(p) and not os.path.islink(p)
     ]  # fmt: skip
     dirs = {os.path.dirname(p) or "." for p in files}
+    dirs.add(".")
     for path in run:
         parent = os.path.dirname(os.path.normpath(path))
         while parent:
             dirs.add(parent)
             parent = os.path.dirname(parent)
-        dirs.add(".")
     _fswatch.read_only(files)
     return _fswatch.TestFileWatch(files, dirs, lambda p: is_restored(p, graded))
 
@@ -618,8 +618,8 @@ def main() -> None:
         "--import-mode=append",
         "--junitxml", junit,
         "-o", "junit_family=xunit2",
-        # synthesis writes problem statements from the failure messages: whole values, not
-        # pytest's 240-character reprs (``Version(major...') == Version(major...')``)
+        # synthesis writes problem statements from the failure messages: whole values, not the
+        # few characters of each side pytest keeps by default (``Version(major...') == ...``)
         *(["-o", "verbosity_assertions=2"] if spec.get("full_assertions") else []),
         *plugins,
         *test_files,
