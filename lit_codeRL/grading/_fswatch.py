@@ -38,16 +38,11 @@ from collections.abc import Callable, Iterable
 
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO = 0x2, 0x4, 0x8, 0x40, 0x80
 IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x100, 0x200, 0x400, 0x800
-IN_Q_OVERFLOW, IN_ISDIR, IN_ONLYDIR, IN_NONBLOCK, IN_CLOEXEC = (
-    0x4000,
-    0x40000000,
-    0x01000000,
-    os.O_NONBLOCK,
-    0o2000000,
-)
+IN_Q_OVERFLOW, IN_ISDIR, IN_ONLYDIR = 0x4000, 0x40000000, 0x01000000
+IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, 0o2000000
 # IN_ATTRIB and IN_CLOSE_WRITE: a write through mmap raises no event of its own, and the files are
 # made read-only before the watch starts (:func:`read_only`), so such a write needs a chmod first
-# (or a file opened for writing, closed at the latest when the run's processes are gone)
+# (or, with a capability the sandbox does not give, a file opened for writing, whose close is seen)
 FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
 DIR_MASK = IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
 EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of NUL-padded name
