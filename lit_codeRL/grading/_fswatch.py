@@ -32,6 +32,7 @@ import ctypes
 import ctypes.util
 import errno
 import hashlib
+import importlib.machinery
 import os
 import struct
 from collections.abc import Callable, Iterable
@@ -47,6 +48,8 @@ FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SE
 DIR_MASK = IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
 EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of NUL-padded name
 MAX_REASONS = 5
+MAX_NEW_DIRS = 1000  # directories made among the test files that are watched; more: overflow
+MODULE_SUFFIXES = tuple(importlib.machinery.all_suffixes())  # source, bytecode, native code
 
 
 def read_only(paths: Iterable[str]) -> None:
@@ -73,9 +76,19 @@ class TestFileWatch:
     ``dirs`` (their directories and the graded test files' ancestors); ``restored(path)``: would
     the run restore ``path`` (a test path), for files created during the run."""
 
-    def __init__(self, files: Iterable[str], dirs: Iterable[str], restored: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        files: Iterable[str],
+        dirs: Iterable[str],
+        restored: Callable[[str], bool],
+        names: Iterable[str] = (),
+        roots: Iterable[str] = (),
+    ) -> None:
         self.files = sorted({os.path.normpath(p) for p in files})
         self.restored = restored
+        self.names, self.roots = frozenset(names), {os.path.normpath(r) for r in roots}
+        self.new_dirs: set[str] = set()
+        self.present: list[str] = self.files  # the runner adds the links among the restored paths
         self.before = {p: _digest(p) for p in self.files}
         self.changed: set[str] = set()
         self.moved_dirs: set[str] = set()
@@ -99,15 +112,16 @@ class TestFileWatch:
                 break
             self._watch(path, FILE_MASK, False)
 
-    def _watch(self, path: str, mask: int, is_dir: bool) -> None:
+    def _watch(self, path: str, mask: int, is_dir: bool) -> int:
         wd = self._add(self.fd, os.fsencode(path), mask)
         if wd >= 0:
             self.paths[wd] = (path, is_dir)
-            return
+            return wd
         err = ctypes.get_errno()
         if err in (errno.ENOSPC, errno.ENOMEM):  # the user's watches are spent: the end check stands
             self.unwatched = f"watches ran out at {len(self.paths)}"
         # ENOENT and the like: a path that is not there (a deleted test file); nothing to watch
+        return -1
 
     def fileno(self) -> int | None:
         return self.fd
@@ -153,16 +167,50 @@ class TestFileWatch:
         if child in self.before:
             if mask & (IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE):
                 self.changed.add(child)
-        elif mask & (IN_CREATE | IN_MOVED_TO) and (
-            (child.endswith(".py") and self.restored(child)) or name == "__pycache__" or name.endswith(".pyc")
-        ):
-            self.changed.add(child)
+        elif mask & (IN_CREATE | IN_MOVED_TO):
+            is_dir = bool(mask & IN_ISDIR) or os.path.isdir(child)  # a link to a directory imports as one
+            module = name if is_dir else name.split(".", 1)[0] if name.endswith(MODULE_SUFFIXES) else None
+            if name == "__pycache__" or name.endswith(".pyc"):
+                self.changed.add(child)
+            elif path in self.roots and module in self.names:
+                # where the import system looks before the test directories: a module, or a
+                # directory (a package as soon as an __init__.py is in it, which may be there
+                # and gone again before it could be watched), named like one the tests import
+                self.changed.add(child)
+            elif is_dir:
+                self._new_dir(child)
+            elif module is not None and self.restored(child):
+                self.changed.add(child)
         elif (
             mask & IN_MOVED_FROM
             and mask & IN_ISDIR
             and any(f.startswith(child + os.sep) for f in self.before)
         ):
             self.moved_dirs.add(child)
+
+    def _new_dir(self, path: str) -> None:
+        """A directory made among the test files (``tests/b/helpers/``: with an ``__init__.py``,
+        a package, found before ``tests/b/helpers.py``): watched from now on, and what it holds
+        already read as if it had been made now, so a Python file in it counts as one made among
+        the tests whether it came before the watch or after. One made and gone before it could
+        be watched is not named (a suite's own temporary directory would be, by chance): a
+        Python file in it that was imported is, by the child's audit hook
+        (``_guard.made_among_tests``)."""
+        if path in self.new_dirs or not self.restored(os.path.join(path, "__init__.py")):
+            return  # outside the test files: the code's own business
+        if len(self.new_dirs) >= MAX_NEW_DIRS:
+            self.overflow = True
+            return
+        self.new_dirs.add(path)
+        wd = self._watch(path, DIR_MASK | IN_ONLYDIR, True)
+        if wd < 0:
+            return
+        try:
+            entries = [(e.name, e.is_dir()) for e in os.scandir(path)]
+        except OSError:
+            entries = []
+        for name, is_dir in entries:
+            self._event(wd, IN_CREATE | (IN_ISDIR if is_dir else 0), name)
 
     def close(self) -> list[str]:
         """The last events, the end check, the watch closed: the tamper reasons (``[]``: none)."""

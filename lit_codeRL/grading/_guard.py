@@ -50,6 +50,7 @@ end of the session. Together about 0.4 ms a test on a 2-core EPYC (3,179 names r
 
 from __future__ import annotations
 
+import importlib.machinery
 import operator
 import os
 import sys
@@ -237,6 +238,29 @@ def patched_from(
         return None
     name = getattr(target, "__qualname__", type(target).__name__)
     return f"{event} ({name}.{attr})", found[0]
+
+
+MODULE_SUFFIXES = tuple(importlib.machinery.all_suffixes())  # source, bytecode, native code
+
+
+def made_among_tests(
+    args: tuple, repo: str, known: frozenset[str], in_tests: Callable[[str], bool]
+) -> str | None:
+    """For the audit hook's ``open`` events: the repository-relative path when a Python file
+    among the test files (``in_tests``) that was not there when the run started (``known``:
+    absolute paths of the restored files) is opened: a package made beside a test module
+    (``tests/b/test_b/__init__.py`` is found before ``tests/b/test_b.py``) being imported. The
+    parent's watch sees such a file made (``_fswatch.py``) unless it came and went before the
+    directory it is in could be watched; its import opens it all the same."""
+    path = args[0] if args else None
+    if isinstance(path, bytes):
+        path = path.decode("utf-8", "surrogateescape")
+    if not isinstance(path, str) or not path.endswith(MODULE_SUFFIXES):
+        return None
+    full = os.path.normpath(os.path.join(os.getcwd(), path))
+    if full in known or not in_tests(full):
+        return None
+    return _inside(full, repo.rstrip("/") + "/")
 
 
 def read_by_tests(

@@ -315,14 +315,45 @@ def _selecting(addopts: object) -> list[str]:
     return kept if not take else kept[:-1]
 
 
-def tamper_scan(changed: list[str], added: list[str], graded: frozenset[str]) -> tuple[list[str], list[str]]:
+def import_roots() -> list[str]:
+    """The repository's directories on ``sys.path`` before the test directories, relative: the
+    root (``"."``) and the ``PYTHONPATH`` entries inside it (a ``src``)."""
+    repo = os.path.realpath(os.getcwd())
+    return [".", *(os.path.relpath(os.path.realpath(p), repo) for p in repository_roots())]
+
+
+def tests_import(graded: frozenset[str], test_patch: str) -> frozenset[str]:
+    """The top-level names the tests import from their own directories (``helpers`` for
+    ``tests/helpers.py``, ``test_x`` for ``tests/test_x.py``: ``_scan.imported_by_tests``), of the
+    base's test files and those the task's test patch adds. Nothing of the diff may give one of
+    them from a directory earlier on ``sys.path``."""
+    files = set(_names(git("ls-tree", "-r", "-z", "--name-only", "HEAD").stdout))
+    try:
+        with open(test_patch, "rb") as f:
+            lines = f.read(64 << 20).decode("utf-8", "surrogateescape").splitlines()
+    except OSError:
+        lines = []
+    files |= {line[len("+++ b/") :] for line in lines if line.startswith("+++ b/")}
+    packages = {os.path.dirname(p) for p in files if os.path.basename(p) == "__init__.py"}
+    restored = [p for p in files if is_restored(p, graded)]
+    return _scan.imported_by_tests(restored, lambda d: d in packages)
+
+
+def tamper_scan(
+    changed: list[str], added: list[str], graded: frozenset[str], names: frozenset[str] = frozenset()
+) -> tuple[list[str], list[str]]:
     """Every static tamper reason of the applied diff (``_scan.py``), test files left out (they
     are restored before anything runs: :func:`is_restored`), and the files the run-time monitor
-    watches: changed source files whose base version used none of the suspect internals."""
+    watches: changed source files whose base version used none of the suspect internals.
+    ``names``: what the tests import from their own directories (:func:`tests_import`)."""
     protected = _scan.protected_names(frozenset(toolchain_names()))
     candidates = [p for p in added if not is_restored(p, graded)]
     found = _scan.structure_findings(
-        candidates, lambda d: os.path.isfile(os.path.join(d, "__init__.py")), protected
+        candidates,
+        lambda d: os.path.isfile(os.path.join(d, "__init__.py")),
+        protected,
+        tests_import=names,
+        roots=import_roots(),
     )
     watched = []
     for path in changed:  # pytest.ini, tox.ini and conftest.py are restored; these two are not
@@ -386,17 +417,19 @@ def data_files(changed: list[str], graded: frozenset[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def watch_test_files(graded: frozenset[str], run: list[str]) -> _fswatch.TestFileWatch:
+def watch_test_files(
+    graded: frozenset[str], run: list[str], names: frozenset[str] = frozenset()
+) -> _fswatch.TestFileWatch:
     """The watch on every file the run restored (as they stand now, canaries and the test patch
-    in), their directories and every directory from the root down to the files pytest runs
-    (``_fswatch.py``: a test file the code under test writes while the tests run)."""
+    in), their directories, every directory from the root down to the files pytest runs and the
+    repository's other ``sys.path`` roots (``_fswatch.py``: a test file the code under test writes
+    while the tests run, a module it makes where one of ``names``, what the tests import from
+    their own directories, would be found first)."""
     listed = git("ls-files", "-z", "--cached", "--others", check=False).stdout.decode(
         "utf-8", "surrogateescape"
     )
-    files = [
-        p for p in listed.split("\0")
-        if p and is_restored(p, graded) and os.path.isfile(p) and not os.path.islink(p)
-    ]  # fmt: skip
+    present = [p for p in listed.split("\0") if p and is_restored(p, graded) and os.path.lexists(p)]
+    files = [p for p in present if os.path.isfile(p) and not os.path.islink(p)]
     dirs = {os.path.dirname(p) or "." for p in files}
     dirs.add(".")
     for path in run:
@@ -404,8 +437,12 @@ def watch_test_files(graded: frozenset[str], run: list[str]) -> _fswatch.TestFil
         while parent:
             dirs.add(parent)
             parent = os.path.dirname(parent)
+    roots = [r for r in import_roots() if os.path.isdir(r)]
+    dirs.update(roots)
     _fswatch.read_only(files)
-    return _fswatch.TestFileWatch(files, dirs, lambda p: is_restored(p, graded))
+    watch = _fswatch.TestFileWatch(files, dirs, lambda p: is_restored(p, graded), names, roots)
+    watch.present = present  # links too: what the child's audit hook may see opened
+    return watch
 
 
 def write_canaries(test_files: list[str]) -> tuple[list[str], list[str]]:
@@ -542,7 +579,7 @@ def run_child(results: str, args: list[str], out: Outcomes, watch: _fswatch.Test
     return code
 
 
-RESULT_FILES = {"spec.json", "agent.patch", "test.patch", "watched.json", "junit.xml"}
+RESULT_FILES = {"spec.json", "agent.patch", "test.patch", "watched.json", "restored.json", "junit.xml"}
 """What the results directory holds when the child is done; anything else the tests wrote."""
 
 
@@ -590,7 +627,8 @@ def main() -> None:
     test_files = list(spec["test_files"])
     graded = graded_files(test_files)
     changed, added = changed_paths()
-    report["tamper"], watched = tamper_scan(changed, added, graded)
+    names = tests_import(graded, os.path.join(results, "test.patch"))
+    report["tamper"], watched = tamper_scan(changed, added, graded, names)
     with open(os.path.join(results, "watched.json"), "w") as f:
         json.dump(
             {
@@ -606,7 +644,9 @@ def main() -> None:
         report.update(stage="test_patch_failed", detail=error)
         finish(0)
     canary_files, canaries = write_canaries(test_files)
-    watch = watch_test_files(graded, [*test_files, *canary_files])
+    watch = watch_test_files(graded, [*test_files, *canary_files], names)
+    with open(os.path.join(results, "restored.json"), "w") as f:
+        json.dump(watch.present, f)  # the child's audit hook: a Python file among the tests not in it
     junit = os.path.join(results, "junit.xml")
     plugins = toolchain_plugins(toolchain_dirs())
     args = [
@@ -769,6 +809,7 @@ def _install_monitor(
     guarded: Callable[[str], bool],
     data: frozenset[str],
     in_tests: Callable[[str], bool],
+    known: frozenset[str] = frozenset(),
 ) -> None:
     """The audit hook (see the module docstring). Calls made directly from ``watched`` files
     count: the non-test source files the diff changed whose base version used none of these
@@ -776,8 +817,9 @@ def _install_monitor(
     So does a patch of a toolchain class, or of the code of a function of a ``guarded`` file
     (a test module, the toolchain), with a frame of any ``changed`` file on the stack, through
     whatever helper (``_guard.patched_from``), and a test module opening one of ``data``, the
-    files the diff changed that are neither source nor restored (``_guard.read_by_tests``). It reports; it does
-    not refuse (the report is what decides, and it is out of this process before the call
+    files the diff changed that are neither source nor restored (``_guard.read_by_tests``), and
+    a Python file among the test files, not one of ``known`` (the restored files as the run
+    started), opened (``_guard.made_among_tests``). It reports; it does not refuse (the report is what decides, and it is out of this process before the call
     returns)."""
     prefix = repo.rstrip("/") + "/"
     busy = []
@@ -797,6 +839,22 @@ def _install_monitor(
         if busy:
             return
         if event == "open":
+            busy.append(1)
+            try:
+                made = _guard.made_among_tests(args, repo, known, in_tests)
+                if made is not None and made not in read:
+                    read.add(made)
+                    where, frame = "outside the repository", sys._getframe(1)
+                    while frame is not None and not frame.f_code.co_filename.startswith(prefix):
+                        frame = frame.f_back
+                    if frame is not None:  # the test module importing it, as a rule
+                        where = f"{frame.f_code.co_filename[len(prefix) :]}:{frame.f_lineno}"
+                    event = f"{made}, made while the tests ran, opened"
+                    channel.send({"t": "audit", "event": event, "where": where})
+            except Exception:  # noqa: BLE001, S110 - the hook must never break the code it watches
+                pass
+            finally:
+                busy.clear()
             if data:
                 busy.append(1)
                 try:
@@ -870,6 +928,8 @@ def child_main() -> None:
     watch = _guard.Watch(repo, changed, claim, trusted)
     dirs = watch.guard.package_dirs  # pytest's and pluggy's own files, not all trusted ones
     data = frozenset(os.path.join(repo, p) for p in changes["data"])
+    with open(os.path.join(results, "restored.json")) as f:
+        known = frozenset(os.path.normpath(os.path.join(repo, p)) for p in json.load(f))
     _install_monitor(
         channel,
         repo,
@@ -879,6 +939,7 @@ def child_main() -> None:
         lambda p: in_tests(p) or p.startswith(dirs),
         data,
         in_tests,
+        known,
     )
     _Reporter.pytest_runtest_call = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.after_call)
     code = int(pytest.main(args, plugins=[_Reporter(channel, watch)]))

@@ -12,7 +12,12 @@ Two kinds of findings, each a short ``kind: detail`` string (the ``tamper`` verd
   bytecode (``.so``, ``.pyd``, ``.pyc``: run without source), and a module or package that
   *shadows* the toolchain or the standard library (``pytest.py``, ``_pytest/``, ``pluggy/``,
   ``json/__init__.py``) in a directory that can be on ``sys.path`` (any directory that is not
-  itself a package).
+  itself a package), or a module or package at a root of the repository's import path (the root,
+  a ``src``) named like a module the tests import from a test directory
+  (:func:`imported_by_tests`): with ``--import-mode=append`` a test directory comes after the
+  repository on ``sys.path``, so a ``helpers.py`` at the root is what ``tests/helpers.py``'s
+  importers get, and a ``test_x/__init__.py`` (a package comes before a module in the same
+  directory) is what pytest imports for ``test_x.py``, its ``__file__`` set to the real one.
 * **internals** (:func:`internals_findings`): names the code under test has no business with,
   new in a changed source file (present after the diff, absent from the file at the base commit):
   pytest's and pluggy's modules, report classes and hooks; the garbage collector's object walks;
@@ -34,6 +39,7 @@ import ast
 import posixpath
 import re
 import sys
+from collections.abc import Callable, Iterable
 
 TOOLCHAIN_NAMES = frozenset(
     {"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "exceptiongroup", "tomli"}
@@ -108,10 +114,40 @@ def protected_names(toolchain: frozenset[str] | set[str] = TOOLCHAIN_NAMES) -> f
     return stdlib | frozenset(toolchain) | ALWAYS_PROTECTED
 
 
-def structure_findings(added: list[str], is_package: object, protected: frozenset[str]) -> list[str]:
+def imported_by_tests(files: Iterable[str], is_package: Callable[[str], bool]) -> frozenset[str]:
+    """The top-level module names ``files`` (repository-relative ``/`` paths of the base's test
+    files: restored before every run) give from the directories pytest puts on ``sys.path`` for
+    them: a file's first ancestor that is not a package (``is_package(dir)``, ``""`` the root).
+    ``tests/helpers.py`` gives ``helpers``; ``tests/b/test_b.py`` with ``tests/b/__init__.py``
+    gives ``b``; ``test_x.py`` at the root gives ``test_x``; ``conftest.py`` gives ``conftest``."""
+    names = set()
+    for path in files:
+        parts = [p for p in path.split("/") if p]
+        if not parts or not parts[-1].endswith(MODULE_SUFFIXES):
+            continue
+        top = len(parts) - 1  # the index of the part pytest's sys.path entry is the parent of
+        while top > 0 and is_package("/".join(parts[:top])):
+            top -= 1
+        name = parts[top] if top < len(parts) - 1 else parts[top].split(".", 1)[0]
+        if name.isidentifier() and name != "__init__":
+            names.add(name)
+    return frozenset(names)
+
+
+def structure_findings(
+    added: list[str],
+    is_package: object,
+    protected: frozenset[str],
+    tests_import: frozenset[str] = frozenset(),
+    roots: Iterable[str] = ("",),
+) -> list[str]:
     """Reasons among ``added`` (repository-relative ``/`` paths of files the diff adds);
     ``is_package(dir)`` says whether ``dir`` (``""`` for the root) holds an ``__init__.py`` after
-    the diff: modules inside a package are namespaced and shadow nothing."""
+    the diff: modules inside a package are namespaced and shadow nothing. ``tests_import``
+    (:func:`imported_by_tests`) may not be added in ``roots``, the directories of the repository
+    on ``sys.path`` before the test directories (``""``, the root; a ``src``)."""
+    roots = {posixpath.normpath(r) if r else "" for r in roots}
+    roots = {"" if r == "." else r for r in roots}
     found = []
     for path in added:
         parts = [p for p in path.split("/") if p]
@@ -130,7 +166,15 @@ def structure_findings(added: list[str], is_package: object, protected: frozense
         module = _module_name(parts, is_package)
         if module is not None and module in protected:
             found.append(f"shadows {module}: {path}")
+        elif module is not None and module in tests_import and _module_dir(parts) in roots:
+            found.append(f"shadows the tests' {module}: {path}")
     return found
+
+
+def _module_dir(parts: list[str]) -> str:
+    """The directory a top-level module of ``parts`` (see :func:`_module_name`) is found in."""
+    up = 2 if parts[-1].startswith("__init__.") else 1
+    return "/".join(parts[:-up])
 
 
 def _module_name(parts: list[str], is_package) -> str | None:  # noqa: ANN001
