@@ -19,7 +19,8 @@ Stage 1, ``configs/agent_recipe_bc.yaml``: behavioural cloning on the train task
 trajectories (generated from each gold fix, played for real in the env, kept only where they
 resolve), debugging and SWE together. Stage 2, ``configs/agent_recipe_rl.yaml``: GRPO (the online
 difficulty filter on) on the MBPP debugging train tasks from stage 1's ``hf_model``, for
-``--rl-minutes`` of wall clock.
+``--rl-minutes`` of wall clock; with ``--envs swe``, ``configs/agent_recipe_rl_swe.yaml``: GRPO in
+the SWE env on stage 0b's MBPP-train SWE tasks (the shipped repositories' train tasks without them).
 
 Every policy is scored by ``lit-coderl validate`` (``configs/agent_recipe_eval.yaml``) on the first
 ``--debug-heldout`` MBPP-test debugging tasks, every held-out SWE task and the first
@@ -423,8 +424,11 @@ def main() -> None:
         json.dumps(swe_train if envs == {"debug", "swe"} else swe_train[1:] if envs == {"swe"} else []),
         *shlex.split(args.bc_args),
     ]  # fmt: skip
+    # RL in the debugging gym when it is trained on; with --envs swe alone, in the SWE env on the
+    # SWE train tasks (stage 0b's one-file repositories where there are, as the gym's are MBPP's)
+    rl_config = "agent_recipe_rl.yaml" if "debug" in envs else "agent_recipe_rl_swe.yaml"
     rl_extra = [
-        "--model.init_args.problems.source", train_source,
+        "--model.init_args.problems.source", train_source if "debug" in envs else swe_train[-1],
         "--trainer.max_time", f"00:{round(args.rl_minutes) // 60:02d}:{round(args.rl_minutes) % 60:02d}:00",
         *shlex.split(args.rl_args),
     ]  # fmt: skip
@@ -435,12 +439,10 @@ def main() -> None:
             "prepare", "agent_recipe_bc.yaml", out_dir / "prepare", [*bc_extra, "--trainer.max_steps", "0"]
         )
         wall = prepared["wall_s"]
-        if args.rl_minutes > 0 and "debug" in envs:
+        if args.rl_minutes > 0:
             rl_setup = [*rl_extra, "--model.init_args.model.name_or_path", args.base_model]
             rl_setup += ["--trainer.max_steps", "0"]
-            wall += train_stage("prepare_rl", "agent_recipe_rl.yaml", out_dir / "prepare_rl", rl_setup)[
-                "wall_s"
-            ]
+            wall += train_stage("prepare_rl", rl_config, out_dir / "prepare_rl", rl_setup)["wall_s"]
         print(f"[agent_recipe] prepared in {wall:.0f} s: {json.dumps(synth_report)[:300]}")
         return
     if args.bc_run:
@@ -480,7 +482,7 @@ def main() -> None:
             )
             rl = train_stage(
                 "rl",
-                "agent_recipe_rl.yaml",
+                rl_config,
                 out_dir / "rl",
                 ["--model.init_args.model.name_or_path", str(bc_dir / "hf_model"), *rl_extra],
             )

@@ -237,6 +237,12 @@ NOT_RUN: dict[str, str] = {
     "recipe's stage 1; tests/scripts/test_agent_recipe_smoke.py",
     "lit-coderl fit --config configs/agent_recipe_rl.yaml --model.init_args.model.name_or_path "
     "runs/agent_recipe/bc/run/hf_model": "the recipe's stage 2; tests/scripts/test_agent_recipe_smoke.py",
+    "python scripts/agent_recipe.py --envs swe": "a measurement (hours on 2 cores); "
+    "tests/scripts/test_agent_recipe_smoke.py runs it with --envs swe",
+    "lit-coderl fit --config configs/agent_recipe_rl_swe.yaml --model.init_args.model.name_or_path "
+    "runs/agent_recipe/bc/run/hf_model --model.init_args.problems.source "
+    "swe:runs/agent_recipe/synth_mbpp/swe/tasks.jsonl": "the recipe's stage 2 for --envs swe; "
+    "tests/scripts/test_agent_recipe_smoke.py",
     "lit-coderl validate --config configs/agent_recipe_eval.yaml --model.init_args.source "
     "debug:mbpp:../shared/data/mbpp --model.init_args.split test --model.init_args.limit 200": "200 agent "
     "episodes; tests/scripts/test_agent_recipe_smoke.py evaluates through this config",

@@ -54,14 +54,20 @@ def run_recipe(tmp_path: Path, data: Path, *extra: str) -> subprocess.CompletedP
     )
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not (MBPP / "mbpp.jsonl").is_file(), reason="needs ../shared/data/mbpp")
-def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_every_heldout_set(tmp_path):
-    require_bwrap()
+def small_mbpp(tmp_path: Path) -> Path:
+    """MBPP problems 11-16 (test: held out) and 601-606 (train)."""
     lines = (MBPP / "mbpp.jsonl").read_text().splitlines()
     wanted = {*range(11, 17), *range(601, 607)}
     data = tmp_path / "mbpp.jsonl"
     data.write_text("\n".join(line for line in lines if json.loads(line)["task_id"] in wanted) + "\n")
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MBPP / "mbpp.jsonl").is_file(), reason="needs ../shared/data/mbpp")
+def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_every_heldout_set(tmp_path):
+    require_bwrap()
+    data = small_mbpp(tmp_path)
     # --prepare (what scripts/gpu_stage.sh runs before a device session) plays the BC stage's
     # reference trajectories into the cache and trains nothing; the BC stage then plays none
     # and validates the RL stage's training tasks; the BC stage then plays none, RL validates none
@@ -187,3 +193,30 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_every_heldout_se
     ]
     assert "BC + RL vs BC of earlier (debug)" in report["comparisons"]
     assert "BC + RL vs BC (debug)" not in report["comparisons"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MBPP / "mbpp.jsonl").is_file(), reason="needs ../shared/data/mbpp")
+def test_agent_recipe_for_the_swe_env_alone_trains_rl_in_the_swe_env(tmp_path):
+    """``--envs swe``: BC on SWE trajectories only, GRPO in the SWE env on stage 0b's MBPP-train
+    one-file repositories (configs/agent_recipe_rl_swe.yaml), both policies scored on the two
+    held-out SWE sets and on no debugging task."""
+    require_bwrap()
+    data = small_mbpp(tmp_path)
+    recipe = ("--envs", "swe", "--skip-base", "--rl-minutes", "1", "--bc-args", BC, "--rl-args", RL)
+    proc = run_recipe(tmp_path, data, *recipe)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "recipe.json").read_text())
+    bc, rl = report["stages"]
+    mbpp_swe = tmp_path / "runs" / "synth_mbpp" / "swe" / "tasks.jsonl"
+    assert "agent_recipe_rl_swe.yaml" in rl["command"] and f"problems.source swe:{mbpp_swe}" in rl["command"]
+    assert "debug:" not in bc["command"] + rl["command"]
+    # the RL stage's episodes were SWE episodes: shell commands in a repository, graded by its tests
+    dumped = [json.loads(line) for line in (Path(rl["log_dir"]) / "rollouts.jsonl").read_text().splitlines()]
+    assert dumped and all(row["instance_id"].startswith("mbpp-debug/6") for row in dumped)  # MBPP train
+    assert all("/workspace/repo" in row["prompt"] and "fail_to_pass" in row["grade"] for row in dumped)
+    rows = report["rows"]
+    assert [r["after"] for r in rows] == ["BC", "BC + RL"]
+    for r in rows:
+        assert "debug" not in r and r["swe"]["num_tasks"] == r["swe_mbpp"]["num_tasks"] == 2
+    assert set(report["comparisons"]) == {"BC + RL vs BC (swe)", "BC + RL vs BC (swe_mbpp)"}
