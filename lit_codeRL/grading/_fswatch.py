@@ -15,7 +15,12 @@ test module's cached bytecode if it names the source's hash, which the code can 
 reads bytecode from nowhere, ``_runner.NO_BYTECODE``, so nothing of grading makes one), or a
 watched directory moved: ``tamper``. Data files the tests create there are not (a suite may write
 its output next to its tests); one that existed before the run is a test file like the others (a
-golden file rewritten before it is read).
+golden file rewritten before it is read). A directory made among the test files is watched from
+then on and what it holds read at once (a package ``tests/b/helpers/`` is found before
+``tests/b/helpers.py``). The repository's ``sys.path`` roots (the root, a ``src``) come before the
+test directories with ``--import-mode=append``: a module or directory made there named like one
+the tests import from their own directories (``names``: ``_scan.imported_by_tests``) is named as
+it is made.
 
 Each file is watched too, not only its directory: a write through a hard link made elsewhere in the
 repository names no test file in any directory's events. A write through ``mmap`` raises no event
