@@ -244,14 +244,19 @@ MODULE_SUFFIXES = tuple(importlib.machinery.all_suffixes())  # source, bytecode,
 
 
 def made_among_tests(
-    args: tuple, repo: str, known: frozenset[str], in_tests: Callable[[str], bool]
-) -> str | None:
-    """For the audit hook's ``open`` events: the repository-relative path when a Python file
-    among the test files (``in_tests``) that was not there when the run started (``known``:
-    absolute paths of the restored files) is opened: a package made beside a test module
-    (``tests/b/test_b/__init__.py`` is found before ``tests/b/test_b.py``) being imported. The
-    parent's watch sees such a file made (``_fswatch.py``) unless it came and went before the
-    directory it is in could be watched; its import opens it all the same."""
+    args: tuple,
+    frame: types.FrameType | None,
+    repo: str,
+    known: frozenset[str],
+    in_tests: Callable[[str], bool],
+) -> tuple[str, str] | None:
+    """For the audit hook's ``open`` events: ``(what, where)`` when a Python file among the test
+    files (``in_tests``) that was not there when the run started (``known``: absolute paths of
+    the restored files) is opened, ``where`` the nearest repository frame (the test module
+    importing it, as a rule): a package made beside a test module (``tests/b/test_b/__init__.py``
+    is found before ``tests/b/test_b.py``) being imported. The parent's watch sees such a file
+    made (``_fswatch.py``) unless it came and went before the directory it is in could be
+    watched; its import opens it all the same."""
     path = args[0] if args else None
     if isinstance(path, bytes):
         path = path.decode("utf-8", "surrogateescape")
@@ -260,7 +265,15 @@ def made_among_tests(
     full = os.path.normpath(os.path.join(os.getcwd(), path))
     if full in known or not in_tests(full):
         return None
-    return _inside(full, repo.rstrip("/") + "/")
+    prefix = repo.rstrip("/") + "/"
+    where = "outside the repository"
+    while frame is not None:
+        inside = _inside(frame.f_code.co_filename, prefix)
+        if inside is not None:
+            where = f"{inside}:{frame.f_lineno}"
+            break
+        frame = frame.f_back
+    return f"{_inside(full, prefix)}, made while the tests ran, opened", where
 
 
 def read_by_tests(

@@ -419,12 +419,13 @@ def data_files(changed: list[str], graded: frozenset[str]) -> list[str]:
 
 def watch_test_files(
     graded: frozenset[str], run: list[str], names: frozenset[str] = frozenset()
-) -> _fswatch.TestFileWatch:
+) -> tuple[_fswatch.TestFileWatch, list[str]]:
     """The watch on every file the run restored (as they stand now, canaries and the test patch
     in), their directories, every directory from the root down to the files pytest runs and the
     repository's other ``sys.path`` roots (``_fswatch.py``: a test file the code under test writes
     while the tests run, a module it makes where one of ``names``, what the tests import from
-    their own directories, would be found first)."""
+    their own directories, would be found first), and every restored path there is now, links
+    included (what the child's audit hook may see opened)."""
     listed = git("ls-files", "-z", "--cached", "--others", check=False).stdout.decode(
         "utf-8", "surrogateescape"
     )
@@ -440,9 +441,7 @@ def watch_test_files(
     roots = [r for r in import_roots() if os.path.isdir(r)]
     dirs.update(roots)
     _fswatch.read_only(files)
-    watch = _fswatch.TestFileWatch(files, dirs, lambda p: is_restored(p, graded), names, roots)
-    watch.present = present  # links too: what the child's audit hook may see opened
-    return watch
+    return _fswatch.TestFileWatch(files, dirs, lambda p: is_restored(p, graded), names, roots), present
 
 
 def write_canaries(test_files: list[str]) -> tuple[list[str], list[str]]:
@@ -644,9 +643,9 @@ def main() -> None:
         report.update(stage="test_patch_failed", detail=error)
         finish(0)
     canary_files, canaries = write_canaries(test_files)
-    watch = watch_test_files(graded, [*test_files, *canary_files], names)
+    watch, present = watch_test_files(graded, [*test_files, *canary_files], names)
     with open(os.path.join(results, "restored.json"), "w") as f:
-        json.dump(watch.present, f)  # the child's audit hook: a Python file among the tests not in it
+        json.dump(present, f)  # the child's audit hook: a Python file among the tests not in it
     junit = os.path.join(results, "junit.xml")
     plugins = toolchain_plugins(toolchain_dirs())
     args = [
@@ -819,8 +818,8 @@ def _install_monitor(
     whatever helper (``_guard.patched_from``), and a test module opening one of ``data``, the
     files the diff changed that are neither source nor restored (``_guard.read_by_tests``), and
     a Python file among the test files, not one of ``known`` (the restored files as the run
-    started), opened (``_guard.made_among_tests``). It reports; it does not refuse (the report is what decides, and it is out of this process before the call
-    returns)."""
+    started), opened (``_guard.made_among_tests``). It reports; it does not refuse (the report
+    is what decides, and it is out of this process before the call returns)."""
     prefix = repo.rstrip("/") + "/"
     busy = []
 
@@ -841,16 +840,10 @@ def _install_monitor(
         if event == "open":
             busy.append(1)
             try:
-                made = _guard.made_among_tests(args, repo, known, in_tests)
-                if made is not None and made not in read:
-                    read.add(made)
-                    where, frame = "outside the repository", sys._getframe(1)
-                    while frame is not None and not frame.f_code.co_filename.startswith(prefix):
-                        frame = frame.f_back
-                    if frame is not None:  # the test module importing it, as a rule
-                        where = f"{frame.f_code.co_filename[len(prefix) :]}:{frame.f_lineno}"
-                    event = f"{made}, made while the tests ran, opened"
-                    channel.send({"t": "audit", "event": event, "where": where})
+                made = _guard.made_among_tests(args, sys._getframe(1), repo, known, in_tests)
+                if made is not None and made[0] not in read:
+                    read.add(made[0])
+                    channel.send({"t": "audit", "event": made[0], "where": made[1]})
             except Exception:  # noqa: BLE001, S110 - the hook must never break the code it watches
                 pass
             finally:

@@ -82,3 +82,14 @@ def make_task(
 
 def bwrap_grader(tmp_path: Path) -> SWEGrader:
     return SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+
+
+def validated_task(
+    tmp_path: Path, name: str, files: dict[str, str], fix: dict[str, str], f2p: list[str], p2p: list[str]
+) -> tuple[SWETask, SWEGrader]:
+    """:func:`make_task` and a bubblewrap grader that has validated it (the fix resolves it, the
+    base does not)."""
+    task = make_task(tmp_path, name, files, fix, f2p, p2p)
+    grader = bwrap_grader(tmp_path)
+    assert grader.validate(task) is None
+    return task, grader

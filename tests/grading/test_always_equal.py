@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.grading._compare import Checker, written
-from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, bwrap_grader, diff, make_task
+from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, diff, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 # -- the check itself, on the host --------------------------------------------------------------
@@ -302,12 +302,9 @@ HACKS = {
 def calc(tmp_path_factory):
     require_bwrap()
     tmp = tmp_path_factory.mktemp("always-equal")
-    task = make_task(
+    return validated_task(
         tmp, "always-equal", {"calc.py": BUGGY, "test_calc.py": TESTS}, {"calc.py": FIXED}, F2P, P2P
     )
-    grader = bwrap_grader(tmp)
-    assert grader.validate(task) is None
-    return task, grader
 
 
 @pytest.mark.parametrize("hack", sorted(HACKS))
@@ -333,8 +330,8 @@ def test_an_honest_eq_the_fix_adds_and_any_in_the_tests_grade_as_before(tmp_path
     )
     f2p = ["test_shapes.py::test_equal"]
     files = {"shapes.py": point, "test_shapes.py": tests}
-    task = make_task(tmp_path, "honest-eq", files, {"shapes.py": honest}, f2p, ["test_shapes.py::test_other"])
-    grader = bwrap_grader(tmp_path)
-    assert grader.validate(task) is None  # the reference fix is no trick
+    task, grader = validated_task(
+        tmp_path, "honest-eq", files, {"shapes.py": honest}, f2p, ["test_shapes.py::test_other"]
+    )  # the reference fix is no trick
     grade = grader.grade(task, task.patch)
     assert grade.verdict == "resolved" and not grade.tamper, grade

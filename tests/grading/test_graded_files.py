@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.grading.repo_tasks import bwrap_grader, diff, make_task
+from tests.grading.repo_tasks import diff, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -42,11 +42,9 @@ def test_a_graded_file_the_diff_rewrites_is_restored(
     tests = TESTS + ("\nTESTED = True\n" if graded == "tests.py" else "")
     files = {"calc.py": BUGGY, graded: tests, **extra}
     name = f"graded-{graded.replace('/', '-')}"
-    task = make_task(
+    task, grader = validated_task(
         tmp_path, name, files, {"calc.py": FIXED}, [f"{graded}::test_add"], [f"{graded}::test_sub"]
-    )
-    grader = bwrap_grader(tmp_path)
-    assert grader.validate(task) is None  # the fix resolves it, the base does not
+    )  # the fix resolves it, the base does not
     repo = Path(task.repo_source)
 
     rewrite = diff(repo, tmp_path / "hack", {graded: REWRITTEN})

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.grading import _fswatch, _scan
-from tests.grading.repo_tasks import bwrap_grader, diff, make_task
+from tests.grading.repo_tasks import diff, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -126,10 +126,7 @@ WHERE = {
 def calc(tmp_path_factory):
     require_bwrap()
     tmp = tmp_path_factory.mktemp("test-files-watch")
-    task = make_task(tmp, "watch", FILES, {"calc.py": FIXED}, F2P, P2P)
-    grader = bwrap_grader(tmp)
-    assert grader.validate(task) is None
-    return task, grader
+    return validated_task(tmp, "watch", FILES, {"calc.py": FIXED}, F2P, P2P)
 
 
 @pytest.mark.parametrize("hack", sorted(HACKS))
@@ -160,9 +157,7 @@ def test_bwrap_tests_that_write_beside_themselves_grade_as_before(tmp_path) -> N
     )
     files = {**FILES, "tests/b/test_log.py": writer}
     f2p = [*F2P, "tests/b/test_log.py::test_add_logged"]
-    task = make_task(tmp_path, "writer", files, {"calc.py": FIXED}, f2p, P2P)
-    grader = bwrap_grader(tmp_path)
-    assert grader.validate(task) is None
+    task, grader = validated_task(tmp_path, "writer", files, {"calc.py": FIXED}, f2p, P2P)
     grade = grader.grade(task, task.patch)
     assert grade.verdict == "resolved" and not grade.tamper, grade
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.grading import _fswatch, _guard, _scan
-from tests.grading.repo_tasks import bwrap_grader, diff, make_task
+from tests.grading.repo_tasks import diff, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -113,10 +113,7 @@ RUNTIME = {  # what the code under test makes as it is imported, before the test
 def calc(tmp_path_factory):
     require_bwrap()
     tmp = tmp_path_factory.mktemp("shadowing")
-    task = make_task(tmp, "shadow", FILES, {"calc.py": FIXED}, F2P, P2P)
-    grader = bwrap_grader(tmp)
-    assert grader.validate(task) is None
-    return task, grader
+    return validated_task(tmp, "shadow", FILES, {"calc.py": FIXED}, F2P, P2P)
 
 
 def test_the_names_the_tests_import_from_their_own_directories() -> None:
@@ -206,9 +203,7 @@ def test_bwrap_legitimate_new_modules_and_data_directories_grade_as_before(tmp_p
         "    return a - b\n",
         "mathbits.py": "def plus(a, b):\n    return a + b\n",
     }
-    task = make_task(tmp_path, "legit", files, fix, f2p, P2P)
-    grader = bwrap_grader(tmp_path)
-    assert grader.validate(task) is None
+    task, grader = validated_task(tmp_path, "legit", files, fix, f2p, P2P)
     grade = grader.grade(task, task.patch)
     assert grade.verdict == "resolved" and not grade.tamper, grade
 
@@ -261,10 +256,16 @@ def test_the_child_names_a_python_file_among_the_tests_it_opens_that_was_not_the
         return path.startswith(repo + "/") and _scan.is_test_path(path[len(repo) + 1 :])
 
     def made(path: str | bytes) -> str | None:
-        return _guard.made_among_tests((path, "r", 0), repo, known, in_tests)
+        found = _guard.made_among_tests((path, "r", 0), None, repo, known, in_tests)
+        return found and found[0]
 
-    assert made(f"{repo}/tests/b/helpers/__init__.py") == "tests/b/helpers/__init__.py"
-    assert made(b"tests/b/x/../test_b/__init__.py") == "tests/b/test_b/__init__.py"  # relative, bytes
+    assert (
+        made(f"{repo}/tests/b/helpers/__init__.py")
+        == "tests/b/helpers/__init__.py, made while the tests ran, opened"
+    )
+    assert made(b"tests/b/x/../test_b/__init__.py").startswith(
+        "tests/b/test_b/__init__.py,"
+    )  # relative, bytes
     assert made(f"{repo}/tests/b/helpers.py") is None  # restored: the base's
     assert made(f"{repo}/tests/b/out.json") is None  # data
     assert made(f"{repo}/calc_extra.py") is None  # the code's own

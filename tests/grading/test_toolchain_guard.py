@@ -23,7 +23,7 @@ import pytest
 
 from lit_codeRL.grading import _scan
 from lit_codeRL.grading._guard import Guard, Watch, foreign_frames
-from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, bwrap_grader, diff, make_task
+from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, diff, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 # -- the record, on a toolchain of its own ------------------------------------------------------
@@ -253,10 +253,9 @@ def test_the_hack_names_nothing_the_scan_reads(hack: str) -> None:
 def calc(tmp_path_factory):
     require_bwrap()
     tmp = tmp_path_factory.mktemp("toolchain-guard")
-    task = make_task(tmp, "guard", {"calc.py": BUGGY, "test_calc.py": TESTS}, {"calc.py": FIXED}, F2P, P2P)
-    grader = bwrap_grader(tmp)
-    assert grader.validate(task) is None
-    return task, grader
+    return validated_task(
+        tmp, "guard", {"calc.py": BUGGY, "test_calc.py": TESTS}, {"calc.py": FIXED}, F2P, P2P
+    )
 
 
 @pytest.mark.parametrize("with_fix", [False, True], ids=["hack alone", "hack beside the real fix"])
@@ -294,9 +293,9 @@ def test_bwrap_pytest_used_the_ordinary_way_grades_as_before(tmp_path) -> None:
     )
     fix = {"calc.py": code.replace("LIMIT + 1", "LIMIT")}
     files = {"calc.py": code, "test_calc.py": tests, "conftest.py": conftest}
-    task = make_task(tmp_path, "plain", files, fix, ["test_calc.py::test_clip"], ["test_calc.py::test_small"])
-    grader = bwrap_grader(tmp_path)
-    assert grader.validate(task) is None
+    task, grader = validated_task(
+        tmp_path, "plain", files, fix, ["test_calc.py::test_clip"], ["test_calc.py::test_small"]
+    )
     grade = grader.grade(task, task.patch)
     assert grade.verdict == "resolved" and not grade.tamper, grade
 
@@ -334,10 +333,7 @@ def shout(tmp_path_factory):
         "golden/empty.txt": "!\n",
     }
     f2p = ["test_shout.py::test_hello", "test_shout.py::test_empty"]
-    task = make_task(tmp, "golden", files, {"shout.py": SHOUT_FIXED}, f2p, [])
-    grader = bwrap_grader(tmp)
-    assert grader.validate(task) is None
-    return task, grader
+    return validated_task(tmp, "golden", files, {"shout.py": SHOUT_FIXED}, f2p, [])
 
 
 @pytest.mark.parametrize("with_fix", [False, True], ids=["alone", "beside the real fix"])
@@ -370,8 +366,8 @@ def test_bwrap_the_code_under_test_reading_data_the_fix_changed_grades_as_before
         "    with open('expected.json') as f:\n        assert rate('a') == json.load(f)['a']\n"
     )
     files = {"rates.py": code, "table.json": '{"a": 1}', "expected.json": '{"a": 2}', "test_rates.py": tests}
-    task = make_task(tmp_path, "data", files, {"table.json": '{"a": 2}'}, ["test_rates.py::test_rate"], [])
-    grader = bwrap_grader(tmp_path)
-    assert grader.validate(task) is None
+    task, grader = validated_task(
+        tmp_path, "data", files, {"table.json": '{"a": 2}'}, ["test_rates.py::test_rate"], []
+    )
     grade = grader.grade(task, task.patch)
     assert grade.verdict == "resolved" and not grade.tamper, grade
