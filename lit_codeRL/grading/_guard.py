@@ -240,6 +240,16 @@ def patched_from(
     return f"{event} ({name}.{attr})", found[0]
 
 
+def _opened(args: tuple) -> str | None:
+    """The absolute, normalized path of an ``open`` audit event (``None``: a file descriptor)."""
+    path = args[0] if args else None
+    if isinstance(path, bytes):
+        path = path.decode("utf-8", "surrogateescape")
+    if not isinstance(path, str):
+        return None
+    return os.path.normpath(os.path.join(os.getcwd(), path))  # a test may have changed directory
+
+
 MODULE_SUFFIXES = tuple(importlib.machinery.all_suffixes())  # source, bytecode, native code
 
 
@@ -257,12 +267,9 @@ def made_among_tests(
     is found before ``tests/b/test_b.py``) being imported. The parent's watch sees such a file
     made (``_fswatch.py``) unless it came and went before the directory it is in could be
     watched; its import opens it all the same."""
-    path = args[0] if args else None
-    if isinstance(path, bytes):
-        path = path.decode("utf-8", "surrogateescape")
-    if not isinstance(path, str) or not path.endswith(MODULE_SUFFIXES):
+    full = _opened(args)
+    if full is None or not full.endswith(MODULE_SUFFIXES):
         return None
-    full = os.path.normpath(os.path.join(os.getcwd(), path))
     if full in known or not in_tests(full):
         return None
     prefix = repo.rstrip("/") + "/"
@@ -289,12 +296,7 @@ def read_by_tests(
     nearest repository frame on the stack being a test file's (through ``json.load``,
     ``pathlib`` or any other helper). The code under test reading its own data is the fix's
     business; a test reading what it compares against, rewritten by the diff, is not."""
-    path = args[0] if args else None
-    if isinstance(path, bytes):
-        path = path.decode("utf-8", "surrogateescape")
-    if not isinstance(path, str):
-        return None
-    full = os.path.normpath(os.path.join(os.getcwd(), path))  # a test may have changed directory
+    full = _opened(args)
     if full not in data:
         return None
     prefix = repo.rstrip("/") + "/"
