@@ -28,6 +28,7 @@ import textwrap
 import warnings
 
 from lit_codeRL import pyparse
+from lit_codeRL.envs.text import drop_enclosed
 
 MAX_REPAIR_ATTEMPTS = 50
 """Compile attempts spent on cutting a truncated program back to a compiling prefix."""
@@ -38,8 +39,10 @@ MAX_BLOCKS = 64
 
 _PYTHON_TAGS = {"", "python", "python3", "py", "py3", "pycon", "ipython", "sage"}
 _SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|</?s>|\[/?INST\]")
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w.+#-]*)[^\n`]*$")
+# A fence line: the fence, its language, then anything but a backtick. The "anything" is checked
+# apart: as ``[^\n`]*$`` after ``[\w.+#-]*`` the regex tried every split of a long word before a
+# backtick, quadratic in the line's length.
+_FENCE = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*([\w.+#-]*)")
 _CODE_START = re.compile(r"^(?:async\s+def|def|class|import|from\s+[\w.]+\s+import|@\w)\b")
 
 
@@ -60,7 +63,7 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
 def _extract(text: str, entry_point: str | None) -> str:
     if not isinstance(text, str) or not text.strip():
         return ""
-    text = _THINK.sub("", text)
+    text = drop_enclosed(text, "<think>", "</think>")  # not a regex: linear in the text
     text = _SPECIAL_TOKEN.sub("", text).replace("\r\n", "\n").replace("\x00", "")
     blocks = _fenced_blocks(text)
     if blocks:
@@ -86,6 +89,8 @@ def _fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
     body: list[str] = []
     for line in text.split("\n"):
         m = _FENCE.match(line)
+        if m and "`" in line[m.end() :]:
+            m = None
         if lang is None:
             if m:
                 fence, lang, body = m.group(1), m.group(2).lower(), []

@@ -19,7 +19,13 @@ The SWE agent (``envs/swe/env.py``: ``<execute>`` shell commands) and the debugg
   processes are gone, then :class:`~lit_codeRL.grading.SWEGrader` in a fresh workspace
   (tests restored, machine-readable results cross-checked; never the agent's stdout);
 * ``validate_problems``: a task is trained on only if its reference fix resolves it and its base
-  does not (cached per machine).
+  does not (cached per machine);
+* bounded records: the runner keeps every turn's ``info["dump"]`` of every episode in memory,
+  so a per-turn text field the agent can make large (a diff after a 40 MB file, a tool's output)
+  is kept as its head and a note of its size (:func:`capped`, :data:`DUMP_TEXT_CHARS`); the
+  episode's final diff (``info["episode"]["diff"]``, what ``lit-coderl episode`` shows and a
+  regrade reads) is kept whole up to the grader's ``MAX_PATCH_BYTES``, past which it is not
+  gradable anyway.
 """
 
 from __future__ import annotations
@@ -34,12 +40,24 @@ from typing import Any, ClassVar
 from lit_codeRL.envs.protocol import Action, PendingSteps, StepResult
 from lit_codeRL.errors import ConfigError, listed
 from lit_codeRL.grading import SWEGrade, SWEGrader
+from lit_codeRL.grading.repo import MAX_PATCH_BYTES
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import SWETask
 from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, WorkspaceDead, WorkspaceError
 from lit_codeRL.sandbox.workspace_toolchain import missing_distributions
 
 logger = logging.getLogger(__name__)
+
+DUMP_TEXT_CHARS = 1 << 16
+"""Characters of a per-turn dump's text field (a diff, a tool's output) kept at most."""
+
+
+def capped(text: str, limit: int = DUMP_TEXT_CHARS) -> str:
+    """``text`` whole when it has at most ``limit`` characters, else its first ``limit`` and a
+    line saying how long it was: what the trainer keeps of a text the agent can make any size."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... cut: {len(text)} characters in all, the first {limit} kept ...]\n"
 
 
 @dataclass
@@ -183,7 +201,7 @@ class WorkspaceEpisodeEnv:
             "reason": detail[:500],
             "agent_fault": True,
             "episode": {
-                "diff": state.last_diff,
+                "diff": capped(state.last_diff, MAX_PATCH_BYTES),
                 "grade": grade,
                 "instance_id": state.task.instance_id,
                 "agent_fault": True,
@@ -219,7 +237,7 @@ class WorkspaceEpisodeEnv:
             "wall_time_s": grade.wall_s,
             **stats,
             "episode": {
-                "diff": diff,
+                "diff": capped(diff, MAX_PATCH_BYTES),  # larger: refused by the grader (patch_failed)
                 "grade": grade.to_dict(),
                 "instance_id": state.task.instance_id,
                 **stats,
@@ -246,10 +264,30 @@ class WorkspaceEpisodeEnv:
         return list(self._pool.map(fn, *args))
 
     def step_batch(self, states: Sequence[Any], actions: Sequence[Action]) -> PendingSteps:
-        futures: list[Future[StepResult]] = [
-            self._pool.submit(self._step, s, a) for s, a in zip(states, actions, strict=True)
-        ]
+        """One turn of each episode, run at the same time. A state given twice runs its first
+        action only: two threads on one episode would race (one grades and closes the workspace
+        under the other, which then looks broken by the agent); the repeat and a step of an episode
+        already over get :meth:`_not_stepped`, a defined result that blames no one."""
+        seen: set[int] = set()
+        futures: list[Future[StepResult]] = []
+        for state, action in zip(states, actions, strict=True):
+            if id(state) in seen or state.done:
+                why = (
+                    "a repeat of a state earlier in the batch" if id(state) in seen else "the episode is over"
+                )
+                futures.append(Future())
+                futures[-1].set_result(self._not_stepped(state, why))
+                continue
+            seen.add(id(state))
+            futures.append(self._pool.submit(self._step, state, action))
         return PendingSteps(lambda: [f.result() for f in futures], lambda: all(f.done() for f in futures))
+
+    @staticmethod
+    def _not_stepped(state: WorkspaceState, why: str) -> StepResult:
+        """The result of a step the env did not run (the caller's mistake, not the agent's nor the
+        sandbox's): masked, the state left as it is."""
+        info = {"verdict": "not_stepped", "reason": why, "masked": True, "turn": state.turn}
+        return StepResult("", 0.0, False, True, info)
 
     def finish_batch(self, states: Sequence[Any], truncated: Sequence[bool]) -> list[StepResult | None]:
         """Called by the runner when episodes end: grade the truncated ones (if

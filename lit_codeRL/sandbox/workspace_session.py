@@ -170,8 +170,14 @@ class Workspace:
     def write_file(self, path: str, data: str | bytes, *, confine: bool = True) -> None:
         """Create or replace a regular file (mode 0644), making its missing directories;
         ``confine`` and errors as in :meth:`read_file` (a link, even to a file inside the
-        repository, is refused rather than written through)."""
-        raw = data.encode() if isinstance(data, str) else bytes(data)
+        repository, is refused rather than written through); ``data`` text that cannot be UTF-8
+        (a lone surrogate) is refused the same way."""
+        try:
+            raw = data.encode() if isinstance(data, str) else bytes(data)
+        except UnicodeEncodeError as e:  # a lone surrogate: the caller's text, a one-line refusal
+            raise WorkspaceError(
+                f"{path}: the content is not text (character {e.start}: {e.reason})"
+            ) from None
         req = {"op": "write", "path": path, "data": base64.b64encode(raw).decode(), "confine": bool(confine)}
         self._call(req, IO_TIMEOUT_S)
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
+from lit_codeRL.envs.debug.env import READ_LIMIT, DebugEnv, DebugSettings
 from lit_codeRL.envs.debug.env import tests_output as strip_durations
 from lit_codeRL.envs.debug.tools import PRESETS, parse_tool_call
 from lit_codeRL.envs.protocol import Action
+from lit_codeRL.envs.workspace_episodes import DUMP_TEXT_CHARS
 from tests.sandbox.conftest import require_bwrap
 
 FIX_LINE = "    return (ordered[middle - 1] + ordered[middle]) / 2\n"
@@ -232,3 +233,135 @@ def test_rewrite_only_preset(tmp_path, median):
 def test_pytest_durations_leave_the_observation_unchanged():
     assert strip_durations("3 failed, 4 passed in 0.05s\n") == "3 failed, 4 passed\n"
     assert strip_durations("== 1 passed in 12.31s ==") == "== 1 passed =="
+
+
+def _goes_on(out) -> bool:
+    """A turn that answered the agent and left the episode running (not masked, not ended)."""
+    return not (out.terminated or out.truncated or out.info.get("masked") or out.info.get("sandbox_error"))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "<view>stats.py 1-" + "9" * 5000 + "</view>",
+        "<view>stats.py " + "9" * 5000 + "</view>",
+        '<edit path="stats.py" lines="1-' + "9" * 5000 + '">x\n</edit>',
+        '<edit path="stats.py" lines="' + "1" * 10 + '">x\n</edit>',
+    ],
+)
+def test_a_line_number_of_any_length_gets_a_message_not_an_exception(env, median, call):
+    # int() of 4300+ digits raises ValueError: before the fix it left the tool as an exception
+    # and the episode was masked as a sandbox error for the agent's own input
+    _, state = start(env, median)
+    out = step(env, state, call)
+    assert _goes_on(out) and "at most 9 digits" in out.observation, out.info
+    assert "19| " in step(env, state, "<view>stats.py 19-19</view>").observation
+
+
+def test_pdb_output_naming_a_huge_breakpoint_number_is_not_an_exception(tmp_path, median):
+    require_bwrap()  # output long enough to hold 5000 digits (the default 3000 characters cannot)
+    settings = DebugSettings(repo_cache=str(tmp_path), workspace={"backend": "bwrap"}, max_output_chars=20000)
+    with DebugEnv(settings) as env:
+        _pdb_huge_breakpoint_number(env, median)
+
+
+def _pdb_huge_breakpoint_number(env, median) -> None:
+    _, state = start(env, median)
+    out = step(env, state, "<pdb>!print('Deleted breakpoint ' + '9' * 5000)</pdb>")
+    assert _goes_on(out), out.info
+    assert "Breakpoint 1 at" in step(env, state, "<pdb>b stats.py:19</pdb>").observation
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        '<rewrite path="x.py">\ud800</rewrite>',
+        '<edit path="stats.py" lines="1-1">\udce9\n</edit>',
+        '<replace path="stats.py"><old>def mean</old><new>def \ud83d</new></replace>',
+        '<replace path="stats.py"><old>def \udc80</old><new>def mean</new></replace>',
+        "<pdb>p '\ud800'</pdb>",
+        "<view>stats.py\udce9</view>",
+    ],
+)
+def test_text_that_is_not_unicode_gets_a_message_and_changes_nothing(env, median, call):
+    # a lone surrogate cannot be encoded: before the fix write_file raised UnicodeEncodeError in the
+    # trainer and the episode was masked as a sandbox error
+    _, state = start(env, median)
+    out = step(env, state, call)
+    assert _goes_on(out) and "lone surrogate" in out.observation, out.info
+    assert "\n" not in out.observation.split("lone surrogate")[0]  # one line
+    assert state.last_diff == "" and step(env, state, "<eval/>").info["dump"]["tool"] == "eval"
+
+
+def _big_file(env, state, size: int, last: str = "x") -> bytes:
+    """big.py, written by the agent: ``size`` bytes of ``x = 1`` lines ending with ``last``."""
+    tail = ("#" + last).encode()
+    data = b"x = 1\n" * ((size - len(tail)) // 6)
+    data += b"#" * (size - len(tail) - len(data)) + tail
+    step(env, state, f'<rewrite path="big.py">{data.decode()}</rewrite>')
+    assert _read(state, "big.py") == data
+    return data
+
+
+def _read(state, path: str) -> bytes:
+    return state.workspace.read_file(path, max_bytes=4 * READ_LIMIT)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        '<replace path="big.py"><old>x = 1\n#</old><new>x = 2\n#</new></replace>',
+        '<edit path="big.py" lines="1-1">y = 2\n</edit>',
+    ],
+)
+def test_a_file_too_large_to_edit_is_refused_not_cut(env, median, call):
+    # edit and replace read 1 MiB and wrote the edited text back whole: the file was cut to 1 MiB
+    _, state = start(env, median)
+    data = _big_file(env, state, READ_LIMIT + 1, last="\u00e9")  # a 2-byte character across the limit
+    out = step(env, state, call)
+    assert _goes_on(out) and "larger than" in out.observation and "not UTF-8" not in out.observation
+    assert _read(state, "big.py") == data
+    out = step(env, state, "<view>big.py 1-2</view>")
+    assert "1| x = 1" in out.observation and "only its start was read" in out.observation
+
+
+def test_a_file_at_the_size_limit_is_edited_whole(env, median):
+    _, state = start(env, median)
+    data = _big_file(env, state, READ_LIMIT)
+    out = step(env, state, '<edit path="big.py" lines="1-1">y = 2\n</edit>')
+    assert "1| y = 2" in out.observation
+    assert _read(state, "big.py") == b"y = 2\n" + data[6:]
+
+
+def test_the_dump_of_a_turn_keeps_a_bounded_diff(env, median):
+    # every turn's dump stays in the trainer: a diff after a large file the agent wrote is capped
+    # there, and the final diff (what grading and `lit-coderl episode` read) is whole
+    _, state = start(env, median)
+    _big_file(env, state, 1 << 20)
+    out = step(env, state, '<edit path="big.py" lines="1-1">y = 2\n</edit>')
+    diff = out.info["dump"]["diff"]
+    assert len(diff) < DUMP_TEXT_CHARS + 200 and "characters in all" in diff
+    assert len(out.info["dump"]["output"]) < DUMP_TEXT_CHARS + 200
+    final = step(env, state, "<submit/>")
+    assert (
+        len(final.info["episode"]["diff"]) > 1 << 20
+        and "characters in all" not in final.info["episode"]["diff"]
+    )
+
+
+def test_the_same_state_twice_in_a_batch_runs_once_and_blames_no_one(env, median):
+    _, state = start(env, median)
+    done, repeat = env.step_batch(
+        [state, state], [Action("<submit/>"), Action("<view>stats.py</view>")]
+    ).result()
+    assert done.terminated and done.info["verdict"] == "unresolved"
+    assert repeat.info["verdict"] == "not_stepped" and repeat.info["masked"]
+    assert not repeat.info.get("agent_fault") and not repeat.info.get("sandbox_error")
+    (after,) = env.step_batch([state], [Action("<view>stats.py</view>")]).result()  # the episode is over
+    assert after.info["verdict"] == "not_stepped" and not after.info.get("sandbox_error")
+    _, state = start(env, median)
+    first, second = env.step_batch(
+        [state, state], [Action("<view>stats.py 1-1</view>"), Action("<eval/>")]
+    ).result()
+    assert "1| " in first.observation and second.info["verdict"] == "not_stepped"
+    assert _goes_on(step(env, state, "<view>stats.py 1-1</view>"))

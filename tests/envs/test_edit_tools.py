@@ -122,6 +122,35 @@ def test_view_shows_bytes_that_are_not_utf8_and_refuses_bad_ranges(code):
     assert tool("view", "nope.py", cwd=code).returncode == 1
 
 
+@pytest.mark.parametrize("spec", ["1-" + "9" * 5000, "9" * 5000, "1-\u00b2", "\u00b2", "1" * 10])
+@pytest.mark.parametrize("name", ["view", "edit"])
+def test_a_line_number_of_any_length_is_a_usage_error_not_a_traceback(code, name, spec):
+    # isdigit() took these, then int() raised (4300-digit limit, or "²" is no number to int())
+    before = (code / "m.py").read_bytes()
+    done = tool(name, "m.py", spec, stdin=b"y = 1\n", cwd=code)
+    assert done.returncode == 2 and "at most 9 digits" in done.stderr.decode(), done.stderr
+    assert "Traceback" not in done.stderr.decode() and (code / "m.py").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "stdin"),
+    [("edit", ("1-1",), b"y = 1\n"), ("replace", (), b"<old>x = 1</old><new>x = 2</new>")],
+)
+def test_a_file_over_the_limit_is_too_large_even_when_a_character_straddles_it(code, name, args, stdin):
+    # the read stops at MAX_BYTES + 1, inside the last (two-byte) character: that is not a bad byte
+    data = b"x = 1\n" * ((1 << 20) // 6) + b"#" * ((1 << 20) % 6) + "\u00e9".encode()
+    assert len(data) == (1 << 20) + 2
+    (code / "big.py").write_bytes(data)
+    done = tool(name, "big.py", *args, stdin=stdin, cwd=code)
+    assert done.returncode == 1 and "larger than" in done.stderr.decode(), done.stderr
+    assert (code / "big.py").read_bytes() == data
+
+
+def test_replace_reads_a_repeated_tag_in_linear_time(code):
+    done = tool("replace", "m.py", stdin=b"<old>" * 200_000, cwd=code)
+    assert done.returncode == 2 and "<old> is missing" in done.stderr.decode()
+
+
 def test_swe_reference_trajectories_with_the_line_tools_resolve(tmp_path_factory):
     """Every shipped SWE task, its fix made with ``view`` and ``replace`` (the lead-ins naming the
     bug), played in the real sandbox with the bundle on PATH: each one resolves."""

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from lit_codeRL.envs.protocol import Action
 from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+from lit_codeRL.envs.workspace_episodes import DUMP_TEXT_CHARS
 from lit_codeRL.problems.swe import SWETask, load_swe_tasks
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
 
@@ -290,3 +292,29 @@ def test_no_network_and_no_host_secrets(env, task):
 def test_a_task_source_row_is_loaded_as_shipped():
     tasks = load_swe_tasks("embedded", split="train")
     assert len(tasks) >= 5 and all(t.fail_to_pass and t.pass_to_pass for t in tasks)
+
+
+def test_the_dump_of_a_turn_keeps_a_bounded_diff(env, task):
+    # every turn's dump stays in the trainer's memory: a large file the agent wrote must not put
+    # its whole diff there on every later turn; the final diff and step()'s "diff" stay whole
+    env.reset(task.instance_id)
+    state = env._single
+    write = "<execute>head -c 300000 /dev/zero | tr '\\0' 'a' | fold -w 100 > blob.txt</execute>"
+    for action in (write, "<execute>true</execute>"):
+        (out,) = env.step_batch([state], [Action(action)]).result()
+        diff = out.info["dump"]["diff"]
+        assert len(diff) < DUMP_TEXT_CHARS + 200 and "characters in all" in diff
+    assert len(state.last_diff) > 300000
+    assert len(env.step("<execute>true</execute>")[3]["diff"]) > 300000
+    final = env.step("<submit/>")
+    assert len(final[3]["diff"]) > 300000 and "characters in all" not in final[3]["diff"]
+
+
+def test_the_same_state_twice_in_a_batch_runs_once(env, task):
+    env.reset(task.instance_id)
+    state = env._single
+    first, repeat = env.step_batch(
+        [state, state], [Action("<submit/>"), Action("<execute>ls</execute>")]
+    ).result()
+    assert first.terminated and repeat.info["verdict"] == "not_stepped"
+    assert not repeat.info.get("agent_fault") and not repeat.info.get("sandbox_error")

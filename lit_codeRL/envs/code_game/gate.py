@@ -192,7 +192,7 @@ _STARTUP_S = 10.0
 """Time the harness allows the fresh interpreter to start; not counted against ``timeout_s``."""
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 _STEPS = re.compile(r"codegame-steps (\d+)")
-_FENCE = re.compile(r"^[ \t]*```[ \t]*(python3?|py)?[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+_PYTHON_TAGS = ("", "python", "python3", "py")
 _ANY_FENCE = re.compile(r"^[ \t]*```", re.MULTILINE)
 
 
@@ -285,9 +285,9 @@ def extract_program(text: str) -> str | None:
     if not isinstance(text, str):
         return None
     text = text.replace("\r\n", "\n")
-    match = _FENCE.search(text)
-    if match is not None:
-        body = match.group(2).strip("\n")
+    body = _first_block(text)
+    if body is not None:
+        body = body.strip("\n")
         return body + "\n" if body.strip() else None
     if _ANY_FENCE.search(text):
         return None
@@ -299,6 +299,24 @@ def extract_program(text: str) -> str | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return body + "\n"
+
+
+def _first_block(text: str) -> str | None:
+    """The body of the first closed fenced block tagged with a name of :data:`_PYTHON_TAGS` (its
+    opening line, then the next line that is only a fence), or ``None``. Line by line, not a regex:
+    a lazy body scanned the rest of the text from every opening fence, quadratic in the number
+    of them, and the writer's text is the policy's."""
+    lines = text.split("\n")
+    start, at = None, 0
+    for i, line in enumerate(lines):
+        fence = line.strip(" \t")
+        if start is None:  # an opening line needs a newline after it
+            if i < len(lines) - 1 and fence.startswith("```") and fence[3:].lstrip(" \t") in _PYTHON_TAGS:
+                start = at + len(line) + 1
+        elif fence == "```":
+            return text[start:at]
+        at += len(line) + 1
+    return None
 
 
 def gate_programs(

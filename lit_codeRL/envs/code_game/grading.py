@@ -13,7 +13,8 @@ from __future__ import annotations
 import ast
 import re
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+from lit_codeRL.envs.text import drop_enclosed
+
 _BLOCK = re.compile(r"\[OUTPUT\]((?:(?!\[OUTPUT\]).)*?)\[/OUTPUT\]", re.DOTALL)
 MAX_LITERAL_CHARS = 10_000
 """One-line outputs longer than this are compared as text only (``literal_eval`` cost bound)."""
@@ -30,7 +31,7 @@ def parse_prediction(text: str) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    match = _BLOCK.search(_THINK.sub("", text))
+    match = _BLOCK.search(drop_enclosed(text, "<think>", "</think>"))  # not a regex: linear
     if match is None:
         return None
     body = match.group(1)

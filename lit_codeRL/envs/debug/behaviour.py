@@ -32,8 +32,22 @@ from lit_codeRL.envs.debug.tools import apply_edit, apply_replace, line_range, p
 from lit_codeRL.envs.reference import LineEdit, edit_reason, line_edits
 from lit_codeRL.problems.debug_task import DebugTask
 
-_REASON = re.compile(r"^\s*([^\n]*?`[^\n]*?\.) I will ")
-"""A lead-in that names a bug: a sentence quoting code, then the edit's ``I will ...``."""
+_LEAD_IN = " I will "
+
+
+def _reason(action: str) -> str | None:
+    """The lead-in of ``action`` that names a bug: on its first line that is not blank, a
+    sentence quoting code (a backtick), up to the first ``.`` followed by the edit's ``I will ...``;
+    ``None`` without one. What the regex ``^\\s*([^\\n]*?`[^\\n]*?\\.) I will `` matched, found
+    with two searches: the regex tried every backtick and every period of a line, quadratic in
+    its length (an action is the policy's text)."""
+    start = len(action) - len(action.lstrip())
+    line = action[start:].split("\n", 1)[0]
+    tick = line.find("`")
+    end = line.find("." + _LEAD_IN, tick + 1) if tick >= 0 else -1
+    return line[: end + 1] if end >= 0 else None
+
+
 _TURN = re.compile(r"^\[turn \d+\]\n", re.MULTILINE)
 
 
@@ -70,7 +84,7 @@ def first_edit(task: DebugTask, actions: Sequence[str], tools: tuple[str, ...]) 
         path = str(call.args.get("path", ""))
         old, fixed = task.files.get(path), task.fix.get(path)
         if old is None or fixed is None:
-            return FirstEdit(edited=True, named=bool(_REASON.match(action)))
+            return FirstEdit(edited=True, named=_reason(action) is not None)
         fix_edits = line_edits(old.splitlines(keepends=True), fixed.splitlines(keepends=True))
         if call.tool == "rewrite":
             after, error = str(call.args.get("content", "")), None
@@ -89,15 +103,15 @@ def first_edit(task: DebugTask, actions: Sequence[str], tools: tuple[str, ...]) 
                 after, error = old, str(err)
             start, end = line_range(spec) if error is None else (0, -1)
             on_bug_line = error is None and any(_touches(start, end, e) for e in fix_edits)
-        said = _REASON.match(action)
+        said = _reason(action)
         expected = {edit_reason(e, numbered) for e in fix_edits for numbered in (True, False)} - {None}
-        named_right = bool(said) and said.group(1) in expected
-        what = bool(said) and _unnumbered(said.group(1)) in {_unnumbered(e) for e in expected}
+        named_right = said is not None and said in expected
+        what = said is not None and _unnumbered(said) in {_unnumbered(e) for e in expected}
         return FirstEdit(
             edited=True,
             on_bug_line=on_bug_line,
             right=error is None and after.rstrip("\n") == fixed.rstrip("\n"),
-            named=bool(said),
+            named=said is not None,
             named_right=named_right,
             named_right_elsewhere=what and not on_bug_line,
         )

@@ -47,6 +47,7 @@ from lit_codeRL.envs.workspace_episodes import (
     WorkspaceEnvSettings,
     WorkspaceEpisodeEnv,
     WorkspaceState,
+    capped,
     check_test_deps,
 )
 from lit_codeRL.grading import SWEGrader
@@ -64,7 +65,8 @@ from lit_codeRL.sandbox.workspace import (
 logger = logging.getLogger(__name__)
 
 READ_LIMIT = 1 << 20
-"""Bytes ``view`` and ``edit`` read of a file at most."""
+"""Bytes ``view`` shows of a file at most; ``edit`` and ``replace`` refuse a larger file (they
+write the file back whole, so a part read would cut it)."""
 
 
 @dataclass
@@ -283,7 +285,9 @@ class DebugEnv(WorkspaceEpisodeEnv):
         except Exception as e:  # noqa: BLE001 - anything else is ours: the episode is masked
             return self._masked(state, "sandbox_error", f"{type(e).__name__}: {e}")
         output = clean_text(output)
-        info["dump"] = {"tool": call.tool, **{k: v for k, v in call.args.items()}, "output": output, **dump}
+        # the dump is kept for every turn of every episode in the trainer: its output is capped (the
+        # agent saw at most max_output_chars of it) and so is an edit's diff (capped in _tool)
+        info["dump"] = {"tool": call.tool, **call.args, "output": capped(output), **dump}
         info["wall_time_s"] = dump.get("wall_s", 0.0)
         if state.tool_s >= self.settings.trajectory_timeout_s:
             return self._masked(state, "env_time_limit", f"{state.tool_s:.0f} s of tool time")
@@ -333,15 +337,28 @@ class DebugEnv(WorkspaceEpisodeEnv):
             entries = ws.listdir(args["path"], depth=2, max_entries=200)
             return "\n".join(entries) or "(empty)", {}  # cleaned with every output in _step
         if call.tool == "view":
-            data = self._read(ws, args["path"])
+            raw = ws.read_file(args["path"], max_bytes=READ_LIMIT + 1)
+            data = raw[:READ_LIMIT].decode("utf-8", errors="replace")  # bad bytes shown as U+FFFD
             first, last = line_range(args["lines"]) if "lines" in args else (1, None)
-            return f"{args['path']}:\n{numbered(data, first, last, s.max_view_lines)}", {}
+            cut = (
+                f"\n[the file is larger than {READ_LIMIT} bytes: only its start was read]"
+                if len(raw) > READ_LIMIT
+                else ""
+            )
+            return f"{args['path']}:\n{numbered(data, first, last, s.max_view_lines)}{cut}", {}
         # replace / edit / rewrite
         if call.tool == "rewrite":
             new, error = args["content"], None
         else:
-            old = self._read_text(ws, args["path"])
-            if old is None:  # writing it back would re-encode every byte that is not UTF-8
+            raw = ws.read_file(args["path"], max_bytes=READ_LIMIT + 1)
+            if len(raw) > READ_LIMIT:  # the edited text is written back whole: a part read would cut it
+                return (
+                    f"{args['path']} is larger than {READ_LIMIT} bytes, too large for <{call.tool}>: nothing "
+                    "changed (<rewrite> replaces it whole)."
+                ), {}
+            try:  # the whole file: a character cut at the limit cannot make it look like bad bytes
+                old = raw.decode("utf-8")
+            except UnicodeDecodeError:  # writing it back would re-encode every byte that is not UTF-8
                 return f"{args['path']} is not UTF-8 text: nothing changed (<rewrite> replaces it whole).", {}
             if call.tool == "replace":
                 new, error = apply_replace(old, args["old"], args["new"])
@@ -355,21 +372,7 @@ class DebugEnv(WorkspaceEpisodeEnv):
         diff = ws.diff()  # (ends the debugger's processes too: it was restarting anyway)
         state.last_diff = diff
         shown = numbered(new, max_lines=s.max_view_lines)
-        return f"{args['path']} now reads:\n{shown}", {"diff": diff}
-
-    @staticmethod
-    def _read(ws: Workspace, path: str) -> str:
-        """The file (inside the repository, no symlink followed, regular files only: the server
-        refuses anything else with a message the agent sees) as text, bad bytes replaced."""
-        return ws.read_file(path, max_bytes=READ_LIMIT).decode("utf-8", errors="replace")
-
-    @staticmethod
-    def _read_text(ws: Workspace, path: str) -> str | None:
-        """The file as :meth:`_read` reads it, or ``None`` when it is not UTF-8 text."""
-        try:
-            return ws.read_file(path, max_bytes=READ_LIMIT).decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+        return f"{args['path']} now reads:\n{shown}", {"diff": capped(diff)}
 
     def episode_stats(self, state: DebugState) -> dict[str, Any]:
         return {

@@ -26,8 +26,10 @@ from lit_codeRL.sandbox.workspace import Workspace, WorkspaceError
 
 PROMPT = r"(\(Pdb\) |Clear all breaks\? )$"
 """Where pdb waits for the agent: its prompt, or ``clear``'s confirmation (answered ``y``)."""
-_SET = re.compile(r"Breakpoint (\d+) at (\S+?):(\d+)")
-_DELETED = re.compile(r"Deleted breakpoint (\d+)")
+# pdb's output is the agent's too (``!print("Deleted breakpoint 999...")``): a number read with
+# int() is bounded, as a number of thousands of digits fails int() (an exception in the trainer)
+_SET = re.compile(r"Breakpoint ([0-9]{1,9}) at (\S+?):([0-9]+)")
+_DELETED = re.compile(r"Deleted breakpoint ([0-9]{1,9})(?![0-9])")
 REFUSED = {"interact": "`interact` opens a Python shell this tool cannot drive; use p EXPR or !STATEMENT."}
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lit_codeRL.envs.replacement import closest_lines, occurrences
+from lit_codeRL.envs.text import enclosed, has_surrogate
 
 TOOLS = ("pdb", "view", "replace", "edit", "rewrite", "eval", "listdir", "bash", "submit")
 PRESETS: dict[str, tuple[str, ...]] = {
@@ -45,9 +46,14 @@ rewrite-only agent (no debugger, whole-file rewrites); ``full``: ``debug`` plus 
 _BODY = ("pdb", "view", "replace", "edit", "rewrite", "listdir", "bash")
 _SELF_CLOSING = ("eval", "submit", "listdir")
 _OPEN = re.compile(r"<(pdb|view|replace|edit|rewrite|eval|listdir|bash|submit)\b([^<>]*?)(/?)>")
-_PART = {part: re.compile(rf"<{part}>(.*?)</{part}>", re.DOTALL) for part in ("old", "new")}
-_ATTR = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
-_FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL)
+# A name starts only where a word does: started inside a long word, \w+ would scan to its end
+# again from every letter (quadratic in the tag's length, the GIL held for seconds).
+_ATTR = re.compile(r'(?<!\w)(\w+)\s*=\s*"([^"]*)"')
+_FENCE_OPEN = re.compile(r"\s*```[\w+-]*[ \t]*\n")
+MAX_LINE_DIGITS = 9
+"""Digits of a line number at most: an agent's number of thousands of digits would fail ``int()``
+(Python's 4300-digit limit) and no file has a billion lines."""
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
 def stop_strings(tools: tuple[str, ...]) -> list[str]:
@@ -136,6 +142,14 @@ def parse_tool_call(text: str, tools: tuple[str, ...], cut_off: bool = False) ->
         if tool not in tools:
             return _error("disabled", tools, f"The tool {tool!r} is not available here.")
         call = _arguments(tool, dict(_ATTR.findall(attrs)), body, tools)
+        if call.ok and any(has_surrogate(value) for value in call.args.values()):
+            # it cannot be written to a file, a terminal or a command line as UTF-8: refused here
+            # for every tool alike, not failed later in the trainer (an exception, a masked episode)
+            call = _error(
+                "bad_args",
+                tools,
+                f"<{tool}> holds a character that is not text (a lone surrogate, U+D800 to U+DFFF): nothing ran.",
+            )
         return ToolCall(call.tool, call.args, call.message, ignored)
     if cut_off and re.search(r"<(pdb|view|replace|edit|rewrite|listdir|bash)\b", text):
         return _error("cut_off", tools)
@@ -158,10 +172,10 @@ def _arguments(tool: str, attrs: dict[str, str], body: str, tools: tuple[str, ..
             return _error("bad_args", tools, "<view></view> needs a file name: <view>FILE</view>.")
         args = {"path": parts[0]}
         if len(parts) > 1:
-            if not re.fullmatch(r"\d+(-\d+)?", parts[1]):
-                return _error(
-                    "bad_args", tools, "The line range of <view> is START-END, e.g. <view>a.py 10-30</view>."
-                )
+            wrong = _range_error(parts[1])
+            if wrong is not None:
+                text = f"The line range of <view> is START-END, e.g. <view>a.py 10-30</view>.{wrong}"
+                return _error("bad_args", tools, text)
             args["lines"] = parts[1]
         return ToolCall(tool, args)
     path = attrs.get("path", "").strip()
@@ -173,19 +187,31 @@ def _arguments(tool: str, attrs: dict[str, str], body: str, tools: tuple[str, ..
     if tool == "rewrite":
         return ToolCall(tool, {"path": path, "content": content})
     lines = attrs.get("lines", "").strip()
-    if not re.fullmatch(r"\d+(-\d+)?", lines):
-        return _error(
-            "bad_args", tools, '<edit> needs lines="START-END" (1-based, inclusive), e.g. lines="3-5".'
-        )
+    wrong = _range_error(lines)
+    if wrong is not None:
+        text = f'<edit> needs lines="START-END" (1-based, inclusive), e.g. lines="3-5".{wrong}'
+        return _error("bad_args", tools, text)
     return ToolCall(tool, {"path": path, "lines": lines, "content": content})
+
+
+def _range_error(spec: str) -> str | None:
+    """``None`` for a line range ``START-END`` or ``N`` the tools can read, else what to add to
+    the format's message (``""``, or that the numbers are too long); checked before ``int()``
+    reads it, so a number of any length gets a message, never an exception."""
+    found = _RANGE.fullmatch(spec)
+    if found is None:
+        return ""
+    if any(len(n) > MAX_LINE_DIGITS for n in found.groups() if n):
+        return f" A line number has at most {MAX_LINE_DIGITS} digits."
+    return None
 
 
 def _replace_arguments(path: str, body: str, tools: tuple[str, ...]) -> ToolCall:
     """``<old>`` and ``<new>`` inside a ``<replace>``'s body: each taken as written but for one
     newline right after its opening tag (so a block of lines can start on a line of its own)."""
     parts, at = {}, 0
-    for part, pattern in _PART.items():  # <old> first, then <new> after it
-        found = pattern.search(body, at)
+    for part in ("old", "new"):  # <old> first, then <new> after it
+        found = enclosed(body, f"<{part}>", f"</{part}>", at)
         if found is None:
             return _error(
                 "bad_args",
@@ -193,7 +219,7 @@ def _replace_arguments(path: str, body: str, tools: tuple[str, ...]) -> ToolCall
                 f"<replace> needs <old>TEXT</old> and then <new>NEW TEXT</new> inside it; <{part}> is missing: "
                 "nothing changed.",
             )
-        text, at = found.group(1), found.end()
+        text, at = body[found[0] + len(part) + 2 : found[1]], found[2]
         parts[part] = text[1:] if text.startswith("\n") else text
     if not parts["old"]:
         return _error(
@@ -203,17 +229,26 @@ def _replace_arguments(path: str, body: str, tools: tuple[str, ...]) -> ToolCall
 
 
 def _strip_fence(body: str) -> str:
-    """The content between a tag's ``>`` and ``<``: one leading newline and a code fence removed."""
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1) + "\n"
-    elif body.startswith("\n"):
-        body = body[1:]
-    return body
+    """The content between a tag's ``>`` and ``<``: one leading newline and a code fence removed.
+
+    A fence is an opening line ```` ```lang ```` and a closing ```` ``` ```` with only whitespace
+    after it; the closing line's indentation and the newline before it are not content. Found
+    by string operations, not a regex with a lazy body: that one retried the closing pattern at
+    every character, quadratic on a long run of spaces."""
+    head = _FENCE_OPEN.match(body)
+    end = len(body.rstrip())
+    if head and body.endswith("```", 0, end) and end - 3 >= head.end():
+        close = end - 3
+        stop = len(body[head.end() : close].rstrip(" \t")) + head.end()
+        if stop > head.end() and body[stop - 1] == "\n":
+            stop -= 1
+        return body[head.end() : stop] + "\n"
+    return body[1:] if body.startswith("\n") else body
 
 
 def line_range(spec: str) -> tuple[int, int]:
-    """``"3-5"`` -> (3, 5); ``"4"`` -> (4, 4)."""
+    """``"3-5"`` -> (3, 5); ``"4"`` -> (4, 4); a spec the parser took (at most
+    :data:`MAX_LINE_DIGITS` digits a number: ``int()`` cannot fail on its length)."""
     start, _, end = spec.partition("-")
     return int(start), int(end or start)
 

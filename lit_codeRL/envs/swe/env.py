@@ -35,7 +35,12 @@ from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
 from lit_codeRL.envs.swe.prompt import FEEDBACK, IGNORED_NOTE, command_observation, task_prompt
 from lit_codeRL.envs.swe.tools import ToolBundle, load_tools
-from lit_codeRL.envs.workspace_episodes import WorkspaceEnvSettings, WorkspaceEpisodeEnv, WorkspaceState
+from lit_codeRL.envs.workspace_episodes import (
+    WorkspaceEnvSettings,
+    WorkspaceEpisodeEnv,
+    WorkspaceState,
+    capped,
+)
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.record import Problem
@@ -232,7 +237,7 @@ class ContainerEnv(WorkspaceEpisodeEnv):
             "exit_code": result.exit_code,
             "timed_out": result.timed_out,
             "output": result.output[: s.max_output_chars * 2],
-            "diff": diff,
+            "diff": capped(diff),  # kept per turn by the runner: bounded (the final one is whole)
             "wall_s": round(result.wall_s, 3),
         }
         info["wall_time_s"] = result.wall_s
@@ -297,7 +302,7 @@ class ContainerEnv(WorkspaceEpisodeEnv):
             "output": dump.get("output", ""),
             "exit_code": dump.get("exit_code"),
             "timed_out": dump.get("timed_out", False),
-            "diff": episode.get("diff", dump.get("diff", self._single.last_diff)),
+            "diff": episode.get("diff", self._single.last_diff),  # whole, not the dump's capped copy
         }
         if "grade" in episode:
             extra["grade"] = episode["grade"]

@@ -38,7 +38,8 @@ traceback names the file being fixed, the changed line is at the frame's in 20 a
 lines above it in 52; the view is the change's own window where the change is outside."""
 
 _PYTEST_FRAME = re.compile(r"^([\w./-]+\.py):(\d+): ", re.M)
-_PYTHON_FRAME = re.compile(r'^\s*File "([^"\n]+\.py)", line (\d+)', re.M)
+# [ \t]*, not \s*: \s* ran over every following newline from each line start (quadratic in blank lines)
+_PYTHON_FRAME = re.compile(r'^[ \t]*File "([^"\n]+\.py)", line (\d+)', re.M)
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(|\.([A-Za-z_]\w*)\(")
 
 
