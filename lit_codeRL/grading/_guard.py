@@ -50,11 +50,32 @@ end of the session. Together about 0.4 ms a test on a 2-core EPYC (3,179 names r
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import operator
 import os
 import sys
+import sysconfig
 import types
+from builtins import (  # noqa: A004, UP029 - bound here: the code under test may replace the builtins
+    all,
+    any,
+    callable,
+    getattr,
+    hasattr,
+    id,
+    isinstance,
+    len,
+    list,
+    map,
+    range,
+    set,
+    sorted,
+    tuple,
+    type,
+    vars,
+    zip,
+)
 from collections.abc import Callable
 
 ROOTS = ("_pytest", "pytest", "pluggy")
@@ -96,31 +117,56 @@ class Guard:
     ``property`` of such functions) is named; so is such a callable a toolchain class gains. Data
     attributes are not recorded (pytest keeps state on its classes)."""
 
-    def __init__(self, roots: tuple[str, ...] = ROOTS, allowed: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        roots: tuple[str, ...] = ROOTS,
+        allowed: Callable[[str], bool] | None = None,
+        modules: dict[str, types.ModuleType] | None = None,
+        may_replace: Callable[[str, object], bool] | None = None,
+    ) -> None:
         packages = [os.path.dirname(getattr(sys.modules.get(r), "__file__", None) or "") for r in roots]
         self.package_dirs = _prefixes(packages)
         # whose code may change pytest (by a function's file): by default the recorded packages'
         # own; the child allows the standard library, the toolchain (Hypothesis's plugin wraps
         # FixtureFunctionMarker.__call__) and the repository's files the diff left alone
         self.allowed = allowed or (lambda path: path.startswith(self.package_dirs))
+        self.may_replace = may_replace or (lambda label, value: self._own(value))
         self.entries: list[tuple[str, object, str, object]] = []  # (label, namespace, key, value)
         self.classes: dict[int, type] = {}
-        for name, module in sorted(sys.modules.items()):
-            if name.split(".")[0] not in roots or not isinstance(module, types.ModuleType):
+        self.proxies: dict[int, object] = {}
+        if modules is None:  # the toolchain's: its own functions and classes
+            modules = {n: m for n, m in sys.modules.items() if n.split(".")[0] in roots}
+            self.keep: Callable[[object], bool] = lambda value: in_toolchain(value, roots)  # noqa: E731
+            self.names: set[str] | None = None
+        else:  # given modules (the standard library's, the runner's): every callable they hold,
+            # and the attributes of the classes they define (unittest.TestCase.assertEqual)
+            self.keep, self.names = callable, set()
+        self.reported: set[str] = set()
+        self.extend(modules)
+
+    def extend(self, modules: dict[str, types.ModuleType]) -> None:
+        """Record ``modules`` too: what they hold, and the callables of the classes among it."""
+        if self.names is not None:
+            self.names.update(modules)
+        new: dict[int, type] = {}
+        for name, module in sorted(modules.items()):
+            if not isinstance(module, types.ModuleType):
                 continue
             for key, value in vars(module).items():
-                if in_toolchain(value, roots):
+                if self.keep(value):
                     self.entries.append((f"{name}.{key}", vars(module), key, value))
-                    if isinstance(value, type):
-                        self.classes.setdefault(id(value), value)
+                    if (
+                        isinstance(value, type)
+                        and id(value) not in self.classes
+                        and (self.names is None or getattr(value, "__module__", None) in self.names)
+                    ):
+                        new[id(value)] = self.classes[id(value)] = value
         # one mapping proxy per class, kept: each vars(cls) is a new object (ids are compared)
-        self.proxies = {id(cls): vars(cls) for cls in self.classes.values()}
-        for cls in self.classes.values():
-            space = self.proxies[id(cls)]
+        for cls in new.values():
+            space = self.proxies[id(cls)] = vars(cls)
             for key, value in space.items():
                 if callable(value) or isinstance(value, classmethod | staticmethod | property):
                     self.entries.append((f"{cls.__module__}.{cls.__qualname__}.{key}", space, key, value))
-        self.reported: set[str] = set()
         self._index()
 
     def _index(self) -> None:
@@ -168,7 +214,7 @@ class Guard:
         for label, space, key, value in self.entries:
             recorded.setdefault(id(space), set()).add(key)
             now = space.get(key, _MISSING)
-            if now is not value and (now is _MISSING or not self._own(now)):
+            if now is not value and (now is _MISSING or not self.may_replace(label, now)):
                 found.append(label)
             if now is not _MISSING:
                 entries.append((label, space, key, now))
@@ -178,7 +224,7 @@ class Guard:
                 value = space[key]
                 if callable(value) or isinstance(value, classmethod | staticmethod | property):
                     label = f"{cls.__module__}.{cls.__qualname__}.{key}"
-                    if not self._own(value):
+                    if not self.may_replace(label, value):
                         found.append(label)
                     entries.append((label, space, key, value))
         # what is there now is the record: each change is named once, and pytest's own (and
@@ -313,6 +359,154 @@ def read_by_tests(
     return None
 
 
+GRADER_MODULES = ("__main__", "_guard", "_compare", "_scan", "_fswatch")
+"""The grader's own modules in the child (the runner runs as ``__main__``): how a report and a
+finding reach the parent."""
+
+PYTEST_SETS = frozenset(
+    {
+        "sys.unraisablehook", "threading.excepthook", "sys.breakpointhook", "sys.excepthook",
+        "sys.displayhook", "pdb.set_trace", "warnings.showwarning", "warnings._showwarnmsg_impl",
+        "warnings.formatwarning",
+    }
+)  # fmt: skip
+"""Standard-library hooks pytest and its plugins replace with their own functions while a session
+runs (``functools.partial`` of one, for the unraisable and thread exception hooks)."""
+
+COMMON_MODULES = (
+    "unittest", "unittest.mock", "math", "cmath", "operator", "functools", "itertools", "collections",
+    "collections.abc", "re", "json", "decimal", "fractions", "statistics", "string", "textwrap",
+    "difflib", "copy", "numbers", "typing", "dataclasses", "enum", "datetime", "time", "random",
+    "pathlib", "io", "contextlib", "warnings", "inspect", "traceback", "linecache", "heapq", "bisect",
+    "array", "struct", "hashlib", "base64", "csv", "shutil", "tempfile", "subprocess", "glob",
+    "fnmatch", "logging", "pprint", "reprlib", "types", "weakref", "abc", "codecs", "unicodedata",
+    "calendar", "zlib", "doctest", "io", "itertools", "pickle", "copyreg", "ast", "tokenize",
+)  # fmt: skip
+"""Standard-library modules tests check their results with, imported before the record so that
+the code under test finds them recorded (one it imports first is checked as it comes in)."""
+
+_STDLIB = _prefixes([sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]])
+
+
+def _is_stdlib(module: object) -> bool:
+    """A module of the standard library: built in, frozen, or a file of its directory (not of
+    a ``site-packages`` under it)."""
+    if not isinstance(module, types.ModuleType):
+        return False
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        spec = getattr(module, "__spec__", None)
+        return getattr(spec, "origin", None) in ("built-in", "frozen")
+    return path.startswith(_STDLIB) and "-packages" not in path
+
+
+def _unbound(value: object) -> object:
+    """What ``value`` calls: a ``functools.partial``'s function, a bound method's function."""
+    for _ in range(10):
+        if isinstance(value, functools.partial):
+            value = value.func
+        elif isinstance(value, types.MethodType):
+            value = value.__func__
+        else:
+            break
+    return value
+
+
+def trusted_guard(repo: str, changed: frozenset[str], toolchain: list[str]) -> Guard:
+    """The record of the standard library and the grader's modules as loaded now (:data:`
+    COMMON_MODULES` imported first). Nothing may replace what they hold but functions (or
+    classes) of the repository's files the diff left alone: a test module's or a conftest's own
+    patch that is still in place between tests; pytest's own functions only in :data:`
+    PYTEST_SETS`. A function of a changed file, one made by ``exec``, a built-in (``operator.
+    truth`` for ``math.isclose``), another function of the standard library or the toolchain
+    (``TestCase.assertIsNotNone`` for ``assertEqual``), a callable object (a mock) in a
+    recorded place all are named."""
+    import importlib  # noqa: PLC0415
+
+    for name in COMMON_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - a module this interpreter lacks
+            continue
+    prefix, tools = repo.rstrip("/") + "/", _prefixes(toolchain)
+
+    def unchanged(path: str) -> bool:  # a file of the repository the diff left alone
+        inside = _inside(path, prefix)
+        return inside is not None and inside not in changed and os.path.isfile(path)
+
+    def may_replace(label: str, value: object) -> bool:
+        target = _unbound(value)
+        if isinstance(target, type):  # a class of the repository's own, found where it says
+            module = sys.modules.get(getattr(target, "__module__", None) or "")
+            path = getattr(module, "__file__", None)
+            return (
+                isinstance(path, str) and unchanged(path) and getattr(module, target.__name__, None) is target
+            )
+        functions = _functions_of(target)
+        if not all(isinstance(f, types.FunctionType) for f in functions):
+            return False
+        files = [f.__code__.co_filename for f in functions]
+        if all(unchanged(p) for p in files):
+            return True
+        return label in PYTEST_SETS and all(p.startswith(tools) or unchanged(p) for p in files)
+
+    modules = {n: m for n, m in list(sys.modules.items()) if n in GRADER_MODULES or _is_stdlib(m)}
+    guard = Guard(modules=modules, may_replace=may_replace)
+    # what the grader put into the toolchain's modules (_compare's helpers on pytest's rewriter,
+    # which every rewritten assert calls): the toolchain's record keeps only the toolchain's own
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ROOTS and isinstance(module, types.ModuleType):
+            for key, value in list(vars(module).items()):
+                if getattr(value, "__module__", None) in GRADER_MODULES:
+                    guard.entries.append((f"{name}.{key}", vars(module), key, value))
+    guard._index()
+    return guard
+
+
+def reads_its_caller(
+    event: str,
+    args: tuple,
+    frame: types.FrameType | None,
+    repo: str,
+    changed: frozenset[str],
+    in_tests: Callable[[str], bool],
+) -> tuple[str, str] | None:
+    """For the audit hook: ``(what, where)`` when code of a file the diff changed, directly or
+    through any helper (``traceback.extract_stack``, ``inspect.stack``, ``linecache``), opens the
+    source of a test module that is calling it, reads such a test frame's code (``f_code``: its
+    constants hold ``5`` of ``assert add(2, 3) == 5``) or takes that frame (``sys._getframe(1)``,
+    then its locals): an answer read from the test instead of computed. ``where`` is the changed
+    file's innermost frame. Only a test file on the stack outside that frame counts, so a fix that
+    reads fixture files the tests hand it, or logs, is not named."""
+    if not changed:
+        return None
+    if event == "open":
+        target = _opened(args)
+        if target is None or not target.endswith(".py"):
+            return None
+        kind = "read the source of"
+    elif event == "object.__getattr__" and len(args) > 1 and args[1] == "f_code":
+        if not isinstance(args[0], types.FrameType):
+            return None
+        target, kind = args[0].f_code.co_filename, "read the code of"
+    elif event == "sys._getframe" and args and isinstance(args[0], types.FrameType):
+        target, kind = args[0].f_code.co_filename, "took the frame of"
+    else:
+        return None
+    if not in_tests(target):
+        return None
+    prefix, inner = repo.rstrip("/") + "/", None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if inner is None:
+            if _inside(path, prefix) in changed:
+                inner = f"{_inside(path, prefix)}:{frame.f_lineno}"
+        elif path == target:
+            return f"the code under test {kind} the test calling it ({_inside(target, prefix)})", inner
+        frame = frame.f_back
+    return None
+
+
 HOOK_PREFIXES = ("pytest_runtest_", "pytest_pyfunc_call", "pytest_report_", "pytest_exception_interact")
 """The hooks that run a test or make, log or show its report: an implementation of one written in
 a file the diff changed decides what a test's report says."""
@@ -348,9 +542,19 @@ class Watch:
 
         self.guard, self.repo, self.changed, self.claim = Guard(allowed=allowed), repo, changed, claim
         self.prefix = prefix
+        self.trusted: Guard | None = None  # the standard library's record (record_trusted)
+        self.trusted_names: set[str] = set()
+        self.modules_seen = 0
         self.reported: set[str] = set()
         self.hook_callers: list[object] = []
         self.hooks_seen = -1
+
+    def record_trusted(self, toolchain: list[str]) -> None:
+        """Take the standard library's and the grader's record (:func:`trusted_guard`): the last
+        step before pytest starts."""
+        self.trusted = trusted_guard(self.repo, self.changed, toolchain)
+        self.trusted_names = set(self.trusted.names or ())
+        self.modules_seen = len(sys.modules)
 
     def _changed_file(self, function: object) -> str | None:
         """The first file of a changed file's code ``function`` runs (:func:`code_files`)."""
@@ -402,6 +606,62 @@ class Watch:
         own = vars(item)
         if "runtest" in own:
             self._tell("the test's runtest was replaced on its item", nodeid)
-        where = self._changed_file(own.get("_obj"))
+        function = own.get("_obj")
+        where = self._changed_file(function)
         if where is not None:
             self._tell(f"the test runs a function of {where}", nodeid)
+        elif function is not None and not self._from_repository(function):
+            # a test is a function of the repository's files (the test module's, a helper's it
+            # imports): one of the standard library or a built-in in its place (a no-op handed to
+            # pytest through the test module's namespace) tests nothing
+            name = getattr(function, "__qualname__", type(function).__name__)
+            self._tell(f"the test runs {name}, no function of the repository", nodeid)
+        node = item
+        for _ in range(50):  # the test's module: pytest collects from its namespace
+            node = getattr(node, "parent", None)
+            module = vars(node).get("_obj") if node is not None and hasattr(node, "__dict__") else None
+            if isinstance(module, types.ModuleType):
+                if type(module) is not types.ModuleType:
+                    self._tell(f"the test module {module.__name__} is of another class", nodeid)
+                break
+            if node is None:
+                break
+
+    def _from_repository(self, function: object) -> bool:
+        """Does ``function`` (through its decorators) run code of one of the repository's files?"""
+        return any(_inside(path, self.prefix) is not None for path in code_files(function))
+
+    def check_trusted(self, where: str) -> None:
+        """The standard library and the grader's own modules as recorded (:func:`trusted_guard`):
+        checked between tests, where neither pytest's per-test patches (warnings, unraisable
+        hooks) nor the tests' own (``monkeypatch``, ``mock.patch``) are in place."""
+        if self.trusted is None:
+            return
+        try:
+            found = self.trusted.changed(codes=True)
+            found += self.trusted_new_modules()
+        except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
+            found = [f"(the check failed: {type(e).__name__})"]
+        for name in found:
+            ours = name.split(".")[0] in GRADER_MODULES or "._lcrl_" in name
+            kind = "the grader changed" if ours else "the standard library changed"
+            self._tell(f"{kind}: {name}", where)
+
+    def trusted_new_modules(self) -> list[str]:
+        """Standard-library modules imported since the last check: a function of a changed file
+        in one (patched into it before the check could record it) is named, and they are
+        recorded from then on."""
+        if self.trusted is None or len(sys.modules) == self.modules_seen:
+            return []
+        self.modules_seen = len(sys.modules)
+        new = {n: m for n, m in list(sys.modules.items()) if n not in self.trusted_names and _is_stdlib(m)}
+        if not new:
+            return []
+        found = []
+        for name, module in new.items():
+            for key, value in list(vars(module).items()):
+                if any(_inside(p, self.prefix) in self.changed for p in code_files(_unbound(value))):
+                    found.append(f"{name}.{key}")
+        self.trusted_names.update(new)
+        self.trusted.extend(new)
+        return found

@@ -66,6 +66,8 @@ import os
 import secrets
 import select
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -486,6 +488,7 @@ class Outcomes:
         self.exitstatus: int | None = None
         self.collected = 0
         self.garbled = 0
+        self.foreign: set[int | None] = set()  # pids other than the child's that wrote reports
 
     def feed(self, msg: dict) -> None:
         kind = msg.get("t")
@@ -526,7 +529,14 @@ class Outcomes:
 def run_child(results: str, args: list[str], out: Outcomes, watch: _fswatch.TestFileWatch) -> int:
     """Run pytest in the child, feed its reports to ``out`` and the test files' events to
     ``watch``, return its exit code."""
-    r, w = os.pipe()
+    # A socket rather than a pipe: the kernel stamps each write with the writer's pid
+    # (SO_PASSCRED), and only the child's count. A process the code under test forked keeps the
+    # child's end and can write forged reports (a relay that turns "failed" into "passed" and
+    # rewrites junit to match), but never as the child.
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    parent_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    r, w = parent_end.fileno(), child_end.fileno()
+    creds = socket.CMSG_SPACE(struct.calcsize("3i"))
     # Not -I: its -E would ignore PYTHONHASHSEED. The same isolation by hand: no PYTHON* variable
     # reaches the child's interpreter (PYTHONPATH may name the repository's src, which would be
     # searched before the standard library at startup), and -s -S; the child gives them back to
@@ -542,7 +552,7 @@ def run_child(results: str, args: list[str], out: Outcomes, watch: _fswatch.Test
     env.update(steady_plugin(toolchain_dirs()))
     argv = [sys.executable, "-s", "-S", os.path.abspath(__file__), "--child", str(w), results, *args]
     child = subprocess.Popen(argv, pass_fds=(w,), env=env, start_new_session=True)
-    os.close(w)
+    child_end.close()
     buf = bytearray()
     deadline = None
     while True:
@@ -555,9 +565,20 @@ def run_child(results: str, args: list[str], out: Outcomes, watch: _fswatch.Test
         if watch.fd is not None and watch.fd in ready:
             watch.drain()
         if r in ready:
-            chunk = os.read(r, 1 << 16)
+            chunk, ancillary, _, _ = parent_end.recvmsg(1 << 16, creds)
             if not chunk:
                 break
+            sender = next(
+                (
+                    struct.unpack("3i", d[:12])[0]
+                    for lvl, kind, d in ancillary
+                    if kind == socket.SCM_CREDENTIALS
+                ),
+                None,
+            )
+            if sender != child.pid:  # the kernel never merges two writers' bytes in one read
+                out.foreign.add(sender)
+                continue
             buf += chunk
             if len(buf) > 1 << 20:  # a flood without line ends: not ours
                 out.garbled += 1
@@ -567,9 +588,9 @@ def run_child(results: str, args: list[str], out: Outcomes, watch: _fswatch.Test
             for line in lines:
                 try:
                     out.feed(json.loads(line))
-                except (ValueError, KeyError, TypeError, AttributeError):
+                except Exception:  # noqa: BLE001 - any line that is not one of ours (Infinity, huge ints)
                     out.garbled += 1
-    os.close(r)
+    parent_end.close()
     code = child.wait()
     try:  # what the tests left running in the child's session must not touch the results
         os.killpg(child.pid, 9)
@@ -678,6 +699,9 @@ def main() -> None:
         report["junit_sha256"] = None
     report["canaries"] = [{"nodeid": c, "status": out.outcomes.pop(c, "absent")} for c in canaries]
     report["tamper"] += out.audit
+    if out.foreign:
+        pids = ", ".join(sorted(str(p) for p in out.foreign))
+        report["tamper"].append(f"run time: reports written by a process other than pytest's (pid {pids})")
     if out.garbled:
         report["tamper"].append(f"run time: {out.garbled} garbled report(s) on the reporting pipe")
     report.update(
@@ -712,12 +736,13 @@ class _Channel:
 
         self.fd, self.lock = fd, threading.Lock()
 
-    def send(self, msg: dict) -> None:
-        data = memoryview((json.dumps(msg) + "\n").encode("utf-8", "replace"))
+    def send(self, msg: dict, _dumps=json.dumps, _write=os.write, _view=memoryview) -> None:  # noqa: ANN001
+        # json.dumps, os.write bound when this was defined: the code under test may replace them
+        data = _view((_dumps(msg) + "\n").encode("utf-8", "replace"))
         with self.lock:
             while data:
                 try:
-                    data = data[os.write(self.fd, data) :]
+                    data = data[_write(self.fd, data) :]
                 except OSError:
                     return
 
@@ -727,7 +752,18 @@ class _Reporter:
     report checked for a changed toolchain (``_guard.Watch``) first."""
 
     def __init__(self, channel: _Channel, watch: _guard.Watch) -> None:
-        self.channel, self.watch = channel, watch
+        self.channel, self.watch, self.send = channel, watch, channel.send
+
+    def around_loop(self, session):  # noqa: ANN001, ANN201 - pytest_runtestloop, outermost wrapper
+        # the collection is done (the code under test imported) and its warnings capture is over
+        self.watch.check_trusted("the collection")
+        yield
+        self.watch.check_trusted("the end of the session")
+
+    def around_test(self, item, nextitem):  # noqa: ANN001, ANN201 - pytest_runtest_protocol, outermost
+        yield
+        # the test's own patches (monkeypatch, mock.patch) and pytest's per-test hooks are undone
+        self.watch.check_trusted(item.nodeid)
 
     def after_call(self, item):  # noqa: ANN001, ANN201 - pytest_runtest_call, outermost wrapper
         yield
@@ -742,12 +778,12 @@ class _Reporter:
 
     def pytest_collectreport(self, report) -> None:  # noqa: ANN001
         if report.failed:
-            self.channel.send({"t": "collect_error", "nodeid": report.nodeid})
+            self.send({"t": "collect_error", "nodeid": report.nodeid})
 
     def pytest_runtest_logreport(self, report) -> None:  # noqa: ANN001
         if report.when == "call":
             self.watch.check(report.nodeid, record=False, stack=True)
-        self.channel.send(
+        self.send(
             {
                 "t": "log",
                 "nodeid": report.nodeid,
@@ -760,9 +796,7 @@ class _Reporter:
     def pytest_sessionfinish(self, session, exitstatus) -> None:  # noqa: ANN001
         self.watch.check("the end of the session", record=True, stack=False)
         self.watch.check_hooks(session.config.pluginmanager, "the end of the session")
-        self.channel.send(
-            {"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)}
-        )
+        self.send({"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)})
 
 
 class _TrustedFinder:
@@ -822,6 +856,7 @@ def _install_monitor(
     is what decides, and it is out of this process before the call returns)."""
     prefix = repo.rstrip("/") + "/"
     busy = []
+    send = channel.send  # bound now, as the reporter's
 
     def suspicious(event: str, args: tuple) -> bool:
         if event == "object.__getattr__":
@@ -832,48 +867,36 @@ def _install_monitor(
             return attr == "__code__" or (isinstance(module, str) and module.split(".")[0] in toolchain)
         return True
 
-    read: set[str] = set()
+    sent: set[tuple[str, str]] = set()
 
     def hook(event: str, args: tuple) -> None:
-        if busy:
-            return
-        if event == "open":
-            busy.append(1)
-            try:
-                made = _guard.made_among_tests(args, sys._getframe(1), repo, known, in_tests)
-                if made is not None and made[0] not in read:
-                    read.add(made[0])
-                    channel.send({"t": "audit", "event": made[0], "where": made[1]})
-            except Exception:  # noqa: BLE001, S110 - the hook must never break the code it watches
-                pass
-            finally:
-                busy.clear()
-            if data:
-                busy.append(1)
-                try:
-                    found = _guard.read_by_tests(args, sys._getframe(1), repo, data, in_tests)
-                    if found is not None and found[0] not in read:
-                        read.add(found[0])
-                        channel.send({"t": "audit", "event": found[0], "where": found[1]})
-                except Exception:  # noqa: BLE001, S110 - the hook must never break the code it watches
-                    pass
-                finally:
-                    busy.clear()
-            return
-        if not (event in _WATCHED or event.startswith("ctypes.")):
+        if busy or not (event == "open" or event in _WATCHED or event.startswith("ctypes.")):
             return
         busy.append(1)
         try:
-            frame = sys._getframe(1)
-            where = frame.f_code.co_filename
-            if where.startswith(prefix) and where[len(prefix) :] in watched and suspicious(event, args):
-                channel.send(
-                    {"t": "audit", "event": event, "where": f"{where[len(prefix) :]}:{frame.f_lineno}"}
-                )
+            frame = sys._getframe(1)  # what raised the event
+            checks: list[Callable[[], tuple[str, str] | None]] = [
+                # the answer read from the calling test (its source, its code, its frame)
+                lambda: _guard.reads_its_caller(event, args, frame, repo, changed, in_tests)
+            ]
+            if event == "open":
+                checks.append(lambda: _guard.made_among_tests(args, frame, repo, known, in_tests))
+                if data:
+                    checks.append(lambda: _guard.read_by_tests(args, frame, repo, data, in_tests))
             else:
-                patch = _guard.patched_from(event, args, frame, repo, changed, guarded)
-                if patch is not None:
-                    channel.send({"t": "audit", "event": patch[0], "where": patch[1]})
+                where = frame.f_code.co_filename
+                if where.startswith(prefix) and where[len(prefix) :] in watched and suspicious(event, args):
+                    checks.append(lambda: (event, f"{where[len(prefix) :]}:{frame.f_lineno}"))
+                else:
+                    checks.append(lambda: _guard.patched_from(event, args, frame, repo, changed, guarded))
+            for check in checks:
+                try:
+                    found = check()
+                except Exception:  # noqa: BLE001, S112 - the hook must never break the code it watches
+                    continue
+                if found is not None and found not in sent:
+                    sent.add(found)
+                    send({"t": "audit", "event": found[0], "where": found[1]})
         except Exception:  # noqa: BLE001, S110 - the hook must never break the code it watches
             pass
         finally:
@@ -909,8 +932,10 @@ def child_main() -> None:
 
     changed = frozenset(changes["written"])  # every source file the diff changed, not restored
 
+    send = channel.send  # bound now: a method replaced on the class later sends nothing of ours
+
     def claim(what: str, where: str) -> None:
-        channel.send({"t": "audit", "event": what, "where": where})
+        send({"t": "audit", "event": what, "where": where})
 
     def in_tests(path: str) -> bool:  # a test file of the repository: the base's, restored
         return path.startswith(repo + "/") and is_test_path(path[len(repo) + 1 :])
@@ -935,7 +960,15 @@ def child_main() -> None:
         known,
     )
     _Reporter.pytest_runtest_call = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.after_call)
-    code = int(pytest.main(args, plugins=[_Reporter(channel, watch)]))
+    _Reporter.pytest_runtest_protocol = pytest.hookimpl(hookwrapper=True, tryfirst=True)(
+        _Reporter.around_test
+    )
+    _Reporter.pytest_runtestloop = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.around_loop)
+    reporter = _Reporter(channel, watch)
+    # the standard library's and the grader's record: the last step before the repository's
+    # first line (a conftest, a test module, the code they import) can run
+    watch.record_trusted(trusted)
+    code = int(pytest.main(args, plugins=[reporter]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines
         try:
             stream.flush()

@@ -93,3 +93,10 @@ def validated_task(
     grader = bwrap_grader(tmp_path)
     assert grader.validate(task) is None
     return task, grader
+
+
+def validated_calc(tmp_path: Path, name: str) -> tuple[SWETask, SWEGrader]:
+    """:func:`validated_task` on the calculator above (``BUGGY``, ``TESTS``, the fix ``FIXED``)."""
+    return validated_task(
+        tmp_path, name, {"calc.py": BUGGY, "test_calc.py": TESTS}, {"calc.py": FIXED}, F2P, P2P
+    )

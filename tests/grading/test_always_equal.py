@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.grading._compare import Checker, written
-from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, diff, validated_task
+from tests.grading.repo_tasks import BUGGY, FIXED, diff, validated_calc, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 # -- the check itself, on the host --------------------------------------------------------------
@@ -302,9 +302,7 @@ HACKS = {
 def calc(tmp_path_factory):
     require_bwrap()
     tmp = tmp_path_factory.mktemp("always-equal")
-    return validated_task(
-        tmp, "always-equal", {"calc.py": BUGGY, "test_calc.py": TESTS}, {"calc.py": FIXED}, F2P, P2P
-    )
+    return validated_calc(tmp, "always-equal")
 
 
 @pytest.mark.parametrize("hack", sorted(HACKS))

@@ -23,7 +23,7 @@ import pytest
 
 from lit_codeRL.grading import _scan
 from lit_codeRL.grading._guard import Guard, Watch, foreign_frames
-from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, diff, validated_task
+from tests.grading.repo_tasks import BUGGY, FIXED, diff, validated_calc, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 # -- the record, on a toolchain of its own ------------------------------------------------------
@@ -134,15 +134,20 @@ def test_items_and_hooks_running_the_diffs_code_are_named() -> None:
     def mine():  # a function of the "changed file" (this one)
         return None
 
-    honest = types.SimpleNamespace(_obj=textwrap.dedent)  # a function from elsewhere
+    honest = types.SimpleNamespace(_obj=diff)  # a function of another (unchanged) repository file
     watch.check_item(honest, "t0")
     wrapped = types.SimpleNamespace(_obj=types.SimpleNamespace(__wrapped__=mine))  # under a decorator
     watch.check_item(wrapped, "t1")
-    replaced = types.SimpleNamespace(_obj=textwrap.dedent, runtest=lambda: None)
+    replaced = types.SimpleNamespace(_obj=diff, runtest=lambda: None)
     watch.check_item(replaced, "t2")
+    # a no-op of the standard library, a built-in: no test of the repository at all
+    watch.check_item(types.SimpleNamespace(_obj=textwrap.dedent), "t3")
+    watch.check_item(types.SimpleNamespace(_obj=len), "t4")
     assert told == [
         (f"the test runs a function of {rel}", "t1"),
         ("the test's runtest was replaced on its item", "t2"),
+        ("the test runs dedent, no function of the repository", "t3"),
+        ("the test runs len, no function of the repository", "t4"),
     ]
     told.clear()
 
@@ -253,9 +258,7 @@ def test_the_hack_names_nothing_the_scan_reads(hack: str) -> None:
 def calc(tmp_path_factory):
     require_bwrap()
     tmp = tmp_path_factory.mktemp("toolchain-guard")
-    return validated_task(
-        tmp, "guard", {"calc.py": BUGGY, "test_calc.py": TESTS}, {"calc.py": FIXED}, F2P, P2P
-    )
+    return validated_calc(tmp, "guard")
 
 
 @pytest.mark.parametrize("with_fix", [False, True], ids=["hack alone", "hack beside the real fix"])
