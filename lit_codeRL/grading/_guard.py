@@ -155,8 +155,10 @@ class Guard:
             for key, value in vars(module).items():
                 if self.keep(value):
                     self.entries.append((f"{name}.{key}", vars(module), key, value))
+                    # a static type (int, a C extension's class) cannot be given an attribute
                     if (
                         isinstance(value, type)
+                        and value.__flags__ & _HEAP_TYPE
                         and id(value) not in self.classes
                         and (self.names is None or getattr(value, "__module__", None) in self.names)
                     ):
@@ -237,6 +239,7 @@ class Guard:
 
 
 _MISSING = object()
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement or type()
 
 
 def _inside(path: str, prefix: str) -> str | None:
@@ -412,7 +415,20 @@ def _unbound(value: object) -> object:
     return value
 
 
-def trusted_guard(repo: str, changed: frozenset[str], toolchain: list[str]) -> Guard:
+HOT_ROOTS = frozenset(
+    {
+        "builtins", "math", "cmath", "operator", "functools", "itertools", "collections", "re", "json",
+        "unittest", "statistics", "decimal", "fractions", "difflib", "string", "copy", "numbers",
+        *GRADER_MODULES,
+    }
+)  # fmt: skip
+"""The modules checked after every test (the rest after the collection and at the end of the
+session): what tests check with, and the grader's own."""
+
+
+def trusted_guard(
+    repo: str, changed: frozenset[str], toolchain: list[str], only: frozenset[str] | None = None
+) -> Guard:
     """The record of the standard library and the grader's modules as loaded now (:data:`
     COMMON_MODULES` imported first). Nothing may replace what they hold but functions (or
     classes) of the repository's files the diff left alone: a test module's or a conftest's own
@@ -420,7 +436,9 @@ def trusted_guard(repo: str, changed: frozenset[str], toolchain: list[str]) -> G
     PYTEST_SETS`. A function of a changed file, one made by ``exec``, a built-in (``operator.
     truth`` for ``math.isclose``), another function of the standard library or the toolchain
     (``TestCase.assertIsNotNone`` for ``assertEqual``), a callable object (a mock) in a
-    recorded place all are named."""
+    recorded place all are named. A toolchain library's function or class of the same name is
+    taken too (``typing_extensions`` puts its ``_collect_parameters`` in ``typing``'s place; gevent
+    its ``socket`` class). ``only``: the top-level names of the modules recorded (all: ``None``)."""
     import importlib  # noqa: PLC0415
 
     for name in COMMON_MODULES:
@@ -435,22 +453,27 @@ def trusted_guard(repo: str, changed: frozenset[str], toolchain: list[str]) -> G
         return inside is not None and inside not in changed and os.path.isfile(path)
 
     def may_replace(label: str, value: object) -> bool:
-        target = _unbound(value)
+        target, name = _unbound(value), label.rsplit(".", 1)[-1]
         if isinstance(target, type):  # a class of the repository's own, found where it says
             module = sys.modules.get(getattr(target, "__module__", None) or "")
             path = getattr(module, "__file__", None)
-            return (
-                isinstance(path, str) and unchanged(path) and getattr(module, target.__name__, None) is target
-            )
+            if not (isinstance(path, str) and getattr(module, target.__name__, None) is target):
+                return False
+            return unchanged(path) or (path.startswith(tools) and target.__name__ == name)
         functions = _functions_of(target)
         if not all(isinstance(f, types.FunctionType) for f in functions):
             return False
         files = [f.__code__.co_filename for f in functions]
         if all(unchanged(p) for p in files):
             return True
-        return label in PYTEST_SETS and all(p.startswith(tools) or unchanged(p) for p in files)
+        toolchain_own = all(p.startswith(tools) or unchanged(p) for p in files)
+        return toolchain_own and (label in PYTEST_SETS or getattr(target, "__name__", None) == name)
 
-    modules = {n: m for n, m in list(sys.modules.items()) if n in GRADER_MODULES or _is_stdlib(m)}
+    modules = {
+        n: m
+        for n, m in list(sys.modules.items())
+        if (n in GRADER_MODULES or _is_stdlib(m)) and (only is None or n.split(".")[0] in only)
+    }
     guard = Guard(modules=modules, may_replace=may_replace)
     # what the grader put into the toolchain's modules (_compare's helpers on pytest's rewriter,
     # which every rewritten assert calls): the toolchain's record keeps only the toolchain's own
@@ -543,6 +566,7 @@ class Watch:
         self.guard, self.repo, self.changed, self.claim = Guard(allowed=allowed), repo, changed, claim
         self.prefix = prefix
         self.trusted: Guard | None = None  # the standard library's record (record_trusted)
+        self.trusted_hot: Guard | None = None  # its modules checked after every test
         self.trusted_names: set[str] = set()
         self.modules_seen = 0
         self.reported: set[str] = set()
@@ -553,6 +577,7 @@ class Watch:
         """Take the standard library's and the grader's record (:func:`trusted_guard`): the last
         step before pytest starts."""
         self.trusted = trusted_guard(self.repo, self.changed, toolchain)
+        self.trusted_hot = trusted_guard(self.repo, self.changed, toolchain, HOT_ROOTS)
         self.trusted_names = set(self.trusted.names or ())
         self.modules_seen = len(sys.modules)
 
@@ -631,14 +656,17 @@ class Watch:
         """Does ``function`` (through its decorators) run code of one of the repository's files?"""
         return any(_inside(path, self.prefix) is not None for path in code_files(function))
 
-    def check_trusted(self, where: str) -> None:
+    def check_trusted(self, where: str, whole: bool = True) -> None:
         """The standard library and the grader's own modules as recorded (:func:`trusted_guard`):
         checked between tests, where neither pytest's per-test patches (warnings, unraisable
-        hooks) nor the tests' own (``monkeypatch``, ``mock.patch``) are in place."""
-        if self.trusted is None:
+        hooks) nor the tests' own (``monkeypatch``, ``mock.patch``) are in place; all of it
+        (``whole``, and the functions' code) after the collection and at the end, the modules of
+        :data:`HOT_ROOTS` after each test (a patch the code under test made in a test and took
+        back in a later one)."""
+        if self.trusted is None or self.trusted_hot is None:
             return
         try:
-            found = self.trusted.changed(codes=True)
+            found = self.trusted.changed(codes=True) if whole else self.trusted_hot.changed(codes=False)
             found += self.trusted_new_modules()
         except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
             found = [f"(the check failed: {type(e).__name__})"]

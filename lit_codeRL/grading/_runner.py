@@ -763,7 +763,7 @@ class _Reporter:
     def around_test(self, item, nextitem):  # noqa: ANN001, ANN201 - pytest_runtest_protocol, outermost
         yield
         # the test's own patches (monkeypatch, mock.patch) and pytest's per-test hooks are undone
-        self.watch.check_trusted(item.nodeid)
+        self.watch.check_trusted(item.nodeid, whole=False)
 
     def after_call(self, item):  # noqa: ANN001, ANN201 - pytest_runtest_call, outermost wrapper
         yield
@@ -937,6 +937,7 @@ def child_main() -> None:
     def claim(what: str, where: str) -> None:
         send({"t": "audit", "event": what, "where": where})
 
+    @functools.lru_cache(maxsize=1 << 14)  # the audit hook asks it of every frame it reads
     def in_tests(path: str) -> bool:  # a test file of the repository: the base's, restored
         return path.startswith(repo + "/") and is_test_path(path[len(repo) + 1 :])
 
