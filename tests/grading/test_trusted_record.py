@@ -258,3 +258,29 @@ def test_tests_that_patch_the_standard_library_themselves_grade_as_before(tmp_pa
         task, diff(task.repo_source, tmp_path / "broken", {"geom.py": "# a comment\n" + GEOM_BUG})
     )
     assert broken.verdict == "unresolved", broken
+
+
+def test_what_may_stand_in_a_standard_library_slot() -> None:
+    """The rule on the host: a function of a repository file the diff left alone, a toolchain
+    library's function of the slot's own name (``typing_extensions``' ``_collect_parameters`` in
+    ``typing``'s), pytest's own functions in its hooks; not a function of the diff, a built-in, a
+    toolchain function of another name, or a callable object."""
+    from unittest import mock
+
+    from lit_codeRL.grading._guard import trusted_guard
+
+    guard = trusted_guard("/repo", frozenset({"calc.py"}), ["/tools"])
+
+    def made(name: str, path: str):  # noqa: ANN202
+        space: dict = {}
+        exec(compile(f"def {name}(*a, **k):\n    return True\n", path, "exec"), space)  # noqa: S102
+        return space[name]
+
+    with mock.patch("os.path.isfile", return_value=True):  # the repository's files, on the host
+        assert guard.may_replace("math.isclose", made("close", "/repo/tests/conftest.py"))
+        assert guard.may_replace("typing._collect_parameters", made("_collect_parameters", "/tools/te.py"))
+        assert guard.may_replace("sys.unraisablehook", made("unraisable_hook", "/tools/_pytest/u.py"))
+        assert not guard.may_replace("math.isclose", made("isclose", "/repo/calc.py"))  # the diff's
+        assert not guard.may_replace("math.isclose", made("approx", "/tools/_pytest/python_api.py"))
+        assert not guard.may_replace("builtins.all", any)
+        assert not guard.may_replace("math.isclose", mock.MagicMock(return_value=True))
