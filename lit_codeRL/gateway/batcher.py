@@ -7,6 +7,10 @@ thread during a harness rollout, the main thread of ``lit-coderl serve``), which
 ``generate`` per batch and resolves each job's future. Concurrent agents therefore share decode
 steps instead of queueing behind each other. A job with a ``seed`` runs alone from a generator of
 that seed, so the same seeded request gives the same reply whatever else is in flight.
+
+A job whose future was cancelled (its client hung up, its episode closed) is dropped right before
+its batch runs, never generated. Jobs are taken round-robin by owner (the episode), so one
+episode's backlog of calls that cannot batch together does not run ahead of another's call.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from lit_codeRL.gateway.requests import cut_at_stop
 from lit_codeRL.policy.sampling import SamplingParams
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: an episode keeps a set of its waiting jobs
 class GenerationJob:
     """Prompts to sample ``n`` completions each for, and the future their choices go to."""
 
@@ -32,6 +36,8 @@ class GenerationJob:
     sampling: SamplingParams
     n: int = 1
     seed: int | None = None
+    owner: str | None = None
+    """The episode the job is for (jobs are taken round-robin by owner)."""
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.perf_counter)
 
@@ -75,7 +81,7 @@ class GenerationQueue:
         self, engine: Any, timeout_s: float = 0.05, generator: torch.Generator | None = None
     ) -> int:
         """Run every job waiting (after up to ``timeout_s`` for the first); returns how many ran."""
-        jobs = [j for j in self._take(timeout_s) if j.future.set_running_or_notify_cancel()]
+        jobs = _round_robin(self._take(timeout_s))
         groups: dict[tuple[Any, ...], list[GenerationJob]] = {}
         for job in jobs:
             groups.setdefault(job.key(), []).append(job)
@@ -91,6 +97,10 @@ class GenerationQueue:
         return len(jobs)
 
     def _run(self, engine: Any, jobs: list[GenerationJob], generator: torch.Generator | None) -> None:
+        # a client that left while earlier batches ran: its job is dropped here, not generated
+        jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
+        if not jobs:
+            return
         first = jobs[0]
         if first.seed is not None:
             generator = torch.Generator().manual_seed(first.seed % (2**63))
@@ -121,3 +131,15 @@ class GenerationQueue:
             size = len(job.prompts) * job.n
             job.future.set_result(choices[pos : pos + size])
             pos += size
+
+
+def _round_robin(jobs: list[GenerationJob]) -> list[GenerationJob]:
+    """Each owner's first job, then each owner's second, ...: batches are formed (and run) in this
+    order, so a call of a quiet episode waits behind at most one batch of a flooding one."""
+    by_owner: dict[Any, list[GenerationJob]] = {}
+    for i, job in enumerate(jobs):
+        by_owner.setdefault(job.owner if job.owner is not None else ("anonymous", i), []).append(job)
+    out: list[GenerationJob] = []
+    for rank in range(max((len(v) for v in by_owner.values()), default=0)):
+        out += [v[rank] for v in by_owner.values() if rank < len(v)]
+    return out

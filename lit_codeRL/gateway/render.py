@@ -13,9 +13,8 @@ summary, a truncation, an edited reply) is rendered from scratch and starts a ne
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
-
-_SENTINEL = "\x00LCRL-ASSISTANT\x00"
 
 
 class ChatRenderer:
@@ -33,6 +32,9 @@ class ChatRenderer:
         eos = tokenizer.eos_token_id
         self._eos_ids = {eos} if eos is not None else set()
         self._eos_text = tokenizer.eos_token or ""
+        self._sentinel = f"\x00LCRL-{secrets.token_hex(16)}\x00"
+        """Marks where the probe's assistant turn ends: random per renderer, so an agent's message
+        cannot carry a copy for :meth:`suffix_ids` to cut at."""
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -57,11 +59,11 @@ class ChatRenderer:
         kwargs = {"tools": tools} if tools else {}
         probe = [
             {"role": "user", "content": "x"},
-            {"role": "assistant", "content": _SENTINEL},
+            {"role": "assistant", "content": self._sentinel},
             *new_messages,
         ]
         text = self.tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False, **kwargs)
-        after = text[text.rindex(_SENTINEL) + len(_SENTINEL) :]
+        after = text[text.index(self._sentinel) + len(self._sentinel) :]
         if completion_ids and completion_ids[-1] in self._eos_ids and after.startswith(self._eos_text):
             after = after[len(self._eos_text) :]
         return self._encode(after)

@@ -14,6 +14,7 @@ Every reply also carries the exact ids (``prompt_token_ids``, per choice ``token
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import uuid
@@ -49,7 +50,18 @@ class ServeLimits:
     max_n: int = 16
     """Largest ``n``."""
     max_calls_per_episode: int | None = None
-    """Calls one episode may make (past it: 404, which agent SDKs do not retry); ``None``: no bound."""
+    """Calls one episode may make (past it: 404, which agent SDKs do not retry); ``None``: no bound.
+    Calls being answered count, and a completions call counts once per prompt (one record each)."""
+    max_inflight_per_episode: int = 8
+    """Calls of one episode being answered at once (more: 429): one agent cannot flood the batch."""
+
+
+MAX_CHARS_PER_TOKEN = 32
+"""A generous bound on characters per token: a chat request whose text is longer than
+``max_context_tokens`` times this is refused before it is tokenized (real text averages ~4)."""
+
+GREEDY_BELOW = 1e-3
+"""Temperatures below this sample greedily: dividing logits by 1e-300 overflows to NaN log-probs."""
 
 
 @dataclass
@@ -161,9 +173,10 @@ def sampling_of(
             stop=[*stop, *(s for s in forced.stop if s not in stop)],
         )
         return sampling, n, seed
+    temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
     sampling = SamplingParams(
         max_new_tokens=max_new,
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        temperature=0.0 if temperature < GREEDY_BELOW else temperature,
         top_p=_number(body, "top_p", 1.0, 1e-6, 1.0),
         top_k=int(_integer(body, "top_k", 0, -1, 1 << 20) or 0) if body.get("top_k", 0) != -1 else 0,
         stop=stop,
@@ -187,7 +200,7 @@ def normalize_messages(messages: Any, supports_tools: bool) -> list[dict[str, An
         raise APIError(400, "messages must be a non-empty list", "messages")
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in _ROLES:
             raise APIError(400, f"messages[{i}] needs a role in {sorted(_ROLES)}", "messages")
         role = "system" if m["role"] == "developer" else m["role"]
         content = m.get("content")
@@ -208,6 +221,8 @@ def normalize_messages(messages: Any, supports_tools: bool) -> list[dict[str, An
         if m.get("tool_calls"):
             if not supports_tools:
                 raise APIError(400, "this model's chat template does not render tool calls", "messages")
+            if not isinstance(m["tool_calls"], list):
+                raise APIError(400, f"messages[{i}].tool_calls must be a list", "messages")
             msg["tool_calls"] = [_template_tool_call(c, i) for c in m["tool_calls"]]
         for key in ("name", "tool_call_id"):
             if isinstance(m.get(key), str):
@@ -227,7 +242,7 @@ def _template_tool_call(call: Any, i: int) -> dict[str, Any]:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as err:
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, a 5,000-digit integer, nesting
             raise APIError(
                 400, f"messages[{i}].tool_calls arguments are not JSON: {err}", "messages"
             ) from None
@@ -298,6 +313,21 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     return (kept or None), calls
 
 
+def text_chars(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+    """Characters of a normalized chat request's text (content, tool calls, tools), counted without
+    tokenizing: what :data:`MAX_CHARS_PER_TOKEN` bounds."""
+    chars = sum(len(m["content"]) for m in messages)
+    for m in messages:
+        if "tool_calls" in m:
+            chars += len(json.dumps(m["tool_calls"], default=str))
+    return chars + (len(json.dumps(tools, default=str)) if tools else 0)
+
+
+def finite(logprob: float) -> float | None:
+    """A log-prob as the reply writes it: ``null`` where it is not finite (a bare NaN is not JSON)."""
+    return logprob if math.isfinite(logprob) else None
+
+
 def finish_reason(engine_reason: str) -> str:
     return "length" if engine_reason == "length" else "stop"
 
@@ -324,7 +354,7 @@ def chat_reply(
                 "content": [
                     {
                         "token": t,
-                        "logprob": lp,
+                        "logprob": finite(lp),
                         "bytes": list(t.encode("utf-8", "replace")),
                         "top_logprobs": [],
                     }
@@ -365,7 +395,7 @@ def completion_reply(
                 pos += len(t)
             logprobs = {
                 "tokens": tokens,
-                "token_logprobs": c.logprobs,
+                "token_logprobs": [finite(lp) for lp in c.logprobs],
                 "top_logprobs": None,
                 "text_offset": offsets,
             }

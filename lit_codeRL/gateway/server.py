@@ -15,6 +15,15 @@ A call is recorded only once its reply has been written (a client that hung up b
 record). A retry the client marks (``x-stainless-retry-count`` > 0) of the episode's last call
 with the same body gets the stored reply again, unrecorded: the SDK timed out, the policy
 sampled once.
+
+Everything an agent sends is hostile: a bad request is a 4xx with a one-line message, never an
+exception out of the server or the engine's owner. Bodies are parsed and tokenized off the event
+loop (one at a time per episode), a chat text longer than ``max_context_tokens`` x
+``MAX_CHARS_PER_TOKEN`` characters is refused before tokenizing, an episode has at most
+``max_inflight_per_episode`` calls being answered (429 past it) and ``max_calls_per_episode``
+counts calls being answered too; a socket takes at most ``max_connections_per_socket``
+connections and a connection idle (or a body unsent) for ``idle_timeout_s`` is closed; a client
+that hangs up, or whose episode closes, has its queued call dropped before generation.
 """
 
 from __future__ import annotations
@@ -26,7 +35,9 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +49,7 @@ from lit_codeRL.gateway.batcher import GenerationJob, GenerationQueue
 from lit_codeRL.gateway.records import CallRecord, Choice
 from lit_codeRL.gateway.render import ChatRenderer, PreviousCall
 from lit_codeRL.gateway.requests import (
+    MAX_CHARS_PER_TOKEN,
     APIError,
     ParsedRequest,
     ServeLimits,
@@ -48,6 +60,7 @@ from lit_codeRL.gateway.requests import (
     normalize_messages,
     sampling_of,
     stream_chunks,
+    text_chars,
 )
 from lit_codeRL.policy.sampling import SamplingParams
 
@@ -74,6 +87,16 @@ class EpisodeLog:
     """Calls being answered. A call is recorded after its reply is flushed, so the client may
     have it (and its agent may have exited) a moment before the record exists: read ``calls``
     once this is 0 (:meth:`Gateway.settled`)."""
+    reserved: int = 0
+    """Records the calls now being generated will add (the call cap counts them)."""
+    failure: str | None = None
+    """Why the gateway could not close it cleanly (its episode is then invalid: ``gateway_error``)."""
+    frozen: bool = False
+    """Its reader gave up waiting (:meth:`Gateway.freeze`): nothing more is recorded."""
+    jobs: set[GenerationJob] = field(default_factory=set)
+    """Its calls waiting for the engine (cancelled when it closes)."""
+    parse_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One body of the episode parsed at a time: a flood of huge bodies holds one parser thread."""
 
 
 @dataclass
@@ -93,6 +116,16 @@ class GatewayConfig:
     """Answer only calls of open episodes (404 otherwise)."""
     record_all: bool = False
     """``lit-coderl serve --record``: every key becomes an episode on its first call."""
+    max_record_keys: int = 1024
+    """With ``record_all``: episodes (keys) kept at most; the least recently used idle one is forgotten."""
+    max_connections_per_socket: int = 32
+    """Open connections an episode's unix socket accepts at once (more are closed at once)."""
+    idle_timeout_s: float = 30.0
+    """A connection that sends no request (or not all of its body) for this long is closed."""
+    write_timeout_s: float = 60.0
+    """A reply the client does not read within this long is dropped (the call is not recorded)."""
+    parse_workers: int = 4
+    """Threads that parse and tokenize bodies (off the event loop)."""
 
 
 class Gateway:
@@ -117,7 +150,13 @@ class Gateway:
         self.queue = GenerationQueue(self.config.max_batch_rows, self.config.batch_wait_ms / 1000)
         self.policy_version = 0
         self.episodes: dict[str, EpisodeLog] = {}
+        self._closed: OrderedDict[str, EpisodeLog] = OrderedDict()
+        """Recently closed episodes, so that closing one again hands back the same log."""
         self._by_socket: dict[str, str] = {}
+        self._socket_conns: dict[str, int] = {}
+        self._conn_socket: dict[int, str] = {}
+        self._last_loop_error = 0.0
+        self._pool = ThreadPoolExecutor(max(1, self.config.parse_workers), thread_name_prefix="lcrl-gw-parse")
         self._sites: dict[str, web.BaseSite] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -134,6 +173,7 @@ class Gateway:
 
         def run() -> None:
             asyncio.set_event_loop(self._loop)
+            self._loop.set_exception_handler(self._loop_error)
             ready.set()
             self._loop.run_forever()
 
@@ -147,6 +187,15 @@ class Gateway:
             self._call(self._add_site(uds))
         return self
 
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """The loop's errors (accept failing with no file descriptors left: once per connection
+        attempt) logged one line a second at most, not a traceback each."""
+        now = time.monotonic()
+        if now - self._last_loop_error >= 1.0:
+            self._last_loop_error = now
+            err = context.get("exception")
+            logger.warning("gateway event loop: %s %s", context.get("message"), repr(err) if err else "")
+
     def _call(self, coro: Any, timeout: float = 30.0) -> Any:
         assert self._loop is not None, "Gateway.start() first"
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -157,8 +206,38 @@ class Gateway:
             app.router.add_get(prefix + "/v1/models", self._models)
             app.router.add_post(prefix + "/v1/chat/completions", self._chat)
             app.router.add_post(prefix + "/v1/completions", self._completions)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # handler_cancellation: a client that hangs up cancels its handler, and so its queued job;
+        # keepalive_timeout also closes a connection that never completes a request
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            keepalive_timeout=self.config.idle_timeout_s,
+        )
         await self._runner.setup()
+        server = self._runner.server
+        assert server is not None
+        made, lost = server.connection_made, server.connection_lost
+
+        def connection_made(handler: Any, transport: asyncio.Transport) -> None:
+            made(handler, transport)
+            name = transport.get_extra_info("sockname")
+            if isinstance(name, str) and name:  # an episode's unix socket
+                self._conn_socket[id(handler)] = name
+                self._socket_conns[name] = self._socket_conns.get(name, 0) + 1
+                if self._socket_conns[name] > self.config.max_connections_per_socket:
+                    transport.abort()
+
+        def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
+            lost(handler, exc)
+            name = self._conn_socket.pop(id(handler), None)
+            if name is not None:
+                self._socket_conns[name] -= 1
+                if not self._socket_conns[name]:
+                    del self._socket_conns[name]
+
+        server.connection_made, server.connection_lost = connection_made, connection_lost  # type: ignore[method-assign]
 
     async def _listen_tcp(self, host: str, port: int) -> str:
         assert self._runner is not None
@@ -175,9 +254,24 @@ class Gateway:
 
     async def _remove_site(self, path: str) -> None:
         site = self._sites.pop(path, None)
+        Path(path).unlink(missing_ok=True)  # a new connect fails at once
         if site is not None:
+            # Stop accepting, then let connections already accepted attach before the server
+            # closes: Python 3.11 leaves one that attaches after close open and unanswered
+            # until the garbage collector finds it (the client hangs).
+            server = site._server
+            for sock in server.sockets if server is not None else []:
+                asyncio.get_running_loop().remove_reader(sock.fileno())
+            for _ in range(3):
+                await asyncio.sleep(0)
             await site.stop()
-        Path(path).unlink(missing_ok=True)
+        # connections already accepted on it: idle ones close now (a request in progress is
+        # answered first), rather than waiting out the idle timeout unanswered
+        server = self._runner.server if self._runner is not None else None
+        for handler in server.connections if server is not None else []:
+            if self._conn_socket.get(id(handler)) == path:
+                # (aiohttp's close() alone leaves an idle connection's transport open)
+                handler.close() if handler._request_in_progress else handler.force_close()
 
     def stop(self) -> None:
         """Close every site and the loop (idempotent)."""
@@ -189,6 +283,7 @@ class Gateway:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._loop = None
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ episodes
     def open_episode(self, key: str | None = None, socket_path: str | None = None) -> str:
@@ -223,14 +318,35 @@ class Gateway:
 
     def close_episode(self, key: str) -> EpisodeLog:
         """Stop answering the episode (its socket removed, its key 404) and hand back its log;
-        calls already being answered still finish and are recorded (:meth:`settled`)."""
+        calls still waiting for the engine are dropped (404), calls being generated or written
+        still finish and are recorded (:meth:`settled`). Closing it again hands back the same log;
+        this never raises for a key once opened (a socket that will not close is logged)."""
         with self._lock:
-            log = self.episodes.pop(key)
+            log = self.episodes.pop(key, None)
+            if log is None:
+                return self._closed[key]  # KeyError only for a key never opened (a caller's bug)
             log.closed = True
+            self._closed[key] = log
+            while len(self._closed) > 4096:
+                self._closed.popitem(last=False)
             if log.socket_path is not None:
                 self._by_socket.pop(log.socket_path, None)
+            jobs, log.jobs = list(log.jobs), set()
+        for job in jobs:
+            job.future.cancel()  # only those not yet in a batch: their handlers answer 404
         if log.socket_path is not None:
-            self._call(self._remove_site(log.socket_path))
+            try:
+                self._call(self._remove_site(log.socket_path), timeout=10.0)
+            except Exception as err:  # noqa: BLE001 - the socket is unmapped already: calls on it get 404
+                logger.warning("gateway: closing episode %s's socket: %s", key, repr(err))
+                Path(log.socket_path).unlink(missing_ok=True)
+        return log
+
+    def freeze(self, log: EpisodeLog) -> EpisodeLog:
+        """Record nothing more for ``log`` (its reader stops waiting for calls still being answered:
+        a client that does not read its reply must not hold up the training step)."""
+        with self._lock:
+            log.frozen = True
         return log
 
     def _episode(self, request: web.Request) -> EpisodeLog | None:
@@ -246,12 +362,41 @@ class Gateway:
                 return self.episodes[key]
             if key and self.config.record_all:
                 self.episodes[key] = EpisodeLog(key)
+                self._forget_idle_keys()
                 return self.episodes[key]
         if self.config.require_episode:
             raise APIError(
                 404, "no open episode for this call (it ended, or the key is unknown)", code="episode_closed"
             )
         return None
+
+    def _forget_idle_keys(self) -> None:
+        """``--record``: keep at most ``max_record_keys`` episodes (an invented key per call must
+        not grow memory forever); forget the least recently used ones that hold nothing unwritten.
+        Called with the lock held."""
+        excess = len(self.episodes) - self.config.max_record_keys
+        for key in [k for k, log in self.episodes.items() if log.socket_path is None]:
+            if excess <= 0:
+                break
+            log = self.episodes[key]
+            if not log.calls and not log.inflight:
+                del self.episodes[key]
+                excess -= 1
+
+    def _admit(self, log: EpisodeLog) -> None:
+        """Count a call of ``log`` as being answered, or refuse it (closed: 404; too many: 429)."""
+        with self._lock:
+            if log.closed:
+                raise APIError(404, "no open episode for this call (it ended)", code="episode_closed")
+            limit = self.config.limits.max_inflight_per_episode
+            if log.inflight >= limit:
+                log.errors += 1
+                raise APIError(
+                    429, f"this episode has {limit} calls being answered already", code="too_many_calls"
+                )
+            log.inflight += 1
+            if self.config.record_all:  # most recently used last (``_forget_idle_keys``)
+                self.episodes[log.key] = self.episodes.pop(log.key, log)
 
     # ------------------------------------------------------------------ generation
     def pump(self, engine: Any, until: Callable[[], bool], generator: torch.Generator | None = None) -> None:
@@ -281,69 +426,150 @@ class Gateway:
 
     async def _answer(self, request: web.Request, kind: str) -> web.StreamResponse:
         log: EpisodeLog | None = None
+        admitted = False
         try:
             log = self._episode(request)
             if log is not None:
-                with self._lock:
-                    log.inflight += 1
+                self._admit(log)
+                admitted = True
             return await self._answer_for(request, kind, log)
         except APIError as err:
             return web.json_response(err.body(), status=err.status)
         finally:
-            if log is not None:
+            if admitted:
+                assert log is not None
                 with self._lock:
                     log.inflight -= 1
 
     async def _answer_for(
         self, request: web.Request, kind: str, log: EpisodeLog | None
     ) -> web.StreamResponse:
+        parsed: ParsedRequest | None = None
         try:
-            raw = await request.read()
+            try:
+                raw = await asyncio.wait_for(request.read(), self.config.idle_timeout_s)
+            except TimeoutError:
+                raise APIError(
+                    408, f"the body did not arrive within {self.config.idle_timeout_s:g} s"
+                ) from None
             digest = hashlib.sha256(raw).hexdigest()
             if log is not None:
                 log.requests += 1
-                cap = self.config.limits.max_calls_per_episode
-                if cap is not None and log.recorded >= cap:
-                    raise APIError(404, f"this episode made its {cap} calls", code="episode_call_limit")
+                self._check_cap(log, 1)
                 retry = request.headers.get("x-stainless-retry-count", "0")
                 if retry not in ("", "0") and digest == log.last_digest and log.last_reply is not None:
                     log.replayed_retries += 1
                     return web.Response(body=log.last_reply, content_type="application/json")
+            loop = asyncio.get_running_loop()
+            # JSON and the tokenizer off the event loop: a huge body must not stall other calls. The
+            # episode's lock is held until the parse ends, even if its client hangs up meanwhile:
+            # an episode never occupies more than one parser thread.
+            if log is not None:
+                await log.parse_lock.acquire()
             try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise APIError(400, "the body is not JSON") from None
-            if not isinstance(body, dict):
-                raise APIError(400, "the body must be a JSON object")
-            parsed = self._parse(body, kind, log)
-            t0 = time.perf_counter()
-            job = GenerationJob(parsed.prompts, parsed.sampling, parsed.n, parsed.seed)
+                future = loop.run_in_executor(self._pool, self._parse_raw, raw, kind, log)
+            except BaseException:
+                if log is not None:
+                    log.parse_lock.release()
+                raise
+            if log is not None:
+                lock = log.parse_lock
+                future.add_done_callback(lambda _: lock.release())
+            parsed = await asyncio.shield(future)
+            rows = len(parsed.prompts) * parsed.n
+            if rows > self.config.max_batch_rows:
+                raise APIError(
+                    400, f"{rows} sequences (prompts x n) exceed this server's batch of {self.config.max_batch_rows}",
+                    "n",
+                )  # fmt: skip
+            job = GenerationJob(
+                parsed.prompts, parsed.sampling, parsed.n, parsed.seed, log.key if log else None
+            )
+            if log is not None:
+                with self._lock:
+                    if log.closed:  # closed while this body was parsed: its jobs were cancelled already
+                        raise APIError(404, "no open episode for this call (it ended)", code="episode_closed")
+                    self._check_cap(log, len(parsed.prompts))
+                    log.reserved += len(parsed.prompts)
+                    log.jobs.add(job)
             try:
-                choices: list[Choice] = await asyncio.wrap_future(self.queue.submit(job))
-            except Exception as err:  # noqa: BLE001 - the engine failed on this batch
-                raise APIError(500, f"generation failed: {type(err).__name__}: {err}") from None
-            wall = time.perf_counter() - t0
-            if kind == "chat":
-                reply = chat_reply(parsed, choices, parsed.prompts[0], self.tokenizer)
-            else:
-                reply = completion_reply(parsed, choices, parsed.prompts, self.tokenizer)
-            response = await self._write(request, reply, parsed)
+                t0 = time.perf_counter()
+                choices = await self._generate(job, log)
+                wall = time.perf_counter() - t0
+                if kind == "chat":
+                    reply = chat_reply(parsed, choices, parsed.prompts[0], self.tokenizer)
+                else:
+                    reply = completion_reply(parsed, choices, parsed.prompts, self.tokenizer)
+                try:
+                    response = await asyncio.wait_for(
+                        self._write(request, reply, parsed), self.config.write_timeout_s
+                    )
+                except TimeoutError:
+                    if request.transport is not None:
+                        request.transport.abort()
+                    raise ConnectionResetError("the client did not read its reply") from None
+                if log is not None:
+                    self._record(log, parsed, choices, wall, digest, response)
+            finally:
+                if log is not None:
+                    with self._lock:
+                        log.reserved -= len(parsed.prompts)
+                        log.jobs.discard(job)
         except APIError as err:
             if log is not None:
                 log.errors += 1
             return web.json_response(err.body(), status=err.status)
         except (ConnectionResetError, asyncio.CancelledError):
             raise  # the client left: nothing is recorded
-        if log is not None:
-            self._record(log, parsed, choices, wall, digest, response)
         return response[0]
+
+    def _check_cap(self, log: EpisodeLog, calls: int) -> None:
+        """404 when ``calls`` more would pass the episode's call cap (calls being answered count)."""
+        cap = self.config.limits.max_calls_per_episode
+        if cap is not None and log.recorded + log.reserved + calls > cap:
+            raise APIError(404, f"this episode made its {cap} calls", code="episode_call_limit")
+
+    async def _generate(self, job: GenerationJob, log: EpisodeLog | None) -> list[Choice]:
+        try:
+            return await asyncio.wrap_future(self.queue.submit(job))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if job.future.cancelled() and task is not None and not task.cancelling():
+                # the job was dropped (its episode closed), not this handler: answer
+                raise APIError(
+                    404, "no open episode for this call (it ended)", code="episode_closed"
+                ) from None
+            raise
+        except Exception as err:  # noqa: BLE001 - the engine failed on this batch
+            raise APIError(500, f"generation failed: {type(err).__name__}: {err}") from None
+
+    def _parse_raw(self, raw: bytes, kind: str, log: EpisodeLog | None) -> ParsedRequest:
+        """The body as a validated request (in a parser thread); anything unexpected is a 400."""
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):  # bad JSON, deep nesting, huge ints
+            raise APIError(
+                400, "the body is not JSON (or nests too deep, or has a number too long)"
+            ) from None
+        if not isinstance(body, dict):
+            raise APIError(400, "the body must be a JSON object")
+        try:
+            return self._parse(body, kind, log)
+        except APIError:
+            raise
+        except Exception as err:  # noqa: BLE001 - validation missed a shape: still the client's error
+            logger.warning("gateway: unreadable %s request: %s", kind, repr(err)[:200])
+            raise APIError(400, f"the request could not be read ({type(err).__name__})") from None
 
     def _parse(self, body: dict[str, Any], kind: str, log: EpisodeLog | None) -> ParsedRequest:
         limits = self.config.limits
         sampling, n, seed = sampling_of(body, limits, self.forced_sampling)
         model = body.get("model") if isinstance(body.get("model"), str) else self.config.served_name
         stream = bool(body.get("stream", False))
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage", False))
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise APIError(400, "stream_options must be an object", "stream_options")
+        include_usage = bool(options.get("include_usage", False))
         if kind == "chat":
             if body.get("top_logprobs"):
                 raise APIError(
@@ -351,6 +577,16 @@ class Gateway:
                 )
             tools = check_tools(body.get("tools"), self.renderer.supports_tools)
             messages = normalize_messages(body.get("messages"), self.renderer.supports_tools)
+            chars = text_chars(messages, tools)
+            if (
+                limits.max_context_tokens is not None
+                and chars > limits.max_context_tokens * MAX_CHARS_PER_TOKEN
+            ):
+                # refused before tokenizing: tokenizing 16 MB takes minutes and gigabytes
+                raise APIError(
+                    400, f"{chars} characters of messages exceed the context limit {limits.max_context_tokens}"
+                    " tokens", "messages", code="context_length_exceeded",
+                )  # fmt: skip
             ids = self.renderer.continuation(log.previous if log else None, messages, tools)
             continued = ids is not None
             if ids is None:
@@ -370,7 +606,16 @@ class Gateway:
                     "logprobs > 0 (top alternatives) is not supported: send 0 for the chosen tokens'",
                     "logprobs",
                 )
-            encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+            bound = limits.max_context_tokens
+
+            def encode(text: str) -> list[int]:
+                if bound is not None and len(text) > bound * MAX_CHARS_PER_TOKEN:  # before tokenizing
+                    raise APIError(
+                        400, f"{len(text)} characters of prompt exceed the context limit {bound} tokens",
+                        "prompt", code="context_length_exceeded",
+                    )  # fmt: skip
+                return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
             prompts = completion_prompts(body.get("prompt"), encode)
             messages, tools, continued = [], None, False
             logprobs = logprobs_n is not None and logprobs_n is not False
@@ -436,6 +681,8 @@ class Gateway:
         response: tuple[web.StreamResponse, bytes],
     ) -> None:
         with self._lock:
+            if log.frozen:  # its reader stopped waiting: a record now would race its rows
+                return
             for i, prompt in enumerate(parsed.prompts):
                 log.calls.append(
                     CallRecord(

@@ -17,6 +17,7 @@ the dumps and the evaluation are unchanged). One ``run``:
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -29,12 +30,14 @@ from lit_codeRL.envs.harness.bridge import socket_path
 from lit_codeRL.envs.harness.env import HarnessEnv, HarnessState
 from lit_codeRL.gateway.records import CallRecord, Row, build_rows
 from lit_codeRL.gateway.requests import ServeLimits
-from lit_codeRL.gateway.server import Gateway, GatewayConfig
+from lit_codeRL.gateway.server import EpisodeLog, Gateway, GatewayConfig
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.chat import ChatFormat
 from lit_codeRL.rollout.episodes import Episode, Turn
 from lit_codeRL.rollout.trajectory import Segment, interaction_segments
+
+logger = logging.getLogger(__name__)
 
 
 class HarnessRunner:
@@ -53,6 +56,9 @@ class HarnessRunner:
 
     max_turns = 1
     """Evaluation counts one agent run as one attempt (its calls are the agent's business)."""
+    settle_timeout_s = 30.0
+    """How long after an episode closes its calls still being answered may take to be recorded
+    (a client that does not read its reply must not hold the training step); then it is frozen."""
 
     def __init__(
         self,
@@ -108,13 +114,19 @@ class HarnessRunner:
                 env._pool.submit(env.run_agent, s, text) for s, text in zip(states, statements, strict=True)
             ]
 
+            closed_at: dict[str, float] = {}
+
             def all_closed() -> bool:
                 """Close the socket of each episode whose agent exited; True once all have."""
                 for key, future in zip(keys, futures, strict=True):
                     if future.done() and key not in logs:
-                        logs[key] = self.gateway.close_episode(key)
+                        logs[key] = self._close(key)
+                        closed_at[key] = time.monotonic()
                 # a reply the agent got just before it exited is recorded a moment later
-                return len(logs) == len(keys) and all(self.gateway.settled(log) for log in logs.values())
+                late = time.monotonic() - self.settle_timeout_s
+                return len(logs) == len(keys) and all(
+                    self.gateway.settled(logs[key]) or closed_at[key] < late for key in logs
+                )
 
             self.gateway.pump(self.engine, all_closed, generator)
             for future in futures:
@@ -126,7 +138,9 @@ class HarnessRunner:
         finally:
             for key in keys:  # an error above: stop answering every episode of this run
                 if key not in logs:
-                    logs[key] = self.gateway.close_episode(key)
+                    logs[key] = self._close(key)
+            for log in logs.values():  # what is recorded now is final (a late record would race the rows)
+                self.gateway.freeze(log)
             for state in states:
                 env._close(state.workspace)
             for d in dirs:
@@ -140,6 +154,15 @@ class HarnessRunner:
             )
             episodes.append(episode)
         return episodes
+
+    def _close(self, key: str) -> Any:
+        """The episode's closed log; a gateway that fails to close it fails that episode only
+        (``gateway_error``), never the rollout."""
+        try:
+            return self.gateway.close_episode(key)
+        except Exception as err:  # noqa: BLE001
+            logger.warning("harness: closing gateway episode %s: %s", key, repr(err))
+            return EpisodeLog(key, closed=True, failure=repr(err))
 
     def _episode(
         self, problem: Problem, group: int, statement: str, log: Any, state: HarnessState, result: Any
@@ -175,7 +198,9 @@ class HarnessRunner:
                 "calls": [_call_dump(c) for c in log.calls],
             }
         )
-        if result.info.get("masked") or result.info.get("sandbox_error"):
+        if log.failure:
+            episode.valid, episode.end_reason = False, "gateway_error"
+        elif result.info.get("masked") or result.info.get("sandbox_error"):
             episode.valid, episode.end_reason = False, str(result.info.get("verdict", "sandbox_error"))
         elif result.terminated:
             episode.terminated, episode.end_reason = True, "terminated"
