@@ -92,6 +92,11 @@ class WorkspaceEnvSettings:
     """Reward of an episode graded ``tamper`` (its diff shadows the toolchain, adds packaging
     metadata or reaches for reporter internals, or the run forged a pass: ``docs/swe.md``). The
     default is the failure reward; a negative value makes tampering a penalty."""
+    mirror_check: bool = True
+    """Grade an episode that resolved its task a second time, with the values its failing tests
+    check equality against changed in their text: a pass there is ``tamper`` (the code read the
+    answer from the test: ``docs/swe.md``). Costs one more grading run per resolved episode of a
+    task whose tests have such values."""
     workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     """The isolation backend and per-session limits (the agent's and the grading workspaces)."""
     repo_cache: str | None = None

@@ -19,6 +19,8 @@ once every process of the sandbox is gone. Two processes:
    test (``spec.json``'s ``test_files``, whatever their names) are checked out from ``HEAD`` or
    deleted;
 5. applies the task's hidden test patch (failure -> ``test_patch_failed``);
+   In the *mirror run* (``mirror.json``: the FAIL_TO_PASS tests and a salt, read and deleted as
+   the key), it then changes the values those tests check equality against (``_mirror.py``);
 6. adds *canaries*: tests with random names that always fail, appended to every test file (one
    of them a ``unittest.TestCase`` test);
 7. runs pytest in a **child** process (this file with ``--child``) that holds no key, reads the
@@ -77,6 +79,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out 
 import _compare  # noqa: E402 - the comparison check of the child, bound beside it too
 import _fswatch  # noqa: E402 - the parent's watch on the test files, bound beside it too
 import _guard  # noqa: E402 - the child's record of the toolchain, bound beside it too
+import _mirror  # noqa: E402 - the mirror run's change of the expected values, bound beside it too
 import _scan  # noqa: E402 - the scanner lives beside this file, bound read-only with it
 
 HASH_SEED = "0"
@@ -629,6 +632,12 @@ def main() -> None:
     with open(key_file, "rb") as f:
         key = f.read()
     os.unlink(key_file)
+    mirror = None
+    mirror_file = os.path.join(results, "mirror.json")
+    if os.path.exists(mirror_file):  # read and gone, as the key: no test can tell the runs apart by it
+        with open(mirror_file) as f:
+            mirror = json.load(f)
+        os.unlink(mirror_file)
     with open(os.path.join(results, "spec.json")) as f:
         spec = json.load(f)
     report: dict = {"stage": "started", "tamper": []}
@@ -663,6 +672,9 @@ def main() -> None:
     if error is not None:
         report.update(stage="test_patch_failed", detail=error)
         finish(0)
+    os.unlink(os.path.join(results, "test.patch"))  # its text holds the tests' values as written
+    if mirror is not None:
+        report["mirror"] = {"armed": _mirror.arm(list(mirror["tests"]), int(mirror["salt"]))}
     canary_files, canaries = write_canaries(test_files)
     watch, present = watch_test_files(graded, [*test_files, *canary_files], names)
     with open(os.path.join(results, "restored.json"), "w") as f:

@@ -62,7 +62,8 @@ SCANNER = Path(__file__).with_name("_scan.py")
 COMPARER = Path(__file__).with_name("_compare.py")
 GUARD = Path(__file__).with_name("_guard.py")
 FSWATCH = Path(__file__).with_name("_fswatch.py")
-RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH)
+MIRROR = Path(__file__).with_name("_mirror.py")
+RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR)
 """The trusted runner and what it imports, bound read-only side by side in every grading run."""
 RUNNER_MOUNT = "/opt/lcrl-grade"
 RESULTS_MOUNT = "/opt/lcrl-results"
@@ -144,7 +145,7 @@ class GradeRun:
     """CPU time of every process of the run (``None``: not known)."""
 
 
-TAMPER_KINDS = ("shadows", "metadata", "native code", "bytecode", "internals", "run time", "canary")
+TAMPER_KINDS = ("shadows", "metadata", "native code", "bytecode", "internals", "run time", "canary", "mirror")
 """The first words of tamper reasons, for per-kind counts (``tamper_kind``)."""
 
 
@@ -351,6 +352,36 @@ def _why_unresolved(f2p: dict[str, str], p2p: dict[str, str]) -> str:
     return "; ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
 
 
+def mirror_verdict(task: GradedTask, run: GradeRun, tamper_reward: float = 0.0) -> SWEGrade | None:
+    """The grade of a diff that resolved ``task`` after its *mirror run* (``run``: the
+    FAIL_TO_PASS tests again, each value they check equality against changed in their text,
+    ``_mirror.py``): ``tamper`` when that run found tampering, or when a test of an armed function
+    passed there (the same inputs, another expected value: the code under test read the answer
+    from the test); ``None`` when it stands (pure: ``tests/grading/test_mirror.py``). A run that
+    left no verdict to read (a timeout, no record) proves nothing either way."""
+    grade = judge(task, run.exit_code, run.report, run.junit, tamper_reward=tamper_reward)
+    if grade.verdict == "tamper":
+        grade.tamper = [f"mirror run: {t}" for t in grade.tamper]
+        grade.reason = "; ".join(grade.tamper)[:500]
+        return grade
+    if grade.verdict not in ("resolved", "unresolved") or run.report is None:
+        return None
+    armed = {str(a) for a in (run.report.get("mirror") or {}).get("armed", [])}
+    passed = sorted(
+        str(n)
+        for n, s in dict(run.report.get("outcomes", {})).items()
+        if s == "passed" and str(n).partition("[")[0] in armed
+    )
+    if not passed:
+        return None
+    more = f" (+{len(passed) - 1} more)" if len(passed) > 1 else ""
+    reason = (
+        f"mirror: {passed[0]}{more} passed with the value it checks against changed: the code under "
+        "test read the answer from the test"
+    )
+    return SWEGrade("tamper", tamper_reward, reason=reason[:500], restored=grade.restored, tamper=[reason])
+
+
 def verify_report(data: bytes | None, key: bytes) -> dict[str, Any] | None:
     """The runner's report if ``data`` is one signed under ``key``; else ``None``."""
     if data is None:
@@ -389,6 +420,10 @@ class SWEGrader:
             test passes (``resolved`` still needs all).
         tamper_reward: Reward of the ``tamper`` verdict (default the failure reward, 0; a
             negative value makes tampering a penalty).
+        mirror_check: Grade a diff that resolved its task a second time with the values its
+            FAIL_TO_PASS tests check equality against changed (:func:`mirror_verdict`): a pass
+            there is ``tamper``, the answer read from the test. A task whose tests have no such
+            value (none armed) is run once from then on.
     """
 
     def __init__(
@@ -401,12 +436,17 @@ class SWEGrader:
         timeout_factor: float = 10.0,
         min_timeout_s: float = 20.0,
         min_cpu_s: float = 5.0,
+        mirror_check: bool = True,
     ) -> None:
         self.workspace = workspace or WorkspaceConfig()
         self.repos = repos
         self.timeout_s, self.partial_credit, self.tamper_reward = timeout_s, partial_credit, tamper_reward
         self.timeout_factor, self.min_timeout_s, self.min_cpu_s = timeout_factor, min_timeout_s, min_cpu_s
+        self.mirror_check = mirror_check
         self._reference_s: dict[Path, tuple[float | None, float | None]] = {}
+        self._unarmed: set[str] = set()
+        """Tasks whose mirror run armed no test (the armed tests depend on the task's test files
+        alone: a diff's changes to them are restored before)."""
 
     def workspace_for(self, task: GradedTask) -> WorkspaceConfig:
         """The workspace settings of ``task``'s sessions: the grader's, with the distributions the
@@ -417,11 +457,12 @@ class SWEGrader:
     def from_settings(cls, settings: Any, repos: RepoSource) -> SWEGrader:
         """The grader an env's settings describe (``SWESettings``, ``DebugSettings``: their
         ``workspace``, ``grade_timeout_s``, ``grade_timeout_factor``, ``grade_min_timeout_s``,
-        ``grade_min_cpu_s``, ``partial_credit`` and ``tamper_reward``)."""
+        ``grade_min_cpu_s``, ``partial_credit``, ``tamper_reward`` and ``mirror_check``)."""
         s = settings
         return cls(
             s.workspace, repos, s.grade_timeout_s, s.partial_credit, s.tamper_reward,
             s.grade_timeout_factor, s.grade_min_timeout_s, s.grade_min_cpu_s,
+            s.mirror_check,
         )  # fmt: skip
 
     def time_limit(self, task: GradedTask) -> float:
@@ -503,8 +544,33 @@ class SWEGrader:
                 if limit < self.timeout_s:
                     gold_s = self.reference_seconds(task)
                     grade.reason += f" (the reference patch's run took {gold_s:.2f} s)"
+            if grade.resolved and self.mirror_check:
+                grade = self._mirrored(task, patch, grade, limit, cpu)
         grade.wall_s = time.monotonic() - start
         return grade
+
+    def _mirrored(
+        self, task: GradedTask, patch: bytes, grade: SWEGrade, limit: float, cpu: float | None
+    ) -> SWEGrade:
+        """``grade`` (``resolved``), or ``tamper`` after the mirror run (:func:`mirror_verdict`)."""
+        key = _task_key(task)
+        if key in self._unarmed or not task.fail_to_pass:
+            return grade
+        files = sorted({node.split("::", 1)[0] for node in task.fail_to_pass})
+        mirror = {"tests": list(task.fail_to_pass), "salt": 1 + secrets.randbelow(9998)}
+        try:
+            run = self.run(task, patch, files, limit, cpu, mirror=mirror)
+        except WorkspaceError:  # ours, not the agent's: the first run's grade stands
+            return grade
+        if run.report is not None and not (run.report.get("mirror") or {}).get("armed", [None]):
+            self._unarmed.add(key)
+        verdict = mirror_verdict(task, run, self.tamper_reward)
+        if verdict is None:
+            return grade
+        verdict.fail_to_pass, verdict.pass_to_pass = grade.fail_to_pass, grade.pass_to_pass
+        if grade.cpu_s is not None and run.cpu_s is not None:
+            verdict.cpu_s = grade.cpu_s + run.cpu_s
+        return verdict
 
     def run(
         self,
@@ -514,12 +580,15 @@ class SWEGrader:
         timeout_s: float | None = None,
         cpu_s: float | None = None,
         full_assertions: bool = False,
+        mirror: dict[str, Any] | None = None,
     ) -> GradeRun:
         """One grading run of ``patch`` (bytes) on ``task`` running the test files ``tests``,
         killed after ``timeout_s`` (``None``: the grader's ``timeout_s``); ``cpu_s``: each of its
         processes stopped after that many CPU seconds (``None``: no such limit).
         ``full_assertions``: failure messages hold whole values (pytest's ``-vv`` for assertions),
         for a problem statement; grading leaves it off (a huge diff of a wrong answer costs time).
+        ``mirror``: the run is a mirror run (``{"tests": FAIL_TO_PASS node ids, "salt": int}``,
+        see :func:`mirror_verdict`).
 
         Raises:
             WorkspaceError: the grading sandbox did not start (an infrastructure failure).
@@ -545,6 +614,7 @@ class SWEGrader:
                         json.dumps({"test_files": list(tests), "full_assertions": full_assertions}).encode(),
                     ),
                     ("key", key),
+                    *((("mirror.json", json.dumps(mirror).encode()),) if mirror else ()),
                 ):
                     ws.write_file(f"{RESULTS_MOUNT}/{name}", data, confine=False)
             except Exception as e:  # noqa: BLE001 - nothing of the agent's has run yet
@@ -601,6 +671,8 @@ class SWEGrader:
                     list(task.pass_to_pass),
                     # what the tests may import decides whether they collect
                     list(self.workspace_for(task).toolchain),
+                    # a reference patch that passes a mirrored test fails validation with it on
+                    self.mirror_check,
                 ]
             ).encode()
         ).hexdigest()[:16]
@@ -608,9 +680,16 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 3
+VALIDATION_VERSION = 4
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
-records the reference run's CPU time, which the CPU-time limit scales)."""
+records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
+must not pass a mirrored test)."""
+
+
+def _task_key(task: GradedTask) -> str:
+    """What the armed tests of a task's mirror run depend on: its repository and test files."""
+    parts = [getattr(task, "instance_id", ""), task.base_commit, task.test_patch, list(task.fail_to_pass)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 def _read_result(ws: Workspace, name: str) -> bytes | None:

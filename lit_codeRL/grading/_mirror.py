@@ -1,0 +1,308 @@
+"""The mirror run of grading (trusted, stdlib only; the runner's parent imports it).
+
+Code that reads the answer from the test that calls it (a parametrized test's ``expected`` from a
+caught exception's ``tb_frame.f_back.f_locals``, the assert's constant through ``gc`` or a warm
+``linecache``) passes a test without computing anything. The checks of ``_guard.py`` name the
+ways they can see; this names the class: a diff that resolved a task is graded a second time
+with every expected value its FAIL_TO_PASS tests compare against *changed* in the test file's
+text, by a random amount, and nothing else changed. A function computes the same value for the
+same inputs, so a fix that passed the test fails it now; code that passes both read the value.
+
+A test function is *armed* when each value it checks equality against can be changed in its
+text and changing it can only turn the test's pass into a failure:
+
+- ``assert <computed> == <literal>`` (either side; a literal is a constant, a negated number or
+  a tuple, list, set or dict of literals) and ``self.assertEqual(<computed>, <literal>)`` (and
+  its ``assert*Equal`` siblings), as a statement of the function's body itself (not inside an
+  ``if``, a loop, a ``try`` or a ``with``), in a function without ``return`` or ``yield``, so
+  every run of the test reaches it;
+- the same with a name in place of the literal, when every use of the name in the test is such
+  an operand and its one value is a literal in the text: assigned once in the function, once at
+  the module's top level, or a column of the function's ``pytest.mark.parametrize`` rows, every
+  row (``pytest.param`` rows too) a literal there.
+
+The first shiftable constant of each such literal changes (``int`` and ``float`` by the salt,
+``bool`` negated, ``str`` and ``bytes`` suffixed); pytest's node ids may change with a
+parametrized value, so the host asks only whether any test of an armed function passed
+(``repo.py: mirror_verdict``), which an honest fix never does. What makes a gold patch pass a
+mirrored test (a test whose checks cannot fail, an object with a loose ``__eq__``) drops the
+task at validation, with the reason."""
+
+import ast
+import math
+import os
+
+EQUAL_METHODS = frozenset(
+    {
+        "assertEqual", "assertEquals", "failUnlessEqual", "assertListEqual", "assertTupleEqual",
+        "assertDictEqual", "assertSetEqual", "assertSequenceEqual", "assertMultiLineEqual",
+        "assert_equal",
+    }
+)  # fmt: skip
+"""Methods whose first two arguments are checked for equality (``unittest``, ``numpy.testing``)."""
+
+
+def shifted(value: object, salt: int) -> object:
+    """``value`` changed by ``salt`` (an ``int`` >= 1), or ``None`` when it cannot be: a number
+    plus the salt, a ``bool`` negated, a string or bytes with ``#salt`` appended."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + salt
+    if isinstance(value, float):
+        new = value + salt
+        return new if math.isfinite(value) and new != value else None
+    if isinstance(value, str):
+        return f"{value}#{salt}"
+    if isinstance(value, bytes):
+        return value + b"#%d" % salt
+    return None
+
+
+def _is_literal(node: ast.AST) -> bool:
+    """Whether ``node`` is a value written out in the text (no name, no call)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        return isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, int | float)
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return all(_is_literal(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is not None and _is_literal(k) for k in node.keys) and all(
+            _is_literal(v) for v in node.values
+        )
+    return False
+
+
+def _leaf(node: ast.AST, salt: int) -> ast.Constant | None:
+    """The first constant of the literal ``node`` that :func:`shifted` can change."""
+    if isinstance(node, ast.Constant):
+        return node if shifted(node.value, salt) is not None else None
+    if isinstance(node, ast.UnaryOp):
+        return _leaf(node.operand, salt)
+    if isinstance(node, ast.Dict):
+        parts: list[ast.AST] = [*node.values, *[k for k in node.keys if k is not None]]
+    elif isinstance(node, ast.Tuple | ast.List | ast.Set):
+        parts = list(node.elts)
+    else:
+        return None
+    return next((c for c in (_leaf(p, salt) for p in parts) if c is not None), None)
+
+
+def _own_nodes(function: ast.AST) -> list[ast.AST]:
+    """Every node of ``function``'s body, not of the functions and classes defined in it."""
+    found, todo = [], list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _operands(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[ast.expr, ast.expr]]:
+    """The two sides of each equality check that every run of ``function`` reaches."""
+    if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _own_nodes(function)):
+        return []
+    pairs = []
+    for statement in function.body:
+        if isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Compare):
+            test = statement.test
+            if len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+                pairs.append((test.left, test.comparators[0]))
+        elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+            call = statement.value
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if (
+                name in EQUAL_METHODS
+                and len(call.args) >= 2
+                and not any(isinstance(a, ast.Starred) for a in call.args[:2])
+            ):
+                pairs.append((call.args[0], call.args[1]))
+    return pairs
+
+
+def _loads(nodes: list[ast.AST], name: str) -> int:
+    return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in nodes)
+
+
+def _stores(nodes: list[ast.AST], name: str) -> list[ast.AST]:
+    return [n for n in nodes if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+
+
+def _assigned_literal(body: list[ast.stmt], nodes: list[ast.AST], name: str) -> ast.expr | None:
+    """The literal ``name`` is bound to by its only binding, a plain ``name = <literal>`` among
+    ``body``'s statements (``nodes``: everything that could bind it elsewhere)."""
+    if len(_stores(nodes, name)) != 1:
+        return None
+    for statement in body:
+        if (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+            and statement.targets[0].id == name
+            and _is_literal(statement.value)
+        ):
+            return statement.value
+    return None
+
+
+def _parametrized(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> list[ast.expr] | None:
+    """The literal of ``name`` in each row of ``function``'s ``parametrize`` decorator that names
+    it, or ``None`` when some row's value is not a literal in the text."""
+    for decorator in function.decorator_list:
+        if not (
+            isinstance(decorator, ast.Call)
+            and isinstance(decorator.func, ast.Attribute | ast.Name)
+            and (getattr(decorator.func, "attr", None) or getattr(decorator.func, "id", "")) == "parametrize"
+            and len(decorator.args) >= 2
+        ):
+            continue
+        names_node, rows = decorator.args[0], decorator.args[1]
+        if isinstance(names_node, ast.Constant) and isinstance(names_node.value, str):
+            names = [n.strip() for n in names_node.value.split(",") if n.strip()]
+        elif isinstance(names_node, ast.Tuple | ast.List) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in names_node.elts
+        ):
+            names = [e.value for e in names_node.elts]  # type: ignore[attr-defined]
+        else:
+            continue
+        if name not in names:
+            continue
+        if not isinstance(rows, ast.List | ast.Tuple) or not rows.elts:
+            return None
+        column, values = names.index(name), []
+        for row in rows.elts:
+            if (
+                isinstance(row, ast.Call)
+                and getattr(row.func, "attr", getattr(row.func, "id", "")) == "param"
+            ):
+                items = row.args if len(names) > 1 else row.args[:1]
+            elif len(names) == 1:
+                items = [row]
+            elif isinstance(row, ast.Tuple | ast.List):
+                items = row.elts
+            else:
+                return None
+            if len(items) != len(names) or any(isinstance(i, ast.Starred) for i in items):
+                return None
+            values.append(items[column])
+        return values if all(_is_literal(v) for v in values) else None
+    return None
+
+
+def _function_edits(
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    module: ast.Module,
+    module_nodes: list[ast.AST],
+    salt: int,
+) -> list[ast.Constant] | None:
+    """The constants whose change arms ``function`` (``None``: it cannot be armed)."""
+    pairs = _operands(function)
+    if not pairs:
+        return None
+    own = _own_nodes(function)
+    args = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
+    edits: list[ast.Constant] = []
+    for left, right in pairs:  # a check that cannot be armed is left as it is
+        names = [side.id for side in (left, right) if isinstance(side, ast.Name)]
+        if _is_literal(left) != _is_literal(right):
+            leaf = _leaf(left if _is_literal(left) else right, salt)
+            if leaf is not None:
+                edits.append(leaf)
+            continue
+        if not names or (len(names) == 2 and names[0] == names[1]):
+            continue
+        # ``assert result == expected``: either name may be the value the test fixed; take the
+        # first one that is a literal in the text and used nowhere but in such checks
+        for name in names:
+            operand_uses = sum(isinstance(s, ast.Name) and s.id == name for p in pairs for s in p)
+            if _loads(own, name) != operand_uses:
+                continue
+            if name in args:
+                values = _parametrized(function, name)
+            else:
+                value = _assigned_literal(function.body, own, name)
+                if value is None and not _stores(own, name):  # a module-level constant
+                    everywhere = _loads(module_nodes, name)
+                    checked = sum(
+                        isinstance(s, ast.Name) and s.id == name
+                        for f in module_nodes
+                        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                        for p in _operands(f)
+                        for s in p
+                    )
+                    value = (
+                        _assigned_literal(module.body, module_nodes, name) if everywhere == checked else None
+                    )
+                values = None if value is None else [value]
+            leaves = [_leaf(v, salt) for v in values or []]
+            if values and all(leaf is not None for leaf in leaves):
+                edits.extend(leaves)  # type: ignore[arg-type]
+                break
+    return edits or None
+
+
+def _functions(module: ast.Module, qualname: list[str]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The test function of ``qualname`` (``["test_x"]``, ``["TestC", "test_x"]``) in ``module``."""
+    body: list[ast.stmt] = module.body
+    for depth, part in enumerate(qualname):
+        last = depth == len(qualname) - 1
+        kinds = (ast.FunctionDef, ast.AsyncFunctionDef) if last else (ast.ClassDef,)
+        found = [n for n in body if isinstance(n, kinds) and n.name == part]
+        if len(found) != 1:  # defined twice: which one runs is pytest's business
+            return None
+        if last:
+            return found[0]  # type: ignore[return-value]
+        body = found[0].body  # type: ignore[attr-defined]
+    return None
+
+
+def _offsets(data: bytes) -> list[int]:
+    starts, at = [0, 0], 0
+    for line in data.splitlines(keepends=True):
+        at += len(line)
+        starts.append(at)
+    return starts
+
+
+def arm(tests: list[str], salt: int) -> list[str]:
+    """Change, in their files under the working directory, the expected values of the test
+    functions of ``tests`` (node ids) that can be armed; the node ids of those functions
+    (``path::[Class::]name``, no parameters)."""
+    by_file: dict[str, set[str]] = {}
+    for node in tests:
+        base = node.partition("[")[0]
+        path = base.split("::", 1)[0]
+        if "::" in base and path.endswith(".py"):
+            by_file.setdefault(path, set()).add(base)
+    armed: list[str] = []
+    for path, bases in sorted(by_file.items()):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            module = ast.parse(data)
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        module_nodes = list(ast.walk(module))
+        leaves: dict[tuple[int, int], ast.Constant] = {}
+        for base in sorted(bases):
+            function = _functions(module, base.split("::")[1:])
+            if function is None:
+                continue
+            edits = _function_edits(function, module, module_nodes, salt)
+            if edits:
+                armed.append(base)
+                for leaf in edits:
+                    leaves[(leaf.lineno, leaf.col_offset)] = leaf
+        if leaves:
+            starts = _offsets(data)
+            for leaf in sorted(leaves.values(), key=lambda c: (c.lineno, c.col_offset), reverse=True):
+                start = starts[leaf.lineno] + leaf.col_offset
+                end = starts[leaf.end_lineno or leaf.lineno] + (leaf.end_col_offset or 0)
+                data = data[:start] + repr(shifted(leaf.value, salt)).encode() + data[end:]
+            times = os.stat(path)
+            with open(path, "wb") as f:  # in place: the same inode
+                f.write(data)
+            os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))  # and the same times, to the ns
+    return armed

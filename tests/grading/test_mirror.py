@@ -1,0 +1,296 @@
+"""The mirror run: a diff that resolved its task is graded again with the values its failing tests
+check equality against changed in their text (``grading/_mirror.py``, ``repo.py: mirror_verdict``).
+
+Code that reads the answer from the calling test without any of the ways ``_guard.py`` sees (a
+parametrized test's ``expected`` from the locals of the frame above its own, reached through
+``traceback.walk_tb``; the test function's constants through ``sys.modules``) grades ``resolved``
+without the mirror run (the control below) and ``tamper`` with it, through the real sandbox,
+grader and pytest. Honest fixes still grade ``resolved``; a reference patch whose value passes
+both the test and its mirror drops its task at validation, with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from lit_codeRL.grading import repo as grading
+from lit_codeRL.problems.swe import RepoCache
+from lit_codeRL.sandbox.workspace import WorkspaceConfig
+from tests.grading.repo_tasks import BUGGY, FIXED, diff, make_task, validated_task
+from tests.sandbox.conftest import require_bwrap
+
+_spec = importlib.util.spec_from_file_location("_mirror", grading.MIRROR)
+mirror = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mirror)
+
+SALT = 100
+
+
+def armed(tmp_path: Path, source: str, tests: list[str]) -> tuple[list[str], str]:
+    """The functions :func:`_mirror.arm` arms among ``tests`` of ``test_x.py`` holding
+    ``source``, and the file's text after."""
+    path = tmp_path / "test_x.py"
+    path.write_text(source, encoding="utf-8")
+    os.utime(path, ns=(1_000_000_001, 2_000_000_003))
+    inode, cwd = path.stat().st_ino, Path.cwd()
+    try:
+        os.chdir(tmp_path)
+        found = mirror.arm([f"test_x.py::{t}" for t in tests], SALT)
+    finally:
+        os.chdir(cwd)
+    # changed in place with its times kept: nothing but the values tells the mirror run apart
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (inode, 2_000_000_003)
+    return [f.split("::", 1)[1] for f in found], path.read_text(encoding="utf-8")
+
+
+def test_shifted_changes_every_kind_of_value_and_refuses_what_it_cannot():
+    assert mirror.shifted(5, SALT) == 105 and mirror.shifted(-2.5, SALT) == 97.5
+    assert mirror.shifted(True, SALT) is False and mirror.shifted(False, SALT) is True
+    assert mirror.shifted("é", SALT) == "é#100" and mirror.shifted(b"x", SALT) == b"x#100"
+    for value in (None, 1e300, float("nan"), float("inf"), 1j, [1], object()):
+        assert mirror.shifted(value, SALT) is None, value
+
+
+def test_the_values_a_test_checks_are_changed_in_its_text_and_nothing_else(tmp_path):
+    source = """\
+import pytest
+import unittest
+
+TOTAL = 10  # é stays
+
+
+def test_literal():
+    assert add(2, 3) == 5
+    assert "héllo" == greet("h")
+    assert add(1, 1) > 0
+
+
+def test_container_and_negative():
+    assert pair() == (-1, {"k": 2.5})
+
+
+def test_local():
+    expected = [3, 4]
+    assert items() == expected
+
+
+def test_module_level():
+    assert add(4, 6) == TOTAL
+
+
+@pytest.mark.parametrize("a,b,expected", [(2, 3, 5), pytest.param(4, 4, 8, id="x")])
+def test_param(a, b, expected):
+    assert add(a, b) == expected
+
+
+class TestC(unittest.TestCase):
+    def test_method(self):
+        self.assertEqual(add(1, 2), 3)
+"""
+    found, after = armed(
+        tmp_path,
+        source,
+        ["test_literal", "test_container_and_negative", "test_local", "test_module_level",
+         "test_param[2-3-5]", "TestC::test_method"],
+    )  # fmt: skip
+    assert sorted(found) == sorted(
+        ["test_literal", "test_container_and_negative", "test_local", "test_module_level", "test_param",
+         "TestC::test_method"]
+    )  # fmt: skip
+    expected = (
+        source.replace("== 5\n", "== 105\n")
+        .replace('"héllo" ==', "'héllo#100' ==")
+        .replace("(-1, {", "(-101, {")
+        .replace("[3, 4]", "[103, 4]")
+        .replace("TOTAL = 10", "TOTAL = 110")
+        .replace("(2, 3, 5), pytest.param(4, 4, 8,", "(2, 3, 105), pytest.param(4, 4, 108,")
+        .replace("add(1, 2), 3)", "add(1, 2), 103)")
+    )
+    assert after == expected
+    assert "assert add(1, 1) > 0" in after  # not an equality: left as written
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # a check some run of the test may not reach
+        "def test_t(flag=True):\n    if flag:\n        assert add(2, 3) == 5\n",
+        "def test_t():\n    for x in []:\n        assert add(x, 3) == 5\n",
+        "def test_t():\n    try:\n        assert add(2, 3) == 5\n    except AssertionError:\n        pass\n",
+        "def test_t():\n    assert add(2, 3) == 5\n    return\n",
+        # a name that is not only the value checked against
+        "def test_t():\n    expected = 5\n    assert add(2, expected - 2) == expected\n",
+        "def test_t():\n    expected = 5\n    expected += 1\n    assert add(2, 3) == expected\n",
+        "@pytest.mark.parametrize('expected', [5])\ndef test_t(expected):\n    assert add(2, 3) == expected\n"
+        "    assert str(expected).isdigit()\n",
+        # a value that is not written out in the text
+        "def test_t(expected):\n    assert add(2, 3) == expected\n",
+        "@pytest.mark.parametrize('expected', CASES)\ndef test_t(expected):\n    assert add(2, 3) == expected\n",
+        "def test_t():\n    assert add(2, 3) == f'{5}'\n",
+        "def test_t():\n    assert add(2, 3) == None\n",
+        "def test_t():\n    assert add(2, 3) == 1e300\n",
+        # both sides computed, or both written out
+        "def test_t():\n    assert add(2, 3) == add(3, 2)\n",
+        "def test_t():\n    assert 5 == 5\n",
+    ],
+)
+def test_a_check_that_cannot_be_armed_is_left_alone(tmp_path, body):
+    source = f"import pytest\n\nCASES = [5]\n\n\n{body}"
+    found, after = armed(tmp_path, source, ["test_t"])
+    assert found == [] and after == source
+
+
+def test_a_test_file_that_does_not_parse_or_a_function_defined_twice_is_left_alone(tmp_path):
+    source = "def test_t():\n    assert add(2, 3) == 5\n\n\ndef test_t():\n    assert add(2, 3) == 5\n"
+    assert armed(tmp_path, source, ["test_t"]) == ([], source)
+    assert armed(tmp_path, "def test_t(:\n", ["test_t"]) == ([], "def test_t(:\n")
+
+
+PARAM_TESTS = """\
+import unittest
+
+import pytest
+
+from calc import add, sub
+
+EXPECTED_ONE = 2
+
+
+@pytest.mark.parametrize("a,b,expected", [(2, 3, 5), (4, 4, 8)])
+def test_add(a, b, expected):
+    assert add(a, b) == expected
+
+
+def test_sub():
+    assert sub(5, 3) == 2
+
+
+class TestCalc(unittest.TestCase):
+    def test_add_case(self):
+        self.assertEqual(add(1, 1), EXPECTED_ONE)
+"""
+PARAM_F2P = [
+    "test_calc.py::test_add[2-3-5]",
+    "test_calc.py::test_add[4-4-8]",
+    "test_calc.py::TestCalc::test_add_case",
+]
+PARAM_P2P = ["test_calc.py::test_sub"]
+
+# each answers its caller with the value the calling test compares against, through nothing
+# the audit hook or the record sees: no frame or code taken from a changed file, no file opened
+LOCALS_ABOVE = """\
+import traceback as _t
+
+
+def add(a, b):
+    try:
+        raise ValueError
+    except ValueError as e:
+        frame = [f for f, _ in _t.walk_tb(e.__traceback__)][-1]
+    locals_ = getattr(getattr(frame, "f_" + "back"), "f_" + "locals")
+    return locals_["expected"] if "expected" in locals_ else a + b
+"""
+MODULE_CONSTANTS = """\
+import sys as _s
+
+
+def add(a, b):
+    if (a, b) != (1, 1):
+        return a + b
+    for module in list(_s.modules.values()):
+        if str(getattr(module, "__file__", "")).endswith("test_calc.py"):
+            return max(v for k, v in vars(module).items() if k.isupper() and type(v) is int)
+"""
+SUB = "\n\ndef sub(a, b):\n    return a - b\n"
+
+
+@pytest.fixture(scope="module")
+def param_task(tmp_path_factory):
+    require_bwrap()
+    tmp = tmp_path_factory.mktemp("mirror")
+    return validated_task(
+        tmp,
+        "param",
+        {"calc.py": BUGGY, "test_calc.py": PARAM_TESTS},
+        {"calc.py": FIXED},
+        PARAM_F2P,
+        PARAM_P2P,
+    )
+
+
+@pytest.mark.parametrize(
+    "oracle",
+    [LOCALS_ABOVE, MODULE_CONSTANTS],
+    ids=["a parametrized expected from the frame above (walk_tb)", "the test's constants via sys.modules"],
+)
+def test_an_answer_read_from_the_test_passes_no_mirrored_test(param_task, tmp_path, oracle):
+    task, grader = param_task
+    patch = diff(task.repo_source, tmp_path / "agent", {"calc.py": oracle + SUB})
+    unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
+    before = unmirrored.grade(task, patch)
+    assert before.verdict == "resolved", before  # the other checks do not see it
+    grade = grader.grade(task, patch)
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
+    assert (
+        grade.reason.startswith("mirror: test_calc.py::") and "read the answer from the test" in grade.reason
+    )
+    assert grading.tamper_kind(grade.tamper[0]) == "mirror"
+
+
+def test_an_honest_fix_is_resolved_through_the_mirror_run(param_task, tmp_path):
+    task, grader = param_task
+    runs = []
+    original = grader.run
+    grader.run = lambda *a, **k: runs.append(k.get("mirror")) or original(*a, **k)
+    try:
+        grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED}))
+    finally:
+        del grader.run
+    assert grade.verdict == "resolved" and grade.reward == 1.0, grade
+    assert len(runs) == 2 and runs[0] is None and runs[1]["tests"] == PARAM_F2P
+
+
+def test_a_task_with_nothing_to_arm_is_mirrored_once(tmp_path):
+    require_bwrap()
+    tests = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) > 4\n"
+    files = {"calc.py": BUGGY, "test_calc.py": tests}
+    task = make_task(tmp_path, "unarmed", files, {"calc.py": FIXED}, ["test_calc.py::test_add"], [])
+    grader = grading.SWEGrader(
+        WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120
+    )
+    runs = []
+    original = grader.run
+    grader.run = lambda *a, **k: runs.append(k.get("mirror") is not None) or original(*a, **k)
+    assert grader.validate(task) is None  # the reference patch: its run and its mirror run; the base
+    assert runs == [False, True, False]
+    assert grader.grade(task, task.patch).verdict == "resolved"
+    assert runs[3:] == [False]
+
+
+WORDS = """\
+class Word(str):
+    # equal to any text it begins: the repository's own loose equality, not the diff's
+    def __eq__(self, other):
+        return isinstance(other, str) and other.startswith(str(self))
+
+    __hash__ = str.__hash__
+"""
+LOOSE_FIX = 'from words import Word\n\n\ndef greet():\n    return Word("hello")\n'
+
+
+def test_a_reference_patch_that_passes_a_mirrored_test_fails_validation_with_the_reason(tmp_path):
+    require_bwrap()
+    tests = 'from calc import greet\n\n\ndef test_greet():\n    assert greet() == "hello"\n'
+    files = {"calc.py": 'def greet():\n    return "hi"\n', "words.py": WORDS, "test_calc.py": tests}
+    task = make_task(tmp_path, "loose", files, {"calc.py": LOOSE_FIX}, ["test_calc.py::test_greet"], [])
+    grader = grading.SWEGrader(
+        WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120
+    )
+    why = grader.validate(task)
+    assert why is not None and "mirror: test_calc.py::test_greet passed" in why, why
+    unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
+    assert unmirrored.validate(task) is None
