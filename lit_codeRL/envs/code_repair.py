@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from lit_codeRL.envs.base import NO_CODE, Executor, step_info
 from lit_codeRL.envs.protocol import Action, EpisodeStart, PendingSteps, StepResult
+from lit_codeRL.envs.text import clean_text
 from lit_codeRL.envs.unit_test import UnitTestEnv
 from lit_codeRL.problems.record import Problem
 
@@ -132,4 +133,5 @@ class CodeRepairEnv(UnitTestEnv):
             shown = " the example tests but" if public else ""
             lines.append(f"Your code passes{shown} {passed} of {total} tests; it fails hidden tests.")
         lines.append("Write the corrected complete function in a ```python code block.")
-        return "\n".join(lines)
+        # the error message is the program's own text: its control characters are shown, not sent
+        return clean_text("\n".join(lines))

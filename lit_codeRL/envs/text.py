@@ -1,12 +1,18 @@
-"""Text from the workspace made safe for a tokenizer, a terminal and a JSON reader.
+r"""Text from the workspace made safe for a tokenizer, a terminal and a JSON reader.
 
 Files, file names and program output in an agent's workspace are bytes, not text. Where they
 must be text (an observation the policy reads, a transcript printed by ``lit-coderl episode``),
 bytes that are not UTF-8 arrive as surrogate escapes (``Workspace.diff``, file names from a
 listing) or, through JSON, as other lone surrogates: a tokenizer and a UTF-8 terminal both fail
-on those. :func:`clean_text` is the one defined replacement: every such character becomes U+FFFD.
-Diffs keep their exact bytes for grading (``grading/repo.py: patch_bytes``); only what is shown
-is cleaned.
+on those. And a program the agent runs can print control characters: an ESC sequence clears or
+retitles the terminal of whoever reads the transcript (or writes their clipboard, OSC 52), a
+carriage return makes ``PASSED\rFAILED`` show one word where the policy reads two, a bidi override
+shows text in an order other than its tokens'. :func:`clean_text` is the one defined
+replacement: every lone surrogate becomes U+FFFD, ``\r\n`` becomes ``\n``, and every other
+control character but ``\n`` and ``\t`` (C0, DEL, C1) and every bidi embedding, override and
+isolate becomes its visible Python escape (``\x1b``, ``\r``, ``\u202e``: the characters
+``repr`` writes). Diffs keep their exact bytes for grading (``grading/repo.py: patch_bytes``) and
+files keep theirs; only what is shown is cleaned.
 """
 
 from __future__ import annotations
@@ -15,10 +21,29 @@ import re
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
+_CONTROLS = [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]
+"""C0 but tab and newline, DEL, C1: what a terminal may act on instead of showing."""
+_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+"""LRE, RLE, PDF, LRO, RLO and LRI, RLI, FSI, PDI: they reorder what is shown, not the tokens."""
+
+_VISIBLE: dict[int, str] = {
+    **{code: "\ufffd" for code in range(0xD800, 0xE000)},
+    **{code: repr(chr(code))[1:-1] for code in (*_CONTROLS, *_BIDI)},
+}
+r"""The translation table of :func:`clean_text` (``repr`` spells each escape: ``\x1b``, ``\r``)."""
+
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+"""Any character :data:`_VISIBLE` changes: most text has none and is returned as it is."""
+
 
 def clean_text(text: str) -> str:
-    """``text`` with every lone surrogate (an undecodable byte, a broken escape) as U+FFFD."""
-    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+    r"""``text`` safe to show (see the module docstring): lone surrogates as U+FFFD, ``\r\n`` as
+    ``\n``, every other control character but newline and tab and every bidi control as its
+    visible escape. Linear time (one search, one ``str.translate``); the result holds no character
+    it would change, so cleaning twice is cleaning once."""
+    if _UNSAFE.search(text) is None:
+        return text
+    return text.replace("\r\n", "\n").translate(_VISIBLE)
 
 
 def has_surrogate(text: str) -> bool:

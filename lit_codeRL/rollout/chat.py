@@ -61,7 +61,8 @@ class ChatFormat:
         return head + observation + self._tail
 
     def observation_ids(self, observation: str, action_ids: list[int]) -> list[int]:
-        # an env's bytes may carry lone surrogates (undecodable bytes): never into the tokenizer
+        # an env's text may carry lone surrogates (undecodable bytes) or a program's raw control
+        # characters: never into the tokenizer (every env's observation, whatever the env did)
         text = self.observation_text(clean_text(observation), action_ids)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 

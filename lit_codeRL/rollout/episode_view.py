@@ -106,7 +106,8 @@ def render_episode(record: dict[str, Any]) -> str:
             for group in ("fail_to_pass", "pass_to_pass"):
                 for test, status in (grade.get(group) or {}).items():
                     out.append(f"- {test}: {status}")
-    # files and names from the workspace may hold undecodable bytes: printable replacement
+    # files, names and program output may hold undecodable bytes or control characters (and dumps
+    # written before the envs cleaned them hold them raw): shown as escapes, never sent to a terminal
     return clean_text("\n".join(out) + "\n")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from lit_codeRL.envs.protocol import Action, TextEnv
+from lit_codeRL.envs.text import clean_text
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.chat import ChatFormat
@@ -292,9 +293,11 @@ class EpisodeRunner:
         elif last:
             episode.truncated, episode.end_reason = True, "max_turns"
         else:
-            obs_ids = self.chat.observation_ids(result.observation, step.action_ids)
+            # the dump keeps the text the policy reads (observation_ids cleans it the same way)
+            observation = clean_text(result.observation)
+            obs_ids = self.chat.observation_ids(observation, step.action_ids)
             size = len(episode.context_ids()) + len(obs_ids) + self.sampling.max_new_tokens
             if self.max_context_tokens is not None and size > self.max_context_tokens:
                 episode.truncated, episode.end_reason = True, "context"
             else:
-                step.observation, step.observation_ids = result.observation, obs_ids
+                step.observation, step.observation_ids = observation, obs_ids

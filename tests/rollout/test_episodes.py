@@ -158,3 +158,30 @@ def test_the_same_env_with_a_working_sandbox_grades(tiny_model, sandbox, problem
     episodes = runner.run(problems[:1], 2, torch.Generator().manual_seed(0))
     assert problems[0].entry_point == "add_numbers"
     assert all(e.valid and e.terminated and e.episode_return == 1.0 for e in episodes)
+
+
+class _RawFeedback(CodeRepairEnv):
+    """Feedback that passes a program's text on as it came (no env of ours does: the runner's net)."""
+
+    def feedback(self, problem, verdict, info, action):
+        from tests.envs.test_control_bytes import HOSTILE
+
+        return f"Error: {HOSTILE}"
+
+
+def test_an_observation_is_tokenized_and_dumped_as_shown(tiny_model, sandbox, problems):
+    """Whatever an env returns, the policy reads and the dump keeps the same cleaned text: a
+    program's control characters as escapes (``tests/envs/test_control_bytes.py``)."""
+    from tests.envs.test_control_bytes import SHOWN
+
+    runner = EpisodeRunner(
+        _engine(tiny_model),
+        _RawFeedback(sandbox),
+        SamplingParams(max_new_tokens=6, temperature=1.0),
+        max_turns=2,
+    )
+    (episode,) = runner.run(problems[:1], 1, torch.Generator().manual_seed(0))
+    turn = episode.turns[0]
+    assert turn.observation == f"Error: {SHOWN}"
+    assert turn.observation_ids == runner.chat.observation_ids(turn.observation, turn.action_ids)
+    assert episode.record()["turns"][0]["observation"] == f"Error: {SHOWN}"

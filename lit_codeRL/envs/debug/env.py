@@ -216,7 +216,7 @@ class DebugEnv(WorkspaceEpisodeEnv):
                     count=False,
                     cpu_s=self.grader.cpu_limit(state.task),
                 )
-                self._initial[task.task_id] = out
+                self._initial[task.task_id] = clean_text(out)  # the tests' output, shown as _step shows it
             if task.task_id in self._initial:
                 initial = f"The tests now give:\n{self._initial[task.task_id]}\n"
         return TASK_TEMPLATE.format(

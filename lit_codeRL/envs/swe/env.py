@@ -35,6 +35,7 @@ from lit_codeRL.envs.protocol import Action, EpisodeStart, StepResult
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, parse_action
 from lit_codeRL.envs.swe.prompt import FEEDBACK, IGNORED_NOTE, command_observation, task_prompt
 from lit_codeRL.envs.swe.tools import ToolBundle, load_tools
+from lit_codeRL.envs.text import clean_text
 from lit_codeRL.envs.workspace_episodes import (
     WorkspaceEnvSettings,
     WorkspaceEpisodeEnv,
@@ -236,7 +237,7 @@ class ContainerEnv(WorkspaceEpisodeEnv):
             "command": parsed.command,
             "exit_code": result.exit_code,
             "timed_out": result.timed_out,
-            "output": result.output[: s.max_output_chars * 2],
+            "output": clean_text(result.output[: s.max_output_chars * 2]),  # as shown: no raw controls
             "diff": capped(diff),  # kept per turn by the runner: bounded (the final one is whole)
             "wall_s": round(result.wall_s, 3),
         }

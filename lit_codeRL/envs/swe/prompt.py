@@ -43,9 +43,10 @@ def command_observation(result: CommandResult, diff: str, max_output: int, max_d
         status = "The command timed out and was killed."
     else:
         status = f"Exit code: {result.exit_code}"
-    output = cut_middle(result.output, max_output).rstrip("\n") or "(no output)"
-    diff_text = cut_middle(diff, max_diff).rstrip("\n") if diff.strip() else "(no changes yet)"
-    return clean_text(f"{status}\nOutput:\n{output}\nCurrent git diff:\n{diff_text}")
+    # cleaned before the cut: the limits count the characters shown (an escape is up to 6 of them)
+    output = cut_middle(clean_text(result.output), max_output).rstrip("\n") or "(no output)"
+    diff_text = cut_middle(clean_text(diff), max_diff).rstrip("\n") if diff.strip() else "(no changes yet)"
+    return f"{status}\nOutput:\n{output}\nCurrent git diff:\n{diff_text}"
 
 
 FEEDBACK = {
