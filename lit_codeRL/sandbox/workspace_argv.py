@@ -31,10 +31,24 @@ STATE_DIR = "/run/lcrl"
 """The server's per-command state files and temporary git indexes: a small tmpfs of its own, so
 an agent filling /tmp or the workspace does not stop the shell state from being saved."""
 STATE_BYTES = 4 << 20
+"""The state tmpfs's size before the room for the repository's git indexes (:func:`state_bytes`)."""
 APPTAINER_PYTHON = "python3"
 """The interpreter inside an apptainer image (env/swe.def installs python3 with pytest)."""
 REPO = "/workspace/repo"
 """Where the repository lives inside every session; commands start there."""
+
+
+def state_bytes(repo: str | Path) -> int:
+    """Size of a session's :data:`STATE_DIR` tmpfs: :data:`STATE_BYTES` plus room for three
+    indexes the size of the repository's own (``.git/index``: an entry per tracked file, about 5
+    MB for 20k files with long paths). ``Workspace.diff`` builds a throwaway index there (the
+    base's files and what the agent added; git writes it beside its lock file), so a large
+    repository's diffs fit without any agent action; the cap still bounds what can be written."""
+    try:
+        index = os.path.getsize(os.path.join(repo, ".git", "index"))
+    except OSError:
+        index = 0
+    return STATE_BYTES + 3 * index
 
 
 def repo_python_path(repo: str | Path) -> list[str]:
@@ -147,7 +161,7 @@ def bwrap_workspace_argv(
     for size, path in (
         (backends.SHM_BYTES, "/dev/shm"),
         (int(config.tmp_mb) << 20, "/tmp"),
-        (STATE_BYTES, STATE_DIR),
+        (state_bytes(repo), STATE_DIR),
         (int(config.disk_mb) << 20, "/workspace"),
         *((int(n), p) for p, n in scratch.items()),
     ):

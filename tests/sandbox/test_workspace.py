@@ -209,6 +209,25 @@ def test_diff_new_deleted_binary_and_index_untouched(repo: Path) -> None:
     assert _tree_digest(repo) == before  # the host repository is never modified
 
 
+def test_a_large_repository_diffs_with_no_agent_action(tmp_path: Path) -> None:
+    # 20k tracked files with long paths: a 5 MB git index, more than the state tmpfs's fixed 4 MiB,
+    # where the diff builds its throwaway index (a real repository of ~40k files is as large)
+    big = tmp_path / "big"
+    deep = big / ("p" * 60) / ("q" * 60)
+    deep.mkdir(parents=True)
+    for i in range(20_000):
+        (deep / f"f{i:05d}_{'x' * 60}.txt").touch()
+    (big / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    git(big, "init", "-q")
+    git(big, "add", "-A")
+    git(big, "commit", "-qm", "base")
+    assert (big / ".git" / "index").stat().st_size > 4 << 20
+    with open_workspace(replace(CFG, disk_mb=256), big) as ws:
+        ws.run("sed -i 's/a - b/a + b/' calc.py && touch new.txt")
+        d = ws.diff()
+    assert "+    return a + b" in d and "b/new.txt" in d and d.count("diff --git") == 2
+
+
 def test_non_git_directory_gets_a_base_commit(tmp_path: Path) -> None:
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "f.txt").write_text("a\n")
