@@ -13,13 +13,14 @@ text and changing it can only turn the test's pass into a failure:
 
 - ``assert <computed> == <literal>`` (either side; a literal is a constant, a negated number or
   a tuple, list, set or dict of literals) and ``self.assertEqual(<computed>, <literal>)`` (and
-  its ``assert*Equal`` siblings), as a statement of the function's body itself (not inside an
-  ``if``, a loop, a ``try`` or a ``with``), in a function without ``return`` or ``yield``, so
-  every run of the test reaches it;
+  its ``assert*Equal`` siblings), as a statement of the function's body itself, of the body of
+  a ``for`` over rows written out in the text (no ``break``, ``continue`` or ``else``), or of
+  ``with self.subTest(...)`` (not inside an ``if``, a ``try`` or another ``with``), in a
+  function without ``return`` or ``yield``, so every run of the test reaches it;
 - the same with a name in place of the literal, when every use of the name in the test is such
   an operand and its one value is a literal in the text: assigned once in the function, once at
-  the module's top level, or a column of the function's ``pytest.mark.parametrize`` rows, every
-  row (``pytest.param`` rows too) a literal there.
+  the module's top level, a column of those rows of a ``for``, or a column of the function's
+  ``pytest.mark.parametrize`` rows, every row (``pytest.param`` rows too) a literal there.
 
 The first shiftable constant of each such literal changes (``int`` and ``float`` by the salt,
 ``bool`` negated, ``str`` and ``bytes`` suffixed); pytest's node ids may change with a
@@ -100,25 +101,70 @@ def _own_nodes(function: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _operands(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[ast.expr, ast.expr]]:
-    """The two sides of each equality check that every run of ``function`` reaches."""
+def _call_name(node: ast.AST) -> str:
+    """``f`` of ``f(...)``, ``m`` of ``x.m(...)``; ``""`` for anything else."""
+    if not isinstance(node, ast.Call):
+        return ""
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
+def _rows(target: ast.expr, rows: ast.expr) -> dict[str, list[ast.expr]] | None:
+    """For ``for <target> in <rows>`` over rows written out in the text (a non-empty list or
+    tuple): the expression each row binds to each name of ``target``; ``None`` otherwise."""
+    if not isinstance(rows, ast.List | ast.Tuple) or not rows.elts:
+        return None
+    if isinstance(target, ast.Name):
+        return {target.id: list(rows.elts)}
+    if not (isinstance(target, ast.Tuple | ast.List) and all(isinstance(t, ast.Name) for t in target.elts)):
+        return None
+    width = len(target.elts)
+    if not all(isinstance(r, ast.Tuple | ast.List) and len(r.elts) == width for r in rows.elts):
+        return None
+    return {t.id: [r.elts[i] for r in rows.elts] for i, t in enumerate(target.elts)}  # type: ignore[attr-defined]
+
+
+def _reached(
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> tuple[list[ast.stmt], dict[str, list[ast.expr]]]:
+    """The statements every run of ``function`` reaches (its body's own; the body of a ``for``
+    over rows written out in the text, with no ``break``, ``continue`` or ``else``, on every
+    row; the body of ``with self.subTest(...)``), and the rows' expressions of each name such a
+    ``for`` binds. None in a function that can return early or is a generator."""
     if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _own_nodes(function)):
-        return []
+        return [], {}
+    reached: list[ast.stmt] = []
+    bound: dict[str, list[ast.expr]] = {}
+
+    def visit(body: list[ast.stmt]) -> None:
+        for statement in body:
+            reached.append(statement)
+            if isinstance(statement, ast.For) and not statement.orelse:
+                rows = _rows(statement.target, statement.iter)
+                jumps = any(isinstance(n, ast.Break | ast.Continue) for n in _own_nodes(statement))
+                if rows is not None and not jumps:
+                    bound.update(rows)
+                    visit(statement.body)
+            elif isinstance(statement, ast.With) and all(
+                _call_name(item.context_expr) == "subTest" for item in statement.items
+            ):
+                visit(statement.body)
+
+    visit(function.body)
+    return reached, bound
+
+
+def _operands(statements: list[ast.stmt]) -> list[tuple[ast.expr, ast.expr]]:
+    """The two sides of each equality check among ``statements``."""
     pairs = []
-    for statement in function.body:
+    for statement in statements:
         if isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Compare):
             test = statement.test
             if len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
                 pairs.append((test.left, test.comparators[0]))
-        elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-            call = statement.value
-            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-            if (
-                name in EQUAL_METHODS
-                and len(call.args) >= 2
-                and not any(isinstance(a, ast.Starred) for a in call.args[:2])
-            ):
-                pairs.append((call.args[0], call.args[1]))
+        elif isinstance(statement, ast.Expr) and _call_name(statement.value) in EQUAL_METHODS:
+            args = statement.value.args  # type: ignore[attr-defined]
+            if len(args) >= 2 and not any(isinstance(a, ast.Starred) for a in args[:2]):
+                pairs.append((args[0], args[1]))
     return pairs
 
 
@@ -198,7 +244,8 @@ def _function_edits(
     salt: int,
 ) -> list[ast.Constant] | None:
     """The constants whose change arms ``function`` (``None``: it cannot be armed)."""
-    pairs = _operands(function)
+    reached, bound = _reached(function)
+    pairs = _operands(reached)
     if not pairs:
         return None
     own = _own_nodes(function)
@@ -221,6 +268,8 @@ def _function_edits(
                 continue
             if name in args:
                 values = _parametrized(function, name)
+            elif name in bound:
+                values = bound[name] if len(_stores(own, name)) == 1 else None
             else:
                 value = _assigned_literal(function.body, own, name)
                 if value is None and not _stores(own, name):  # a module-level constant
@@ -229,7 +278,7 @@ def _function_edits(
                         isinstance(s, ast.Name) and s.id == name
                         for f in module_nodes
                         if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
-                        for p in _operands(f)
+                        for p in _operands(_reached(f)[0])
                         for s in p
                     )
                     value = (

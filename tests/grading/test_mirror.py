@@ -87,19 +87,29 @@ def test_param(a, b, expected):
     assert add(a, b) == expected
 
 
+def test_rows():
+    for a, b, expected in [(2, 3, 5), (add(1, 1), 0, (2, "x"))]:
+        assert add(a, b) == expected
+
+
 class TestC(unittest.TestCase):
     def test_method(self):
         self.assertEqual(add(1, 2), 3)
+
+    def test_sub_tests(self):
+        for value in (1, 2):
+            with self.subTest(value=value):
+                self.assertEqual(double(value), 4)
 """
     found, after = armed(
         tmp_path,
         source,
         ["test_literal", "test_container_and_negative", "test_local", "test_module_level",
-         "test_param[2-3-5]", "TestC::test_method"],
+         "test_param[2-3-5]", "test_rows", "TestC::test_method", "TestC::test_sub_tests"],
     )  # fmt: skip
     assert sorted(found) == sorted(
         ["test_literal", "test_container_and_negative", "test_local", "test_module_level", "test_param",
-         "TestC::test_method"]
+         "test_rows", "TestC::test_method", "TestC::test_sub_tests"]
     )  # fmt: skip
     expected = (
         source.replace("== 5\n", "== 105\n")
@@ -109,6 +119,8 @@ class TestC(unittest.TestCase):
         .replace("TOTAL = 10", "TOTAL = 110")
         .replace("(2, 3, 5), pytest.param(4, 4, 8,", "(2, 3, 105), pytest.param(4, 4, 108,")
         .replace("add(1, 2), 3)", "add(1, 2), 103)")
+        .replace("[(2, 3, 5), (add(1, 1), 0, (2,", "[(2, 3, 105), (add(1, 1), 0, (102,")
+        .replace("double(value), 4)", "double(value), 104)")
     )
     assert after == expected
     assert "assert add(1, 1) > 0" in after  # not an equality: left as written
@@ -122,6 +134,11 @@ class TestC(unittest.TestCase):
         "def test_t():\n    for x in []:\n        assert add(x, 3) == 5\n",
         "def test_t():\n    try:\n        assert add(2, 3) == 5\n    except AssertionError:\n        pass\n",
         "def test_t():\n    assert add(2, 3) == 5\n    return\n",
+        "def test_t():\n    for e in [5, 6]:\n        if e > 5:\n            break\n        assert add(2, 3) == e\n",
+        "def test_t():\n    for e in CASES:\n        assert add(2, 3) == e\n",
+        "def test_t():\n    for e in []:\n        assert add(2, 3) == e\n",
+        "def test_t():\n    for a, e in [(2, 5), (3, add(3, 3))]:\n        assert add(a, 3) == e\n",
+        "def test_t():\n    with open('f') as f:\n        assert add(2, 3) == 5\n",
         # a name that is not only the value checked against
         "def test_t():\n    expected = 5\n    assert add(2, expected - 2) == expected\n",
         "def test_t():\n    expected = 5\n    expected += 1\n    assert add(2, 3) == expected\n",
