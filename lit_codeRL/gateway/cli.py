@@ -65,6 +65,25 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="prompt + max_tokens at most (default: the model's positions)",
     )
+    limits = ServeLimits()
+    p.add_argument(
+        "--max-n",
+        type=_positive,
+        default=limits.max_n,
+        help="largest n (choices) a request may ask for (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-calls-per-episode",
+        type=_positive,
+        default=limits.max_calls_per_episode,
+        help="with --record: calls one key may make, 404 past it (default: no bound)",
+    )
+    p.add_argument(
+        "--max-inflight-per-episode",
+        type=_positive,
+        default=limits.max_inflight_per_episode,
+        help="with --record: calls of one key being answered at once, 429 past it (default %(default)s)",
+    )
     p.add_argument("--max-batch", type=int, default=64, help="sequences per generate call")
     p.add_argument(
         "--batch-wait-ms", type=float, default=5.0, help="wait for more requests to batch with the first"
@@ -80,6 +99,26 @@ def parser() -> argparse.ArgumentParser:
         "--record", default=None, help="append every call's exact ids and log-probs to DIR/calls.jsonl"
     )
     return p
+
+
+def _positive(text: str) -> int:
+    """A count bound of at least 1: 0 would refuse every call, which is no server at all."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def serve_limits(args: argparse.Namespace, positions: int | None) -> ServeLimits:
+    """The request bounds the flags set; ``positions``: the model's, the default context bound."""
+    return ServeLimits(
+        max_tokens=args.max_tokens,
+        max_tokens_limit=args.max_tokens_limit,
+        max_context_tokens=args.max_context or positions,
+        max_n=args.max_n,
+        max_calls_per_episode=args.max_calls_per_episode,
+        max_inflight_per_episode=args.max_inflight_per_episode,
+    )
 
 
 def command(argv: list[str]) -> None:
@@ -101,7 +140,7 @@ def run(args: argparse.Namespace) -> None:
         policy.to("cuda")
     engine = make_engine(EngineSettings(name="hf", dtype=args.dtype), tokenizer, policy)
     positions = getattr(policy.config, "max_position_embeddings", None)
-    limits = ServeLimits(args.max_tokens, args.max_tokens_limit, args.max_context or positions)
+    limits = serve_limits(args, positions)
     name = args.served_name or Path(args.checkpoint or args.model).name
     gateway = Gateway(
         tokenizer,

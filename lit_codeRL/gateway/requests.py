@@ -39,7 +39,8 @@ class APIError(Exception):
 
 @dataclass
 class ServeLimits:
-    """Defaults and bounds of every request (``lit-coderl serve`` flags; the harness's sampling)."""
+    """Defaults and bounds of every request: ``lit-coderl serve`` flags (``gateway/cli.py``), and in
+    training the run's sampling and ``env.harness`` settings (``rollout/harness.py``)."""
 
     max_tokens: int = 256
     """Completion length when a request names none."""

@@ -76,7 +76,9 @@ class HarnessRunner:
             limits=ServeLimits(
                 max_tokens=sampling.max_new_tokens,
                 max_context_tokens=max_context_tokens,
+                max_n=env.settings.max_n,
                 max_calls_per_episode=env.settings.max_calls,
+                max_inflight_per_episode=env.settings.max_inflight_calls,
             ),
             max_batch_rows=max_batch_rows,
             require_episode=True,

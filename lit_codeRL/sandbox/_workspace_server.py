@@ -161,9 +161,11 @@ def _limits(cfg: dict, cpu_s: float | None = None) -> None:
     loaded machine stretches."""
     mem = int(cfg["memory_mb"]) << 20
     disk = int(cfg["disk_mb"]) << 20
+    files = int(cfg["max_open_files"])
     wanted = [
         (resource.RLIMIT_AS, mem, mem),
         (resource.RLIMIT_FSIZE, disk, disk),
+        (resource.RLIMIT_NOFILE, files, files),  # hard too: the command cannot raise it back
         (resource.RLIMIT_CORE, 0, 0),
     ]
     if cfg.get("nproc"):

@@ -118,6 +118,7 @@ def server_config(
             "pid1": pid1,
             "memory_mb": int(config.memory_mb),
             "disk_mb": int(config.disk_mb),
+            "max_open_files": int(config.max_open_files),
             # RLIMIT_NPROC counts the uid's processes and is ignored for root: only then useful
             "nproc": int(config.max_processes) if os.getuid() != 0 or drop_to is not None else 0,
         }

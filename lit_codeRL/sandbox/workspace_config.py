@@ -28,6 +28,9 @@ class WorkspaceConfig:
     max_processes: int = 128
     """Pids cgroup per session where writable (+ RLIMIT_NPROC when the trainer is not root, or
     runs commands as ``root_program_uid``)."""
+    max_open_files: int = 1024
+    """Per command (RLIMIT_NOFILE, soft and hard): an agent program or test run that opens files or
+    sockets without end gets EMFILE here, not at the trainer's limit (often far higher)."""
     use_pids_cgroup: bool = True
     """Put each session into its own pids cgroup when one is writable (the fork-bomb guard that
     also works for a root trainer)."""
@@ -58,7 +61,14 @@ class WorkspaceConfig:
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "bwrap", "apptainer"):
             raise ValueError(f"unknown workspace backend {self.backend!r} (auto, bwrap, apptainer)")
-        if min(self.command_timeout_s, self.memory_mb, self.disk_mb, self.max_processes) <= 0:
+        limits = (
+            self.command_timeout_s,
+            self.memory_mb,
+            self.disk_mb,
+            self.max_processes,
+            self.max_open_files,
+        )
+        if min(limits) <= 0:
             raise ValueError("workspace limits must be positive")
         check_base_uid("workspace.root_program_uid", self.root_program_uid)
 

@@ -10,7 +10,9 @@ cases played by an agent program (each scores 0); an agent that never calls the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import resource
 import shutil
 import socket
 import subprocess
@@ -221,6 +223,37 @@ def test_reward_hacks_score_zero_through_the_harness(policy, swe_settings, probl
             with_fix,
             record["grade"],
         )
+
+
+OPEN_FILES = """import errno, json, os, resource
+fds = []
+try:
+    while True:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as e:
+    failure = errno.errorcode[e.errno]
+print("nofile: " + json.dumps({"opened": len(fds), "error": failure,
+                               "limit": resource.getrlimit(resource.RLIMIT_NOFILE)}))
+"""
+
+
+def test_agent_program_gets_the_workspace_open_file_limit(policy, swe_settings, problem, agent_dir):
+    """An agent program that opens files without end fails with EMFILE at the workspace's
+    ``max_open_files`` (soft and hard: it cannot raise it back), not at the trainer's limit, and
+    its episode goes on: the fix it applies afterwards is graded."""
+    limit = 64
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 4 * limit  # the trainer's is not the bound
+    workspace = dataclasses.replace(swe_settings.workspace, max_open_files=limit)
+    settings = dataclasses.replace(swe_settings, workspace=workspace)
+    (agent_dir / "open_files.py").write_text(OPEN_FILES)
+    command = "python3 /opt/lcrl-agent/open_files.py; git apply /opt/lcrl-agent/fix.patch"
+    (episode,) = run_harness(policy, settings, [problem], 1, command, agent_dir)
+    record = episode.record()
+    line = next(x for x in record["agent_log"].splitlines() if x.startswith("nofile: "))
+    out = json.loads(line[len("nofile: ") :])
+    assert out["error"] == "EMFILE" and out["limit"] == [limit, limit], out
+    assert limit - 8 <= out["opened"] <= limit - 3, out  # stdin, stdout and stderr were open already
+    assert episode.valid and (record["verdict"], record["reward"]) == ("passed", 1.0), record["grade"]
 
 
 def test_agent_that_never_calls_the_model_is_graded_without_tokens(policy, swe_settings, problem):

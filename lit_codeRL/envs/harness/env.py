@@ -75,6 +75,10 @@ class HarnessSettings:
     as it stands is graded (``agent_timed_out``)."""
     max_calls: int = 200
     """Model calls one episode may make; past it the gateway answers 404 (agent SDKs stop)."""
+    max_inflight_calls: int = 8
+    """Calls of one episode the gateway answers at once; more get 429 (one agent cannot flood the batch)."""
+    max_n: int = 16
+    """Largest ``n`` (choices per call) an agent may ask for; more: 400."""
     port: int = 8000
     """The gateway's port on the sandbox's loopback."""
     served_name: str = "policy"
@@ -90,6 +94,8 @@ class HarnessSettings:
             self.swe = SWESettings(**self.swe)
         if self.timeout_s <= 0:
             raise ValueError("env.harness.timeout_s must be > 0")
+        if min(self.max_calls, self.max_inflight_calls, self.max_n) < 1:
+            raise ValueError("env.harness.max_calls, max_inflight_calls and max_n must be >= 1")
         if not self.command.strip():
             raise ValueError("env.harness.command is empty")
         try:
