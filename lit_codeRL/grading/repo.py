@@ -556,10 +556,10 @@ class SWEGrader:
         key = _task_key(task)
         if key in self._unarmed or not task.fail_to_pass:
             return grade
-        files = sorted({node.split("::", 1)[0] for node in task.fail_to_pass})
         mirror = {"tests": list(task.fail_to_pass), "salt": 1 + secrets.randbelow(9998)}
         try:
-            run = self.run(task, patch, files, limit, cpu, mirror=mirror)
+            # the same test files as the first run: which modules ran must not tell the runs apart
+            run = self.run(task, patch, test_files(task), limit, cpu, mirror=mirror)
         except WorkspaceError:  # ours, not the agent's: the first run's grade stands
             return grade
         if run.report is not None and not (run.report.get("mirror") or {}).get("armed", [None]):

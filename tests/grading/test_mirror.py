@@ -195,7 +195,8 @@ PARAM_F2P = [
     "test_calc.py::test_add[4-4-8]",
     "test_calc.py::TestCalc::test_add_case",
 ]
-PARAM_P2P = ["test_calc.py::test_sub"]
+PARAM_P2P = ["test_calc.py::test_sub", "test_other.py::test_sub_again"]
+OTHER_TESTS = "from calc import sub\n\n\ndef test_sub_again():\n    assert sub(3, 1) == 2\n"
 
 # each answers its caller with the value the calling test compares against, through nothing
 # the audit hook or the record sees: no frame or code taken from a changed file, no file opened
@@ -232,7 +233,7 @@ def param_task(tmp_path_factory):
     return validated_task(
         tmp,
         "param",
-        {"calc.py": BUGGY, "test_calc.py": PARAM_TESTS},
+        {"calc.py": BUGGY, "test_calc.py": PARAM_TESTS, "test_other.py": OTHER_TESTS},
         {"calc.py": FIXED},
         PARAM_F2P,
         PARAM_P2P,
@@ -262,13 +263,14 @@ def test_an_honest_fix_is_resolved_through_the_mirror_run(param_task, tmp_path):
     task, grader = param_task
     runs = []
     original = grader.run
-    grader.run = lambda *a, **k: runs.append(k.get("mirror")) or original(*a, **k)
+    grader.run = lambda *a, **k: runs.append((list(a[2]), k.get("mirror"))) or original(*a, **k)
     try:
         grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED}))
     finally:
         del grader.run
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
-    assert len(runs) == 2 and runs[0] is None and runs[1]["tests"] == PARAM_F2P
+    assert len(runs) == 2 and runs[0][1] is None and runs[1][1]["tests"] == PARAM_F2P
+    assert runs[0][0] == runs[1][0]  # the same test files: which ran must not tell the runs apart
 
 
 def test_a_task_with_nothing_to_arm_is_mirrored_once(tmp_path):
