@@ -20,6 +20,7 @@ from lit_codeRL.gateway.cli import parser, serve_limits
 from lit_codeRL.gateway.requests import ServeLimits
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
 from lit_codeRL.rollout.harness import HarnessRunner
+from tests.cli_process import run_cli, serve_url
 
 from .test_hostile import hi, raw_call, status_of, wait_for
 
@@ -42,20 +43,9 @@ SERVE_FLAGS = {
 """Each ``ServeLimits`` field: its ``serve`` flag and (part of) the flag's help line."""
 
 
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lit_codeRL.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-
-
 def test_serve_help_lists_every_request_bound_with_its_doc():
     assert set(SERVE_FLAGS) == {f.name for f in dataclasses.fields(ServeLimits)}, "a bound without a flag"
-    out = cli("serve", "--help", timeout=120)
+    out = run_cli("serve", "--help", timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     text = " ".join(out.stdout.split())  # argparse wraps help lines
     for flag, doc in SERVE_FLAGS.values():
@@ -92,11 +82,7 @@ def test_serve_flags_reach_the_running_server(tmp_path):
         env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     try:
-        line = ""
-        while "lit-coderl serve:" not in line:
-            line = proc.stdout.readline()
-            assert line, "serve exited before listening"
-        url = line.split(" on ")[1].strip()
+        url = serve_url(proc)
         status, text = post(url, hi(n=3, max_tokens=2), "too-many-choices")
         assert status == 400 and json.loads(text)["error"]["param"] == "n", text
         assert post(url, hi(n=2, max_tokens=2), "two-choices")[0] == 200
@@ -117,14 +103,14 @@ def test_fit_config_sets_the_harness_gateways_bounds(tiny_policy, tmp_path):
     """``env.harness.max_inflight_calls``, ``max_n`` (and the workspace's ``max_open_files``) are in
     ``fit``'s help, the first two in its printed config with their docs; the printed config, made
     into the harness env, gives the training gateway those bounds, and its server enforces them."""
-    out = cli("fit", "--model.help", "GRPOModule")
+    out = run_cli("fit", "--model.help", "GRPOModule")
     assert out.returncode == 0, out.stderr[-2000:]
     help_text = " ".join(out.stdout.split())
     assert "--model.env.harness.max_inflight_calls MAX_INFLIGHT_CALLS Calls of one episode" in help_text
     assert "--model.env.harness.max_n MAX_N Largest ``n`` (choices per call)" in help_text
     files = "--model.env.harness.swe.workspace.max_open_files MAX_OPEN_FILES Per command (RLIMIT_NOFILE"
     assert files in help_text  # the agent program's open files (tests/envs/test_harness.py)
-    out = cli(
+    out = run_cli(
         "fit", "--config", "configs/grpo_harness.yaml", "--model.init_args.env.harness.max_inflight_calls",
         "2", "--model.init_args.env.harness.max_n", "3", "--print_config=comments",
     )  # fmt: skip

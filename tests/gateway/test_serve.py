@@ -18,6 +18,7 @@ import torch
 from lit_codeRL.gateway.records import build_rows
 from lit_codeRL.gateway.requests import ServeLimits
 from lit_codeRL.gateway.server import GatewayConfig
+from tests.cli_process import serve_url
 
 from .conftest import start_gateway
 
@@ -248,11 +249,7 @@ def test_serve_command_answers_the_openai_client(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
     try:
-        line = ""
-        while "lit-coderl serve:" not in line:
-            line = proc.stdout.readline()
-            assert line, "serve exited before listening"
-        url = line.split(" on ")[1].strip()
+        url = serve_url(proc)
         c = openai.OpenAI(base_url=url, api_key="episode-1", max_retries=0, timeout=60)
         r = c.chat.completions.create(model="x", messages=MESSAGES, temperature=0, max_tokens=6)
         assert r.choices[0].message.content is not None

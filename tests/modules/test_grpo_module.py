@@ -6,14 +6,13 @@ import csv
 import importlib.util
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.cli_process import run_cli
 from tests.conftest import quiet_trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,14 +31,7 @@ SMALL_RUN = [
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    out = subprocess.run(
-        [sys.executable, "-m", "lit_codeRL.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    out = run_cli(*args, timeout=timeout)
     assert out.returncode == 0, out.stderr[-4000:]
     return out
 
