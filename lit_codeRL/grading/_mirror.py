@@ -4,9 +4,16 @@ Code that reads the answer from the test that calls it (a parametrized test's ``
 caught exception's ``tb_frame.f_back.f_locals``, the assert's constant through ``gc`` or a warm
 ``linecache``) passes a test without computing anything. The checks of ``_guard.py`` name the
 ways they can see; this names the class: a diff that resolved a task is graded a second time
-with every expected value its FAIL_TO_PASS tests compare against *changed* in the test file's
-text, by a random amount, and nothing else changed. A function computes the same value for the
-same inputs, so a fix that passed the test fails it now; code that passes both read the value.
+with every expected value its FAIL_TO_PASS tests compare against *changed*, by a random amount,
+and nothing else changed. A function computes the same value for the same inputs, so a fix that
+passed the test fails it now; code that passes both read the value.
+
+The values change in the tree pytest compiles the test module from (:func:`install`, in the
+pytest child, before the repository's first line runs), never in the file: a file rewritten on
+disk differs from the first run's in its bytes, size and change time, from the base's blob in
+the repository's git objects, and from any copy of it the diff carries, and code that tells the
+runs apart answers honestly in the mirror run only. Here the two runs' files, directories and
+processes are the same; the values live only in the test module's code.
 
 A test function is *armed* when each value it checks equality against can be changed in its
 text and changing it can only turn the test's pass into a failure:
@@ -24,14 +31,17 @@ text and changing it can only turn the test's pass into a failure:
 
 The first shiftable constant of each such literal changes (``int`` and ``float`` by the salt,
 ``bool`` negated, ``str`` and ``bytes`` suffixed); pytest's node ids may change with a
-parametrized value, so the host asks only whether any test of an armed function passed
-(``repo.py: mirror_verdict``), which an honest fix never does. What makes a gold patch pass a
+parametrized value, so the host asks only whether any test of an armable function passed
+(``repo.py: mirror_verdict``), which an honest fix never does: one the parent found armable in
+the file (:func:`armable`) whose module ran without the change (loaded past pytest's rewriter)
+counts as one that passed changed. What makes a gold patch pass a
 mirrored test (a test whose checks cannot fail, an object with a loose ``__eq__``) drops the
 task at validation, with the reason."""
 
 import ast
 import math
 import os
+from collections.abc import Callable
 
 EQUAL_METHODS = frozenset(
     {
@@ -307,51 +317,72 @@ def _functions(module: ast.Module, qualname: list[str]) -> ast.FunctionDef | ast
     return None
 
 
-def _offsets(data: bytes) -> list[int]:
-    starts, at = [0, 0], 0
-    for line in data.splitlines(keepends=True):
-        at += len(line)
-        starts.append(at)
-    return starts
-
-
-def arm(tests: list[str], salt: int) -> list[str]:
-    """Change, in their files under the working directory, the expected values of the test
-    functions of ``tests`` (node ids) that can be armed; the node ids of those functions
-    (``path::[Class::]name``, no parameters)."""
+def plan(tests: list[str]) -> dict[str, list[str]]:
+    """The test functions of ``tests`` (node ids) by file: ``{path: [qualname, ...]}`` (``path``
+    relative to the repository root, ``qualname`` as ``test_x`` or ``TestC::test_x``)."""
     by_file: dict[str, set[str]] = {}
     for node in tests:
-        base = node.partition("[")[0]
-        path = base.split("::", 1)[0]
-        if "::" in base and path.endswith(".py"):
-            by_file.setdefault(path, set()).add(base)
-    armed: list[str] = []
-    for path, bases in sorted(by_file.items()):
+        path, _, qualname = node.partition("[")[0].partition("::")
+        if qualname and path.endswith(".py"):
+            by_file.setdefault(path, set()).add(qualname)
+    return {path: sorted(names) for path, names in sorted(by_file.items())}
+
+
+def arm_module(module: ast.Module, qualnames: list[str], salt: int) -> list[str]:
+    """Change, in ``module`` (the tree a test file is compiled from), the expected values of the
+    test functions ``qualnames`` that can be armed; those that were."""
+    module_nodes = list(ast.walk(module))
+    armed, leaves = [], {}
+    for qualname in qualnames:
+        function = _functions(module, qualname.split("::"))
+        edits = None if function is None else _function_edits(function, module, module_nodes, salt)
+        if edits:
+            armed.append(qualname)
+            leaves.update((id(leaf), leaf) for leaf in edits)
+    for leaf in leaves.values():  # after the analysis: a constant two checks share changes once
+        leaf.value = shifted(leaf.value, salt)
+    return armed
+
+
+def armable(tests: list[str], salt: int) -> list[str]:
+    """The node ids (``path::[Class::]name``, no parameters) of the functions of ``tests`` that
+    :func:`arm_module` arms in their files as they are now under the working directory."""
+    found = []
+    for path, qualnames in plan(tests).items():
         try:
             with open(path, "rb") as f:
-                data = f.read()
-            module = ast.parse(data)
+                module = ast.parse(f.read())
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        module_nodes = list(ast.walk(module))
-        leaves: dict[tuple[int, int], ast.Constant] = {}
-        for base in sorted(bases):
-            function = _functions(module, base.split("::")[1:])
-            if function is None:
-                continue
-            edits = _function_edits(function, module, module_nodes, salt)
-            if edits:
-                armed.append(base)
-                for leaf in edits:
-                    leaves[(leaf.lineno, leaf.col_offset)] = leaf
-        if leaves:
-            starts = _offsets(data)
-            for leaf in sorted(leaves.values(), key=lambda c: (c.lineno, c.col_offset), reverse=True):
-                start = starts[leaf.lineno] + leaf.col_offset
-                end = starts[leaf.end_lineno or leaf.lineno] + (leaf.end_col_offset or 0)
-                data = data[:start] + repr(shifted(leaf.value, salt)).encode() + data[end:]
-            times = os.stat(path)
-            with open(path, "wb") as f:  # in place: the same inode
-                f.write(data)
-            os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))  # and the same times, to the ns
-    return armed
+        found += [f"{path}::{q}" for q in arm_module(module, qualnames, salt)]
+    return found
+
+
+def install(
+    rewriter: type, root: str, tests: list[str], salt: int, armed: Callable[[list[str]], None]
+) -> set[str]:
+    """Arm the test files of ``tests`` as pytest compiles them: wrap ``rewriter.run`` (pytest's
+    ``AssertionRewriter``, which every test module pytest imports is compiled through) to change
+    the tree of each such file first, and call ``armed`` with the node ids it armed. Returns the
+    set the wrapper adds the real path of every module it compiles to: a test module missing
+    from it was loaded past the rewriter, so past this change and every check the rewriter
+    installs (``_compare.py``). With no
+    ``tests`` (every run but the mirror run) it changes nothing, the same function in the same
+    place: the code under test finds the same grader in both runs. The file itself is never
+    written, so nothing outside the process (its bytes, size, times, the repository's git
+    objects, a copy of the text the diff carries) tells the mirror run from the first."""
+    planned, run, compiled = plan(tests), rewriter.run, set()
+
+    def run_armed(self, mod):  # noqa: ANN001, ANN202
+        path = getattr(self, "module_path", None)
+        if isinstance(path, str):
+            compiled.add(os.path.realpath(path))
+        qualnames = planned.get(os.path.relpath(path, root)) if isinstance(path, str) else None
+        if qualnames and isinstance(mod, ast.Module):
+            done = arm_module(mod, qualnames, salt)
+            if done:
+                armed([f"{os.path.relpath(path, root)}::{q}" for q in done])
+        return run(self, mod)
+
+    rewriter.run = run_armed
+    return compiled

@@ -20,7 +20,8 @@ once every process of the sandbox is gone. Two processes:
    deleted;
 5. applies the task's hidden test patch (failure -> ``test_patch_failed``);
    In the *mirror run* (``mirror.json``: the FAIL_TO_PASS tests and a salt, read and deleted as
-   the key), it then changes the values those tests check equality against (``_mirror.py``);
+   the key), the child changes the values those tests check equality against as pytest compiles
+   their modules, the files left as they are (``_mirror.py``);
 6. adds *canaries*: tests with random names that always fail, appended to every test file (one
    of them a ``unittest.TestCase`` test);
 7. runs pytest in a **child** process (this file with ``--child``) that holds no key, reads the
@@ -492,6 +493,7 @@ class Outcomes:
         self.collected = 0
         self.garbled = 0
         self.foreign: set[int | None] = set()  # pids other than the child's that wrote reports
+        self.mirrored: set[str] = set()  # the mirror run's functions armed as their module compiled
 
     def feed(self, msg: dict) -> None:
         kind = msg.get("t")
@@ -503,6 +505,8 @@ class Outcomes:
             self.exitstatus, self.collected = int(msg["exitstatus"]), int(msg["collected"])
         elif kind == "audit":
             self.audit.append(f"run time: {msg.get('event')} from {msg.get('where')}"[:300])
+        elif kind == "mirror":
+            self.mirrored.update(str(a) for a in msg["armed"])
         else:
             self.garbled += 1
 
@@ -529,9 +533,13 @@ class Outcomes:
         self.outcomes[nodeid] = status
 
 
-def run_child(results: str, args: list[str], out: Outcomes, watch: _fswatch.TestFileWatch) -> int:
+def run_child(
+    results: str, args: list[str], out: Outcomes, watch: _fswatch.TestFileWatch, mirror: dict
+) -> int:
     """Run pytest in the child, feed its reports to ``out`` and the test files' events to
-    ``watch``, return its exit code."""
+    ``watch``, return its exit code. ``mirror`` (``{"tests", "salt"}``, no tests but in the
+    mirror run) reaches the child as the first line on the socket: in every run, so neither its
+    arguments, its environment nor the files tell the mirror run from the first."""
     # A socket rather than a pipe: the kernel stamps each write with the writer's pid
     # (SO_PASSCRED), and only the child's count. A process the code under test forked keeps the
     # child's end and can write forged reports (a relay that turns "failed" into "passed" and
@@ -556,6 +564,10 @@ def run_child(results: str, args: list[str], out: Outcomes, watch: _fswatch.Test
     argv = [sys.executable, "-s", "-S", os.path.abspath(__file__), "--child", str(w), results, *args]
     child = subprocess.Popen(argv, pass_fds=(w,), env=env, start_new_session=True)
     child_end.close()
+    try:  # read by the child before any line of the repository runs
+        parent_end.sendall((json.dumps(mirror) + "\n").encode())
+    except OSError:  # the child is gone already: its exit code says the rest
+        pass
     buf = bytearray()
     deadline = None
     while True:
@@ -673,8 +685,12 @@ def main() -> None:
         report.update(stage="test_patch_failed", detail=error)
         finish(0)
     os.unlink(os.path.join(results, "test.patch"))  # its text holds the tests' values as written
+    # the mirror run's change happens in the child as pytest compiles the test modules
+    # (``_mirror.install``); what the files allow is known here, from the files themselves
+    mirror_tests = [str(t) for t in mirror["tests"]] if mirror is not None else []
+    salt = int(mirror["salt"]) if mirror is not None else 0
     if mirror is not None:
-        report["mirror"] = {"armed": _mirror.arm(list(mirror["tests"]), int(mirror["salt"]))}
+        report["mirror"] = {"armable": _mirror.armable(mirror_tests, salt)}
     canary_files, canaries = write_canaries(test_files)
     watch, present = watch_test_files(graded, [*test_files, *canary_files], names)
     with open(os.path.join(results, "restored.json"), "w") as f:
@@ -699,7 +715,9 @@ def main() -> None:
     ]  # fmt: skip
     out = Outcomes()
     report["stage"] = "tests_started"
-    code = run_child(results, args, out, watch)
+    code = run_child(results, args, out, watch, {"tests": mirror_tests, "salt": salt})
+    if mirror is not None:
+        report["mirror"]["armed"] = sorted(out.mirrored & set(report["mirror"]["armable"]))
     report["tamper"] += watch.close()
     if watch.unwatched:
         report["unwatched"] = watch.unwatched
@@ -763,8 +781,9 @@ class _Reporter:
     """The child's pytest plugin: every raw report straight to the parent, each test's call and
     report checked for a changed toolchain (``_guard.Watch``) first."""
 
-    def __init__(self, channel: _Channel, watch: _guard.Watch) -> None:
+    def __init__(self, channel: _Channel, watch: _guard.Watch, compiled: set[str]) -> None:
         self.channel, self.watch, self.send = channel, watch, channel.send
+        self.compiled = compiled  # every module pytest's rewriter compiled (``_mirror.install``)
 
     def around_loop(self, session):  # noqa: ANN001, ANN201 - pytest_runtestloop, outermost wrapper
         # the collection is done (the code under test imported) and its warnings capture is over
@@ -787,6 +806,14 @@ class _Reporter:
         # what was patched only while the tests were collected is in place here
         self.watch.check("the collection", record=True, stack=False, codes=True)
         self.watch.check_hooks(session.config.pluginmanager, "the collection")
+        # a test module compiled past pytest's rewriter (its import hook taken off
+        # ``sys.meta_path``) runs its asserts unchecked (``_compare.py``) and unmirrored
+        modules = {os.path.realpath(str(item.path)) for item in session.items}
+        for path in sorted(p for p in modules if p.endswith(".py") and p not in self.compiled)[:5]:
+            where = os.path.relpath(path)
+            self.send(
+                {"t": "audit", "event": "a test module not compiled by pytest's rewriter", "where": where}
+            )
 
     def pytest_collectreport(self, report) -> None:  # noqa: ANN001
         if report.failed:
@@ -917,12 +944,24 @@ def _install_monitor(
     sys.addaudithook(hook)
 
 
+def _receive_line(fd: int) -> dict:
+    """The first line on the socket ``fd``, as JSON (the parent sends one, then only reads)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return json.loads(data)
+
+
 def child_main() -> None:
     # the sandbox's PYTHON* variables, for the processes the tests start (and PYTHONPATH for
     # toolchain_dirs): the interpreter has started, so they no longer reach this one
     os.environ.update(json.loads(os.environ.pop(CHILD_PYTHON_ENV, "{}")))
     sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = NO_BYTECODE
     fd, results, args = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+    mirror = _receive_line(fd)  # the parent's first line, in every run (``run_child``)
     with open(os.path.join(results, "watched.json")) as f:
         changes = json.load(f)
     watched = set(changes["watched"])
@@ -954,6 +993,15 @@ def child_main() -> None:
         return path.startswith(repo + "/") and is_test_path(path[len(repo) + 1 :])
 
     _compare.install(_compare.Checker(repo, changes["written"], claim), in_tests, frozenset(_scan.TEST_DIRS))
+    import _pytest.assertion.rewrite as rewrite  # noqa: PLC0415
+
+    compiled = _mirror.install(
+        rewrite.AssertionRewriter,
+        repo,
+        mirror["tests"],
+        mirror["salt"],
+        lambda armed: send({"t": "mirror", "armed": armed}),
+    )
     # the toolchain's record: after everything trusted has loaded (and _compare patched pytest's
     # rewriter), before the first line of the repository runs (conftests, test modules)
     watch = _guard.Watch(repo, changed, claim, trusted)
@@ -977,7 +1025,7 @@ def child_main() -> None:
         _Reporter.around_test
     )
     _Reporter.pytest_runtestloop = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.around_loop)
-    reporter = _Reporter(channel, watch)
+    reporter = _Reporter(channel, watch, compiled)
     # the standard library's and the grader's record: the last step before the repository's
     # first line (a conftest, a test module, the code they import) can run
     watch.record_trusted(trusted)

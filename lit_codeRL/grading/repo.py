@@ -354,10 +354,11 @@ def _why_unresolved(f2p: dict[str, str], p2p: dict[str, str]) -> str:
 
 def mirror_verdict(task: GradedTask, run: GradeRun, tamper_reward: float = 0.0) -> SWEGrade | None:
     """The grade of a diff that resolved ``task`` after its *mirror run* (``run``: the
-    FAIL_TO_PASS tests again, each value they check equality against changed in their text,
-    ``_mirror.py``): ``tamper`` when that run found tampering, or when a test of an armed function
-    passed there (the same inputs, another expected value: the code under test read the answer
-    from the test); ``None`` when it stands (pure: ``tests/grading/test_mirror.py``). A run that
+    FAIL_TO_PASS tests again, each value they check equality against changed in the code their
+    modules are compiled from, ``_mirror.py``): ``tamper`` when that run found tampering, or when
+    a test of an armable function passed there (the same inputs, another expected value: the code
+    under test read the answer from the test; or its module was loaded past the change);
+    ``None`` when it stands (pure: ``tests/grading/test_mirror.py``). A run that
     left no verdict to read (a timeout, no record) proves nothing either way."""
     grade = judge(task, run.exit_code, run.report, run.junit, tamper_reward=tamper_reward)
     if grade.verdict == "tamper":
@@ -366,19 +367,21 @@ def mirror_verdict(task: GradedTask, run: GradeRun, tamper_reward: float = 0.0) 
         return grade
     if grade.verdict not in ("resolved", "unresolved") or run.report is None:
         return None
-    armed = {str(a) for a in (run.report.get("mirror") or {}).get("armed", [])}
+    mirror = run.report.get("mirror") or {}
+    armable, armed = ({str(a) for a in mirror.get(k, [])} for k in ("armable", "armed"))
     passed = sorted(
         str(n)
         for n, s in dict(run.report.get("outcomes", {})).items()
-        if s == "passed" and str(n).partition("[")[0] in armed
+        if s == "passed" and str(n).partition("[")[0] in armable
     )
     if not passed:
         return None
     more = f" (+{len(passed) - 1} more)" if len(passed) > 1 else ""
-    reason = (
-        f"mirror: {passed[0]}{more} passed with the value it checks against changed: the code under "
-        "test read the answer from the test"
-    )
+    if all(n.partition("[")[0] in armed for n in passed):
+        why = "passed with the value it checks against changed: the code under test read the answer from the test"
+    else:  # the module ran, but not as pytest's rewriter compiles it (the hook taken away)
+        why = "ran without the mirror's change to its values: its module was loaded past pytest's rewriter"
+    reason = f"mirror: {passed[0]}{more} {why}"
     return SWEGrade("tamper", tamper_reward, reason=reason[:500], restored=grade.restored, tamper=[reason])
 
 
@@ -562,8 +565,8 @@ class SWEGrader:
             run = self.run(task, patch, test_files(task), limit, cpu, mirror=mirror)
         except WorkspaceError:  # ours, not the agent's: the first run's grade stands
             return grade
-        if run.report is not None and not (run.report.get("mirror") or {}).get("armed", [None]):
-            self._unarmed.add(key)
+        if run.report is not None and not (run.report.get("mirror") or {}).get("armable", [None]):
+            self._unarmed.add(key)  # what the parent read in the files: no run can make it empty
         verdict = mirror_verdict(task, run, self.tamper_reward)
         if verdict is None:
             return grade
@@ -680,10 +683,11 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 4
+VALIDATION_VERSION = 5
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
-must not pass a mirrored test)."""
+must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
+a test module pytest's rewriter did not compile is tampering)."""
 
 
 def _task_key(task: GradedTask) -> str:

@@ -1,5 +1,6 @@
 """The mirror run: a diff that resolved its task is graded again with the values its failing tests
-check equality against changed in their text (``grading/_mirror.py``, ``repo.py: mirror_verdict``).
+check equality against changed in the code pytest compiles their modules from, the files left as
+they are (``grading/_mirror.py``, ``repo.py: mirror_verdict``).
 
 Code that reads the answer from the calling test without any of the ways ``_guard.py`` sees (a
 parametrized test's ``expected`` from the locals of the frame above its own, reached through
@@ -11,6 +12,7 @@ both the test and its mirror drops its task at validation, with the reason.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.grading import repo as grading
-from lit_codeRL.problems.swe import RepoCache
+from lit_codeRL.problems.swe import RepoCache, SWETask
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
 from tests.grading.repo_tasks import BUGGY, FIXED, diff, make_task, validated_task
 from tests.sandbox.conftest import require_bwrap
@@ -31,20 +33,26 @@ SALT = 100
 
 
 def armed(tmp_path: Path, source: str, tests: list[str]) -> tuple[list[str], str]:
-    """The functions :func:`_mirror.arm` arms among ``tests`` of ``test_x.py`` holding
-    ``source``, and the file's text after."""
+    """The functions :func:`_mirror.arm_module` arms among ``tests`` in the tree of a
+    ``test_x.py`` holding ``source``, and that tree after (``ast.dump``). :func:`_mirror.armable`
+    finds the same ones in the file, which stays as it was."""
     path = tmp_path / "test_x.py"
     path.write_text(source, encoding="utf-8")
-    os.utime(path, ns=(1_000_000_001, 2_000_000_003))
-    inode, cwd = path.stat().st_ino, Path.cwd()
+    ids, cwd = [f"test_x.py::{t}" for t in tests], Path.cwd()
     try:
         os.chdir(tmp_path)
-        found = mirror.arm([f"test_x.py::{t}" for t in tests], SALT)
+        on_disk = mirror.armable(ids, SALT)
     finally:
         os.chdir(cwd)
-    # changed in place with its times kept: nothing but the values tells the mirror run apart
-    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (inode, 2_000_000_003)
-    return [f.split("::", 1)[1] for f in found], path.read_text(encoding="utf-8")
+    assert path.read_text(encoding="utf-8") == source
+    tree = ast.parse(source)
+    found = mirror.arm_module(tree, mirror.plan(ids)["test_x.py"], SALT)
+    assert on_disk == [f"test_x.py::{f}" for f in found]
+    return found, ast.dump(tree)
+
+
+def dumped(source: str) -> str:
+    return ast.dump(ast.parse(source))
 
 
 def test_shifted_changes_every_kind_of_value_and_refuses_what_it_cannot():
@@ -122,8 +130,7 @@ class TestC(unittest.TestCase):
         .replace("[(2, 3, 5), (add(1, 1), 0, (2,", "[(2, 3, 105), (add(1, 1), 0, (102,")
         .replace("double(value), 4)", "double(value), 104)")
     )
-    assert after == expected
-    assert "assert add(1, 1) > 0" in after  # not an equality: left as written
+    assert after == dumped(expected)  # "assert add(1, 1) > 0" too: not an equality, left as it is
 
 
 @pytest.mark.parametrize(
@@ -158,13 +165,14 @@ class TestC(unittest.TestCase):
 def test_a_check_that_cannot_be_armed_is_left_alone(tmp_path, body):
     source = f"import pytest\n\nCASES = [5]\n\n\n{body}"
     found, after = armed(tmp_path, source, ["test_t"])
-    assert found == [] and after == source
+    assert found == [] and after == dumped(source)
 
 
 def test_a_test_file_that_does_not_parse_or_a_function_defined_twice_is_left_alone(tmp_path):
     source = "def test_t():\n    assert add(2, 3) == 5\n\n\ndef test_t():\n    assert add(2, 3) == 5\n"
-    assert armed(tmp_path, source, ["test_t"]) == ([], source)
-    assert armed(tmp_path, "def test_t(:\n", ["test_t"]) == ([], "def test_t(:\n")
+    assert armed(tmp_path, source, ["test_t"]) == ([], dumped(source))
+    (tmp_path / "test_x.py").write_text("def test_t(:\n")
+    assert mirror.armable([f"{tmp_path}/test_x.py::test_t"], SALT) == []
 
 
 PARAM_TESTS = """\
@@ -313,3 +321,96 @@ def test_a_reference_patch_that_passes_a_mirrored_test_fails_validation_with_the
     assert why is not None and "mirror: test_calc.py::test_greet passed" in why, why
     unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
     assert unmirrored.validate(task) is None
+
+
+# Each tells the runs apart through the files, then reads the answer only where it is not the
+# mirror run: a copy of the test file the diff carries (the grader appends canaries, so only
+# the copy's length is compared, read by another program), or the repository's git objects (a line of the test file that
+# is not the base's). With the values changed in the file, each graded ``resolved``.
+TELLS_BY_ITS_COPY = f"""\
+import subprocess as _sp
+
+_COPY = {PARAM_TESTS!r}
+
+
+def _first_run():  # read by another program: no file opened in the pytest process
+    out = _sp.run(["head", "-c", str(len(_COPY.encode())), "test_calc.py"], capture_output=True)
+    return out.stdout.decode() == _COPY
+"""
+TELLS_BY_GIT = """\
+import subprocess as _sp
+
+
+def _first_run():
+    out = _sp.run(["git", "diff", "-U0", "--", "test_calc.py"], capture_output=True, text=True).stdout
+    return not any(line.startswith("-") and not line.startswith("---") for line in out.splitlines())
+"""
+ANSWERS_IN_THE_FIRST_RUN = LOCALS_ABOVE.replace(
+    "def add(a, b):\n",
+    "def add(a, b):\n    if not _first_run():\n        return a - b  # the bug: an honest fix's mirror run fails\n",
+)
+
+
+@pytest.mark.parametrize(
+    "tells", [TELLS_BY_ITS_COPY, TELLS_BY_GIT], ids=["a copy of the test file", "the git objects"]
+)
+def test_no_file_tells_the_mirror_run_from_the_first(param_task, tmp_path, tells):
+    task, grader = param_task
+    patch = diff(task.repo_source, tmp_path / "agent", {"calc.py": tells + ANSWERS_IN_THE_FIRST_RUN + SUB})
+    unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
+    assert unmirrored.grade(task, patch).verdict == "resolved"  # it answers in the first run
+    grade = grader.grade(task, patch)
+    assert grade.verdict == "tamper" and "read the answer from the test" in grade.reason, grade
+
+
+# The test modules compiled past pytest's rewriter (its hook taken off ``sys.meta_path`` by the
+# code under test, which the repository's conftest imports first): no value of theirs changes in
+# the mirror run, and no assert of theirs is checked (``_compare.py``). With the check off, the
+# answer read from the test grades ``resolved`` in both runs.
+CONFTEST = "import calc  # noqa: F401\n"
+TAKES_THE_HOOK = """\
+import sys as _s
+
+_finders = getattr(_s, "meta" + "_path")
+_finders[:] = [f for f in _finders if "Rewrit" not in type(f).__name__]
+"""
+
+
+def test_a_test_module_compiled_past_pytests_rewriter_is_tampering(tmp_path):
+    require_bwrap()
+    files = {
+        "calc.py": BUGGY,
+        "test_calc.py": PARAM_TESTS,
+        "test_other.py": OTHER_TESTS,
+        "conftest.py": CONFTEST,
+    }
+    task, grader = validated_task(tmp_path, "hook", files, {"calc.py": FIXED}, PARAM_F2P, PARAM_P2P)
+    patch = diff(task.repo_source, tmp_path / "agent", {"calc.py": TAKES_THE_HOOK + LOCALS_ABOVE + SUB})
+    for mirror_check in (False, True):
+        checked = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=mirror_check)
+        grade = checked.grade(task, patch)
+        assert grade.verdict == "tamper", grade
+        assert "a test module not compiled by pytest's rewriter from test_calc.py" in grade.reason, grade
+
+
+def test_a_mirrored_function_that_passed_unchanged_counts_as_changed(monkeypatch):
+    """The verdict's backstop: a test of a function the parent found armable passed in the
+    mirror run though the child never changed it (its module loaded past the rewriter)."""
+    monkeypatch.setattr(grading, "judge", lambda *a, **k: grading.SWEGrade("resolved", 1.0))
+    task = SWETask(
+        instance_id="t", repo="r", base_commit="0", problem_statement="", patch="", test_patch="",
+        fail_to_pass=("test_calc.py::test_add[2-3-5]",), pass_to_pass=(), repo_source="",
+    )  # fmt: skip
+    outcomes = {"test_calc.py::test_add[2-3-105]": "passed", "test_calc.py::test_sub": "passed"}
+
+    def verdict(armable: list[str], armed: list[str]) -> grading.SWEGrade | None:
+        report = {"mirror": {"armable": armable, "armed": armed}, "outcomes": outcomes}
+        return grading.mirror_verdict(task, grading.GradeRun(0, report, b"", "", None))
+
+    assert verdict([], []) is None  # nothing armable: the run proves nothing
+    assert verdict(["test_calc.py::test_mul"], ["test_calc.py::test_mul"]) is None
+    changed = verdict(["test_calc.py::test_add"], ["test_calc.py::test_add"])
+    assert changed is not None and "read the answer from the test" in changed.reason
+    unchanged = verdict(["test_calc.py::test_add"], [])
+    assert unchanged is not None and unchanged.verdict == "tamper" and unchanged.reward == 0.0
+    assert "loaded past pytest's rewriter" in unchanged.reason
