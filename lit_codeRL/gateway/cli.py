@@ -84,6 +84,44 @@ def parser() -> argparse.ArgumentParser:
         default=limits.max_inflight_per_episode,
         help="with --record: calls of one key being answered at once, 429 past it (default %(default)s)",
     )
+    config = GatewayConfig()
+    p.add_argument(
+        "--max-body-mb",
+        type=_positive,
+        default=config.max_body_mb,
+        help="largest request body in MiB, 413 past it (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=config.max_connections_per_socket,
+        help="connections the --uds socket holds open at once, more closed (default %(default)s)",
+    )
+    p.add_argument(
+        "--idle-timeout-s",
+        type=_seconds,
+        default=config.idle_timeout_s,
+        help="a connection that sends no request, or not all its body, this long is closed (default %(default)s)",
+    )
+    p.add_argument(
+        "--write-timeout-s",
+        type=_seconds,
+        default=config.write_timeout_s,
+        help="a reply the client does not read within this long is dropped, unrecorded (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-record-keys",
+        type=_positive,
+        default=config.max_record_keys,
+        help="with --record: keys (episodes) kept at once, the least recently used idle one forgotten "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--parse-workers",
+        type=_positive,
+        default=config.parse_workers,
+        help="threads that parse and tokenize request bodies (default %(default)s)",
+    )
     p.add_argument("--max-batch", type=int, default=64, help="sequences per generate call")
     p.add_argument(
         "--batch-wait-ms", type=float, default=5.0, help="wait for more requests to batch with the first"
@@ -107,6 +145,31 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _seconds(text: str) -> float:
+    """A time limit: more than 0 s (0 would close every connection before its first byte)."""
+    value = float(text)
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def gateway_config(args: argparse.Namespace, name: str, positions: int | None) -> GatewayConfig:
+    """The gateway the flags describe; ``name``: the served model name."""
+    return GatewayConfig(
+        name,
+        serve_limits(args, positions),
+        args.max_batch,
+        args.batch_wait_ms,
+        max_body_mb=args.max_body_mb,
+        record_all=args.record is not None,
+        max_record_keys=args.max_record_keys,
+        max_connections_per_socket=args.max_connections,
+        idle_timeout_s=args.idle_timeout_s,
+        write_timeout_s=args.write_timeout_s,
+        parse_workers=args.parse_workers,
+    )
 
 
 def serve_limits(args: argparse.Namespace, positions: int | None) -> ServeLimits:
@@ -140,12 +203,8 @@ def run(args: argparse.Namespace) -> None:
         policy.to("cuda")
     engine = make_engine(EngineSettings(name="hf", dtype=args.dtype), tokenizer, policy)
     positions = getattr(policy.config, "max_position_embeddings", None)
-    limits = serve_limits(args, positions)
     name = args.served_name or Path(args.checkpoint or args.model).name
-    gateway = Gateway(
-        tokenizer,
-        GatewayConfig(name, limits, args.max_batch, args.batch_wait_ms, record_all=args.record is not None),
-    )
+    gateway = Gateway(tokenizer, gateway_config(args, name, positions))
     gateway.start(
         host=None if args.no_tcp else args.host, port=None if args.no_tcp else args.port, uds=args.uds
     )

@@ -81,7 +81,11 @@ class HarnessRunner:
                 max_inflight_per_episode=env.settings.max_inflight_calls,
             ),
             max_batch_rows=max_batch_rows,
+            max_body_mb=env.settings.max_body_mb,
             require_episode=True,
+            max_connections_per_socket=env.settings.max_connections,
+            idle_timeout_s=env.settings.idle_timeout_s,
+            write_timeout_s=env.settings.write_timeout_s,
         )
         self.gateway = Gateway(engine.tokenizer, config, forced_sampling=sampling).start()
         self.rollouts = 0

@@ -13,11 +13,13 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import yaml
 
 from lit_codeRL.envs.harness.env import HarnessEnv, HarnessSettings
-from lit_codeRL.gateway.cli import parser, serve_limits
+from lit_codeRL.gateway.cli import gateway_config, parser, serve_limits
 from lit_codeRL.gateway.requests import ServeLimits
+from lit_codeRL.gateway.server import GatewayConfig
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
 from lit_codeRL.rollout.harness import HarnessRunner
 from tests.cli_process import run_cli, serve_url
@@ -42,13 +44,29 @@ SERVE_FLAGS = {
 }
 """Each ``ServeLimits`` field: its ``serve`` flag and (part of) the flag's help line."""
 
+GATEWAY_FLAGS = {
+    "max_body_mb": ("--max-body-mb", "largest request body in MiB, 413 past it"),
+    "max_connections_per_socket": ("--max-connections", "connections the --uds socket holds open at once"),
+    "idle_timeout_s": ("--idle-timeout-s", "a connection that sends no request, or not all its body,"),
+    "write_timeout_s": ("--write-timeout-s", "a reply the client does not read within this long is dropped"),
+    "max_record_keys": ("--max-record-keys", "with --record: keys (episodes) kept at once"),
+    "parse_workers": ("--parse-workers", "threads that parse and tokenize request bodies"),
+    "max_batch_rows": ("--max-batch", "sequences per generate call"),
+    "batch_wait_ms": ("--batch-wait-ms", "wait for more requests to batch with the first"),
+}
+"""Each ``GatewayConfig`` field a user sets: its ``serve`` flag and (part of) its help line."""
+GATEWAY_SET_OTHERWISE = {"served_name", "limits", "require_episode", "record_all"}
+"""``--served-name``, the bounds above, and what ``--record`` and training decide."""
+
 
 def test_serve_help_lists_every_request_bound_with_its_doc():
     assert set(SERVE_FLAGS) == {f.name for f in dataclasses.fields(ServeLimits)}, "a bound without a flag"
     out = run_cli("serve", "--help", timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     text = " ".join(out.stdout.split())  # argparse wraps help lines
-    for flag, doc in SERVE_FLAGS.values():
+    fields = {f.name for f in dataclasses.fields(GatewayConfig)}
+    assert set(GATEWAY_FLAGS) | GATEWAY_SET_OTHERWISE == fields, "a gateway setting without a flag"
+    for flag, doc in [*SERVE_FLAGS.values(), *GATEWAY_FLAGS.values()]:
         assert f"{flag} {flag[2:].upper().replace('-', '_')} {doc}" in text, flag
 
 
@@ -59,6 +77,23 @@ def test_serve_flags_set_every_bound():
     )  # fmt: skip
     assert serve_limits(args, positions=2048) == ServeLimits(7, 70, 700, 3, 5, 2)
     assert serve_limits(parser().parse_args([]), positions=2048) == ServeLimits(max_context_tokens=2048)
+    args = parser().parse_args(
+        ["--max-body-mb", "2", "--max-connections", "3", "--idle-timeout-s", "4.5", "--write-timeout-s", "6",
+         "--max-record-keys", "7", "--parse-workers", "8", "--max-batch", "9", "--batch-wait-ms", "10",
+         "--record", "somewhere"]
+    )  # fmt: skip
+    config = gateway_config(args, "served", positions=2048)
+    assert {name: getattr(config, name) for name in GATEWAY_FLAGS} == {
+        "max_body_mb": 2, "max_connections_per_socket": 3, "idle_timeout_s": 4.5, "write_timeout_s": 6.0,
+        "max_record_keys": 7, "parse_workers": 8, "max_batch_rows": 9, "batch_wait_ms": 10.0,
+    }  # fmt: skip
+    assert (config.served_name, config.record_all) == ("served", True)
+    assert gateway_config(parser().parse_args([]), "served", 2048) == GatewayConfig(
+        "served", ServeLimits(max_context_tokens=2048)
+    )
+    for bad in (["--max-body-mb", "0"], ["--idle-timeout-s", "0"], ["--write-timeout-s", "nan"]):
+        with pytest.raises(SystemExit):
+            parser().parse_args(bad)
 
 
 def post(url: str, body: dict, key: str) -> tuple[int, str]:
@@ -77,7 +112,7 @@ def test_serve_flags_reach_the_running_server(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "lit_codeRL.cli", "serve", "--model", "tiny-random", "--port", "0",
          "--dtype", "model", "--record", str(tmp_path), "--max-n", "2", "--max-calls-per-episode", "2",
-         "--max-inflight-per-episode", "1"],
+         "--max-inflight-per-episode", "1", "--max-body-mb", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
@@ -86,6 +121,9 @@ def test_serve_flags_reach_the_running_server(tmp_path):
         status, text = post(url, hi(n=3, max_tokens=2), "too-many-choices")
         assert status == 400 and json.loads(text)["error"]["param"] == "n", text
         assert post(url, hi(n=2, max_tokens=2), "two-choices")[0] == 200
+        big = hi(max_tokens=2)
+        big["messages"][0]["content"] = "x" * (3 << 19)  # 1.5 MiB: past --max-body-mb 1
+        assert post(url, big, "big-body")[0] == 413
         # four at once (the engine's owner picks up work every 0.2 s): one is answered, three refused
         with ThreadPoolExecutor(4) as pool:
             burst = sorted(
@@ -108,11 +146,20 @@ def test_fit_config_sets_the_harness_gateways_bounds(tiny_policy, tmp_path):
     help_text = " ".join(out.stdout.split())
     assert "--model.env.harness.max_inflight_calls MAX_INFLIGHT_CALLS Calls of one episode" in help_text
     assert "--model.env.harness.max_n MAX_N Largest ``n`` (choices per call)" in help_text
+    for knob, doc in (
+        ("max_body_mb", "Largest request body an agent may send, in MiB"),
+        ("max_connections", "Connections one episode's socket holds open at once"),
+        ("idle_timeout_s", "A connection of the agent's that sends no request"),
+        ("write_timeout_s", "A reply the agent does not read within this long is dropped"),
+    ):
+        assert f"--model.env.harness.{knob} {knob.upper()} {doc}" in help_text, knob
     files = "--model.env.harness.swe.workspace.max_open_files MAX_OPEN_FILES Per command (RLIMIT_NOFILE"
     assert files in help_text  # the agent program's open files (tests/envs/test_harness.py)
     out = run_cli(
         "fit", "--config", "configs/grpo_harness.yaml", "--model.init_args.env.harness.max_inflight_calls",
-        "2", "--model.init_args.env.harness.max_n", "3", "--print_config=comments",
+        "2", "--model.init_args.env.harness.max_n", "3", "--model.init_args.env.harness.max_body_mb", "5",
+        "--model.init_args.env.harness.max_connections", "6", "--model.init_args.env.harness.idle_timeout_s",
+        "7.5", "--model.init_args.env.harness.write_timeout_s", "8", "--print_config=comments",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
@@ -125,8 +172,10 @@ def test_fit_config_sets_the_harness_gateways_bounds(tiny_policy, tmp_path):
     runner = HarnessRunner(engine, HarnessEnv(HarnessSettings(**harness)), SamplingParams(max_new_tokens=4))
     gateway = runner.gateway
     try:
-        limits = gateway.config.limits
+        limits, config = gateway.config.limits, gateway.config
         assert (limits.max_inflight_per_episode, limits.max_n, limits.max_calls_per_episode) == (2, 3, 200)
+        set_here = (config.max_body_mb, config.max_connections_per_socket, config.idle_timeout_s)
+        assert set_here + (config.write_timeout_s,) == (5, 6, 7.5, 8.0)
         sock = str(tmp_path / "episode.sock")
         key = gateway.open_episode(socket_path=sock)
         too_many = raw_call(sock, hi(n=4), timeout_s=10)  # answered at once, before any engine runs

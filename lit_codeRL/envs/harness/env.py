@@ -79,6 +79,14 @@ class HarnessSettings:
     """Calls of one episode the gateway answers at once; more get 429 (one agent cannot flood the batch)."""
     max_n: int = 16
     """Largest ``n`` (choices per call) an agent may ask for; more: 400."""
+    max_body_mb: int = 64
+    """Largest request body an agent may send, in MiB; more: 413."""
+    max_connections: int = 32
+    """Connections one episode's socket holds open at once; more are closed as they open."""
+    idle_timeout_s: float = 30.0
+    """A connection of the agent's that sends no request, or not all of its body, this long is closed."""
+    write_timeout_s: float = 60.0
+    """A reply the agent does not read within this long is dropped, and the call not recorded."""
     port: int = 8000
     """The gateway's port on the sandbox's loopback."""
     served_name: str = "policy"
@@ -94,8 +102,15 @@ class HarnessSettings:
             self.swe = SWESettings(**self.swe)
         if self.timeout_s <= 0:
             raise ValueError("env.harness.timeout_s must be > 0")
-        if min(self.max_calls, self.max_inflight_calls, self.max_n) < 1:
-            raise ValueError("env.harness.max_calls, max_inflight_calls and max_n must be >= 1")
+        if (
+            min(self.max_calls, self.max_inflight_calls, self.max_n, self.max_body_mb, self.max_connections)
+            < 1
+        ):
+            raise ValueError(
+                "env.harness.max_calls, max_inflight_calls, max_n, max_body_mb and max_connections must be >= 1"
+            )
+        if not (self.idle_timeout_s > 0 and self.write_timeout_s > 0):
+            raise ValueError("env.harness.idle_timeout_s and write_timeout_s must be > 0")
         if not self.command.strip():
             raise ValueError("env.harness.command is empty")
         try:
