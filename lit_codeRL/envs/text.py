@@ -7,12 +7,19 @@ listing) or, through JSON, as other lone surrogates: a tokenizer and a UTF-8 ter
 on those. And a program the agent runs can print control characters: an ESC sequence clears or
 retitles the terminal of whoever reads the transcript (or writes their clipboard, OSC 52), a
 carriage return makes ``PASSED\rFAILED`` show one word where the policy reads two, a bidi override
-shows text in an order other than its tokens'. :func:`clean_text` is the one defined
-replacement: every lone surrogate becomes U+FFFD, ``\r\n`` becomes ``\n``, and every other
-control character but ``\n`` and ``\t`` (C0, DEL, C1) and every bidi embedding, override and
-isolate becomes its visible Python escape (``\x1b``, ``\r``, ``\u202e``: the characters
-``repr`` writes). Diffs keep their exact bytes for grading (``grading/repo.py: patch_bytes``) and
-files keep theirs; only what is shown is cleaned.
+shows text in an order other than its tokens'. U+2028 and U+2029 (line and paragraph separator)
+break a line for some tokenizers and renderers but not for a tool that counts ``\n`` (nor for
+Python's line numbers), so the line the model sees and the number it is told would disagree. And
+invisible characters hide text from a reader while the tokens carry it: zero-width space, non-joiner
+and joiner, word joiner and the invisible operators (U+2061..U+2064), U+FEFF (the BOM), U+180E, and
+the tag characters U+E0000..U+E007F (an instruction spelt in them shows as nothing).
+:func:`clean_text` is the one defined replacement: every lone surrogate becomes U+FFFD, ``\r\n``
+becomes ``\n``, and every other control character but ``\n`` and ``\t`` (C0, DEL, C1), every bidi
+embedding, override and isolate, both separators and every invisible character above becomes its
+visible Python escape (``\x1b``, ``\r``, ``\u202e``, ``\u2028``, ``\u200b``, ``\U000e0041``:
+the characters ``repr`` writes). The soft hyphen (U+00AD) stays: it marks where a word may break
+and is common in ordinary text. Diffs keep their exact bytes for grading
+(``grading/repo.py: patch_bytes``) and files keep theirs; only what is shown is cleaned.
 """
 
 from __future__ import annotations
@@ -25,22 +32,31 @@ _CONTROLS = [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]
 """C0 but tab and newline, DEL, C1: what a terminal may act on instead of showing."""
 _BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 """LRE, RLE, PDF, LRO, RLO and LRI, RLI, FSI, PDI: they reorder what is shown, not the tokens."""
+_SEPARATORS = [0x2028, 0x2029]
+r"""LINE and PARAGRAPH SEPARATOR: a line break to some readers, none to ``\n``-counting tools."""
+_INVISIBLE = [0x180E, *range(0x200B, 0x200E), *range(0x2060, 0x2065), 0xFEFF, *range(0xE0000, 0xE0080)]
+"""Mongolian vowel separator, zero-width space, non-joiner and joiner, word joiner, the invisible
+operators, ZWNBSP (the BOM) and the tag characters: text a reader cannot see."""
 
 _VISIBLE: dict[int, str] = {
     **{code: "\ufffd" for code in range(0xD800, 0xE000)},
-    **{code: repr(chr(code))[1:-1] for code in (*_CONTROLS, *_BIDI)},
+    **{code: repr(chr(code))[1:-1] for code in (*_CONTROLS, *_BIDI, *_SEPARATORS, *_INVISIBLE)},
 }
 r"""The translation table of :func:`clean_text` (``repr`` spells each escape: ``\x1b``, ``\r``)."""
 
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u180e\u200b-\u200d\u2028\u2029\u202a-\u202e\u2060-\u2064"
+    "\u2066-\u2069\ufeff\ud800-\udfff\U000e0000-\U000e007f]"
+)
 """Any character :data:`_VISIBLE` changes: most text has none and is returned as it is."""
 
 
 def clean_text(text: str) -> str:
     r"""``text`` safe to show (see the module docstring): lone surrogates as U+FFFD, ``\r\n`` as
-    ``\n``, every other control character but newline and tab and every bidi control as its
-    visible escape. Linear time (one search, one ``str.translate``); the result holds no character
-    it would change, so cleaning twice is cleaning once."""
+    ``\n``, every other control character but newline and tab, every bidi control, both line
+    separators and every invisible character as its visible escape. Linear time (one search, one
+    ``str.translate``); the result holds no character it would change (every escape is ASCII), so
+    cleaning twice is cleaning once."""
     if _UNSAFE.search(text) is None:
         return text
     return text.replace("\r\n", "\n").translate(_VISIBLE)

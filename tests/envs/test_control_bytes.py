@@ -3,8 +3,10 @@
 An agent's programs can print ESC sequences (a cleared screen, a window title, an OSC 52 write to
 the clipboard of whoever reads the transcript), BEL, backspace, a carriage return that makes
 ``PASSED\\rFAILED`` show one word and tokenize as two, NUL, DEL, C1 controls and bidi overrides
-(text shown in an order other than its tokens'). ``envs/text.py: clean_text`` shows each as its
-escape; here a real program prints every class in each env (the SWE agent's command, the debugging
+(text shown in an order other than its tokens'), the line and paragraph separators (a line break to
+some readers, none to Python's line numbers) and invisible characters that hide text (zero-width
+ones, the BOM, the tag characters that spell an instruction nobody sees). ``envs/text.py:
+clean_text`` shows each as its escape; here a real program prints every class in each env (the SWE agent's command, the debugging
 gym's bash, pdb and view, code repair's error message) and ``lit-coderl episode`` prints a dump that
 holds them raw (written before the envs cleaned them). Real parts throughout: bubblewrap
 workspaces, the shipped tasks, the sandbox, the CLI entry point.
@@ -32,22 +34,26 @@ from lit_codeRL.sandbox.workspace import WorkspaceConfig
 
 HOSTILE = (
     "A\x1b[2JB\x1b]0;title\x07C \x1b]52;c;aGk=\x07 PASSED\rFAILED D\x00E\x7fF\x85G\u202eH\u2066I"
-    " é 中\tJ\r\nK\x08L"
+    " é 中\tJ\r\nK\x08L M\u2028N\u2029O\u200bP\u200dQ\u2060R\ufeffS\u180eT\U000e0068\U000e0069U"
 )
 """Every class: CSI, OSC ended by BEL (a title, a clipboard write), a CR overwrite, NUL, DEL, a C1
-control (NEL), a bidi override and isolate, CRLF, backspace; and text that must stay as it is."""
+control (NEL), a bidi override and isolate, CRLF, backspace, the line and paragraph separators,
+zero-width space and joiner, word joiner, BOM, Mongolian vowel separator and two tag characters
+(an invisible "hi"); and text that must stay as it is."""
 
 SHOWN = (
     r"A\x1b[2JB\x1b]0;title\x07C \x1b]52;c;aGk=\x07 PASSED\rFAILED D\x00E\x7fF\x85G\u202eH\u2066I"
     " é 中\tJ\nK"
-    r"\x08L"
+    r"\x08L M\u2028N\u2029O\u200bP\u200dQ\u2060R\ufeffS\u180eT\U000e0068\U000e0069U"
 )
 """``HOSTILE`` as shown, written by hand: each control as the escape ``repr`` writes, CRLF a newline,
 tab, newline and the letters as they were."""
 
-RAW = ["\x1b", "\x07", "\r", "\x00", "\x7f", "\x85", "\u202e", "\u2066", "\x08"]
+RAW = ["\x1b", "\x07", "\r", "\x00", "\x7f", "\x85", "\u202e", "\u2066", "\x08", "\u2028", "\u2029"]
+RAW += ["\u200b", "\u200d", "\u2060", "\ufeff", "\u180e", "\U000e0068", "\U000e0069"]
 ESCAPES = [r"\x1b[2J", r"\x1b]0;title\x07", r"\x1b]52;c;", r"PASSED\rFAILED", r"\x00", r"\x7f", r"\x85"]
-ESCAPES += [r"\u202e", r"\u2066", r"\x08"]
+ESCAPES += [r"\u202e", r"\u2066", r"\x08", r"M\u2028N\u2029O", r"\u200bP\u200dQ\u2060R\ufeffS\u180eT"]
+ESCAPES += [r"T\U000e0068\U000e0069U"]
 
 # a program that writes HOSTILE's UTF-8 bytes whatever the sandbox's locale
 PROGRAM = f"import sys\nsys.stdout.buffer.write({HOSTILE.encode()!r})\nsys.stdout.buffer.flush()\n"
@@ -68,7 +74,7 @@ def test_clean_text_shows_every_control_as_its_escape():
     assert clean_text(HOSTILE) == SHOWN
     assert clean_text(SHOWN) == SHOWN  # cleaning twice is cleaning once
     cases = {
-        "a\tb\nc é 中 ü \u00a0 \u200d": "a\tb\nc é 中 ü \u00a0 \u200d",  # plain text: as it is
+        "a\tb\nc é 中 ü \u00a0 \u00ad": "a\tb\nc é 中 ü \u00a0 \u00ad",  # plain text (a soft hyphen): as it is
         "x\r\ny\r\n": "x\ny\n",  # Windows line ends stay readable
         "x\ry": r"x\ry",  # a lone CR is shown
         "\x00\x01\x0b\x0c\x1f\x7f": r"\x00\x01\x0b\x0c\x1f\x7f",
@@ -81,10 +87,40 @@ def test_clean_text_shows_every_control_as_its_escape():
     assert {k: clean_text(k) for k in cases} == cases
 
 
+def test_clean_text_shows_separators_and_invisible_characters():
+    """The line and paragraph separators and the characters that show as nothing, each as the
+    escape ``repr`` writes (by hand here); their visible neighbours stay."""
+    cases = {
+        "a\u2028b\u2029c": r"a\u2028b\u2029c",  # one line to Python and to ``\n``-counting tools
+        "\u200b\u200c\u200d": r"\u200b\u200c\u200d",  # zero-width space, non-joiner, joiner
+        "\u2060\u2061\u2062\u2063\u2064": r"\u2060\u2061\u2062\u2063\u2064",  # word joiner, invisible operators
+        "\ufeffimport os": r"\ufeffimport os",  # a BOM, here or mid-text (ZWNBSP)
+        "x\u180ey": r"x\u180ey",  # Mongolian vowel separator
+        # the tag characters: "ok" then an invisible "rm" (U+E0072 U+E006D), and the block's ends
+        "ok\U000e0072\U000e006d": r"ok\U000e0072\U000e006d",
+        "\U000e0000\U000e0001\U000e0020\U000e007f": r"\U000e0000\U000e0001\U000e0020\U000e007f",
+        # neighbours that show: hair space, hyphenation point, narrow no-break space, superscript
+        # zero, soft hyphen, and the first code point past the tag block
+        "\u200a\u2027\u202f\u2070\u00ad\U000e0080": "\u200a\u2027\u202f\u2070\u00ad\U000e0080",
+    }
+    assert {k: clean_text(k) for k in cases} == cases
+    assert [clean_text(v) for v in cases.values()] == list(cases.values())  # twice is once
+
+
+def test_clean_text_search_and_table_agree():
+    """The one search that lets most text through unchanged finds exactly the characters the table
+    changes, over every code point: a character added to one and not the other would pass raw."""
+    from lit_codeRL.envs.text import _UNSAFE, _VISIBLE
+
+    every = "".join(map(chr, range(0x110000)))
+    assert {m.start() for m in _UNSAFE.finditer(every)} == set(_VISIBLE)
+    assert all(ch.isascii() for escape in _VISIBLE.values() if escape != "\ufffd" for ch in escape)
+
+
 def test_clean_text_is_linear():
     import time
 
-    for text in (HOSTILE * 4000, "\x1b" * 100_000, "a" * 100_000, "\r\n" * 50_000):
+    for text in (HOSTILE * 4000, "\x1b" * 100_000, "a" * 100_000, "\r\n" * 50_000, "\U000e0041" * 100_000):
         t0 = time.perf_counter()
         clean_text(text)
         assert time.perf_counter() - t0 < 1.0, len(text)
@@ -150,12 +186,16 @@ def test_debug_tools_show_a_programs_controls(debug_env, median):
     # view: a file that holds the bytes
     out = debug_step(debug_env, state, "<bash>python hostile.py > shown.txt</bash>")
     out = debug_step(debug_env, state, "<view>shown.txt</view>")
-    # view numbers the lines edit counts (str.splitlines: CR and NEL end a line there), so those two
-    # are line breaks with a number of their own; every other control is its escape
+    # view numbers the lines edit counts (str.splitlines: CR, NEL and U+2028/9 end a line there), so
+    # those are line breaks with a number of their own; every other control is its escape
     assert [ch for ch in RAW if ch in out.observation] == [], repr(out.observation)
     assert "PASSED\n2| FAILED" in out.observation and "F\n3| G" in out.observation
-    assert [e for e in ESCAPES if e not in out.observation] == [r"PASSED\rFAILED", r"\x85"]
-    assert "é 中\tJ\n4| K\\x08L" in out.observation
+    assert [e for e in ESCAPES if e not in out.observation] == [
+        r"PASSED\rFAILED",
+        r"\x85",
+        r"M\u2028N\u2029O",
+    ]
+    assert "é 中\tJ\n4| K\\x08L M\n5| N\n6| O\\u200bP" in out.observation
     # listdir: a file name that holds them
     out = debug_step(debug_env, state, "<bash>touch \"$(printf 'n\\033[2Jm\\342\\200\\256e')\"</bash>")
     out = debug_step(debug_env, state, "<listdir/>")
