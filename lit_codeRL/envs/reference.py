@@ -38,6 +38,7 @@ from typing import Any
 
 from lit_codeRL.envs.protocol import Action
 from lit_codeRL.envs.replacement import CLOSEST_MAX_LINES, closest_lines, found_once, occurrences
+from lit_codeRL.envs.text import line_number, python_lines
 from lit_codeRL.problems.record import Problem
 
 MERGE_GAP = 2
@@ -174,13 +175,13 @@ def edit_reason(edit: LineEdit, numbered: bool = True) -> str | None:
         if "\n" in span or "`" in span or len(span) > MAX_REASON_CHARS or re.search(r"<[/A-Za-z]", span):
             return None
     if wrong:
-        where = f"In line {edit.start + old.count(chr(10), 0, a[p][0])}, " if numbered else ""
+        where = f"In line {edit.start - 1 + line_number(old, a[p][0])}, " if numbered else ""
         if not right:
             return f"{where}`{wrong}` should not be there."
         return f"{where}`{wrong}` should be `{right}`."
     if p == 0:  # an insertion before the edit's first token
         return None
-    line = edit.start + old.count("\n", 0, a[p - 1][0])
+    line = edit.start - 1 + line_number(old, a[p - 1][0])
     if "\n" in new[b[p - 1][1] : b[p][0]]:  # the inserted tokens start a line of their own
         return (
             f"After line {line}, the line `{right}` is missing."
@@ -213,7 +214,7 @@ def text_replacement(text: str, edit: LineEdit) -> tuple[str, str] | None:
     only once. A policy that imitates it names where to edit by copying what is there, never by
     counting lines: BC at 135M named the right change but on a wrong line in 33 of 56 held-out
     episodes where it named the right change (the H200 run of ``scripts/agent_recipe.py``)."""
-    lines = text.splitlines(keepends=True)
+    lines = python_lines(text, keepends=True)
     if not (1 <= edit.start <= edit.end <= len(lines)) or tuple(lines[edit.start - 1 : edit.end]) != edit.old:
         return None
     starts = [0]
@@ -283,9 +284,9 @@ def misquote(text: str, quote: str, seed: str) -> str | None:
     H200 run of ``scripts/agent_recipe.py``) had never seen the quote made again from the hint."""
     at = text.find(quote)
     lines = quote.split("\n")
-    if at < 0 or not quote.strip() or len(quote.strip("\n").splitlines()) > CLOSEST_MAX_LINES:
+    if at < 0 or not quote.strip() or len(python_lines(quote.strip("\n"))) > CLOSEST_MAX_LINES:
         return None
-    first = text.count("\n", 0, at) + 1
+    first = line_number(text, at)
     rng = random.Random(hashlib.sha256(f"{seed}:misquote".encode()).hexdigest())
     order = [k for k, line in enumerate(lines) if line.strip()]
     rng.shuffle(order)
@@ -296,8 +297,8 @@ def misquote(text: str, quote: str, seed: str) -> str | None:
             wrong = "\n".join([*lines[:k], variant, *lines[k + 1 :]])
             if occurrences(text, wrong, 1):
                 continue
-            shown = len(wrong.strip("\n").splitlines())
-            if closest_lines(text, wrong) == (first, text.splitlines()[first - 1 : first - 1 + shown]):
+            shown = len(python_lines(wrong.strip("\n")))
+            if closest_lines(text, wrong) == (first, python_lines(text)[first - 1 : first - 1 + shown]):
                 return wrong
     return None
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import difflib
 
+from lit_codeRL.envs.text import python_lines
+
 
 def occurrences(text: str, part: str, limit: int | None = None) -> list[int]:
     """Where ``part`` starts in ``text``, overlapping occurrences counted ("a\\na" is twice in
@@ -50,7 +52,7 @@ pass the cheap bounds (anagrams of the quote) would otherwise cost seconds."""
 
 
 def closest_lines(text: str, old: str, cutoff: float = 0.6) -> tuple[int, list[str]] | None:
-    """Where ``text`` reads most like ``old``, a quote it does not have: ``(first line number,
+    r"""Where ``text`` reads most like ``old``, a quote it does not have: ``(first line number,
     lines)``, as many lines as the quote has (at most :data:`CLOSEST_MAX_LINES`), or ``None`` when
     no place is alike (mean similarity of the lines under ``cutoff``).
 
@@ -59,12 +61,15 @@ def closest_lines(text: str, old: str, cutoff: float = 0.6) -> tuple[int, list[s
     :data:`CLOSEST_LINE_CHARS` characters (difflib's ratio); the quote's first line and its longest
     each anchor a candidate place at the file line most like it, and the place whose lines are most
     like the quote's, on average, wins. The work is bounded (:data:`CLOSEST_SCAN_LINES`,
-    :data:`CLOSEST_MAX_RATIOS`) whatever the file holds. The SWE edit bundle's ``replace``
-    (``env/tools/edit/bin/replace``, which runs where this package is not installed) has a copy;
-    tests/envs/test_replace_hint.py holds the two to the same answers."""
-    quote = old.strip("\n").splitlines()[:CLOSEST_MAX_LINES]
+    :data:`CLOSEST_MAX_RATIOS`) whatever the file holds. Lines are numbered as Python numbers them
+    (``envs/text.py: python_lines``), as the debugging gym's ``view`` shows them. The SWE edit
+    bundle's ``replace`` (``env/tools/edit/bin/replace``, which runs where this package is not
+    installed) has a copy, which splits lines as that bundle's ``view`` does (``str.splitlines``: the
+    two differ only on a file holding ``\f``, ``\v``, ``\x1c``..``\x1e``, ``\x85``, U+2028 or U+2029);
+    tests/envs/test_replace_hint.py holds the two to the same answers on every shipped program."""
+    quote = python_lines(old.strip("\n"))[:CLOSEST_MAX_LINES]
     want = [line.strip()[:CLOSEST_LINE_CHARS] for line in quote]
-    lines = text.splitlines()[:CLOSEST_SCAN_LINES]
+    lines = python_lines(text)[:CLOSEST_SCAN_LINES]
     have = [line.strip()[:CLOSEST_LINE_CHARS] for line in lines]
     filled = [j for j, line in enumerate(want) if line]
     if not filled or not lines:

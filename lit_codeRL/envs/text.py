@@ -20,10 +20,14 @@ visible Python escape (``\x1b``, ``\r``, ``\u202e``, ``\u2028``, ``\u200b``, ``\
 the characters ``repr`` writes). The soft hyphen (U+00AD) stays: it marks where a word may break
 and is common in ordinary text. Diffs keep their exact bytes for grading
 (``grading/repo.py: patch_bytes``) and files keep theirs; only what is shown is cleaned.
+
+A tool that shows or takes line numbers numbers them as Python does (:func:`python_lines`,
+:func:`line_number`), so they are the numbers of a traceback and of pdb.
 """
 
 from __future__ import annotations
 
+import io
 import re
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -65,6 +69,28 @@ def clean_text(text: str) -> str:
 def has_surrogate(text: str) -> bool:
     """Whether ``text`` holds a lone surrogate: text that cannot be written as UTF-8."""
     return _SURROGATE.search(text) is not None
+
+
+def python_lines(text: str, keepends: bool = False) -> list[str]:
+    r"""``text``'s lines as Python numbers them: a line ends at ``\r\n``, ``\r`` or ``\n`` and
+    nowhere else (universal newlines: the tokenizer's line numbers in a traceback, ``linecache``
+    behind pdb's ``l`` and ``b file:N``, pytest's reports). ``str.splitlines`` also ends a line at
+    ``\v``, ``\f``, ``\x1c``..``\x1e``, ``\x85``, U+2028 and U+2029, which a string or a comment
+    may hold: numbered by it, line N of a file past one of them is not the line N a traceback
+    names. With ``keepends`` each line keeps its own line end (``"".join`` gives ``text`` back);
+    an empty text has no line, a last line without a line end is one."""
+    lines = io.StringIO(text, newline="").readlines()  # newline="": split there, translate nothing
+    return lines if keepends else [line.rstrip("\r\n") for line in lines]
+
+
+def line_number(text: str, at: int) -> int:
+    """The line (1-based, numbered as :func:`python_lines` numbers them) that holds the character
+    at ``at`` of ``text``: a line end belongs to the line it ends."""
+    # each line end before ``at`` once: every \n and every \r, less the \r\n pairs counted twice
+    n = text.count("\n", 0, at) + text.count("\r", 0, at) - text.count("\r\n", 0, at) + 1
+    if 0 < at < len(text) and text[at] == "\n" and text[at - 1] == "\r":
+        n -= 1  # the \n of a \r\n, whose \r the counts up to ``at`` took for a lone one
+    return n
 
 
 def enclosed(text: str, open_tag: str, close_tag: str, start: int = 0) -> tuple[int, int, int] | None:

@@ -11,7 +11,7 @@ from lit_codeRL.envs.debug.reference import reference_actions
 from lit_codeRL.envs.debug.tools import PRESETS
 from lit_codeRL.problems.debug import debug_task
 from lit_codeRL.problems.registry import load_problems
-from tests.envs.test_reference_trajectories import RECOVERY_TASK
+from tests.envs.test_reference_trajectories import BANNER_TASK, BUG_LINE, RECOVERY_TASK
 
 TOOLS = PRESETS["debug"]
 VIEW = "I will look at calc.py.\n<view>calc.py</view>"
@@ -74,6 +74,28 @@ def replace(old: str, new: str, lead: str = "") -> str:
 )
 def test_the_first_edit_is_measured_against_the_fix(actions, expected):
     assert first_edit(RECOVERY_TASK, actions, TOOLS) == expected
+
+
+def test_the_first_edit_is_placed_by_pythons_line_numbers():
+    """:data:`BANNER_TASK`'s bug is Python's line 20 (what view, pdb and a traceback number it; line
+    28 to ``str.splitlines``): an edit of line 20 or a replace quoting it is on the bug line, an
+    edit of line 28 is not."""
+    fixed = BUG_LINE.replace("// 2", "/ 2")
+
+    def change(lines: str, lead: str = "") -> str:
+        return f'{lead}I will change lines {lines} of stats.py.\n<edit path="stats.py" lines="{lines}">\n{fixed}</edit>'
+
+    quote = '<replace path="stats.py">\n<old>ordered[middle]) // 2</old>\n<new>ordered[middle]) / 2</new>\n</replace>'
+    measured = {
+        "20": first_edit(BANNER_TASK, [change("20-20", "In line 20, `//` should be `/`. ")], TOOLS),
+        "28": first_edit(BANNER_TASK, [change("28-28")], TOOLS),
+        "quote": first_edit(BANNER_TASK, [quote], TOOLS),
+    }
+    assert measured == {
+        "20": FirstEdit(edited=True, on_bug_line=True, right=True, named=True, named_right=True),
+        "28": FirstEdit(edited=True),
+        "quote": FirstEdit(edited=True, on_bug_line=True, right=True),
+    }
 
 
 def test_every_shipped_reference_trajectory_edits_right_and_names_the_bug():

@@ -6,6 +6,8 @@ episode runner's dump of every tool call."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from lit_codeRL.envs.debug.env import READ_LIMIT, DebugEnv, DebugSettings
@@ -13,6 +15,8 @@ from lit_codeRL.envs.debug.env import tests_output as strip_durations
 from lit_codeRL.envs.debug.tools import PRESETS, parse_tool_call
 from lit_codeRL.envs.protocol import Action
 from lit_codeRL.envs.workspace_episodes import DUMP_TEXT_CHARS
+from lit_codeRL.problems.debug import debug_problem
+from tests.envs.test_reference_trajectories import BANNER, BANNER_TASK, BUG_LINE
 from tests.sandbox.conftest import require_bwrap
 
 FIX_LINE = "    return (ordered[middle - 1] + ordered[middle]) / 2\n"
@@ -365,3 +369,82 @@ def test_the_same_state_twice_in_a_batch_runs_once_and_blames_no_one(env, median
     ).result()
     assert "1| " in first.observation and second.info["verdict"] == "not_stepped"
     assert _goes_on(step(env, state, "<view>stats.py 1-1</view>"))
+
+
+def test_python_lines_number_lines_as_python_does(tmp_path):
+    """``python_lines`` splits where a traceback, ``linecache`` (pdb) and ``compile`` count a line
+    and nowhere else; ``str.splitlines`` (what view and edit counted) did not."""
+    import linecache
+    import traceback
+
+    from lit_codeRL.envs.text import line_number, python_lines
+
+    cases = {  # written by hand
+        "": [],
+        "a": ["a"],
+        "a\n": ["a\n"],
+        "a\r\nb\rc\nd": ["a\r\n", "b\r", "c\n", "d"],
+        "\n\r\n\r": ["\n", "\r\n", "\r"],
+        "x\x0cy\u2028z\x85w\x0b\x1c\x1d\x1e\u2029v\n": ["x\x0cy\u2028z\x85w\x0b\x1c\x1d\x1e\u2029v\n"],
+    }
+    assert {text: python_lines(text, keepends=True) for text in cases} == cases
+    assert python_lines("a\r\nb\rc\nd\x0c\n") == ["a", "b", "c", "d\x0c"]
+    text = "a\r\nb\rc\x0cd\ne"
+    assert [line_number(text, at) for at in range(len(text) + 1)] == [1, 1, 1, 2, 2, 3, 3, 3, 3, 4, 4]
+    rng = random.Random(0)  # the counts against the lines themselves, on random text
+    for _ in range(500):
+        text = "".join(rng.choice("ab\r\n\x0c\u2028") for _ in range(rng.randint(0, 12)))
+        assert [line_number(text, at) for at in range(len(text))] == [
+            len(python_lines(text[: at + 1])) for at in range(len(text))
+        ], text
+    source = BANNER + "x = 1\r" + "raise ValueError('here')\r\n"
+    assert python_lines(source)[2] == "raise ValueError('here')"  # line 3, as Python counts
+    assert source.splitlines()[2] != "raise ValueError('here')"  # what view numbered before
+    with pytest.raises(ValueError) as raised:
+        exec(compile(source, "banner.py", "exec"), {})
+    assert traceback.extract_tb(raised.value.__traceback__)[-1].lineno == 3
+    path = tmp_path / "banner.py"
+    path.write_bytes(source.encode())
+    assert [line.rstrip("\n") for line in linecache.getlines(str(path))] == python_lines(source)
+
+
+def test_view_edit_pdb_and_tracebacks_agree_on_line_numbers(env):
+    """A file whose line 1 holds a form feed, U+2028, NEL and the other characters that
+    ``str.splitlines`` breaks at, inside a string: the bug is Python's line 20. view shows it as
+    line 20, pdb stops there on ``b stats.py:20``, a traceback from it names line 20, and an edit
+    of lines 20-20 changes it and nothing else (before, view and edit counted line 1 as 9 lines)."""
+    assert python_source_line(BANNER_TASK.files["stats.py"], 20) == BUG_LINE
+    _, state = start(env, debug_problem(BANNER_TASK))
+    out = step(env, state, "<view>stats.py 20-20</view>")
+    assert out.observation == f"stats.py:\n20| {BUG_LINE}".rstrip("\n"), out.observation
+    out = step(env, state, "<view>stats.py 1-2</view>")  # line 1 one line, its characters escaped
+    assert r'1| BANNER = "form\x0cfeed, line\u2028separator, next\x85line, \x0b\x1c\x1d\x1e\u2029end"' in (
+        out.observation
+    )
+    assert "\n2| " in out.observation and "3| " not in out.observation
+    out = step(env, state, "<pdb>b stats.py:20</pdb>")
+    assert "Breakpoint 1 at" in out.observation
+    out = step(env, state, "<pdb>c</pdb>")
+    assert "stats.py(20)median()" in out.observation and "-> " + BUG_LINE.strip() in out.observation
+    # an edit of line 20 lands on Python's line 20: the traceback the tests show names it
+    out = step(env, state, '<edit path="stats.py" lines="20-20">    raise ValueError("line twenty")\n</edit>')
+    assert '20|     raise ValueError("line twenty")' in out.observation
+    out = step(env, state, "<eval/>")
+    assert (
+        "stats.py:20: in median" in out.observation and 'raise ValueError("line twenty")' in out.observation
+    )
+    out = step(env, state, f'<edit path="stats.py" lines="20-20">{FIX_LINE}</edit>')
+    diff = out.info["dump"]["diff"]
+    assert [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")] == [
+        "-" + BUG_LINE.rstrip("\n"),
+        "+" + FIX_LINE.rstrip("\n"),
+    ]
+    out = step(env, state, "<submit/>")
+    assert out.terminated and out.reward == 1.0
+
+
+def python_source_line(source: str, n: int) -> str:
+    """Line ``n`` of ``source`` as Python reads a file (universal newlines), its line end kept."""
+    import io
+
+    return io.StringIO(source, newline=None).readlines()[n - 1]

@@ -15,7 +15,13 @@ import re
 import pytest
 
 from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
-from lit_codeRL.envs.debug.reference import STILL_FAILING, WHOLE_FILE_LINES, recovery_actions, wants_recovery
+from lit_codeRL.envs.debug.reference import (
+    STILL_FAILING,
+    WHOLE_FILE_LINES,
+    misquote_actions,
+    recovery_actions,
+    wants_recovery,
+)
 from lit_codeRL.envs.debug.reference import reference_actions as debug_actions
 from lit_codeRL.envs.debug.reference import reference_episode as debug_episode
 from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
@@ -344,6 +350,55 @@ def test_a_wrong_swe_patch_does_not_resolve(swe_env):
 
 
 # ------------------------------------------------------------------------------ recovery
+# Inside a string on line 1: every character ``str.splitlines`` breaks a line at and Python does not
+# (form feed, line and paragraph separator, NEL, vertical tab, the file/group/record separators).
+BANNER = 'BANNER = "form\x0cfeed, line\u2028separator, next\x85line, \x0b\x1c\x1d\x1e\u2029end"\n'
+BUG_LINE = "    return (ordered[middle - 1] + ordered[middle]) // 2\n"
+_MEDIAN: DebugTask = DEBUG_TASKS["debug/median"].metadata["debug_task"]
+BANNER_TASK = dataclasses.replace(
+    _MEDIAN,
+    task_id="debug/banner",
+    files={**_MEDIAN.files, "stats.py": BANNER + _MEDIAN.files["stats.py"]},
+    fix={**_MEDIAN.fix, "stats.py": BANNER + _MEDIAN.fix["stats.py"]},
+)
+"""``debug/median`` with :data:`BANNER` as line 1 of stats.py: the bug is Python's line 20 (line 28
+to ``str.splitlines``)."""
+
+
+@pytest.mark.parametrize("preset", ["debug", "lines"])
+def test_a_file_with_line_breaks_python_does_not_count_is_edited_at_pythons_line(preset):
+    """No sandbox: the reference of :data:`BANNER_TASK` names line 20 (its view's number, pdb's and
+    a traceback's), its lead-in says so, its edits applied by the gym make the fix, and a misquote
+    of the bug line gets a refusal that shows line 20."""
+    tools = PRESETS[preset]
+    actions = debug_actions(BANNER_TASK, tools, output_shown=True, explain=True)
+    changes = [a for a in actions if "<edit" in a or "<replace" in a]
+    assert len(changes) == 1 and changes[0].startswith(
+        "In line 20, `//` should be `/`." if preset == "lines" else "`//`"
+    )
+    call = parse_tool_call(changes[0], tools)
+    if preset == "lines":
+        assert call.args["lines"] == "20-20"
+        fixed, error = apply_edit(BANNER_TASK.files["stats.py"], "20-20", call.args["content"])
+    else:
+        fixed, error = apply_replace(BANNER_TASK.files["stats.py"], call.args["old"], call.args["new"])
+    assert error is None and fixed == BANNER_TASK.fix["stats.py"]
+    text = BANNER_TASK.files["stats.py"]
+    _, said = apply_replace(text, "return (ordered[middle-1]+ordered[middle])//2", "x")
+    assert "closest text is at line 20" in said and "20|     return (ordered[middle - 1]" in said
+    _, said = apply_replace(text, "ordered[middle]", "x")  # lines 19 and 20 hold it
+    assert "(lines 19, 20)" in said, said
+    if preset == "debug":  # a misquoted first try, whose refusal shows the lines quoted next
+        actions, k = misquote_actions(BANNER_TASK, tools, output_shown=True)
+        _, said = apply_replace(text, *(parse_tool_call(actions[k], tools).args[a] for a in ("old", "new")))
+        assert "closest text is at line 20" in said and BUG_LINE.strip() in said
+
+
+def test_a_file_with_line_breaks_python_does_not_count_resolves_when_played(debug_env):
+    episode = debug_episode(debug_env, BANNER_TASK)
+    assert episode.resolved, episode.verdict
+
+
 RECOVERY_TASK = DebugTask(
     "test/recovery",
     "scale",

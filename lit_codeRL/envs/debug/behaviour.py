@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from lit_codeRL.envs.behaviour_counts import flag_counts
 from lit_codeRL.envs.debug.tools import apply_edit, apply_replace, line_range, parse_tool_call
 from lit_codeRL.envs.reference import LineEdit, edit_reason, line_edits
+from lit_codeRL.envs.text import line_number, python_lines
 from lit_codeRL.problems.debug_task import DebugTask
 
 _LEAD_IN = " I will "
@@ -85,7 +86,7 @@ def first_edit(task: DebugTask, actions: Sequence[str], tools: tuple[str, ...]) 
         old, fixed = task.files.get(path), task.fix.get(path)
         if old is None or fixed is None:
             return FirstEdit(edited=True, named=_reason(action) is not None)
-        fix_edits = line_edits(old.splitlines(keepends=True), fixed.splitlines(keepends=True))
+        fix_edits = line_edits(python_lines(old, keepends=True), python_lines(fixed, keepends=True))
         if call.tool == "rewrite":
             after, error = str(call.args.get("content", "")), None
             on_bug_line = True
@@ -93,7 +94,7 @@ def first_edit(task: DebugTask, actions: Sequence[str], tools: tuple[str, ...]) 
             quoted = str(call.args["old"])
             after, error = apply_replace(old, quoted, str(call.args["new"]))
             at = old.find(quoted)
-            start, end = old.count("\n", 0, at) + 1, old.count("\n", 0, at + len(quoted) - 1) + 1
+            start, end = line_number(old, at), line_number(old, at + len(quoted) - 1)
             on_bug_line = error is None and any(_touches(start, end, e) for e in fix_edits)
         else:
             spec = str(call.args.get("lines", ""))

@@ -74,6 +74,7 @@ from lit_codeRL.envs.reference import (
     wants_recovery,
 )
 from lit_codeRL.envs.replacement import replacement_parts
+from lit_codeRL.envs.text import python_lines
 from lit_codeRL.problems.debug import DebugTask, debug_problem, debug_task
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.synth.mutations import apply_mutation, mutation_sites
@@ -94,7 +95,7 @@ def _file_actions(path: str, old: str | None, new: str, tools: Sequence[str], ex
     """The view and edit calls (or the view and one rewrite) that turn ``old`` into ``new``."""
     if old is None:  # a new file
         return [f"I will create {path}.\n" + _rewrite(path, new)]
-    old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    old_lines, new_lines = python_lines(old, keepends=True), python_lines(new, keepends=True)
     try:
         edits = line_edits(old_lines, new_lines)
     except ValueError:  # an empty file on one side
@@ -147,7 +148,7 @@ def _change(
     quote = text_replacement(text, edit) if text is not None else None
     after = None
     if text is not None:
-        lines = text.splitlines(keepends=True)
+        lines = python_lines(text, keepends=True)
         after = "".join(lines[: edit.start - 1]) + "".join(edit.new) + "".join(lines[edit.end :])
     if quote is not None:
         lead = reason_lead(edit, explain, numbered=False)
@@ -264,8 +265,8 @@ def recovery_actions(
     if len(changed) != 1 or task.files.get(changed[0]) is None:
         raise ValueError("the fix does not change exactly one existing file")
     path = changed[0]
-    old_lines = task.files[path].splitlines(keepends=True)
-    new_lines = task.fix[path].splitlines(keepends=True)
+    old_lines = python_lines(task.files[path], keepends=True)
+    new_lines = python_lines(task.fix[path], keepends=True)
     if len(old_lines) > WHOLE_FILE_LINES:
         raise ValueError(f"{path} has more than {WHOLE_FILE_LINES} lines")
     edits = line_edits(old_lines, new_lines)
@@ -308,7 +309,7 @@ def _wrong_lines(new_lines: list[str], edit: LineEdit, seed: str) -> list[str]:
     random.Random(hashlib.sha256(seed.encode()).hexdigest()).shuffle(sites)
     for site in sites:
         try:
-            mutant = apply_mutation(source, site).splitlines(keepends=True)
+            mutant = python_lines(apply_mutation(source, site), keepends=True)
         except ValueError:
             continue
         same_rest = (
@@ -328,7 +329,7 @@ def _wrong_line_elsewhere(old_lines: list[str], edit: LineEdit, seed: str) -> tu
     random.Random(hashlib.sha256(f"{seed}:elsewhere".encode()).hexdigest()).shuffle(sites)
     for site in sites:
         try:
-            mutant = apply_mutation(source, site).splitlines(keepends=True)
+            mutant = python_lines(apply_mutation(source, site), keepends=True)
         except ValueError:
             continue
         changed = [k for k, (a, b) in enumerate(zip(mutant, old_lines, strict=False)) if a != b]

@@ -4,7 +4,8 @@ A turn holds one tool call, written as a tag (the format is in the prompt the ag
 
 * ``<pdb>COMMAND</pdb>``: one pdb command (``b solution.py:12``, ``c``, ``n``, ``s``, ``p x``, ``l``,
   ``w``, ``!expr``) in a debugger running the tests;
-* ``<view>FILE</view>`` or ``<view>FILE START-END</view>``: the file with line numbers;
+* ``<view>FILE</view>`` or ``<view>FILE START-END</view>``: the file with line numbers (Python's, as
+  ``edit`` counts them too: ``envs/text.py: python_lines``, the numbers of a traceback and of pdb);
 * ``<replace path="FILE"><old>TEXT</old><new>TEXT</new></replace>``: replace the one place in FILE
   that reads TEXT exactly (no line numbers: where an edit goes is named by what is there, the way
   SWE-agent's and aider's editors work; text found nowhere or more than once changes nothing);
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lit_codeRL.envs.replacement import closest_lines, occurrences
-from lit_codeRL.envs.text import enclosed, has_surrogate
+from lit_codeRL.envs.text import enclosed, has_surrogate, line_number, python_lines
 
 TOOLS = ("pdb", "view", "replace", "edit", "rewrite", "eval", "listdir", "bash", "submit")
 PRESETS: dict[str, tuple[str, ...]] = {
@@ -257,8 +258,9 @@ def apply_edit(text: str, spec: str, content: str) -> tuple[str, str | None]:
     """``text`` with lines ``spec`` replaced by ``content``, or an error message (nothing changed).
 
     ``START = END + 1`` inserts ``content`` before line START (at the end when START is one past
-    the last line)."""
-    lines = text.splitlines(keepends=True)
+    the last line). Lines are numbered as Python numbers them (:func:`python_lines`), so line N is
+    the line N of a traceback, of pdb's ``l`` and of ``b FILE:N``."""
+    lines = python_lines(text, keepends=True)
     start, end = line_range(spec)
     if start < 1 or end < start - 1 or end > len(lines):
         return text, (
@@ -266,7 +268,7 @@ def apply_edit(text: str, spec: str, content: str) -> tuple[str, str | None]:
             "(or START = END + 1 to insert)."
         )
     new = content if content.endswith("\n") or not content else content + "\n"
-    if start == len(lines) + 1 and lines and not lines[-1].endswith("\n"):
+    if start == len(lines) + 1 and lines and not lines[-1].endswith(("\n", "\r")):
         lines[-1] += "\n"  # appending after a last line without its newline
     return "".join(lines[: start - 1]) + new + "".join(lines[end:]), None
 
@@ -289,7 +291,7 @@ def apply_replace(text: str, old: str, new: str) -> tuple[str, str | None]:
             else " (copy it exactly, spaces included)"
         )
         return text, f"<old> was not found in the file{hint}: nothing changed.{closest_hint(text, old)}"
-    starts = [text.count("\n", 0, at) + 1 for at in starts]
+    starts = [line_number(text, at) for at in starts]
     lines = ", ".join(str(n) for n in list(dict.fromkeys(starts))[:10])
     times = f"{len(starts)} times" if len(starts) < MAX_MATCHES else f"{MAX_MATCHES} times or more"
     return text, (
@@ -312,8 +314,9 @@ def closest_hint(text: str, old: str) -> str:
 
 
 def numbered(text: str, first: int = 1, last: int | None = None, max_lines: int = 200) -> str:
-    """Lines ``first..last`` of ``text`` as ``  12| code``, at most ``max_lines`` of them."""
-    lines = text.splitlines()
+    """Lines ``first..last`` of ``text`` as ``  12| code``, at most ``max_lines`` of them, numbered
+    as Python numbers them (:func:`python_lines`: what ``<edit>``, pdb and a traceback count)."""
+    lines = python_lines(text)
     last = len(lines) if last is None else min(last, len(lines))
     first = max(1, first)
     shown = lines[first - 1 : last]
