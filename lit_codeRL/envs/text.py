@@ -15,11 +15,11 @@ and joiner, word joiner and the invisible operators (U+2061..U+2064), U+FEFF (th
 the tag characters U+E0000..U+E007F (an instruction spelt in them shows as nothing).
 :func:`clean_text` is the one defined replacement: every lone surrogate becomes U+FFFD, ``\r\n``
 becomes ``\n``, and every other control character but ``\n`` and ``\t`` (C0, DEL, C1), every bidi
-embedding, override and isolate, both separators and every invisible character above becomes its
-visible Python escape (``\x1b``, ``\r``, ``\u202e``, ``\u2028``, ``\u200b``, ``\U000e0041``:
-the characters ``repr`` writes). The soft hyphen (U+00AD) stays: it marks where a word may break
-and is common in ordinary text. Diffs keep their exact bytes for grading
-(``grading/repo.py: patch_bytes``) and files keep theirs; only what is shown is cleaned.
+control (the marks LRM, RLM and ALM, every embedding, override and isolate), both separators and
+every invisible character above becomes its visible Python escape (``\x1b``, ``\r``, ``\u202e``,
+``\u2028``, ``\u200b``, ``\U000e0041``: the characters ``repr`` writes). The soft hyphen (U+00AD)
+stays: it marks where a word may break and is common in ordinary text. Diffs keep their exact bytes
+for grading (``grading/repo.py: patch_bytes``) and files keep theirs; only what is shown is cleaned.
 
 A tool that shows or takes line numbers numbers them as Python does (:func:`python_lines`,
 :func:`line_number`), so they are the numbers of a traceback and of pdb.
@@ -34,8 +34,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 _CONTROLS = [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]
 """C0 but tab and newline, DEL, C1: what a terminal may act on instead of showing."""
-_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-"""LRE, RLE, PDF, LRO, RLO and LRI, RLI, FSI, PDI: they reorder what is shown, not the tokens."""
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+"""ALM, LRM, RLM (the marks), LRE, RLE, PDF, LRO, RLO and LRI, RLI, FSI, PDI: every bidi control
+(Unicode's Bidi_Control property); they reorder what is shown, not the tokens, and show as nothing."""
 _SEPARATORS = [0x2028, 0x2029]
 r"""LINE and PARAGRAPH SEPARATOR: a line break to some readers, none to ``\n``-counting tools."""
 _INVISIBLE = [0x180E, *range(0x200B, 0x200E), *range(0x2060, 0x2065), 0xFEFF, *range(0xE0000, 0xE0080)]
@@ -49,7 +50,7 @@ _VISIBLE: dict[int, str] = {
 r"""The translation table of :func:`clean_text` (``repr`` spells each escape: ``\x1b``, ``\r``)."""
 
 _UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u180e\u200b-\u200d\u2028\u2029\u202a-\u202e\u2060-\u2064"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064"
     "\u2066-\u2069\ufeff\ud800-\udfff\U000e0000-\U000e007f]"
 )
 """Any character :data:`_VISIBLE` changes: most text has none and is returned as it is."""

@@ -81,6 +81,10 @@ def test_clean_text_shows_every_control_as_its_escape():
         "\x80\x9b\x9f\xa0": r"\x80\x9b\x9f" + "\xa0",  # C1 (0x9b is CSI); U+00A0 is a letter's space
         "\u202a\u202b\u202c\u202d\u202e": r"\u202a\u202b\u202c\u202d\u202e",
         "\u2066\u2067\u2068\u2069": r"\u2066\u2067\u2068\u2069",
+        # the marks: left-to-right, right-to-left, Arabic letter (bidi controls that show as nothing)
+        "a\u200eb\u200fc\u061cd": r"a\u200eb\u200fc\u061cd",
+        # neighbours that are not controls: Arabic letters and comma, a variation selector, a Hangul filler
+        "\u061b\u061d\u0627\u060c \ufe0f \u3164": "\u061b\u061d\u0627\u060c \ufe0f \u3164",
         "caf\udce9": "caf\ufffd",  # an undecodable byte, as before
         "\\x1b": "\\x1b",  # already the escape: untouched
     }
