@@ -64,9 +64,8 @@ def closest_lines(text: str, old: str, cutoff: float = 0.6) -> tuple[int, list[s
     :data:`CLOSEST_MAX_RATIOS`) whatever the file holds. Lines are numbered as Python numbers them
     (``envs/text.py: python_lines``), as the debugging gym's ``view`` shows them. The SWE edit
     bundle's ``replace`` (``env/tools/edit/bin/replace``, which runs where this package is not
-    installed) has a copy, which splits lines as that bundle's ``view`` does (``str.splitlines``: the
-    two differ only on a file holding ``\f``, ``\v``, ``\x1c``..``\x1e``, ``\x85``, U+2028 or U+2029);
-    tests/envs/test_replace_hint.py holds the two to the same answers on every shipped program."""
+    installed) has a copy, with its own copy of ``python_lines``; tests/envs/test_replace_hint.py
+    holds the copies to the same answers (every shipped program, text made of line breaks)."""
     quote = python_lines(old.strip("\n"))[:CLOSEST_MAX_LINES]
     want = [line.strip()[:CLOSEST_LINE_CHARS] for line in quote]
     lines = python_lines(text)[:CLOSEST_SCAN_LINES]

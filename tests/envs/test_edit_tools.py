@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
 
 from lit_codeRL.envs.swe.tools import load_tools
+from lit_codeRL.envs.text import python_lines
+from lit_codeRL.problems.debug import load_debug_tasks
+from tests.grading.repo_tasks import make_task
 from tests.sandbox.conftest import require_bwrap
 
 BIN = Path(__file__).resolve().parents[2] / "env" / "tools" / "edit" / "bin"
@@ -178,3 +182,132 @@ def test_swe_reference_trajectories_with_the_line_tools_resolve(tmp_path_factory
     assert any("<old>if merged and start < merged[-1][1]:</old>" in a for a in numkit.actions)
     view = next(o for a, o in zip(numkit.actions, numkit.observations, strict=False) if "<execute>view " in a)
     assert " 8|         if merged and start < merged[-1][1]:" in view
+
+
+# ------------------------------------------------------------------------------ Python's line numbers
+# Inside a string on line 1: a form feed, U+2028 and the other characters ``str.splitlines`` breaks a
+# line at and Python does not (NEL, vertical tab, the file/group/record separators, U+2029).
+BANNER = 'BANNER = "form\x0cfeed, line\u2028separator, next\x85line, \x0b\x1c\x1d\x1e\u2029end"\n'
+MEDIAN = next(t for t in load_debug_tasks("embedded", "all") if t.task_id == "debug/median")
+STATS, FIXED_STATS = BANNER + MEDIAN.files["stats.py"], BANNER + MEDIAN.fix["stats.py"]
+BUG = "    return (ordered[middle - 1] + ordered[middle]) // 2"  # line 20 to Python, 28 to str.splitlines
+FIX = "    return (ordered[middle - 1] + ordered[middle]) / 2"
+
+
+def test_view_edit_and_replace_number_lines_as_python_does(tmp_path):
+    """The bundle's numbers are Python's: ``view 20`` shows the line a traceback calls 20, ``edit
+    20-20`` changes it (every other byte kept), ``replace`` names and shows it by that number."""
+    assert python_lines(STATS)[19] == BUG and STATS.splitlines()[27] == BUG
+    path = tmp_path / "stats.py"
+    path.write_bytes(STATS.encode())
+    namespace: dict = {}
+    exec(compile(STATS, "stats.py", "exec"), namespace)
+    with pytest.raises(TypeError) as raised:  # a traceback from the bug line names line 20
+        namespace["median"](["a", "b"])
+    assert traceback.extract_tb(raised.value.__traceback__)[-1].lineno == 20
+    assert tool("view", "stats.py", "20", cwd=tmp_path).stdout.decode() == f"20| {BUG}\n"
+    shown = tool("view", "stats.py", cwd=tmp_path).stdout.decode()
+    assert shown.split("\n")[0] == f" 1| {BANNER[:-1]}"  # one line, its breaks inside it
+    assert shown.count("\n") == len(python_lines(STATS)) == 25
+    # replace: the lines a quote is found on, the closest lines to a misquote, the changed region
+    done = tool("replace", "stats.py", stdin=b"<old>ordered[middle]</old><new>x</new>", cwd=tmp_path)
+    assert "(lines 19, 20)" in done.stderr.decode(), done.stderr
+    misquote = b"<old>return (ordered[middle-1]+ordered[middle])//2</old><new>x</new>"
+    said = tool("replace", "stats.py", stdin=misquote, cwd=tmp_path).stderr.decode()
+    assert "closest text is at line 20" in said and f"20| {BUG}" in said, said
+    assert path.read_bytes() == STATS.encode()
+    done = tool("replace", "stats.py", stdin=f"<old>{BUG}</old><new>{FIX}</new>".encode(), cwd=tmp_path)
+    assert done.returncode == 0 and f"20| {FIX}\n" in done.stdout.decode(), done.stdout
+    assert path.read_bytes() == FIXED_STATS.encode()
+    # edit: Python's line 20 changes, every other byte stays (the banner's breaks included)
+    path.write_bytes(STATS.encode())
+    done = tool("edit", "stats.py", "20-20", stdin=f"{FIX}\n".encode(), cwd=tmp_path)
+    assert done.returncode == 0 and f"20| {FIX}\n" in done.stdout.decode(), done.stdout
+    assert path.read_bytes() == FIXED_STATS.encode()
+    assert tool("edit", "stats.py", "26-25", stdin=b"# end", cwd=tmp_path).returncode == 0  # append
+    assert path.read_bytes() == (FIXED_STATS + "# end\n").encode()
+
+
+def test_a_lone_carriage_return_ends_a_line_for_every_tool(tmp_path):
+    """Python ends a line at a lone ``\\r`` too: ``replace`` named the lines of a twice-found quote
+    by counting ``\\n`` only; an append after a last line ended by ``\\r`` keeps that byte as it is."""
+    path = tmp_path / "m.py"
+    path.write_bytes(b"x = 1\ry = 2\nx = 1\r")
+    assert tool("view", "m.py", cwd=tmp_path).stdout.decode() == "1| x = 1\n2| y = 2\n3| x = 1\n"
+    done = tool("replace", "m.py", stdin=b"<old>x = 1</old><new>x = 3</new>", cwd=tmp_path)
+    assert done.returncode == 1 and "(lines 1, 3)" in done.stderr.decode(), done.stderr
+    done = tool("edit", "m.py", "4-3", stdin=b"z = 3\n", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.decode().endswith("3| x = 1\n4| z = 3\n"), done.stdout
+    assert path.read_bytes() == b"x = 1\ry = 2\nx = 1\rz = 3\n"
+
+
+# the tests of an even count's median, which `// 2` fails
+FAILING = ("test_median_of_even_count", "test_median_of_floats", "test_median_of_negative_numbers")
+
+
+def banner_task(tmp_path):
+    """An SWE task on a repository of :data:`STATS` and its tests; the reference patch fixes line 20."""
+    tests = [n for n in MEDIAN.files["test_stats.py"].split() if n.startswith("test_") and n.endswith("():")]
+    nodes = [f"test_stats.py::{n[:-3]}" for n in tests]
+    f2p = [n for n in nodes if n.split("::")[1] in FAILING]
+    files = {"stats.py": STATS, "test_stats.py": MEDIAN.files["test_stats.py"]}
+    return make_task(
+        tmp_path, "banner", files, {"stats.py": FIXED_STATS}, f2p, [n for n in nodes if n not in f2p]
+    )
+
+
+def test_in_the_swe_env_view_edit_and_the_traceback_agree_on_line_numbers(tmp_path):
+    """The real SWE env (bubblewrap, the bundle on PATH): the traceback of the bug names stats.py's
+    line 20, ``view stats.py 20`` shows it, ``edit stats.py 20-20`` changes it, and the fix resolves."""
+    require_bwrap()
+    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+    from lit_codeRL.sandbox.workspace import WorkspaceConfig
+
+    task = banner_task(tmp_path)
+    settings = SWESettings(
+        tools=["edit"], repo_cache=str(tmp_path / "cache"), workspace=WorkspaceConfig(backend="bwrap")
+    )
+    crash = '<execute>python -c \'import stats; stats.median(["a", "b"])\'</execute>'
+    with ContainerEnv(None, settings=settings) as env:
+        env.reset(task)
+        _, _, _, extra = env.step(crash)
+        assert 'stats.py", line 20, in median' in extra["output"], extra["output"]
+        _, _, _, extra = env.step("<execute>view stats.py 20</execute>")
+        assert extra["output"].strip() == f"20| {BUG}", extra["output"]
+        _, _, _, extra = env.step(f"<execute>edit stats.py 20-20 <<'EOF'\n{FIX}\nEOF</execute>")
+        assert extra["exit_code"] == 0 and f"20| {FIX}" in extra["output"], extra["output"]
+        changed = [
+            line
+            for line in extra["diff"].split("\n")
+            if line[:1] in ("+", "-") and line[:3] not in ("+++", "---")
+        ]
+        assert changed == [f"-{BUG}", f"+{FIX}"], extra["diff"]
+        _, _, _, extra = env.step(crash)  # the edited line is the one the traceback names
+        assert "unsupported operand type(s) for /: 'str' and 'int'" in extra["output"], extra["output"]
+        _, reward, done, _ = env.step("<submit/>")
+    assert done and reward == 1.0
+
+
+@pytest.mark.parametrize("tools", [["edit"], []])
+def test_the_swe_reference_of_a_file_with_line_breaks_python_does_not_count_resolves(tmp_path, tools):
+    """:func:`banner_task`'s reference trajectory: targeted edits (no ``git apply``) at Python's line
+    20, which its view shows, played in the real sandbox: it resolves."""
+    require_bwrap()
+    from lit_codeRL.envs.swe.actions import parse_action
+    from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+    from lit_codeRL.envs.swe.reference import reference_episodes
+    from lit_codeRL.problems.swe import to_problem
+    from lit_codeRL.sandbox.workspace import WorkspaceConfig
+
+    settings = SWESettings(
+        tools=tools, repo_cache=str(tmp_path / "cache"), workspace=WorkspaceConfig(backend="bwrap")
+    )
+    with ContainerEnv(None, settings=settings) as env:
+        (episode,) = reference_episodes(env, [to_problem(banner_task(tmp_path))], explain=True)
+    assert episode.resolved and episode.reward == 1.0, episode.verdict
+    commands = [parse_action(a).command or "" for a in episode.actions]
+    edits = [c for c in commands if c.startswith(("replace ", "edit ", "python3 - "))]
+    assert len(edits) == 1 and not any(c.startswith("git apply") for c in commands), commands
+    views = [o for c, o in zip(commands, episode.observations, strict=False) if c.startswith(("view", "sed"))]
+    assert len(views) == 1 and (f"20| {BUG}" if tools else BUG) in views[0], views
+    assert any("line 20" in a for a in episode.actions), episode.actions

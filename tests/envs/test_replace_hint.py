@@ -17,9 +17,11 @@ import pytest
 
 from lit_codeRL.envs.debug.tools import apply_replace
 from lit_codeRL.envs.replacement import CLOSEST_MAX_LINES, closest_lines
+from lit_codeRL.envs.text import line_number, python_lines
 from lit_codeRL.problems.debug import load_debug_tasks
 
-SCRIPT = Path(__file__).resolve().parents[2] / "env" / "tools" / "edit" / "bin" / "replace"
+BIN = Path(__file__).resolve().parents[2] / "env" / "tools" / "edit" / "bin"
+SCRIPT = BIN / "replace"
 CODE = (
     "def total(values, start=0):\n"
     "    result = start\n"
@@ -35,12 +37,17 @@ CODE = (
 )
 
 
-def bundle_closest_lines():
-    loader = importlib.machinery.SourceFileLoader("bundle_replace", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("bundle_replace", loader)
+def bundle_script(name: str):
+    """The bundle's script ``name`` (``view``, ``edit``, ``replace``) as a module."""
+    loader = importlib.machinery.SourceFileLoader(f"bundle_{name}", str(BIN / name))
+    spec = importlib.util.spec_from_loader(f"bundle_{name}", loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    return module.closest_lines
+    return module
+
+
+def bundle_closest_lines():
+    return bundle_script("replace").closest_lines
 
 
 @pytest.mark.parametrize(
@@ -150,3 +157,35 @@ def test_a_file_made_to_defeat_the_cheap_bounds_costs_a_bounded_number_of_compar
     closest_lines("\n".join(lines), "\n".join([line] * 8))
     anchors, window_lines = 2, CLOSEST_MAX_LINES
     assert 0 < len(calls) <= anchors * (replacement.CLOSEST_MAX_RATIOS + window_lines)
+
+
+def test_the_bundles_copies_number_lines_as_the_package_does() -> None:
+    """``view``, ``edit`` and ``replace`` each carry a copy of ``python_lines`` (``replace`` also of
+    ``line_number``): on text made of every line break Python counts and every one it does not,
+    each copy gives the package's lines, with and without their ends, and the package's line of
+    every character."""
+    hand = [
+        "",
+        "a",
+        "\n",
+        "\r",
+        "\r\n",
+        "\n\r",
+        "a\r\r\nb\n\rc",
+        "x\x0cy\u2028z\x85w\x0b\x1c\x1d\x1e\u2029v\n",  # one line to Python, ten to str.splitlines
+        "\u2028\u2029\x85\r\x0c\n\x0b",
+        CODE.replace("\n", "\r\n"),
+        CODE.replace("\n", "\r"),
+    ]
+    rng = random.Random(0)
+    alphabet = "ab \r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+    texts = hand + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16))) for _ in range(400)]
+    scripts = {name: bundle_script(name) for name in ("view", "edit", "replace")}
+    for name, script in scripts.items():
+        for text in texts:
+            for keepends in (False, True):
+                assert script.python_lines(text, keepends) == python_lines(text, keepends), (name, text)
+            assert "".join(script.python_lines(text, True)) == text
+    for text in texts:
+        expected = [line_number(text, at) for at in range(len(text) + 1)]
+        assert [scripts["replace"].line_number(text, at) for at in range(len(text) + 1)] == expected, text

@@ -81,6 +81,7 @@ from lit_codeRL.envs.replacement import found_once, replacement_parts
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, runs_as_written
 from lit_codeRL.envs.swe.env import ContainerEnv, swe_task
 from lit_codeRL.envs.swe.locate import FirstLook, defined_functions
+from lit_codeRL.envs.text import python_lines
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import SWETask, to_problem
 
@@ -193,10 +194,15 @@ def parse_patch(patch: str) -> list[FilePatch]:
 def apply_hunks(text: str, hunks: Sequence[tuple[int, list[str]]]) -> str:
     """``text`` with the hunks applied at their line numbers.
 
+    A diff's lines end at ``\\n``; ``str.splitlines`` also ended one at a form feed or U+2028 in a
+    string, which put every hunk below it at a wrong line (the patch then fell back to ``git
+    apply``). Split as Python splits (:func:`python_lines`), which is the diff's split on text
+    without ``\\r`` (a file with one is applied whole, :func:`_targeted_edits`).
+
     Raises:
         ValueError: a hunk's old lines are not at its place.
     """
-    lines = text.splitlines(keepends=True)
+    lines = python_lines(text, keepends=True)
     out: list[str] = []
     at = 0
     for start, body in hunks:
@@ -295,9 +301,11 @@ def _file_actions(
     (``line_tools``: the ``edit`` bundle's numbered ``view``, and its ``replace`` of the changed
     lines quoted until unique (``text_replacement``; its line-range ``edit`` where no quote is),
     else ``sed`` and a ``python3`` replacement of the exact old text). With ``look`` the first view
-    is a :class:`FirstLook`, written from the test output before it."""
-    lines = old_text.splitlines(keepends=True)
-    sites = edit_sites(line_edits(lines, new_text.splitlines(keepends=True)), len(lines))
+    is a :class:`FirstLook`, written from the test output before it. Lines are numbered as Python
+    numbers them (:func:`python_lines`): a traceback's numbers, the ``edit`` bundle's ``view`` and
+    ``edit``, and the quotes of ``text_replacement``."""
+    lines = python_lines(old_text, keepends=True)
+    sites = edit_sites(line_edits(lines, python_lines(new_text, keepends=True)), len(lines))
     actions: list[Step] = []
     shift = 0
     for k, site in enumerate(sites):
