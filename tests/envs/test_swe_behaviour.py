@@ -74,6 +74,18 @@ def test_file_changes_numbers_the_base_lines_a_hunk_touches(tmp_path):
     assert changes["new.py"].touched == {0, 1}  # inserted into an empty file, before its line 1
 
 
+def test_a_diff_line_holding_a_form_feed_or_u2028_is_one_line(tmp_path):
+    """``git`` ends a diff's lines at ``\\n`` only; ``str.splitlines`` also ends one at a form feed,
+    NEL, U+2028..., and read the piece after it that starts with a space, ``-`` or ``+`` as a line
+    of its own (here: context lines, which moved every base line number below them)."""
+    new = "def add(a, b):  # \x0c -\u2028 +\x85 x\n    return a - b\n"
+    changes = file_changes(
+        git_diff(tmp_path, edited("pkg/calc.py", "def add(a, b):\n    return a + b\n", new))
+    )
+    assert changes["pkg/calc.py"].touched == {1, 2}
+    assert changes["pkg/calc.py"].hunks == [("def add(a, b):\n    return a + b\n", new)]
+
+
 def test_an_episode_is_placed_against_the_fix(tmp_path, gold):
     def behaviour(changes: dict[str, str | None]) -> DiffBehaviour:
         return diff_behaviour(git_diff(tmp_path, changes), gold)

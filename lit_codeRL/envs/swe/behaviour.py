@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from lit_codeRL.envs.behaviour_counts import flag_counts
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+_DIFF_LINE = re.compile(r"[^\n]*\n|[^\n]+")
+"""A diff's line with its ``\\n``: ``git`` ends lines there only (``str.splitlines`` also ends one at
+a form feed, NEL, U+2028... that a changed or context line may hold)."""
 
 
 @dataclass
@@ -96,7 +99,7 @@ def file_changes(diff: str) -> dict[str, FileChange]:
         if current is None and section is not None:  # no text hunk: still a changed file
             out.setdefault(section, FileChange())
 
-    for line in diff.splitlines(keepends=True):
+    for line in _DIFF_LINE.findall(diff):
         if line.startswith("diff --git "):
             close_hunk()
             close_section()
