@@ -67,6 +67,46 @@ from lit_codeRL.policy.sampling import SamplingParams
 logger = logging.getLogger(__name__)
 
 
+class _OneLineASecond(logging.Filter):
+    """Lets one warning (or worse) a second through, as one line without its traceback, and
+    counts the ones it drops on the next line it lets through; debug records pass untouched.
+
+    Why: what the server logs about a request (aiohttp's "Error handling request" for a malformed
+    one or a client that hung up, a body that fails validation, the loop's accept failures) is
+    driven by an agent's traffic: unbounded, an agent writes into the trainer's log at its request
+    rate (hundreds of tracebacks a second), past every quota of its sandbox."""
+
+    def __init__(self, period_s: float = 1.0) -> None:
+        super().__init__()
+        self.period_s = period_s
+        self._last = -float("inf")
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last < self.period_s:
+                self._dropped += 1
+                return False
+            self._last, dropped, self._dropped = now, self._dropped, 0
+        msg = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            msg = f"{msg}: {record.exc_info[1]!r}"
+        if dropped:
+            msg = f"{msg} ({dropped} more not logged)"
+        record.msg, record.args = msg[:500], None
+        record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+
+http_logger = logging.getLogger(f"{__name__}.http")
+"""What the HTTP server logs about requests (aiohttp's own messages included): one line a second."""
+http_logger.addFilter(_OneLineASecond())
+
+
 @dataclass
 class EpisodeLog:
     """What the gateway keeps of one episode: its recorded calls and what the next call continues."""
@@ -155,7 +195,6 @@ class Gateway:
         self._by_socket: dict[str, str] = {}
         self._socket_conns: dict[str, int] = {}
         self._conn_socket: dict[int, str] = {}
-        self._last_loop_error = 0.0
         self._pool = ThreadPoolExecutor(max(1, self.config.parse_workers), thread_name_prefix="lcrl-gw-parse")
         self._sites: dict[str, web.BaseSite] = {}
         self._lock = threading.Lock()
@@ -189,12 +228,9 @@ class Gateway:
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """The loop's errors (accept failing with no file descriptors left: once per connection
-        attempt) logged one line a second at most, not a traceback each."""
-        now = time.monotonic()
-        if now - self._last_loop_error >= 1.0:
-            self._last_loop_error = now
-            err = context.get("exception")
-            logger.warning("gateway event loop: %s %s", context.get("message"), repr(err) if err else "")
+        attempt) logged one line a second at most (:data:`http_logger`), not a traceback each."""
+        err = context.get("exception")
+        http_logger.warning("gateway event loop: %s %s", context.get("message"), repr(err) if err else "")
 
     def _call(self, coro: Any, timeout: float = 30.0) -> Any:
         assert self._loop is not None, "Gateway.start() first"
@@ -211,6 +247,7 @@ class Gateway:
         self._runner = web.AppRunner(
             app,
             access_log=None,
+            logger=http_logger,
             handle_signals=False,
             handler_cancellation=True,
             keepalive_timeout=self.config.idle_timeout_s,
@@ -435,6 +472,12 @@ class Gateway:
             return await self._answer_for(request, kind, log)
         except APIError as err:
             return web.json_response(err.body(), status=err.status)
+        except ConnectionResetError:
+            # the client left (hung up, or did not read its reply): nothing to answer, nothing to
+            # log (aiohttp would log a traceback for the exception, at the client's request rate)
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=499, text="client closed the connection")
         finally:
             if admitted:
                 assert log is not None
@@ -558,7 +601,7 @@ class Gateway:
         except APIError:
             raise
         except Exception as err:  # noqa: BLE001 - validation missed a shape: still the client's error
-            logger.warning("gateway: unreadable %s request: %s", kind, repr(err)[:200])
+            http_logger.warning("gateway: unreadable %s request: %s", kind, repr(err)[:200])
             raise APIError(400, f"the request could not be read ({type(err).__name__})") from None
 
     def _parse(self, body: dict[str, Any], kind: str, log: EpisodeLog | None) -> ParsedRequest:
