@@ -51,6 +51,8 @@ class HarnessRunner:
             log-probs assume it.
         max_context_tokens: A call whose prompt + ``max_tokens`` exceeds it is refused with a
             ``context_length_exceeded`` 400 (the agent sees it; its episode goes on being graded).
+            ``None``: the model's context (:func:`model_context`), never unbounded: a prompt an
+            agent makes as long as a body holds would hold every episode's generation.
         system_prompt: Unused by the agent (it brings its own prompts); kept for the runner interface.
     """
 
@@ -71,6 +73,8 @@ class HarnessRunner:
     ) -> None:
         self.engine, self.env, self.sampling = engine, env, sampling
         self.chat = ChatFormat(engine.tokenizer, system_prompt)
+        if max_context_tokens is None:
+            max_context_tokens = model_context(engine)
         config = GatewayConfig(
             served_name=env.settings.served_name,
             limits=ServeLimits(
@@ -231,6 +235,17 @@ class HarnessRunner:
     def close(self) -> None:
         self.gateway.stop()
         self.env.close()
+
+
+def model_context(engine: Any) -> int | None:
+    """The longest prompt + completion ``engine`` serves: vLLM's ``max_model_len``, else the
+    model's ``max_position_embeddings``; ``None`` when neither is known (a remote engine, whose
+    server bounds its own context)."""
+    limit = getattr(engine, "max_model_len", None)
+    if limit is None:
+        config = getattr(getattr(engine, "model", None), "config", None)
+        limit = getattr(config, "max_position_embeddings", None)
+    return int(limit) if isinstance(limit, int) and limit > 0 else None
 
 
 def _segments(row: Row) -> list[Segment]:

@@ -326,3 +326,34 @@ def test_malformed_traffic_through_the_relay_leaves_the_trainer_log_bounded(
     seen = client_ids(record["agent_log"])
     assert record["gateway"]["calls"] == len(seen) == 3 and record["gateway"]["errors"] == 0
     assert record["input_ids"][: len(seen[0]["prompt"])] == seen[0]["prompt"]
+
+
+LONG_PROMPT = r"""import json, os, urllib.error, urllib.request
+body = json.dumps({"model": "policy", "prompt": [1] * 2100, "max_tokens": 1}).encode()
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/completions", data=body,
+                             headers={"Authorization": "Bearer x", "Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=60) as r:
+        print("long: " + json.dumps({"status": r.status}))
+except urllib.error.HTTPError as e:
+    print("long: " + json.dumps({"status": e.code, "code": json.loads(e.read())["error"].get("code")}))
+"""
+
+
+def test_a_prompt_past_the_models_context_is_refused_without_a_configured_limit(
+    policy, swe_settings, problem, agent_dir
+):
+    """With no ``max_context_tokens`` given (evaluation never gives one; training leaves it unset
+    with the HF engine), a prompt longer than the model's context (tiny-random: 2048 positions)
+    is a ``context_length_exceeded`` 400 and nothing is recorded (before: the engine's owner
+    generated on it, so one agent could make every episode's step wait on a prompt as long as a
+    64 MB body holds, far past the positions the model was trained on)."""
+    assert policy[0].config.max_position_embeddings == 2048
+    (agent_dir / "long_prompt.py").write_text(LONG_PROMPT)
+    command = f"if [ {{sample}} = 0 ]; then python3 /opt/lcrl-agent/long_prompt.py; else {VICTIM}; fi"
+    hostile, victim = run_harness(policy, swe_settings, [problem], 2, command, agent_dir)
+    record = hostile.record()
+    line = next(x for x in record["agent_log"].splitlines() if x.startswith("long: "))
+    assert json.loads(line[len("long: ") :]) == {"status": 400, "code": "context_length_exceeded"}
+    assert record["gateway"]["calls"] == 0 and record["gateway"]["errors"] == 1
+    assert victim.record()["gateway"]["calls"] == 3
