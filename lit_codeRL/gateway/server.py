@@ -193,6 +193,7 @@ class Gateway:
         self._closed: OrderedDict[str, EpisodeLog] = OrderedDict()
         """Recently closed episodes, so that closing one again hands back the same log."""
         self._by_socket: dict[str, str] = {}
+        self._listening_uds: set[str] = set()  # ``start(uds=...)``: every other unix socket is an episode's
         self._socket_conns: dict[str, int] = {}
         self._conn_socket: dict[int, str] = {}
         self._pool = ThreadPoolExecutor(max(1, self.config.parse_workers), thread_name_prefix="lcrl-gw-parse")
@@ -223,6 +224,7 @@ class Gateway:
         if host is not None or port is not None:
             self.url = self._call(self._listen_tcp(host or "127.0.0.1", port or 0))
         if uds is not None:
+            self._listening_uds.add(uds)
             self._call(self._add_site(uds))
         return self
 
@@ -391,6 +393,14 @@ class Gateway:
         with self._lock:
             if isinstance(sockname, str) and sockname in self._by_socket:
                 return self.episodes.get(self._by_socket[sockname])
+            if isinstance(sockname, str) and sockname and sockname not in self._listening_uds:
+                # an episode's socket, unmapped while its episode closes (a connection accepted
+                # before): the call is that episode's or none, never routed by the key it names
+                raise APIError(
+                    404,
+                    "no open episode for this call (it ended, or the key is unknown)",
+                    code="episode_closed",
+                )
             key = request.match_info.get("key")
             if key is None:
                 auth = request.headers.get("Authorization", "")

@@ -170,6 +170,32 @@ def test_closing_an_episode_drops_its_queued_calls_with_404(unpumped):
     assert generated == [] and wait_for(lambda: gateway.settled(log)) and log.calls == []
 
 
+def test_a_call_on_a_closing_episodes_socket_is_never_routed_by_the_key_it_names(unpumped):
+    """The window of ``close_episode``: the socket is unmapped before its site stops, and a
+    connection accepted before may still send. Its call names another open episode's key (in the
+    URL and as its API key): it is the closing episode's or nobody's, a 404, never the other's."""
+    gateway, engine, key, sock, generated = unpumped
+    other = gateway.open_episode()
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(sock)
+    assert wait_for(lambda: sum(gateway._socket_conns.values()) == 1)  # accepted
+    with gateway._lock:  # close_episode's first step, before its site is removed
+        gateway._by_socket.pop(sock)
+    data = json.dumps(hi(max_tokens=2)).encode()
+    s.sendall(
+        f"POST /episodes/{other}/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {other}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    with torch.inference_mode():
+        for _ in range(20):
+            gateway.queue.run_pending(engine, 0.05)
+    assert status_of(s) == 404
+    assert gateway.episodes[other].requests == 0 and not gateway.episodes[other].calls
+    s.close()
+
+
 def test_the_call_cap_counts_calls_being_answered(tiny_policy):
     policy, tokenizer = tiny_policy
     limits = ServeLimits(max_tokens=4, max_calls_per_episode=2)
