@@ -41,6 +41,15 @@ def start(env, problem):
     return first.observation, first.state
 
 
+def test_a_pdb_command_is_its_first_line_as_the_terminal_reads_it(env, median):
+    """A line separator inside the command's string is part of it (str.splitlines cut the
+    command there: a SyntaxError); a second line after a newline is still dropped."""
+    _, state = start(env, median)
+    out = step(env, state, "<pdb>p 'a\u2028b' + 'c'\np 'second line'</pdb>")
+    assert "'a\\u2028bc'" in out.observation, out.observation  # shown escaped (clean_text)
+    assert "SyntaxError" not in out.observation and "second line" not in out.observation
+
+
 def test_a_whole_episode_with_the_debugger(env, median):
     obs, state = start(env, median)
     assert "median" in obs and "stats.py, test_stats.py" in obs

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from lit_codeRL.envs.text import python_lines
 from lit_codeRL.sandbox.workspace import Workspace, WorkspaceError
 
 PROMPT = r"(\(Pdb\) |Clear all breaks\? )$"
@@ -83,7 +84,9 @@ class PdbSession:
 
     def send(self, ws: Workspace, command: str) -> PdbResult:
         """Run one pdb ``command`` (its first line) and return what pdb printed."""
-        command = command.strip().splitlines()[0].strip() if command.strip() else ""
+        # its first line as the terminal reads it (\n, \r): a U+2028 or form feed in a string is
+        # part of the command, not the end of it
+        command = python_lines(command.strip())[0].strip() if command.strip() else ""
         word = command.split(maxsplit=1)[0] if command else ""
         if word in REFUSED:
             return PdbResult(REFUSED[word])
