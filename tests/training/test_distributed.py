@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.cli_process import run_cli
+
 REPO = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("dist_job.py")
 PARITY_JOBS = ["grpo:group", "dapo:group", "dr_grpo:group", "dapo:batch"]
@@ -137,14 +139,7 @@ def test_fsdp2_ranks_with_different_lengths_and_sample_counts_do_not_deadlock(tm
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lit_codeRL.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(),
-    )
+    return run_cli(*args, timeout=timeout, env=_env())
 
 
 @pytest.mark.slow
