@@ -89,7 +89,15 @@ def parser() -> argparse.ArgumentParser:
         "--max-body-mb",
         type=_positive,
         default=config.max_body_mb,
-        help="largest request body in MiB, 413 past it (default %(default)s)",
+        help="largest request body in MiB, 413 past it; with --record also what one key's calls being "
+        "read hold together, 429 past it (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-json-values",
+        type=_positive,
+        default=config.max_json_values,
+        help="JSON values (commas and opening brackets) a request body may hold, 413 past it "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--max-connections",
@@ -163,6 +171,7 @@ def gateway_config(args: argparse.Namespace, name: str, positions: int | None) -
         args.max_batch,
         args.batch_wait_ms,
         max_body_mb=args.max_body_mb,
+        max_json_values=args.max_json_values,
         record_all=args.record is not None,
         max_record_keys=args.max_record_keys,
         max_connections_per_socket=args.max_connections,

@@ -18,7 +18,8 @@ sampled once.
 
 Everything an agent sends is hostile: a bad request is a 4xx with a one-line message, never an
 exception out of the server or the engine's owner. Bodies are parsed and tokenized off the event
-loop (one at a time per episode), a chat text longer than ``max_context_tokens`` x
+loop (one at a time per episode), an episode's bodies being read or parsed hold ``max_body_mb``
+together at most and a body ``max_json_values`` JSON values at most, a chat text longer than ``max_context_tokens`` x
 ``MAX_CHARS_PER_TOKEN`` characters is refused before tokenizing, an episode has at most
 ``max_inflight_per_episode`` calls being answered (429 past it) and ``max_calls_per_episode``
 counts calls being answered too; a socket takes at most ``max_connections_per_socket``
@@ -137,6 +138,8 @@ class EpisodeLog:
     """Its calls waiting for the engine (cancelled when it closes)."""
     parse_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """One body of the episode parsed at a time: a flood of huge bodies holds one parser thread."""
+    body_bytes: int = 0
+    """Bytes of its request bodies being read or waiting for their parse (``max_body_mb`` at most)."""
 
 
 @dataclass
@@ -151,7 +154,13 @@ class GatewayConfig:
     batch_wait_ms: float = 5.0
     """How long the engine's owner waits for more requests to batch with the first one."""
     max_body_mb: int = 64
-    """Largest request body (aiohttp's default of 1 MiB is smaller than a long agent history)."""
+    """Largest request body (aiohttp's default of 1 MiB is smaller than a long agent history), 413
+    past it; also what an episode's bodies being read or parsed hold together at most (429 past
+    it; a body sent without ``Content-Length`` counts as this much while it is read)."""
+    max_json_values: int = 1_000_000
+    """JSON values a body may hold (counted before parsing as its commas and opening brackets, a
+    bound from above), 413 past it: parsed, a value takes up to ~70 bytes, so 64 MiB of ``{},``
+    would take 1.6 GB of the trainer's memory."""
     require_episode: bool = False
     """Answer only calls of open episodes (404 otherwise)."""
     record_all: bool = False
@@ -499,36 +508,26 @@ class Gateway:
     ) -> web.StreamResponse:
         parsed: ParsedRequest | None = None
         try:
+            held = self._hold_body(log, request.content_length)
             try:
-                raw = await asyncio.wait_for(request.read(), self.config.idle_timeout_s)
-            except TimeoutError:
-                raise APIError(
-                    408, f"the body did not arrive within {self.config.idle_timeout_s:g} s"
-                ) from None
-            digest = hashlib.sha256(raw).hexdigest()
-            if log is not None:
-                log.requests += 1
-                self._check_cap(log, 1)
-                retry = request.headers.get("x-stainless-retry-count", "0")
-                if retry not in ("", "0") and digest == log.last_digest and log.last_reply is not None:
-                    log.replayed_retries += 1
-                    return web.Response(body=log.last_reply, content_type="application/json")
-            loop = asyncio.get_running_loop()
-            # JSON and the tokenizer off the event loop: a huge body must not stall other calls. The
-            # episode's lock is held until the parse ends, even if its client hangs up meanwhile:
-            # an episode never occupies more than one parser thread.
-            if log is not None:
-                await log.parse_lock.acquire()
-            try:
-                future = loop.run_in_executor(self._pool, self._parse_raw, raw, kind, log)
-            except BaseException:
+                try:
+                    raw = await asyncio.wait_for(request.read(), self.config.idle_timeout_s)
+                except TimeoutError:
+                    raise APIError(
+                        408, f"the body did not arrive within {self.config.idle_timeout_s:g} s"
+                    ) from None
+                digest = hashlib.sha256(raw).hexdigest()
                 if log is not None:
-                    log.parse_lock.release()
-                raise
-            if log is not None:
-                lock = log.parse_lock
-                future.add_done_callback(lambda _: lock.release())
-            parsed = await asyncio.shield(future)
+                    log.requests += 1
+                    self._check_cap(log, 1)
+                    retry = request.headers.get("x-stainless-retry-count", "0")
+                    if retry not in ("", "0") and digest == log.last_digest and log.last_reply is not None:
+                        log.replayed_retries += 1
+                        return web.Response(body=log.last_reply, content_type="application/json")
+                parsed = await self._parse_off_loop(raw, kind, log)
+                del raw
+            finally:
+                self._release_body(log, held)
             rows = len(parsed.prompts) * parsed.n
             if rows > self.config.max_batch_rows:
                 raise APIError(
@@ -576,6 +575,52 @@ class Gateway:
             raise  # the client left: nothing is recorded
         return response[0]
 
+    def _hold_body(self, log: EpisodeLog | None, declared: int | None) -> int:
+        """Count a body of ``declared`` bytes (unknown: the largest allowed) against its episode's
+        share, ``max_body_mb`` for all its calls being read or parsed: 413 for a body over the
+        limit, 429 while the episode's other bodies hold too much. Returns the bytes held."""
+        limit = self.config.max_body_mb << 20
+        if declared is not None and declared > limit:
+            raise APIError(
+                413, f"the body is {declared} bytes, over this server's {self.config.max_body_mb} MiB"
+            )
+        if log is None:
+            return 0
+        size = limit if declared is None else declared
+        with self._lock:
+            if log.body_bytes + size > limit:
+                raise APIError(
+                    429,
+                    f"this episode's calls hold {log.body_bytes} bytes of request bodies already "
+                    f"({self.config.max_body_mb} MiB at most together)",
+                    code="too_many_calls",
+                )
+            log.body_bytes += size
+        return size
+
+    def _release_body(self, log: EpisodeLog | None, held: int) -> None:
+        if log is not None and held:
+            with self._lock:
+                log.body_bytes -= held
+
+    async def _parse_off_loop(self, raw: bytes, kind: str, log: EpisodeLog | None) -> ParsedRequest:
+        """``raw`` parsed and tokenized in a parser thread: a huge body must not stall other
+        calls. The episode's lock is held until the parse ends, even if its client hangs up
+        meanwhile: an episode never occupies more than one parser thread."""
+        loop = asyncio.get_running_loop()
+        if log is not None:
+            await log.parse_lock.acquire()
+        try:
+            future = loop.run_in_executor(self._pool, self._parse_raw, raw, kind, log)
+        except BaseException:
+            if log is not None:
+                log.parse_lock.release()
+            raise
+        if log is not None:
+            lock = log.parse_lock
+            future.add_done_callback(lambda _: lock.release())
+        return await asyncio.shield(future)
+
     def _check_cap(self, log: EpisodeLog, calls: int) -> None:
         """404 when ``calls`` more would pass the episode's call cap (calls being answered count)."""
         cap = self.config.limits.max_calls_per_episode
@@ -598,6 +643,12 @@ class Gateway:
 
     def _parse_raw(self, raw: bytes, kind: str, log: EpisodeLog | None) -> ParsedRequest:
         """The body as a validated request (in a parser thread); anything unexpected is a 400."""
+        values = raw.count(b",") + raw.count(b"{") + raw.count(b"[")
+        if values > self.config.max_json_values:
+            raise APIError(
+                413,
+                f"the body holds up to {values} JSON values, over this server's {self.config.max_json_values}",
+            )
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):  # bad JSON, deep nesting, huge ints

@@ -45,7 +45,11 @@ SERVE_FLAGS = {
 """Each ``ServeLimits`` field: its ``serve`` flag and (part of) the flag's help line."""
 
 GATEWAY_FLAGS = {
-    "max_body_mb": ("--max-body-mb", "largest request body in MiB, 413 past it"),
+    "max_body_mb": ("--max-body-mb", "largest request body in MiB, 413 past it; with --record also what one"),
+    "max_json_values": (
+        "--max-json-values",
+        "JSON values (commas and opening brackets) a request body may hold",
+    ),
     "max_connections_per_socket": ("--max-connections", "connections the --uds socket holds open at once"),
     "idle_timeout_s": ("--idle-timeout-s", "a connection that sends no request, or not all its body,"),
     "write_timeout_s": ("--write-timeout-s", "a reply the client does not read within this long is dropped"),
@@ -78,13 +82,13 @@ def test_serve_flags_set_every_bound():
     assert serve_limits(args, positions=2048) == ServeLimits(7, 70, 700, 3, 5, 2)
     assert serve_limits(parser().parse_args([]), positions=2048) == ServeLimits(max_context_tokens=2048)
     args = parser().parse_args(
-        ["--max-body-mb", "2", "--max-connections", "3", "--idle-timeout-s", "4.5", "--write-timeout-s", "6",
+        ["--max-body-mb", "2", "--max-json-values", "11", "--max-connections", "3", "--idle-timeout-s", "4.5", "--write-timeout-s", "6",
          "--max-record-keys", "7", "--parse-workers", "8", "--max-batch", "9", "--batch-wait-ms", "10",
          "--record", "somewhere"]
     )  # fmt: skip
     config = gateway_config(args, "served", positions=2048)
     assert {name: getattr(config, name) for name in GATEWAY_FLAGS} == {
-        "max_body_mb": 2, "max_connections_per_socket": 3, "idle_timeout_s": 4.5, "write_timeout_s": 6.0,
+        "max_body_mb": 2, "max_json_values": 11, "max_connections_per_socket": 3, "idle_timeout_s": 4.5, "write_timeout_s": 6.0,
         "max_record_keys": 7, "parse_workers": 8, "max_batch_rows": 9, "batch_wait_ms": 10.0,
     }  # fmt: skip
     assert (config.served_name, config.record_all) == ("served", True)

@@ -403,3 +403,84 @@ def test_a_call_racing_the_close_of_its_episode_is_answered(tiny_policy, tmp_pat
     finally:
         close()
     assert slow == []
+
+
+def _start_body(sock_path: str, length: int | None, sent: bytes) -> socket.socket:
+    """A chat call on an episode's socket whose body is still arriving: ``length`` declared
+    (``None``: chunked, the length unknown) and only ``sent`` of it sent so far."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(sock_path)
+    framing = b"Transfer-Encoding: chunked" if length is None else b"Content-Length: %d" % length
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall(
+        head + framing + b"\r\n\r\n" + (b"%x\r\n%s\r\n" % (len(sent), sent) if length is None else sent)
+    )
+    return s
+
+
+def test_an_episodes_bodies_being_read_share_one_body_cap(tiny_policy, tmp_path):
+    """An agent that opens calls and trickles their bodies holds at most ``max_body_mb`` of the
+    trainer's memory, whatever ``max_inflight_per_episode`` allows (8 x 64 MiB before): a call
+    whose body would pass the episode's share is a 429 before it is read, a body of unknown
+    length counts as the whole share, and another episode's calls are not refused for it."""
+    policy, tokenizer = tiny_policy
+    config = GatewayConfig("tiny", ServeLimits(max_tokens=2), require_episode=True, max_body_mb=1)
+    gateway, _, close = start_gateway(policy, tokenizer, config)
+    try:
+        hog, other = str(tmp_path / "hog.sock"), str(tmp_path / "other.sock")
+        hog_key = gateway.open_episode(socket_path=hog)
+        gateway.open_episode(socket_path=other)
+        log = gateway.episodes[hog_key]
+        held = _start_body(hog, 700_000, b'{"messages": [')
+        assert wait_for(lambda: log.body_bytes == 700_000)
+        refused = _start_body(hog, 400_000, b"{")
+        assert status_of(refused) == 429  # at once, its body never sent
+        assert status_of(raw_call(hog, hi(1), timeout_s=30)) == 200  # a small one fits beside it
+        assert status_of(raw_call(other, hi(2), timeout_s=30)) == 200  # the other episode's share
+        held.close()  # the hog hangs up: its share is free again
+        assert wait_for(lambda: log.body_bytes == 0)
+        chunked = _start_body(hog, None, b'{"messages": [')
+        assert wait_for(lambda: log.body_bytes == 1 << 20)  # unknown length: the whole share
+        assert status_of(raw_call(hog, hi(3), timeout_s=30)) == 429
+        chunked.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(b'{"role": "user", "content": "hi"}]}'),
+                                                      b'{"role": "user", "content": "hi"}]}'))  # fmt: skip
+        assert status_of(chunked) == 200
+        assert wait_for(lambda: log.body_bytes == 0)
+        assert status_of(raw_call(hog, hi(4), timeout_s=30)) == 200
+    finally:
+        close()
+
+
+@pytest.mark.parametrize("value", [b"{}", b"[]", b"0.5"])
+def test_a_body_of_too_many_json_values_is_413_before_it_is_parsed(tiny_policy, value):
+    """JSON parsed is up to 25 times its size in memory (8 MiB of ``{},`` took 200 MiB): a body
+    with more values than ``max_json_values`` is refused before ``json.loads``; one just under
+    the bound is parsed and answered."""
+    policy, tokenizer = tiny_policy
+    config = GatewayConfig("tiny", ServeLimits(max_tokens=2), max_json_values=1000)
+    gateway, _, close = start_gateway(policy, tokenizer, config)
+    try:
+
+        def body(count: int) -> bytes:
+            return (
+                b'{"messages": [{"role": "user", "content": "hi"}], "x": ['
+                + b",".join([value] * count)
+                + b"]}"
+            )
+
+        status, text = post(gateway, body(1000))
+        assert status == 413 and "JSON values" in text and len(text.splitlines()) == 1, text
+        status, text = post(gateway, body(400))  # 400 values count up to 800: under the bound
+        assert status == 200, text
+        assert post(gateway, hi())[0] == 200
+    finally:
+        close()
+    default = GatewayConfig("tiny", ServeLimits(max_tokens=2))
+    gateway, _, close = start_gateway(policy, tokenizer, default)
+    try:  # the default bound against 8 MiB of values: refused, and fast
+        t0 = time.monotonic()
+        status, _ = post(gateway, body((8 << 20) // (len(value) + 1)))
+        assert status == 413 and time.monotonic() - t0 < 10
+    finally:
+        close()
