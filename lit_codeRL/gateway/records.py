@@ -11,13 +11,25 @@ and the sampler's log-probs: nothing is re-tokenised later. Rows are rebuilt fro
 * a call that extends no open row (a harness that summarised, truncated or rewrote its history)
   starts a row of its own; every row of an episode shares the episode's reward. Both are
   counted (``merged_calls``, ``rewritten_calls``), so a harness whose rows fall apart shows.
-* choices beyond the first of an ``n`` > 1 call start rows of their own.
+* of an ``n`` > 1 call, only the choice the agent acted on is trained: the one a later call's
+  prompt extends (the same prefix rule), else the first (what clients take by default: the
+  episode's last call, or a history rewritten after it). The others are dropped
+  (``dropped_choices``): the episode's outcome does not depend on them, so its reward on them is
+  noise, and n = 16 on 200 calls would otherwise make 3,000 rows of one episode's reward. Should
+  later calls extend several choices (an agent that explores branches), each is trained, the
+  first in the open row, the others in rows of their own. ``train_choices="all"`` keeps every
+  choice, each beyond the first in a row of its own (an agent that votes over its choices: all
+  of them shape the outcome).
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+TrainChoices = Literal["chosen", "all"]
+"""Which choices of an ``n`` > 1 call are trained (see the module docstring)."""
 
 
 @dataclass
@@ -91,19 +103,33 @@ class EpisodeRows:
 
     rows: list[Row]
     merged_calls: int = 0
-    """Calls that continued a row (their prompt extended it token for token)."""
+    """Calls that continued a row (their prompt extended it token for token). Counted per call,
+    whatever its ``n``: with ``rewritten_calls``, every call after the first."""
     rewritten_calls: int = 0
     """Calls after the first that started a row of their own (the history was not an extension)."""
+    dropped_choices: int = 0
+    """Choices of ``n`` > 1 calls left out of every row: ones the agent did not act on (no later
+    call extended them); always 0 with ``train_choices="all"``."""
 
 
-def build_rows(calls: list[CallRecord]) -> EpisodeRows:
-    """Lay an episode's calls out as rows (see the module docstring); calls in recorded order."""
+def build_rows(calls: list[CallRecord], train_choices: TrainChoices = "chosen") -> EpisodeRows:
+    """Lay an episode's calls out as rows (see the module docstring); calls in recorded order.
+
+    ``train_choices``: ``"chosen"`` trains the choices the agent acted on, ``"all"`` every choice."""
+    if train_choices not in ("chosen", "all"):
+        raise ValueError(f"train_choices must be 'chosen' or 'all', not {train_choices!r}")
+    if train_choices == "chosen":
+        kept = _acted_on_choices(calls)
+    else:
+        kept = [list(range(len(call.choices))) for call in calls]
     out = EpisodeRows([])
     for k, call in enumerate(calls):
-        if not call.choices:
+        choices = [call.choices[j] for j in kept[k]]
+        out.dropped_choices += len(call.choices) - len(choices)
+        if not choices:
             continue
         row = _longest_prefix_row(out.rows, call.prompt_ids)
-        first, *others = call.choices
+        first, *others = choices
         if row is not None:
             context = len(row.context_ids())
             row.turns[-1].observation_ids = list(call.prompt_ids[context:])
@@ -115,6 +141,33 @@ def build_rows(calls: list[CallRecord]) -> EpisodeRows:
         for choice in others:
             out.rows.append(Row(list(call.prompt_ids), [RowTurn(call.index, choice)]))
     return out
+
+
+def _acted_on_choices(calls: list[CallRecord]) -> list[list[int]]:
+    """Per call, the indices of the choices the agent acted on, ascending: those whose context
+    (the call's prompt, then the choice) a later call's prompt extends, each later call vouching
+    for the longest such choice of the call (ties: the first); none extended: ``[0]``."""
+    # Packed ids make each prefix test one memcmp: 200 calls of 30k-token prompts are 20k pairs.
+    prompts = [_packed(c.prompt_ids) for c in calls]
+    acted_on = []
+    for k, call in enumerate(calls):
+        choices = [_packed(c.token_ids) for c in call.choices]
+        continued: set[int] = set()
+        for later in prompts[k + 1 :]:
+            if len(continued) == len(choices):
+                break
+            if not later.startswith(prompts[k]):
+                continue
+            extended = [j for j, ids in enumerate(choices) if later.startswith(ids, len(prompts[k]))]
+            if extended:
+                continued.add(max(extended, key=lambda j: (len(choices[j]), -j)))
+        acted_on.append(sorted(continued) if continued else [0] if choices else [])
+    return acted_on
+
+
+def _packed(ids: list[int]) -> bytes:
+    """``ids`` as fixed-width bytes: one list is a prefix of another iff its bytes are."""
+    return array("q", ids).tobytes()
 
 
 def _longest_prefix_row(rows: list[Row], prompt_ids: list[int]) -> Row | None:

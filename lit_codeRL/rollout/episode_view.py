@@ -84,7 +84,13 @@ def render_episode(record: dict[str, Any]) -> str:
             + (", killed at its wall clock" if record.get("agent_timed_out") else "")
             + f"; {gateway.get('calls', 0)} calls through the gateway, {gateway.get('rows', 0)} training rows "
             f"({gateway.get('merged_calls', 0)} calls continued a row, {gateway.get('rewritten_calls', 0)} "
-            "started one after a rewritten history)",
+            "started one after a rewritten history"
+            + (
+                f"; {gateway['dropped_choices']} choices the agent did not act on left untrained"
+                if gateway.get("dropped_choices")
+                else ""
+            )
+            + ")",
         ]
         if record.get("agent_log"):
             out += ["", "Its output (the tail):", "", _fence(record["agent_log"])]

@@ -12,7 +12,8 @@ the dumps and the evaluation are unchanged). One ``run``:
 3. closes each episode's socket when its agent exits (a late call finds nothing), grades each
    diff in a fresh workspace, and rebuilds each episode's rows from its recorded calls, exact ids
    only (``gateway/records.py``): the first row is the :class:`Episode`, rows of a rewritten
-   history are its ``extra_rows``, every row sharing the episode's reward.
+   history are its ``extra_rows``, every row sharing the episode's reward. Of a call with several
+   choices only the one the agent acted on is trained (``env.harness.train_choices``).
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ class HarnessRunner:
     ) -> Episode:
         """The episode's first row as an :class:`Episode`, later rows as its ``extra_rows``, the
         grade on its last turn (every row is trained with the episode's return)."""
-        laid = build_rows(log.calls)
+        laid = build_rows(log.calls, train_choices=self.env.settings.train_choices)
         rows = laid.rows
         tokenizer = self.engine.tokenizer
         if rows:
@@ -201,6 +202,7 @@ class HarnessRunner:
                     "rows": len(rows),
                     "merged_calls": laid.merged_calls,
                     "rewritten_calls": laid.rewritten_calls,
+                    "dropped_choices": laid.dropped_choices,
                     "requests": log.requests,
                     "errors": log.errors,
                     "replayed_retries": log.replayed_retries,

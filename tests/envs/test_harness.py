@@ -106,7 +106,7 @@ def test_scripted_agent_solves_and_fails_with_rows_equal_to_the_served_ids(
     assert batch.episode_ids.tolist() == [0, 0, 1, 1] and batch.rewards.tolist() == [1.0, 1.0, 0.0, 0.0]
     for e, record in zip(episodes, (solved, failed), strict=True):
         assert record["gateway"] == {
-            "calls": 3, "rows": 2, "merged_calls": 1, "rewritten_calls": 1,
+            "calls": 3, "rows": 2, "merged_calls": 1, "rewritten_calls": 1, "dropped_choices": 0,
             "requests": 3, "errors": 0, "replayed_retries": 0,
         }  # fmt: skip
         seen = client_ids(record["agent_log"])  # what the agent program received over HTTP

@@ -150,6 +150,10 @@ def test_fit_config_sets_the_harness_gateways_bounds(tiny_policy, tmp_path):
     help_text = " ".join(out.stdout.split())
     assert "--model.env.harness.max_inflight_calls MAX_INFLIGHT_CALLS Calls of one episode" in help_text
     assert "--model.env.harness.max_n MAX_N Largest ``n`` (choices per call)" in help_text
+    assert (
+        "--model.env.harness.train_choices {chosen,all} Which choices of an ``n`` > 1 call are trained"
+        in help_text
+    )
     for knob, doc in (
         ("max_body_mb", "Largest request body an agent may send, in MiB"),
         ("max_connections", "Connections one episode's socket holds open at once"),
@@ -163,7 +167,8 @@ def test_fit_config_sets_the_harness_gateways_bounds(tiny_policy, tmp_path):
         "fit", "--config", "configs/grpo_harness.yaml", "--model.init_args.env.harness.max_inflight_calls",
         "2", "--model.init_args.env.harness.max_n", "3", "--model.init_args.env.harness.max_body_mb", "5",
         "--model.init_args.env.harness.max_connections", "6", "--model.init_args.env.harness.idle_timeout_s",
-        "7.5", "--model.init_args.env.harness.write_timeout_s", "8", "--print_config=comments",
+        "7.5", "--model.init_args.env.harness.write_timeout_s", "8",
+        "--model.init_args.env.harness.train_choices", "all", "--print_config=comments",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
@@ -180,6 +185,7 @@ def test_fit_config_sets_the_harness_gateways_bounds(tiny_policy, tmp_path):
         assert (limits.max_inflight_per_episode, limits.max_n, limits.max_calls_per_episode) == (2, 3, 200)
         set_here = (config.max_body_mb, config.max_connections_per_socket, config.idle_timeout_s)
         assert set_here + (config.write_timeout_s,) == (5, 6, 7.5, 8.0)
+        assert runner.env.settings.train_choices == "all"  # the rows' layout (tests/gateway/test_records.py)
         sock = str(tmp_path / "episode.sock")
         key = gateway.open_episode(socket_path=sock)
         too_many = raw_call(sock, hi(n=4), timeout_s=10)  # answered at once, before any engine runs

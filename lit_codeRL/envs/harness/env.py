@@ -24,7 +24,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lit_codeRL.envs.harness.bridge import SOCKET_DIR_IN, bridge_binds, wrap_command
 from lit_codeRL.envs.protocol import StepResult
@@ -79,6 +79,12 @@ class HarnessSettings:
     """Calls of one episode the gateway answers at once; more get 429 (one agent cannot flood the batch)."""
     max_n: int = 16
     """Largest ``n`` (choices per call) an agent may ask for; more: 400."""
+    train_choices: Literal["chosen", "all"] = "chosen"
+    """Which choices of an ``n`` > 1 call are trained with the episode's reward. ``chosen``: the one
+    the agent acted on (a later call's prompt extends it; else the first), the others dropped, as
+    the outcome does not depend on them. ``all``: every choice, each beyond the first a row of its
+    own, for an agent whose outcome they all shape (e.g. self-consistency voting); an episode may
+    then weigh up to ``max_n`` x ``max_calls`` rows in the loss."""
     max_body_mb: int = 64
     """Largest request body an agent may send, in MiB; more: 413."""
     max_connections: int = 32
@@ -111,6 +117,10 @@ class HarnessSettings:
             )
         if not (self.idle_timeout_s > 0 and self.write_timeout_s > 0):
             raise ValueError("env.harness.idle_timeout_s and write_timeout_s must be > 0")
+        if self.train_choices not in ("chosen", "all"):
+            raise ValueError(
+                f"env.harness.train_choices must be 'chosen' or 'all', not {self.train_choices!r}"
+            )
         if not self.command.strip():
             raise ValueError("env.harness.command is empty")
         try:
