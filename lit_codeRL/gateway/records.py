@@ -123,23 +123,28 @@ def build_rows(calls: list[CallRecord], train_choices: TrainChoices = "chosen") 
     else:
         kept = [list(range(len(call.choices))) for call in calls]
     out = EpisodeRows([])
+    contexts: list[bytes] = []  # each row's whole context, packed (``_packed``): beside ``out.rows``
     for k, call in enumerate(calls):
         choices = [call.choices[j] for j in kept[k]]
         out.dropped_choices += len(call.choices) - len(choices)
         if not choices:
             continue
-        row = _longest_prefix_row(out.rows, call.prompt_ids)
+        prompt = _packed(call.prompt_ids)
+        at = _longest_prefix(contexts, prompt)
         first, *others = choices
-        if row is not None:
-            context = len(row.context_ids())
-            row.turns[-1].observation_ids = list(call.prompt_ids[context:])
+        if at is not None:
+            row = out.rows[at]
+            row.turns[-1].observation_ids = list(call.prompt_ids[len(contexts[at]) // _ITEM :])
             row.turns.append(RowTurn(call.index, first))
+            contexts[at] = prompt + _packed(first.token_ids)
             out.merged_calls += 1
         else:
             out.rows.append(Row(list(call.prompt_ids), [RowTurn(call.index, first)]))
+            contexts.append(prompt + _packed(first.token_ids))
             out.rewritten_calls += k > 0
         for choice in others:
             out.rows.append(Row(list(call.prompt_ids), [RowTurn(call.index, choice)]))
+            contexts.append(prompt + _packed(choice.token_ids))
     return out
 
 
@@ -165,20 +170,21 @@ def _acted_on_choices(calls: list[CallRecord]) -> list[list[int]]:
     return acted_on
 
 
+_ITEM = array("q").itemsize
+
+
 def _packed(ids: list[int]) -> bytes:
     """``ids`` as fixed-width bytes: one list is a prefix of another iff its bytes are."""
     return array("q", ids).tobytes()
 
 
-def _longest_prefix_row(rows: list[Row], prompt_ids: list[int]) -> Row | None:
-    """The row whose whole context is the longest prefix of ``prompt_ids`` (None: no row is)."""
+def _longest_prefix(contexts: list[bytes], prompt: bytes) -> int | None:
+    """Index of the longest of ``contexts`` that ``prompt`` extends (the first of equals; None:
+    none does). Packed, each test is one memcmp: a harness that rewrites its history on each of
+    200 calls of 30k tokens made 200 rows, and rebuilding each row's ids for each call was
+    quadratic in Python."""
     best, best_len = None, -1
-    for row in rows:
-        context = row.context_ids()
-        if (
-            len(context) <= len(prompt_ids)
-            and len(context) > best_len
-            and prompt_ids[: len(context)] == context
-        ):
-            best, best_len = row, len(context)
+    for k, context in enumerate(contexts):
+        if best_len < len(context) <= len(prompt) and prompt.startswith(context):
+            best, best_len = k, len(context)
     return best
