@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -129,18 +130,25 @@ def test_dataclass_field_docstrings_are_help_and_config_comments():
     from lit_codeRL.policy.engine import SamplingParams
 
     assert SamplingParams.__dataclass_fields__["max_new_tokens"]  # the knob this test reads
-    out = run_cli("fit", "--model.help", "GRPOModule")
+    # three processes at once: each spends its ~8 s importing Lightning
+    with ThreadPoolExecutor(3) as pool:
+        out, top, printed = pool.map(
+            lambda args: run_cli(*args),
+            [
+                ("fit", "--model.help", "GRPOModule"),
+                ("fit", "--config", "configs/grpo_mbpp.yaml", "--help"),
+                ("fit", "--config", "configs/grpo_mbpp.yaml", "--print_config=comments"),
+            ],
+        )
     assert out.returncode == 0, out.stderr[-2000:]
     help_text = " ".join(out.stdout.split())
     assert "--model.sampling.max_new_tokens MAX_NEW_TOKENS Maximum completion length in tokens" in help_text
     assert "--model.sandbox.timeout_s TIMEOUT_S Default wall-clock limit per program" in help_text
     # Module __init__ args come from the class docstring's Args section.
     assert "--model.num_generations NUM_GENERATIONS Episodes per prompt (the group size G)" in help_text
-    top = run_cli("fit", "--config", "configs/grpo_mbpp.yaml", "--help")
     assert "--model.help NAME" in top.stdout
-    out = run_cli("fit", "--config", "configs/grpo_mbpp.yaml", "--print_config=comments")
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.splitlines()
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    lines = printed.stdout.splitlines()
     sampling = lines.index("    sampling:")
     at = next(i for i in range(sampling, len(lines)) if lines[i].strip() == "max_new_tokens: 512")
     assert "# Maximum completion length in tokens" in lines[at - 1], lines[at - 3 : at + 1]

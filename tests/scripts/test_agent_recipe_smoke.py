@@ -161,24 +161,23 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_every_heldout_se
     ran = [line for line in again.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl")]
     assert ran == []
     assert json.loads((tmp_path / "recipe.json").read_text())["rows"] == rows
-    # an evaluation made on other tasks (another machine's task set) is not reused: made again
+    # an evaluation made on other tasks (another machine's task set) is not reused: made again;
+    # nor one made by another env or config (the tools in its prompt, a turn's token limit)
     base = tmp_path / "runs" / "eval" / "base" / "debug" / "result.json"
     assert json.loads(base.read_text())["task_ids"] == rows[0]["debug"]["task_ids"] != []
     base.write_text(json.dumps({**json.loads(base.read_text()), "task_ids": ["mbpp-debug/999-x"]}))
+    base_swe = base.parent.parent / "swe" / "result.json"
+    stale = json.loads(base_swe.read_text())
+    base_swe.write_text(json.dumps({**stale, "eval_digest": "made-before-a-change-of-the-env"}))
     other = run_recipe(tmp_path, data, "--resume", "--rl-minutes", "1")
     assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
     ran = [line for line in other.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl")]
-    assert len(ran) == 1 and "validate" in ran[0] and "scored other tasks (3 differ)" in other.stdout
+    assert len(ran) == 2 and all("validate" in line for line in ran), ran
+    assert "scored other tasks (3 differ)" in other.stdout and "made by another env or config" in other.stdout
     assert base.with_name("result.other_tasks.json").is_file()
+    assert base_swe.with_name("result.other_env.json").is_file()
     assert json.loads(base.read_text())["task_ids"] == rows[0]["debug"]["task_ids"]
-    # ... and one made by another env or config (the tools in its prompt, a turn's token limit) neither
-    stale = json.loads(base.read_text())
-    base.write_text(json.dumps({**stale, "eval_digest": "made-before-a-change-of-the-env"}))
-    changed = run_recipe(tmp_path, data, "--resume", "--rl-minutes", "1")
-    assert changed.returncode == 0, changed.stdout[-3000:] + changed.stderr[-3000:]
-    ran = [line for line in changed.stdout.splitlines() if line.startswith("[agent_recipe] lit-coderl")]
-    assert len(ran) == 1 and "validate" in ran[0] and "made by another env or config" in changed.stdout
-    assert json.loads(base.read_text())["eval_digest"] == stale["eval_digest"]
+    assert json.loads(base_swe.read_text())["eval_digest"] == stale["eval_digest"]
     # --score rl (a device budget for BC, RL and one evaluation): only BC + RL is scored and
     # reported, compared with the BC of an earlier report on the same tasks
     earlier = tmp_path / "earlier.json"
