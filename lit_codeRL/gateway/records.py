@@ -104,9 +104,10 @@ class EpisodeRows:
     rows: list[Row]
     merged_calls: int = 0
     """Calls that continued a row (their prompt extended it token for token). Counted per call,
-    whatever its ``n``: with ``rewritten_calls``, every call after the first."""
+    whatever its ``n``: with ``rewritten_calls``, every call with choices after the first such."""
     rewritten_calls: int = 0
-    """Calls after the first that started a row of their own (the history was not an extension)."""
+    """Calls that started a row of their own after an earlier call had made one (the history was
+    not an extension); a call with no choices makes no row and counts in neither."""
     dropped_choices: int = 0
     """Choices of ``n`` > 1 calls left out of every row: ones the agent did not act on (no later
     call extended them); always 0 with ``train_choices="all"``."""
@@ -139,9 +140,9 @@ def build_rows(calls: list[CallRecord], train_choices: TrainChoices = "chosen") 
             contexts[at] = prompt + _packed(first.token_ids)
             out.merged_calls += 1
         else:
+            out.rewritten_calls += bool(contexts)  # a row before it: its history was not extended
             out.rows.append(Row(list(call.prompt_ids), [RowTurn(call.index, first)]))
             contexts.append(prompt + _packed(first.token_ids))
-            out.rewritten_calls += k > 0
         for choice in others:
             out.rows.append(Row(list(call.prompt_ids), [RowTurn(call.index, choice)]))
             contexts.append(prompt + _packed(choice.token_ids))

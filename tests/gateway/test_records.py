@@ -44,6 +44,13 @@ def test_extension_merges_and_a_rewrite_starts_a_row():
     assert rows.rows[1].prompt_ids == [1, 9]
 
 
+def test_a_call_without_choices_makes_no_row_and_the_next_is_not_counted_rewritten():
+    """A first call that returned nothing (``n`` choices of which none were recorded) leaves no
+    row: the call after it starts the first row, not a rewritten one."""
+    rows = build_rows([call(0, [1, 2]), call(1, [1, 2, 3], [4]), call(2, [1, 2, 3, 4, 5], [6])])
+    assert (rows.merged_calls, rows.rewritten_calls, len(rows.rows)) == (1, 0, 1)
+
+
 def test_longest_matching_row_wins_and_extra_choices_are_rows_with_all_choices():
     calls = [call(0, [1], [2], [3]), call(1, [1, 3, 4], [5])]  # n = 2; the agent went on with choice 2
     rows = build_rows(calls, train_choices="all")
