@@ -119,8 +119,9 @@ def build_rows(calls: list[CallRecord], train_choices: TrainChoices = "chosen") 
     ``train_choices``: ``"chosen"`` trains the choices the agent acted on, ``"all"`` every choice."""
     if train_choices not in ("chosen", "all"):
         raise ValueError(f"train_choices must be 'chosen' or 'all', not {train_choices!r}")
+    prompts = [_packed(call.prompt_ids) for call in calls]  # packed once, for both passes
     if train_choices == "chosen":
-        kept = _acted_on_choices(calls)
+        kept = _acted_on_choices(calls, prompts)
     else:
         kept = [list(range(len(call.choices))) for call in calls]
     out = EpisodeRows([])
@@ -130,7 +131,7 @@ def build_rows(calls: list[CallRecord], train_choices: TrainChoices = "chosen") 
         out.dropped_choices += len(call.choices) - len(choices)
         if not choices:
             continue
-        prompt = _packed(call.prompt_ids)
+        prompt = prompts[k]
         at = _longest_prefix(contexts, prompt)
         first, *others = choices
         if at is not None:
@@ -149,12 +150,12 @@ def build_rows(calls: list[CallRecord], train_choices: TrainChoices = "chosen") 
     return out
 
 
-def _acted_on_choices(calls: list[CallRecord]) -> list[list[int]]:
+def _acted_on_choices(calls: list[CallRecord], prompts: list[bytes]) -> list[list[int]]:
     """Per call, the indices of the choices the agent acted on, ascending: those whose context
     (the call's prompt, then the choice) a later call's prompt extends, each later call vouching
-    for the longest such choice of the call (ties: the first); none extended: ``[0]``."""
+    for the longest such choice of the call (ties: the first); none extended: ``[0]``.
+    ``prompts``: the calls' prompts packed (``_packed``)."""
     # Packed ids make each prefix test one memcmp: 200 calls of 30k-token prompts are 20k pairs.
-    prompts = [_packed(c.prompt_ids) for c in calls]
     acted_on = []
     for k, call in enumerate(calls):
         choices = [_packed(c.token_ids) for c in call.choices]
