@@ -116,17 +116,36 @@ def rows_with_signal(advantages: Tensor, mask: Tensor, group_size: int) -> Tenso
     return signal.repeat_interleave(group_size)
 
 
-def normaliser_rows(mask: Tensor, loss_type: LossType) -> int:
+def normaliser_rows(mask: Tensor, loss_type: LossType, sequence_ids: Tensor | None = None) -> int:
     """The ``B`` a per-sequence normaliser divides by, for a ``[B, T]`` ``mask``.
 
-    ``grpo`` averages over the sequences in the loss, so it counts rows with a masked token.
+    ``grpo`` averages over the sequences in the loss, so it counts sequences with a masked token.
     ``dr_grpo``'s normaliser is a constant (Liu et al. 2025; TRL divides by
-    ``per_token_loss.size(0)``): every row of the batch counts, also rows that left the loss
-    (sandbox failures, masked truncations), so the loss scale of the rows that stay does not
-    depend on how many were dropped. ``dapo`` divides by tokens; its row count is unused."""
+    ``per_token_loss.size(0)``): every sequence of the batch counts, also those that left the
+    loss (sandbox failures, masked truncations), so the loss scale of the rows that stay does not
+    depend on how many were dropped. ``dapo`` divides by tokens; its row count is unused.
+
+    ``sequence_ids`` ``[B]``: rows with one id are parts of one sequence (an agent episode whose
+    rewritten history was laid out as several rows) and count once; ``None``: a row is a sequence.
+    """
+    if sequence_ids is None:
+        if loss_type == "dr_grpo":
+            return int(mask.size(0))
+        return int((mask.sum(1) > 0).sum())
     if loss_type == "dr_grpo":
-        return int(mask.size(0))
-    return int((mask.sum(1) > 0).sum())
+        return int(sequence_ids.unique().numel())
+    return int(sequence_ids[mask.sum(1) > 0].unique().numel())
+
+
+def sequence_token_counts(mask: Tensor, sequence_ids: Tensor) -> Tensor:
+    """``[B]`` float: the masked tokens of the whole sequence each row of ``mask`` ``[B, T]`` is
+    part of (``sequence_ids`` ``[B]``, as :func:`normaliser_rows`). ``grpo`` divides each row's
+    token sum by it, so a sequence split over k rows weighs what it weighs as one row."""
+    ids = sequence_ids.to(mask.device).long()
+    _, slot = ids.unique(return_inverse=True)
+    totals = torch.zeros(int(slot.max()) + 1 if slot.numel() else 0, device=mask.device)
+    totals.index_add_(0, slot, mask.sum(1).float())
+    return totals[slot]
 
 
 def aggregate_token_loss(
@@ -136,6 +155,7 @@ def aggregate_token_loss(
     max_completion_length: int | None = None,
     num_rows: float | None = None,
     num_tokens: float | None = None,
+    sequence_tokens: Tensor | None = None,
 ) -> Tensor:
     """Reduce a ``[B, T]`` per-token loss to a scalar over the ``mask``-ed tokens.
 
@@ -149,11 +169,18 @@ def aggregate_token_loss(
     micro-batch of a larger batch: with the whole batch's counts, the micro-batch losses add up
     to exactly the whole-batch loss, whatever the split. Rows count as :func:`normaliser_rows`
     says: for ``grpo`` only rows with a masked token, for ``dr_grpo`` every row.
+
+    ``sequence_tokens`` ``[B]`` (:func:`sequence_token_counts`): for ``grpo``, each row's tokens
+    are averaged over its whole sequence's, rows split from one sequence being parts of one mean
+    (``num_rows`` then counts sequences); ``None``: over the row's own.
     """
     mask = mask.to(per_token_loss.dtype)
     kept = torch.where(mask != 0, per_token_loss * mask, torch.zeros_like(per_token_loss))
     if loss_type == "grpo":
         rows = float(normaliser_rows(mask, loss_type)) if num_rows is None else num_rows
+        if sequence_tokens is not None:
+            per_row = kept.sum(1) / sequence_tokens.to(kept.dtype).clamp(min=1.0)
+            return per_row.sum() / max(rows, 1.0)
         return masked_mean(per_token_loss, mask, dim=1).sum() / max(rows, 1.0)
     if loss_type == "dapo":
         tokens = float(mask.sum()) if num_tokens is None else num_tokens
@@ -188,6 +215,7 @@ def policy_loss(
     num_rows: float | None = None,
     num_tokens: float | None = None,
     importance_weights: Tensor | None = None,
+    sequence_tokens: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss of GRPO/DAPO/Dr. GRPO (+ ``beta`` * k3 KL), and its diagnostics.
 
@@ -204,8 +232,8 @@ def policy_loss(
         ref_logprobs: ``[B, T]`` log-probs under the frozen reference; with ``beta > 0`` the
             per-token ``beta * k3_kl`` is added before aggregation (as in TRL).
         beta: KL coefficient.
-        num_rows, num_tokens: Whole-batch counts when this is a micro-batch, see
-            :func:`aggregate_token_loss`.
+        num_rows, num_tokens, sequence_tokens: Whole-batch counts when this is a micro-batch,
+            and each row's sequence's tokens, see :func:`aggregate_token_loss`.
         importance_weights: ``[B, T]`` per-token weights of the surrogate (no gradient), e.g.
             truncated importance weights between the trainer and a sampler that ran in another
             precision (``algorithms/importance.py``); the KL term is not weighted.
@@ -248,7 +276,9 @@ def policy_loss(
 
     per_token, kl = add_kl_penalty(per_token, logprobs, ref_logprobs, keep, beta)
 
-    loss = aggregate_token_loss(per_token, mask, loss_type, max_completion_length, num_rows, num_tokens)
+    loss = aggregate_token_loss(
+        per_token, mask, loss_type, max_completion_length, num_rows, num_tokens, sequence_tokens
+    )
 
     with torch.no_grad():
         low = (ratio < 1.0 - eps_low) & (adv < 0)

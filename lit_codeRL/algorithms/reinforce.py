@@ -64,6 +64,7 @@ def reinforce_loss(
     num_rows: float | None = None,
     num_tokens: float | None = None,
     importance_weights: Tensor | None = None,
+    sequence_tokens: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Policy-gradient loss ``-w * A * log pi(a)`` per token (+ ``beta`` * k3 KL), aggregated.
 
@@ -71,7 +72,7 @@ def reinforce_loss(
         logprobs: ``[B, T]`` log-probs of the taken tokens under the policy being trained.
         advantages: ``[B]`` per sequence or ``[B, T]`` per token (0 off the mask).
         mask: ``[B, T]`` 1 on the policy's own tokens.
-        loss_type, max_completion_length, num_rows, num_tokens: token aggregation, as
+        loss_type, max_completion_length, num_rows, num_tokens, sequence_tokens: token aggregation, as
             :func:`lit_codeRL.algorithms.grpo.aggregate_token_loss`.
         ref_logprobs, beta: optional KL penalty to a frozen reference.
         importance_weights: ``[B, T]`` per-token weights ``w`` of the policy-gradient term (no
@@ -87,7 +88,9 @@ def reinforce_loss(
     if importance_weights is not None:
         per_token = per_token * importance_weights.detach().to(per_token.dtype)
     per_token, kl = add_kl_penalty(per_token, logprobs, ref_logprobs, keep, beta)
-    loss = aggregate_token_loss(per_token, mask, loss_type, max_completion_length, num_rows, num_tokens)
+    loss = aggregate_token_loss(
+        per_token, mask, loss_type, max_completion_length, num_rows, num_tokens, sequence_tokens
+    )
     m = mask.to(logprobs.dtype)
     stats = {
         "kl": masked_mean(kl.detach(), m) if kl is not None else logprobs.new_zeros(()),

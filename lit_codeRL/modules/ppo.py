@@ -65,6 +65,7 @@ from lit_codeRL.training.policy_module import as_settings
 from lit_codeRL.training.rollout_module import RolloutModule
 from lit_codeRL.training.step_setup import (
     StepSetup,
+    has_extra_rows,
     no_grad_columns,
     per_episode,
     prepare_step,
@@ -468,8 +469,9 @@ class PPOModule(RolloutModule):
                     out["approx_kl"] = masked_mean(k3_kl(old.detach(), logps.detach()), mask)
                 if entropy is not None:
                     bonus = aggregate_token_loss(
-                        entropy, mask, hp.loss_type, self.sampling.max_new_tokens, num_rows, num_tokens
-                    )
+                        entropy, mask, hp.loss_type, self.sampling.max_new_tokens, num_rows, num_tokens,
+                        mb.sequence_tokens,
+                    )  # fmt: skip
                     loss = loss - hp.entropy_coef * bonus
                     out["entropy"] = masked_mean(entropy.detach(), mask)
             if critic:
@@ -513,22 +515,28 @@ class PPOModule(RolloutModule):
 
     def minibatches(self, batch: TrajectoryBatch) -> list[TrajectoryBatch]:
         """Exactly ``num_minibatches`` parts of ``batch``, each of whole groups (``num_generations``
-        rows; single rows when the batch is not made of groups), in a fresh random order drawn
-        from the checkpointed generator (a resumed run draws the same). Group counts that do not
-        divide evenly give parts one group apart."""
+        rows; single rows when the batch is not made of groups; a group's rows by ``group_ids``
+        when an episode has several rows, so that an episode stays in one part), in a fresh random
+        order drawn from the checkpointed generator (a resumed run draws the same). Group counts
+        that do not divide evenly give parts one group apart."""
         count = self.hparams.num_minibatches
         if count == 1:
             return [batch]
-        size = self.hparams.num_generations
-        size = size if batch.batch_size % size == 0 else 1
-        groups = batch.batch_size // size
-        if groups < count:
+        if has_extra_rows(batch):
+            ids = batch.group_ids.tolist()
+            starts = [i for i in range(len(ids)) if i == 0 or ids[i] != ids[i - 1]]  # groups are contiguous
+            rows = [list(range(a, b)) for a, b in zip(starts, [*starts[1:], len(ids)], strict=True)]
+        else:
+            size = self.hparams.num_generations
+            size = size if batch.batch_size % size == 0 else 1
+            rows = [list(range(g, g + size)) for g in range(0, batch.batch_size, size)]
+        if len(rows) < count:
             # every rank must take as many optimizer steps (each is a collective), and the
             # schedule and importance-weight bookkeeping count num_minibatches: refuse, not shrink
-            raise RuntimeError(f"num_minibatches {count} > {groups} groups in this rollout batch")
-        order = torch.randperm(groups, generator=self.ppo_state.generator)
+            raise RuntimeError(f"num_minibatches {count} > {len(rows)} groups in this rollout batch")
+        order = torch.randperm(len(rows), generator=self.ppo_state.generator)
         parts = order.tensor_split(count)
-        return [batch.select([g * size + i for g in part.tolist() for i in range(size)]) for part in parts]
+        return [batch.select([i for g in part.tolist() for i in rows[g]]) for part in parts]
 
     def _advance_pretraining(self, ev: float) -> None:
         """Count a rollout of value pre-training and end the phase at ``pretrain_steps`` or once

@@ -136,6 +136,7 @@ class REINFORCEModule(RolloutModule):
                 num_rows=num_rows,
                 num_tokens=num_tokens,
                 importance_weights=weights,
+                sequence_tokens=mb.sequence_tokens,
             )
             return loss, {**stats, **tis}
 

@@ -69,6 +69,7 @@ def episode_batch(
         group_ids=torch.tensor([e.group for e in episodes], dtype=torch.long)[at],
         records=records,
         episode_ids=at,
+        sequence_ids=at,  # an episode's extra rows are parts of its one trajectory
         terminated=torch.tensor([e.terminated for e in episodes])[at],
         truncated=torch.tensor([e.truncated for e in episodes])[at],
         valid=torch.tensor([e.valid for e in episodes])[at],

@@ -68,6 +68,14 @@ class TrajectoryBatch:
     """``[B]`` integer seat of the acting player (self-play); ``None`` for single-agent envs."""
     episode_ids: Tensor | None = None
     """``[B]`` episode of each row (one-row-per-turn batches have several rows per episode)."""
+    sequence_ids: Tensor | None = None
+    """``[B]`` rows with one id are parts of one trajectory: an agent episode whose rewritten
+    history was laid out as several rows (``rollout/harness.py``). Per-sequence loss aggregation
+    (``grpo``, ``dr_grpo``) counts them as one sequence; ``None``: each row is one."""
+    sequence_tokens: Tensor | None = None
+    """``[B]`` trainable tokens of the sequence each row is part of, over the whole batch (or PPO
+    minibatch), filled in with the loss normalisers when ``sequence_ids`` joins rows:
+    micro-batches keep the whole sequence's count (``algorithms/grpo.py: aggregate_token_loss``)."""
     turn_ids: Tensor | None = None
     """``[B, L]`` turn index of each token: the action of turn k and the observation after it
     carry k; prompt and padding carry -1."""

@@ -38,7 +38,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_codeRL.algorithms.grpo import LossType, normaliser_rows, policy_loss
+from lit_codeRL.algorithms.grpo import LossType, normaliser_rows, policy_loss, sequence_token_counts
 from lit_codeRL.algorithms.importance import sampler_correction
 from lit_codeRL.policy.engine import EngineSettings, GenerationEngine, make_engine
 from lit_codeRL.policy.loading import LoraSettings, ModelSettings, full_precision_merged, load_model
@@ -167,12 +167,19 @@ class PolicyModule(MicroBatchedUpdates, RegisteredState, LightningModule):
 
     def loss_normalisers(self, batch: TrajectoryBatch, loss_type: LossType = "dapo") -> tuple[float, float]:
         """``(num_rows, num_tokens)`` a loss divides its sum by: the whole global batch's rows (as
-        ``loss_type`` counts them, :func:`~lit_codeRL.algorithms.grpo.normaliser_rows`: every row
-        for ``dr_grpo``, rows still in the loss otherwise) and trainable tokens over the world size
-        (see ``training/distributed.py``), so that N ranks x B rows give the gradient of one
-        process on the N*B rows; this batch's own counts on one process."""
+        ``loss_type`` counts them, :func:`~lit_codeRL.algorithms.grpo.normaliser_rows`: every
+        sequence for ``dr_grpo``, sequences still in the loss otherwise) and trainable tokens over
+        the world size (see ``training/distributed.py``), so that N ranks x B rows give the
+        gradient of one process on the N*B rows; this batch's own counts on one process.
+
+        Where ``batch.sequence_ids`` joins rows (an episode split by a rewritten history), it also
+        fills ``batch.sequence_tokens``, which ``grpo``'s per-sequence mean reads per micro-batch."""
+        ids = batch.sequence_ids
+        if ids is not None and int(ids.unique().numel()) == batch.batch_size:
+            ids = None  # one row per sequence: the plain per-row mean
+        batch.sequence_tokens = None if ids is None else sequence_token_counts(batch.trainable_mask, ids)
         rows, tokens = distributed.per_rank_normalisers(
-            [normaliser_rows(batch.trainable_mask, loss_type), batch.num_trainable_tokens], self.device
+            [normaliser_rows(batch.trainable_mask, loss_type, ids), batch.num_trainable_tokens], self.device
         )
         return rows, tokens
 
@@ -424,6 +431,7 @@ class PolicyModule(MicroBatchedUpdates, RegisteredState, LightningModule):
             num_rows=counts[0],
             num_tokens=counts[1],
             importance_weights=weights,
+            sequence_tokens=mb.sequence_tokens,
         )
         return loss, {**stats, **tis}, old
 

@@ -8,7 +8,13 @@ import torch
 from lit_codeRL.algorithms.baselines import RoleBaselines
 from lit_codeRL.algorithms.bc import nll_loss
 from lit_codeRL.algorithms.gae import gae, value_loss
-from lit_codeRL.algorithms.grpo import aggregate_token_loss, group_advantages, normaliser_rows, policy_loss
+from lit_codeRL.algorithms.grpo import (
+    aggregate_token_loss,
+    group_advantages,
+    normaliser_rows,
+    policy_loss,
+    sequence_token_counts,
+)
 from lit_codeRL.algorithms.importance import truncated_importance_weights
 from lit_codeRL.algorithms.reinforce import reinforce_advantages, reinforce_loss, rloo_advantages
 
@@ -140,6 +146,32 @@ def test_dr_grpo_normaliser_counts_rows_that_left_the_loss():
     # grpo's per-sequence mean averages over the rows still in the loss: (1.5 + 3 + 5.5) / 3
     assert float(aggregate_token_loss(per_token, mask, "grpo")) == pytest.approx(10 / 3)
     assert normaliser_rows(mask, "grpo") == 3
+
+
+def test_a_sequence_split_over_rows_weighs_what_it_weighs_as_one_row():
+    """An agent episode whose history was rewritten is laid out as several rows; under the
+    per-sequence aggregations it is still one sequence, not one per row."""
+    # sequence 0: tokens 1, 2 | 3 over two rows; sequence 1: token 6 in one row
+    per_token = torch.tensor([[1.0, 2.0], [3.0, 0.0], [6.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 0], [1, 0]])
+    ids = torch.tensor([0, 0, 1])
+    tokens = sequence_token_counts(mask, ids)
+    assert tokens.tolist() == [3.0, 3.0, 1.0]
+    assert normaliser_rows(mask, "grpo", ids) == 2 and normaliser_rows(mask, "dr_grpo", ids) == 2
+    # by hand, as if unsplit: (mean(1, 2, 3) + 6) / 2 = 4; per row it would be (1.5 + 3 + 6) / 3
+    assert float(aggregate_token_loss(per_token, mask, "grpo", num_rows=2.0, sequence_tokens=tokens)) == 4.0
+    assert float(aggregate_token_loss(per_token, mask, "grpo")) == pytest.approx(3.5)
+    # dr_grpo: (1 + 2 + 3 + 6) / (2 sequences x 4 tokens)
+    assert float(aggregate_token_loss(per_token, mask, "dr_grpo", 4, num_rows=2.0)) == 1.5
+    # micro-batches of one row each, with the whole batch's counts, add up to the same loss
+    parts = sum(
+        aggregate_token_loss(per_token[i : i + 1], mask[i : i + 1], "grpo", None, 2.0, 4.0, tokens[i : i + 1])
+        for i in range(3)
+    )
+    assert float(parts) == 4.0
+    # a row left out of the loss leaves its sequence's count; a sequence with none is not counted
+    mask[2] = 0
+    assert normaliser_rows(mask, "grpo", ids) == 1 and normaliser_rows(mask, "dr_grpo", ids) == 2
 
 
 def test_per_token_advantages_equal_broadcast_sequence_advantages():

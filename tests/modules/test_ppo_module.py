@@ -201,6 +201,17 @@ def test_minibatches_are_exactly_num_minibatches_of_whole_groups(tmp_path, fixed
     for part in parts:  # whole groups
         assert all((part.group_ids == g).sum() == 2 for g in part.group_ids.unique())
     assert sorted(int(i) for p in parts for i in p.input_ids[:, 0]) == list(range(8))
+    # an agent episode with extra rows (a rewritten history): groups of 2 episodes are 3, 2, 1 and
+    # 2 rows; each part still holds whole groups, so every episode stays whole in one part
+    batch.group_ids = torch.tensor([0, 0, 0, 1, 1, 2, 3, 3])
+    batch.episode_ids = torch.tensor([0, 0, 1, 2, 3, 4, 6, 7])
+    parts = module.minibatches(batch)
+    assert len(parts) == 3
+    seen = [set(p.group_ids.tolist()) for p in parts]
+    assert sorted(len(p.group_ids) for p in parts) == sorted(
+        sum(int((batch.group_ids == g).sum()) for g in groups) for groups in seen
+    )
+    assert sorted(int(i) for p in parts for i in p.input_ids[:, 0]) == list(range(8))
 
 
 def test_the_clipped_ratio_is_to_the_trainers_old_policy_not_the_samplers(tmp_path, monkeypatch):
