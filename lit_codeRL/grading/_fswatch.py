@@ -12,7 +12,7 @@ is gone. A test file written, truncated, removed, renamed or replaced, a Python 
 ``conftest.py``, an ``__init__.py``, a test module) created or moved in among the test files, a
 ``__pycache__`` directory or a ``.pyc`` created in a watched directory (pytest loads a rewritten
 test module's cached bytecode if it names the source's hash, which the code can compute; the child
-reads bytecode from nowhere, ``_runner.NO_BYTECODE``, so nothing of grading makes one), or a
+reads bytecode only from a read-only tree, ``_runner.TRUSTED_BYTECODE``, so nothing of grading makes one), or a
 watched directory moved: ``tamper``. Data files the tests create there are not (a suite may write
 its output next to its tests); one that existed before the run is a test file like the others (a
 golden file rewritten before it is read). A directory made among the test files is watched from

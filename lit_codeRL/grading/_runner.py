@@ -92,10 +92,17 @@ STEADY_PLUGIN = "lcrl_steady"
 """The plugin every pytest of a workspace loads (``sandbox/workspace_argv.py: STEADY_PLUGIN_NAME``),
 from a read-only directory of the sandbox's ``PYTHONPATH``: the child loads it too."""
 NO_BYTECODE = "/dev/null/lcrl-no-bytecode"
-"""The child's ``sys.pycache_prefix`` (and its test processes' ``PYTHONPYCACHEPREFIX``): bytecode
-is read from and written to a directory below a file, which no process can ever create. A
-``.pyc`` planted in a ``__pycache__`` while the tests run (pytest takes a rewritten test module's
-cached code if its header holds the source's hash) is never loaded in place of a test module."""
+"""The child's ``sys.pycache_prefix`` (and its test processes' ``PYTHONPYCACHEPREFIX``) where there
+is no :data:`TRUSTED_BYTECODE`: bytecode is read from and written to a directory below a file,
+which no process can ever create. A ``.pyc`` planted in a ``__pycache__`` while the tests run
+(pytest takes a rewritten test module's cached code if its header holds the source's hash) is
+never loaded in place of a test module."""
+TRUSTED_BYTECODE = "/opt/lcrl/tools/bytecode"
+"""The child's ``sys.pycache_prefix`` in a bwrap session (``sandbox/workspace_toolchain.py:
+_trusted_bytecode``, bound read-only): pytest's and the standard library's modules compiled
+once, outside the session. The repository's modules map to paths below it that do not exist and
+that no process of the run can make, so they compile from source, as under :data:`NO_BYTECODE`.
+Every module compiled from source in every run cost most of a grading run's second."""
 CHILD_DRAIN_S = 2.0
 """After the child exits: how long its reports may still arrive (a daemon holding the pipe)."""
 is_test_path = _scan.is_test_path
@@ -959,7 +966,8 @@ def child_main() -> None:
     # the sandbox's PYTHON* variables, for the processes the tests start (and PYTHONPATH for
     # toolchain_dirs): the interpreter has started, so they no longer reach this one
     os.environ.update(json.loads(os.environ.pop(CHILD_PYTHON_ENV, "{}")))
-    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = NO_BYTECODE
+    prefix = TRUSTED_BYTECODE if os.path.isdir(TRUSTED_BYTECODE) else NO_BYTECODE
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = prefix
     fd, results, args = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
     mirror = _receive_line(fd)  # the parent's first line, in every run (``run_child``)
     with open(os.path.join(results, "watched.json")) as f:

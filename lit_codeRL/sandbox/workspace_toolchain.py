@@ -1,6 +1,7 @@
 """The read-only toolchain a bwrap workspace sees: the installed files of a few distributions
-(pytest and its dependencies, never the whole site-packages), launchers for the real interpreter and
-a minimal ``/etc``, built once per machine in the user's cache directory."""
+(pytest and its dependencies, never the whole site-packages), launchers for the real interpreter, a
+minimal ``/etc`` and the trusted bytecode grading reads, built once per machine in the user's cache
+directory."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.sandbox import backends
+from lit_codeRL.sandbox.workspace_argv import TOOLS_IN
 
 _TOOLCHAIN_SCRIPT = r"""
 import json, sys, importlib.metadata as md
@@ -37,8 +39,16 @@ while todo:
 print(json.dumps({"dists": sorted(seen), "files": files}))
 """
 
-_TOOLCHAIN_LAYOUT = 2
+_TOOLCHAIN_LAYOUT = 3
 """Part of the cache key: bump when what a toolchain directory holds changes."""
+BYTECODE_DIR = "bytecode"
+"""The toolchain's tree of trusted bytecode (:func:`_trusted_bytecode`); grading's pytest child
+reads it as ``TOOLS_IN/bytecode`` (``grading/_runner.py: TRUSTED_BYTECODE``)."""
+_NOT_IMPORTED_BY_TESTS = frozenset(
+    {"site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip"}
+)
+"""Standard-library directories whose bytecode the tree leaves out (installed packages, CPython's
+own test suite, GUIs): a module without it is compiled from its source, as before."""
 _TOOLCHAIN_LOCK = threading.Lock()
 _TOOLCHAINS: dict[tuple[str, tuple[str, ...]], Path] = {}
 
@@ -130,6 +140,7 @@ def _build_toolchain(python: str, dists: tuple[str, ...]) -> Path:
                 shutil.copy2(src, target)
         if site.is_dir():  # read-only inside: without bytecode every import would recompile
             subprocess.run([exe, "-I", "-m", "compileall", "-q", str(site)], capture_output=True, timeout=300)
+        _trusted_bytecode(exe, site, build / BYTECODE_DIR)
         _write_launchers(build / "bin", exe, "pytest" in [d.lower() for d in found["dists"]])
         _write_etc(build / "etc")
         (build / ".complete").write_text(listing)
@@ -144,6 +155,43 @@ def _build_toolchain(python: str, dists: tuple[str, ...]) -> Path:
         shutil.rmtree(build, ignore_errors=True)
         raise
     return dest
+
+
+def _trusted_bytecode(exe: str, site: Path, out: Path) -> None:
+    """``out``: the compiled modules of the toolchain (``site``) and of the interpreter's
+    standard library, each at the path a session sees its source under (``TOOLS_IN/site/...``;
+    the standard library is bound where it is), as ``sys.pycache_prefix`` lays them out.
+
+    Grading's pytest child may read no bytecode from the repository (a ``.pyc`` planted beside a
+    test module would run in its place), so it sets a ``sys.pycache_prefix``: a path where no
+    process of the run can write. Pointed at nowhere, every module of pytest and of the standard
+    library it imports was compiled from source in every run, most of a grading run's second on a
+    small repository. Pointed here (read-only in the session), those load as compiled once, by
+    us; a repository's modules map to paths under it that do not exist and cannot be made, so
+    they still compile from source. A ``.pyc`` counts only while its source keeps the size and
+    mtime it records: after an upgrade, the stale ones are ignored, not run."""
+    probe = "import json, sys; print(json.dumps([sys.implementation.cache_tag, sys.path]))"
+    found = subprocess.run([exe, "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=60)
+    if found.returncode != 0:
+        return  # no tree: the child compiles everything, as it did before
+    tag, path = json.loads(found.stdout)
+    roots = [(site, f"{TOOLS_IN}/site")]
+    roots += [(Path(p), os.path.realpath(p)) for p in path if p and os.path.isdir(p)]
+    for root, inside in roots:
+        for here, dirs, _ in os.walk(root):
+            if root != site:
+                dirs[:] = [d for d in dirs if d not in _NOT_IMPORTED_BY_TESTS]
+            cache = Path(here) / "__pycache__"
+            if "__pycache__" not in dirs:
+                continue
+            dirs.remove("__pycache__")
+            target = out / inside.lstrip("/") / Path(here).relative_to(root)
+            for pyc in cache.glob(f"*.{tag}.pyc"):
+                target.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(pyc, target / pyc.name)  # read-only on both sides: one copy on disk
+                except OSError:
+                    shutil.copyfile(pyc, target / pyc.name)
 
 
 def _write_launchers(bin_dir: Path, exe: str, pytest: bool) -> None:
