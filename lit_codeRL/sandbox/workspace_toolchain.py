@@ -191,7 +191,10 @@ def _trusted_bytecode(exe: str, site: Path, out: Path) -> None:
                 try:
                     os.link(pyc, target / pyc.name)  # read-only on both sides: one copy on disk
                 except OSError:
-                    shutil.copyfile(pyc, target / pyc.name)
+                    try:
+                        shutil.copyfile(pyc, target / pyc.name)
+                    except OSError:  # unreadable here: that module compiles from source, as before
+                        continue
 
 
 def _write_launchers(bin_dir: Path, exe: str, pytest: bool) -> None:
