@@ -33,6 +33,39 @@ helper outside the test directories.
 import ast
 import secrets
 import sys
+from builtins import (  # noqa: A004, UP029 - bound here: the code under test may replace the builtins
+    NotImplemented,
+    abs,
+    all,
+    any,
+    bool,
+    bytes,
+    complex,
+    dict,
+    enumerate,
+    float,
+    frozenset,
+    getattr,
+    hasattr,
+    id,
+    int,
+    isinstance,
+    len,
+    list,
+    min,
+    next,
+    range,
+    repr,
+    set,
+    setattr,
+    sorted,
+    str,
+    tuple,
+    type,
+    zip,
+)
+
+_modules = sys.modules  # and this: a check must not read through what it checks for
 
 MAX_OBJECTS = 10_000
 """Objects checked per operand (it and what it holds, breadth first)."""
@@ -133,6 +166,9 @@ class Checker:
         self.report = report
         self.told: set[str] = set()
         self.asked: dict[tuple[int, str], tuple[type, tuple[str, str] | None]] = {}
+        import inspect  # noqa: PLC0415 - the child's, made before the code under test runs
+
+        self.getsourcelines = inspect.getsourcelines  # bound as the builtins: it may be replaced later
 
     def passed(self, op: str, left: object, right: object) -> None:
         """``left op right`` held: report any operand (or item) that says yes to anything. Never
@@ -190,16 +226,14 @@ class Checker:
             return False
         kind = type(said)
         try:
-            where = sys.modules[kind.__module__].__file__
+            where = _modules[kind.__module__].__file__
         except Exception:  # noqa: BLE001 - built in (no file), or a module name that names nothing
             where = None
         if not isinstance(where, str) or not where.startswith(self.prefix):
             return True
         _, lines = self.changed.get(where, (None, frozenset()))
         try:
-            import inspect  # noqa: PLC0415 - rarely needed: a non-built-in answer
-
-            return inspect.getsourcelines(kind)[1] in lines
+            return self.getsourcelines(kind)[1] in lines
         except Exception:  # noqa: BLE001 - no source to find: made at run time, by the code under test
             return where in self.changed
 

@@ -50,17 +50,18 @@ end of the session. Together about 0.4 ms a test on a 2-core EPYC (3,179 names r
 
 from __future__ import annotations
 
-import functools
 import importlib.machinery
-import operator
 import os
 import sys
 import sysconfig
-import types
 from builtins import (  # noqa: A004, UP029 - bound here: the code under test may replace the builtins
     all,
     any,
+    bytes,
     callable,
+    classmethod,
+    enumerate,
+    frozenset,
     getattr,
     hasattr,
     id,
@@ -68,24 +69,37 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     len,
     list,
     map,
+    property,
     range,
     set,
     sorted,
+    staticmethod,
+    str,
     tuple,
     type,
     vars,
     zip,
 )
 from collections.abc import Callable
+from functools import partial
+from itertools import compress, repeat
+from operator import attrgetter, getitem, is_
+from types import CodeType, FrameType, FunctionType, MethodType, ModuleType
+
+# bound here too, for the same reason: the record is what names a replaced function of the
+# standard library, so it must not compare, find or read through one (``operator.is_`` made to say
+# "the same" of anything would blind every check after it)
+_getframe, _modules = sys._getframe, sys.modules
+_getcwd, _isfile, _join, _normpath = os.getcwd, os.path.isfile, os.path.join, os.path.normpath
 
 ROOTS = ("_pytest", "pytest", "pluggy")
 """The toolchain packages recorded: pytest's implementation, its public module, its hook system."""
-_CODE = operator.attrgetter("__code__")
+_CODE = attrgetter("__code__")
 
 
 def in_toolchain(value: object, roots: tuple[str, ...] = ROOTS) -> bool:
     """A function or class the toolchain defines (by its ``__module__``)."""
-    if not isinstance(value, types.FunctionType | type):
+    if not isinstance(value, FunctionType | type):
         return False
     module = getattr(value, "__module__", None)
     return isinstance(module, str) and module.split(".")[0] in roots
@@ -114,28 +128,38 @@ class Guard:
     properties; in the child also the standard library, the toolchain's plugins and the
     repository's files the diff left alone) is taken into the record, not named. Anything else in
     its place (a function of a file the diff changed, one made by ``exec``, a callable object, a
-    ``property`` of such functions) is named; so is such a callable a toolchain class gains. Data
-    attributes are not recorded (pytest keeps state on its classes)."""
+    ``property`` of such functions) is named; so is such a callable or descriptor a toolchain class
+    gains, or one put where a data attribute was. Data put where data was is taken in silence
+    (pytest keeps state on its classes), but every attribute of a class is recorded, so that the
+    count of its attributes stands for the set of their names (a data attribute deleted to make
+    room for a gained descriptor changes the record)."""
 
     def __init__(
         self,
         roots: tuple[str, ...] = ROOTS,
         allowed: Callable[[str], bool] | None = None,
-        modules: dict[str, types.ModuleType] | None = None,
+        modules: dict[str, ModuleType] | None = None,
         may_replace: Callable[[str, object], bool] | None = None,
     ) -> None:
-        packages = [os.path.dirname(getattr(sys.modules.get(r), "__file__", None) or "") for r in roots]
+        packages = [os.path.dirname(getattr(_modules.get(r), "__file__", None) or "") for r in roots]
         self.package_dirs = _prefixes(packages)
         # whose code may change pytest (by a function's file): by default the recorded packages'
         # own; the child allows the standard library, the toolchain (Hypothesis's plugin wraps
         # FixtureFunctionMarker.__call__) and the repository's files the diff left alone
         self.allowed = allowed or (lambda path: path.startswith(self.package_dirs))
         self.may_replace = may_replace or (lambda label, value: self._own(value))
-        self.entries: list[tuple[str, object, str, object]] = []  # (label, namespace, key, value)
+        # the record, one entry per index: ``owners[i].keys[i]`` (its label) held ``values[i]`` in
+        # the namespace ``spaces[i]`` (a module's dict or a class's kept mapping proxy)
+        self.owners: list[str] = []
+        self.spaces: list[object] = []
+        self.keys: list[object] = []
+        self.values: list[object] = []
         self.classes: dict[int, type] = {}
         self.proxies: dict[int, object] = {}
+        self.class_owners: dict[int, str] = {}  # a class proxy's id: the label of its class
+        self.class_keys: dict[int, set[object]] = {}  # a class proxy's id: the names recorded in it
         if modules is None:  # the toolchain's: its own functions and classes
-            modules = {n: m for n, m in sys.modules.items() if n.split(".")[0] in roots}
+            modules = {n: m for n, m in _modules.items() if n.split(".")[0] in roots}
             self.keep: Callable[[object], bool] = lambda value: in_toolchain(value, roots)  # noqa: E731
             self.names: set[str] | None = None
         else:  # given modules (the standard library's, the runner's): every callable they hold,
@@ -144,17 +168,29 @@ class Guard:
         self.reported: set[str] = set()
         self.extend(modules)
 
-    def extend(self, modules: dict[str, types.ModuleType]) -> None:
-        """Record ``modules`` too: what they hold, and the callables of the classes among it."""
+    def add(self, owner: str, space: object, key: object, value: object) -> None:
+        """Record that ``space[key]`` holds ``value`` (labelled ``owner.key``); :meth:`index` after."""
+        self.owners.append(owner)
+        self.spaces.append(space)
+        self.keys.append(key)
+        self.values.append(value)
+
+    def extend(self, modules: dict[str, ModuleType]) -> None:
+        """Record ``modules`` too: what they hold, and every attribute of the classes among it."""
         if self.names is not None:
             self.names.update(modules)
         new: dict[int, type] = {}
+        keep, owners, spaces, keys, values = self.keep, self.owners, self.spaces, self.keys, self.values
         for name, module in sorted(modules.items()):
-            if not isinstance(module, types.ModuleType):
+            if not isinstance(module, ModuleType):
                 continue
-            for key, value in vars(module).items():
-                if self.keep(value):
-                    self.entries.append((f"{name}.{key}", vars(module), key, value))
+            space = vars(module)
+            for key, value in space.items():
+                if keep(value):
+                    owners.append(name)
+                    spaces.append(space)
+                    keys.append(key)
+                    values.append(value)
                     # a static type (int, a C extension's class) cannot be given an attribute
                     if (
                         isinstance(value, type)
@@ -166,76 +202,118 @@ class Guard:
         # one mapping proxy per class, kept: each vars(cls) is a new object (ids are compared)
         for cls in new.values():
             space = self.proxies[id(cls)] = vars(cls)
-            for key, value in space.items():
-                if callable(value) or isinstance(value, classmethod | staticmethod | property):
-                    self.entries.append((f"{cls.__module__}.{cls.__qualname__}.{key}", space, key, value))
-        self._index()
+            owner = self.class_owners[id(space)] = f"{cls.__module__}.{cls.__qualname__}"
+            self.class_keys[id(space)] = set(space)
+            owners.extend(repeat(owner, len(space)))
+            spaces.extend(repeat(space, len(space)))
+            keys.extend(space.keys())
+            values.extend(space.values())
+        self.index()
 
-    def _index(self) -> None:
-        """Flat tuples for the one pass in C of the usual case (the objects are kept: no id is
-        reused while recorded)."""
-        self.spaces = tuple(e[1] for e in self.entries)
-        self.keys = tuple(e[2] for e in self.entries)
-        self.values = tuple(e[3] for e in self.entries)
-        functions = [
-            (e[0], f) for e in self.entries for f in _functions_of(e[3]) if isinstance(f, types.FunctionType)
-        ]
-        self.code_names = [f"{label} (its code)" for label, _ in functions]
-        self.functions = tuple(f for _, f in functions)
-        self.codes = tuple(f.__code__ for f in self.functions)
+    def index(self) -> None:
+        """The functions recorded, their code objects and the classes' sizes, for the one pass in
+        C of the usual case (the objects are kept: no id is reused while recorded). Found in C
+        too: only the few ``classmethod``/``staticmethod``/``property`` entries run Python here."""
+        values, n = self.values, len(self.values)
+        where = list(compress(range(n), map(is_, map(type, values), _REPEAT_FUNCTION)))
+        functions = list(map(values.__getitem__, where))
+        for i in compress(range(n), map(isinstance, values, _REPEAT_WRAPPERS)):
+            for f in _functions_of(values[i]):
+                if type(f) is FunctionType:
+                    functions.append(f)
+                    where.append(i)
+        self.functions, self.function_entries = tuple(functions), where
+        self.codes = tuple(map(_CODE, functions))
         self.class_spaces = tuple(self.proxies.values())
         self.class_sizes = list(map(len, self.class_spaces))
+
+    def label(self, i: int) -> str:
+        return f"{self.owners[i]}.{self.keys[i]}"
 
     def _own(self, value: object) -> bool:
         """Does ``value`` run only functions of files allowed to change pytest?"""
         functions = _functions_of(value)
-        return all(
-            isinstance(f, types.FunctionType) and self.allowed(f.__code__.co_filename) for f in functions
-        )
+        return all(isinstance(f, FunctionType) and self.allowed(f.__code__.co_filename) for f in functions)
 
     def changed(self, codes: bool = True) -> list[str]:
         """What is no longer the recorded object, and was not named before: ``module.name`` or
-        ``Class.attr`` replaced or removed, a callable ``Class.attr`` added, and with ``codes``
-        ``... (its code)`` of a function whose code object was swapped (a code swap made with a
-        changed file on the stack is the audit hook's at once: ``patched_from``)."""
+        ``Class.attr`` replaced or removed, a callable or descriptor ``Class.attr`` added or put in
+        a data attribute's place, and with ``codes`` ``... (its code)`` of a function whose code
+        object was swapped (a code swap made with a changed file on the stack is the audit hook's
+        at once: ``patched_from``)."""
         try:  # the usual case, in C and without lists: every name still holds its object
-            same = all(map(operator.is_, map(operator.getitem, self.spaces, self.keys), self.values))
+            same = all(map(is_, map(getitem, self.spaces, self.keys), self.values))
         except KeyError:  # a name removed
             same = False
         if (
             same
             and list(map(len, self.class_spaces)) == self.class_sizes
-            and (not codes or all(map(operator.is_, map(_CODE, self.functions), self.codes)))
+            and (not codes or all(map(is_, map(_CODE, self.functions), self.codes)))
         ):
             return []
-        now_codes = list(map(_CODE, self.functions))
         found = [
-            n for n, now, was in zip(self.code_names, now_codes, self.codes, strict=True) if now is not was
+            f"{self.label(i)} (its code)"
+            for i, now, was in zip(self.function_entries, map(_CODE, self.functions), self.codes, strict=True)
+            if now is not was
         ]
-        entries, recorded = [], {}
-        for label, space, key, value in self.entries:
-            recorded.setdefault(id(space), set()).add(key)
-            now = space.get(key, _MISSING)
-            if now is not value and (now is _MISSING or not self.may_replace(label, now)):
-                found.append(label)
-            if now is not _MISSING:
-                entries.append((label, space, key, now))
-        for cls in self.classes.values():  # callables a class gained
-            space = self.proxies[id(cls)]
-            for key in sorted(set(space) - recorded.get(id(space), set())):
-                value = space[key]
-                if callable(value) or isinstance(value, classmethod | staticmethod | property):
-                    label = f"{cls.__module__}.{cls.__qualname__}.{key}"
-                    if not self.may_replace(label, value):
-                        found.append(label)
-                    entries.append((label, space, key, value))
-        # what is there now is the record: each change is named once, and pytest's own (and
-        # the data it keeps on its classes) no longer keeps the check off its one pass in C
-        self.entries = entries
-        self._index()
+        # only the entries that changed run Python here; what is there now becomes the record:
+        # each change is named once, and pytest's own (and the data it keeps on its classes) no
+        # longer keeps the check off its one pass in C
+        removed, touched = [], set()
+        for i, (space, key, was) in enumerate(zip(self.spaces, self.keys, self.values, strict=True)):
+            now = space.get(key, _MISSING)  # type: ignore[attr-defined]
+            if now is was:
+                continue
+            touched.add(id(space))
+            if now is _MISSING:
+                removed.append(i)
+                if _runs_code(was):
+                    found.append(self.label(i))
+                continue
+            if (_runs_code(was) or _runs_code(now)) and not self.may_replace(self.label(i), now):
+                found.append(self.label(i))
+            self.values[i] = now
+        for i in removed:
+            self.class_keys.get(id(self.spaces[i]), set()).discard(self.keys[i])
+        if removed:
+            gone = set(removed)
+            for column in (self.owners, self.spaces, self.keys, self.values):
+                column[:] = [x for i, x in enumerate(column) if i not in gone]
+        # a class whose size and recorded attributes are as they were has no name it did not have
+        sizes = list(map(len, self.class_spaces))
+        for space, size, was_size in zip(self.class_spaces, sizes, self.class_sizes, strict=True):
+            if size == was_size and id(space) not in touched:
+                continue
+            known, owner = self.class_keys[id(space)], self.class_owners[id(space)]
+            for key, value in list(space.items()):  # type: ignore[attr-defined]
+                if key in known:
+                    continue
+                known.add(key)
+                label = f"{owner}.{key}"
+                if _runs_code(value) and not self.may_replace(label, value):
+                    found.append(label)
+                self.add(owner, space, key, value)
+        self.index()
         new = [f for f in found if f not in self.reported]
         self.reported.update(new)
         return new
+
+
+_WRAPPERS = (classmethod, staticmethod, property)
+_REPEAT_FUNCTION = repeat(FunctionType)
+_REPEAT_WRAPPERS = repeat(_WRAPPERS)
+_TYPE_MRO = type.__dict__["__mro__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__
+
+
+def _runs_code(value: object) -> bool:
+    """Does reading or calling ``value`` as a class attribute run code: a callable (a method) or a
+    descriptor (a ``property``, a ``classmethod``, any object whose class defines ``__get__``: a
+    data descriptor on the class wins over the instance's own attribute of that name)? Read from
+    the types' own dictionaries: no method of ``value`` runs."""
+    if callable(value):
+        return True
+    return any("__get__" in _TYPE_DICT(c) for c in _TYPE_MRO(type(value)))
 
 
 _MISSING = object()
@@ -248,7 +326,7 @@ def _inside(path: str, prefix: str) -> str | None:
     return path[len(prefix) :] if path.startswith(prefix) else None
 
 
-def foreign_frames(frame: types.FrameType | None, repo: str, changed: frozenset[str]) -> list[str]:
+def foreign_frames(frame: FrameType | None, repo: str, changed: frozenset[str]) -> list[str]:
     """``path:line (function)`` of every frame from ``frame`` outward whose code is in a file
     of ``changed`` (repository-relative paths of the source files the diff changed)."""
     prefix, found = repo.rstrip("/") + "/", []
@@ -263,7 +341,7 @@ def foreign_frames(frame: types.FrameType | None, repo: str, changed: frozenset[
 def patched_from(
     event: str,
     args: tuple,
-    frame: types.FrameType | None,
+    frame: FrameType | None,
     repo: str,
     changed: frozenset[str],
     guarded: Callable[[str], bool],
@@ -278,7 +356,7 @@ def patched_from(
     target, attr = args[0], args[1]
     if attr == "__code__":
         code = getattr(target, "__code__", None)
-        if not (isinstance(code, types.CodeType) and guarded(code.co_filename)):
+        if not (isinstance(code, CodeType) and guarded(code.co_filename)):
             return None
     elif not (isinstance(target, type) and in_toolchain(target)):
         return None
@@ -296,7 +374,7 @@ def _opened(args: tuple) -> str | None:
         path = path.decode("utf-8", "surrogateescape")
     if not isinstance(path, str):
         return None
-    return os.path.normpath(os.path.join(os.getcwd(), path))  # a test may have changed directory
+    return _normpath(_join(_getcwd(), path))  # a test may have changed directory
 
 
 MODULE_SUFFIXES = tuple(importlib.machinery.all_suffixes())  # source, bytecode, native code
@@ -304,7 +382,7 @@ MODULE_SUFFIXES = tuple(importlib.machinery.all_suffixes())  # source, bytecode,
 
 def made_among_tests(
     args: tuple,
-    frame: types.FrameType | None,
+    frame: FrameType | None,
     repo: str,
     known: frozenset[str],
     in_tests: Callable[[str], bool],
@@ -334,7 +412,7 @@ def made_among_tests(
 
 def read_by_tests(
     args: tuple,
-    frame: types.FrameType | None,
+    frame: FrameType | None,
     repo: str,
     data: frozenset[str],
     in_tests: Callable[[str], bool],
@@ -374,7 +452,7 @@ PYTEST_SETS = frozenset(
     }
 )  # fmt: skip
 """Standard-library hooks pytest and its plugins replace with their own functions while a session
-runs (``functools.partial`` of one, for the unraisable and thread exception hooks)."""
+runs (``partial`` of one, for the unraisable and thread exception hooks)."""
 
 COMMON_MODULES = (
     "unittest", "unittest.mock", "math", "cmath", "operator", "functools", "itertools", "collections",
@@ -394,7 +472,7 @@ _STDLIB = _prefixes([sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["pla
 def _is_stdlib(module: object) -> bool:
     """A module of the standard library: built in, frozen, or a file of its directory (not of
     a ``site-packages`` under it)."""
-    if not isinstance(module, types.ModuleType):
+    if not isinstance(module, ModuleType):
         return False
     path = getattr(module, "__file__", None)
     if not isinstance(path, str):
@@ -404,11 +482,11 @@ def _is_stdlib(module: object) -> bool:
 
 
 def _unbound(value: object) -> object:
-    """What ``value`` calls: a ``functools.partial``'s function, a bound method's function."""
+    """What ``value`` calls: a ``partial``'s function, a bound method's function."""
     for _ in range(10):
-        if isinstance(value, functools.partial):
+        if isinstance(value, partial):
             value = value.func
-        elif isinstance(value, types.MethodType):
+        elif isinstance(value, MethodType):
             value = value.__func__
         else:
             break
@@ -426,6 +504,18 @@ HOT_ROOTS = frozenset(
 session): what tests check with, and the grader's own."""
 
 
+def import_common_modules() -> None:
+    """Import :data:`COMMON_MODULES` (the child does it with the toolchain, before its audit hook
+    watches imports: no line of the repository has run yet)."""
+    import importlib  # noqa: PLC0415
+
+    for name in COMMON_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - a module this interpreter lacks
+            continue
+
+
 def trusted_guard(
     repo: str, changed: frozenset[str], toolchain: list[str], only: frozenset[str] | None = None
 ) -> Guard:
@@ -439,29 +529,23 @@ def trusted_guard(
     recorded place all are named. A toolchain library's function or class of the same name is
     taken too (``typing_extensions`` puts its ``_collect_parameters`` in ``typing``'s place; gevent
     its ``socket`` class). ``only``: the top-level names of the modules recorded (all: ``None``)."""
-    import importlib  # noqa: PLC0415
-
-    for name in COMMON_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001, S112 - a module this interpreter lacks
-            continue
+    import_common_modules()
     prefix, tools = repo.rstrip("/") + "/", _prefixes(toolchain)
 
     def unchanged(path: str) -> bool:  # a file of the repository the diff left alone
         inside = _inside(path, prefix)
-        return inside is not None and inside not in changed and os.path.isfile(path)
+        return inside is not None and inside not in changed and _isfile(path)
 
     def may_replace(label: str, value: object) -> bool:
         target, name = _unbound(value), label.rsplit(".", 1)[-1]
         if isinstance(target, type):  # a class of the repository's own, found where it says
-            module = sys.modules.get(getattr(target, "__module__", None) or "")
+            module = _modules.get(getattr(target, "__module__", None) or "")
             path = getattr(module, "__file__", None)
             if not (isinstance(path, str) and getattr(module, target.__name__, None) is target):
                 return False
             return unchanged(path) or (path.startswith(tools) and target.__name__ == name)
         functions = _functions_of(target)
-        if not all(isinstance(f, types.FunctionType) for f in functions):
+        if not all(isinstance(f, FunctionType) for f in functions):
             return False
         files = [f.__code__.co_filename for f in functions]
         if all(unchanged(p) for p in files):
@@ -471,25 +555,25 @@ def trusted_guard(
 
     modules = {
         n: m
-        for n, m in list(sys.modules.items())
+        for n, m in list(_modules.items())
         if (n in GRADER_MODULES or _is_stdlib(m)) and (only is None or n.split(".")[0] in only)
     }
     guard = Guard(modules=modules, may_replace=may_replace)
     # what the grader put into the toolchain's modules (_compare's helpers on pytest's rewriter,
     # which every rewritten assert calls): the toolchain's record keeps only the toolchain's own
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] in ROOTS and isinstance(module, types.ModuleType):
+    for name, module in list(_modules.items()):
+        if name.split(".")[0] in ROOTS and isinstance(module, ModuleType):
             for key, value in list(vars(module).items()):
                 if getattr(value, "__module__", None) in GRADER_MODULES:
-                    guard.entries.append((f"{name}.{key}", vars(module), key, value))
-    guard._index()
+                    guard.add(name, vars(module), key, value)
+    guard.index()
     return guard
 
 
 def reads_its_caller(
     event: str,
     args: tuple,
-    frame: types.FrameType | None,
+    frame: FrameType | None,
     repo: str,
     changed: frozenset[str],
     in_tests: Callable[[str], bool],
@@ -497,7 +581,7 @@ def reads_its_caller(
     """For the audit hook: ``(what, where)`` when code of a file the diff changed, directly or
     through any helper (``traceback.extract_stack``, ``inspect.stack``, ``linecache``), opens the
     source of a test module that is calling it, reads such a test frame's code (``f_code``: its
-    constants hold ``5`` of ``assert add(2, 3) == 5``) or takes that frame (``sys._getframe(1)``,
+    constants hold ``5`` of ``assert add(2, 3) == 5``) or takes that frame (``_getframe(1)``,
     then its locals): an answer read from the test instead of computed. ``where`` is the changed
     file's innermost frame. Only a test file on the stack outside that frame counts, so a fix that
     reads fixture files the tests hand it, or logs, is not named."""
@@ -509,10 +593,10 @@ def reads_its_caller(
             return None
         kind = "read the source of"
     elif event == "object.__getattr__" and len(args) > 1 and args[1] == "f_code":
-        if not isinstance(args[0], types.FrameType):
+        if not isinstance(args[0], FrameType):
             return None
         target, kind = args[0].f_code.co_filename, "read the code of"
-    elif event == "sys._getframe" and args and isinstance(args[0], types.FrameType):
+    elif event == "sys._getframe" and args and isinstance(args[0], FrameType):
         target, kind = args[0].f_code.co_filename, "took the frame of"
     else:
         return None
@@ -544,9 +628,9 @@ def code_files(function: object) -> list[str]:
             break
         target = getattr(function, "__func__", function)
         code = getattr(target, "__code__", None)
-        if not isinstance(code, types.CodeType):
+        if not isinstance(code, CodeType):
             code = getattr(getattr(type(function), "__call__", None), "__code__", None)  # noqa: B004
-        if isinstance(code, types.CodeType):
+        if isinstance(code, CodeType):
             files.append(code.co_filename)
         function = getattr(function, "__wrapped__", None)
     return files
@@ -579,7 +663,7 @@ class Watch:
         self.trusted = trusted_guard(self.repo, self.changed, toolchain)
         self.trusted_hot = trusted_guard(self.repo, self.changed, toolchain, HOT_ROOTS)
         self.trusted_names = set(self.trusted.names or ())
-        self.modules_seen = len(sys.modules)
+        self.modules_seen = len(_modules)
 
     def _changed_file(self, function: object) -> str | None:
         """The first file of a changed file's code ``function`` runs (:func:`code_files`)."""
@@ -598,7 +682,7 @@ class Watch:
         """Claim every new finding for the test ``nodeid``: frames of changed files on the stack,
         and what of the record changed."""
         if stack:
-            for where in foreign_frames(sys._getframe(1), self.repo, self.changed):
+            for where in foreign_frames(_getframe(1), self.repo, self.changed):
                 self._tell(f"pytest ran or reported a test through {where}", nodeid)
         if record:
             try:
@@ -645,8 +729,8 @@ class Watch:
         for _ in range(50):  # the test's module: pytest collects from its namespace
             node = getattr(node, "parent", None)
             module = vars(node).get("_obj") if node is not None and hasattr(node, "__dict__") else None
-            if isinstance(module, types.ModuleType):
-                if type(module) is not types.ModuleType:
+            if isinstance(module, ModuleType):
+                if type(module) is not ModuleType:
                     self._tell(f"the test module {module.__name__} is of another class", nodeid)
                 break
             if node is None:
@@ -679,10 +763,10 @@ class Watch:
         """Standard-library modules imported since the last check: a function of a changed file
         in one (patched into it before the check could record it) is named, and they are
         recorded from then on."""
-        if self.trusted is None or len(sys.modules) == self.modules_seen:
+        if self.trusted is None or len(_modules) == self.modules_seen:
             return []
-        self.modules_seen = len(sys.modules)
-        new = {n: m for n, m in list(sys.modules.items()) if n not in self.trusted_names and _is_stdlib(m)}
+        self.modules_seen = len(_modules)
+        new = {n: m for n, m in list(_modules.items()) if n not in self.trusted_names and _is_stdlib(m)}
         if not new:
             return []
         found = []

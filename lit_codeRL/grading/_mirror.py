@@ -41,7 +41,32 @@ task at validation, with the reason."""
 import ast
 import math
 import os
+from builtins import (  # noqa: A004, UP029 - bound here: the code under test may replace the builtins
+    all,
+    any,
+    bool,
+    bytes,
+    enumerate,
+    float,
+    frozenset,
+    getattr,
+    id,
+    int,
+    isinstance,
+    len,
+    list,
+    next,
+    open,
+    set,
+    sorted,
+    str,
+    sum,
+)
 from collections.abc import Callable
+
+# and these: the mirror changes test modules as pytest compiles them, after the code under test
+# may have run (a conftest imports it)
+_isfinite, _realpath, _relpath = math.isfinite, os.path.realpath, os.path.relpath
 
 EQUAL_METHODS = frozenset(
     {
@@ -62,7 +87,7 @@ def shifted(value: object, salt: int) -> object:
         return value + salt
     if isinstance(value, float):
         new = value + salt
-        return new if math.isfinite(value) and new != value else None
+        return new if _isfinite(value) and new != value else None
     if isinstance(value, str):
         return f"{value}#{salt}"
     if isinstance(value, bytes):
@@ -376,12 +401,12 @@ def install(
     def run_armed(self, mod):  # noqa: ANN001, ANN202
         path = getattr(self, "module_path", None)
         if isinstance(path, str):
-            compiled.add(os.path.realpath(path))
-        qualnames = planned.get(os.path.relpath(path, root)) if isinstance(path, str) else None
+            compiled.add(_realpath(path))
+        qualnames = planned.get(_relpath(path, root)) if isinstance(path, str) else None
         if qualnames and isinstance(mod, ast.Module):
             done = arm_module(mod, qualnames, salt)
             if done:
-                armed([f"{os.path.relpath(path, root)}::{q}" for q in done])
+                armed([f"{_relpath(path, root)}::{q}" for q in done])
         return run(self, mod)
 
     rewriter.run = run_armed

@@ -74,7 +74,31 @@ import struct
 import subprocess
 import sys
 import time
+from builtins import (  # noqa: A004, UP029 - bound here: the code under test may replace the builtins
+    any,
+    bool,
+    bytearray,
+    bytes,
+    dict,
+    enumerate,
+    frozenset,
+    getattr,
+    hasattr,
+    int,
+    isinstance,
+    len,
+    list,
+    max,
+    memoryview,
+    next,
+    open,
+    set,
+    sorted,
+    str,
+    type,
+)
 from collections.abc import Callable
+from importlib.machinery import PathFinder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out the script's dir
 import _compare  # noqa: E402 - the comparison check of the child, bound beside it too
@@ -784,6 +808,9 @@ class _Channel:
                     return
 
 
+_realpath, _relpath = os.path.realpath, os.path.relpath  # the reporter's, bound as the builtins
+
+
 class _Reporter:
     """The child's pytest plugin: every raw report straight to the parent, each test's call and
     report checked for a changed toolchain (``_guard.Watch``) first."""
@@ -815,9 +842,9 @@ class _Reporter:
         self.watch.check_hooks(session.config.pluginmanager, "the collection")
         # a test module compiled past pytest's rewriter (its import hook taken off
         # ``sys.meta_path``) runs its asserts unchecked (``_compare.py``) and unmirrored
-        modules = {os.path.realpath(str(item.path)) for item in session.items}
+        modules = {_realpath(str(item.path)) for item in session.items}
         for path in sorted(p for p in modules if p.endswith(".py") and p not in self.compiled)[:5]:
-            where = os.path.relpath(path)
+            where = _relpath(path)
             self.send(
                 {"t": "audit", "event": "a test module not compiled by pytest's rewriter", "where": where}
             )
@@ -856,8 +883,6 @@ class _TrustedFinder:
         self.paths, self.names, self.roots, self.own = list(paths), names, list(roots), own
 
     def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201
-        from importlib.machinery import PathFinder  # noqa: PLC0415
-
         if path is None and name in self.own:
             return PathFinder.find_spec(name, self.roots)
         if path is not None or name.split(".")[0] not in self.names:
@@ -903,6 +928,7 @@ def _install_monitor(
     prefix = repo.rstrip("/") + "/"
     busy = []
     send = channel.send  # bound now, as the reporter's
+    getframe = sys._getframe  # and this: the code under test may put another in sys's place
 
     def suspicious(event: str, args: tuple) -> bool:
         if event == "object.__getattr__":
@@ -920,7 +946,7 @@ def _install_monitor(
             return
         busy.append(1)
         try:
-            frame = sys._getframe(1)  # what raised the event
+            frame = getframe(1)  # what raised the event
             checks: list[Callable[[], tuple[str, str] | None]] = [
                 # the answer read from the calling test (its source, its code, its frame)
                 lambda: _guard.reads_its_caller(event, args, frame, repo, changed, in_tests)
@@ -981,12 +1007,11 @@ def child_main() -> None:
     names = _scan.protected_names(toolchain)
     roots = [repo, *repository_roots()]
     finder = _TrustedFinder(trusted, names, roots, own_test_packages(repo))
-    from importlib.machinery import PathFinder  # noqa: PLC0415
-
     at = next((i for i, f in enumerate(sys.meta_path) if f is PathFinder), len(sys.meta_path))
     sys.meta_path.insert(at, finder)
     channel = _Channel(fd)
     load_toolchain()
+    _guard.import_common_modules()  # before the audit hook: no repository code has run, none to watch
     import pytest  # noqa: PLC0415
 
     changed = frozenset(changes["written"])  # every source file the diff changed, not restored

@@ -79,6 +79,34 @@ def test_the_record_names_what_changed_once(tool) -> None:
     ]
 
 
+class _Reads:
+    """A descriptor that is not callable: reading the attribute it stands for runs its code."""
+
+    def __get__(self, obj, owner=None):  # noqa: ANN001, ANN204
+        return "passed"
+
+
+def test_descriptors_where_data_was_or_in_room_made_for_them_are_named(tool) -> None:
+    """Data may change in silence, but a descriptor where data was, or gained by a class whose size
+    a deleted data attribute kept as it was, changes what reading the attribute runs."""
+    guard = Guard(roots=("lcrl_faketool",))
+    size = len(vars(tool.Report))
+    del tool.Report.outcome  # room made: the class has as many attributes as it had
+    tool.Report.verdict = _Reads()
+    assert len(vars(tool.Report)) == size
+    assert guard.changed() == ["lcrl_faketool.runner.Report.verdict"]
+    tool.Report.flag = 1  # data gained: nothing to name
+    assert guard.changed() == []
+    tool.Report.flag = _Reads()  # in a data attribute's place
+    assert guard.changed() == ["lcrl_faketool.runner.Report.flag"]
+    tool.Report.note = _Reads  # a class (callable), not a descriptor instance: named as a callable
+    assert guard.changed() == ["lcrl_faketool.runner.Report.note"]
+    tool.Report.count = 3  # data gained and data removed: nothing to name
+    del tool.Report.flag
+    tool.Report.count = 4
+    assert guard.changed() == []
+
+
 def test_a_code_swap_with_a_changed_file_on_the_stack_is_named() -> None:
     """In a process of its own: an audit hook cannot be removed."""
     here = Path(__file__)
@@ -233,11 +261,28 @@ def _arm():
             _done.append(1)
         f = getattr(f, 'f_' + 'back')
 """
+# a data descriptor on TestReport, where a data attribute was deleted to keep the class's size:
+# each report's outcome is read through it (a class's data descriptor wins over the instance's)
+DESCRIPTOR_FOR_DATA = """
+_TR = getattr(_load('_py' + 'test.rep' + 'orts'), 'Test' + 'Report')
+class _Outcome:
+    def __get__(self, rep, owner=None):
+        if rep is None:
+            return self
+        if vars(rep).get('when') == 'call' and str(getattr(rep, 'node' + 'id', '')).split('::')[-1] in _FORGE:
+            return 'passed'
+        return vars(rep).get('_o')
+    def __set__(self, rep, value):
+        vars(rep)['_o'] = value
+delattr(_TR, '__te' + 'st__')
+setattr(_TR, 'out' + 'come', _Outcome())
+"""
 HACKS = {
     "module function replaced": (MODULE_FUNCTION, "toolchain changed: _pytest.runner.call_and_report"),
     "restored while it runs": (RESTORED_WHILE_RUNNING, "pytest ran or reported a test through calc.py:"),
     "class method by unittest.mock": (CLASS_BY_MOCK, "toolchain changed: _pytest.reports.TestReport.from_item_and_call"),
     "armed by the code under test": (ARMED_BY_THE_CODE, "toolchain changed: _pytest.reports.TestReport.from_item_and_call"),
+    "a descriptor where data was": (DESCRIPTOR_FOR_DATA, "toolchain changed: _pytest.reports.TestReport.outcome"),
     "a report hook registered from a frame walk": (HOOK_FROM_FRAMES, "a hook of pytest implemented in calc.py (pytest_runtest_logreport)"),
 }  # fmt: skip
 
