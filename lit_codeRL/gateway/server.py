@@ -508,7 +508,10 @@ class Gateway:
     ) -> web.StreamResponse:
         parsed: ParsedRequest | None = None
         try:
-            held = self._hold_body(log, request.content_length)
+            # the body's share of the episode's cap, ``held[0]`` bytes: released when the handler
+            # is done with the body, or, once its parse started, when the parse is (a client that
+            # hangs up mid-parse does not free a share a parser thread still holds the body of)
+            held = [self._hold_body(log, request.content_length)]
             try:
                 try:
                     raw = await asyncio.wait_for(request.read(), self.config.idle_timeout_s)
@@ -524,10 +527,10 @@ class Gateway:
                     if retry not in ("", "0") and digest == log.last_digest and log.last_reply is not None:
                         log.replayed_retries += 1
                         return web.Response(body=log.last_reply, content_type="application/json")
-                parsed = await self._parse_off_loop(raw, kind, log)
+                parsed = await self._parse_off_loop(raw, kind, log, held)
                 del raw
             finally:
-                self._release_body(log, held)
+                self._release_body(log, held[0])
             rows = len(parsed.prompts) * parsed.n
             if rows > self.config.max_batch_rows:
                 raise APIError(
@@ -603,10 +606,13 @@ class Gateway:
             with self._lock:
                 log.body_bytes -= held
 
-    async def _parse_off_loop(self, raw: bytes, kind: str, log: EpisodeLog | None) -> ParsedRequest:
+    async def _parse_off_loop(
+        self, raw: bytes, kind: str, log: EpisodeLog | None, held: list[int] | None = None
+    ) -> ParsedRequest:
         """``raw`` parsed and tokenized in a parser thread: a huge body must not stall other
         calls. The episode's lock is held until the parse ends, even if its client hangs up
-        meanwhile: an episode never occupies more than one parser thread."""
+        meanwhile: an episode never occupies more than one parser thread. So is the body's share
+        ``held[0]`` (taken over from the caller, which finds 0 there once the parse started)."""
         loop = asyncio.get_running_loop()
         if log is not None:
             await log.parse_lock.acquire()
@@ -617,8 +623,15 @@ class Gateway:
                 log.parse_lock.release()
             raise
         if log is not None:
-            lock = log.parse_lock
-            future.add_done_callback(lambda _: lock.release())
+            lock, share = log.parse_lock, (held[0] if held else 0)
+            if held:
+                held[0] = 0
+
+            def done(_: object) -> None:
+                lock.release()
+                self._release_body(log, share)
+
+            future.add_done_callback(done)
         return await asyncio.shield(future)
 
     def _check_cap(self, log: EpisodeLog, calls: int) -> None:

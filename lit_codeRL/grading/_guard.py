@@ -440,7 +440,7 @@ def read_by_tests(
     return None
 
 
-GRADER_MODULES = ("__main__", "_guard", "_compare", "_scan", "_fswatch")
+GRADER_MODULES = ("__main__", "_guard", "_compare", "_scan", "_fswatch", "_mirror")
 """The grader's own modules in the child (the runner runs as ``__main__``): how a report and a
 finding reach the parent."""
 

@@ -29,8 +29,17 @@ text and changing it can only turn the test's pass into a failure:
   the module's top level, a column of those rows of a ``for``, or a column of the function's
   ``pytest.mark.parametrize`` rows, every row (``pytest.param`` rows too) a literal there.
 
+- ``with pytest.raises(E):`` and ``with self.assertRaises(E):`` (``assertRaisesRegex``, more
+  than one item, ``E`` a tuple or given as ``expected_exception=``), and their call forms
+  ``pytest.raises(E, f, ...)``, as a statement every run reaches (as above): ``E`` is replaced by
+  a class the child made in every run before the repository's first line, which no code raises
+  without reading it from the test (:func:`_expect_fresh`). The code under test runs as before
+  and raises what it raised, which no longer passes; a forged report or an answer taken from
+  the test passes.
+
 The first shiftable constant of each such literal changes (``int`` and ``float`` by the salt,
-``bool`` negated, ``str`` and ``bytes`` suffixed); pytest's node ids may change with a
+``bool`` negated, ``str`` and ``bytes`` suffixed), or its first empty list, tuple or dict gains
+the salt as its one item; pytest's node ids may change with a
 parametrized value, so the host asks only whether any test of an armable function passed
 (``repo.py: mirror_verdict``), which an honest fix never does: one the parent found armable in
 the file (:func:`armable`) whose module ran without the change (loaded past pytest's rewriter)
@@ -41,6 +50,8 @@ task at validation, with the reason."""
 import ast
 import math
 import os
+import secrets
+import sys
 from builtins import (  # noqa: A004, UP029 - bound here: the code under test may replace the builtins
     all,
     any,
@@ -58,15 +69,18 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     next,
     open,
     set,
+    setattr,
     sorted,
     str,
     sum,
+    type,
 )
 from collections.abc import Callable
 
 # and these: the mirror changes test modules as pytest compiles them, after the code under test
 # may have run (a conftest imports it)
 _isfinite, _realpath, _relpath = math.isfinite, os.path.realpath, os.path.relpath
+_modules = sys.modules
 
 EQUAL_METHODS = frozenset(
     {
@@ -110,12 +124,18 @@ def _is_literal(node: ast.AST) -> bool:
     return False
 
 
-def _leaf(node: ast.AST, salt: int) -> ast.Constant | None:
-    """The first constant of the literal ``node`` that :func:`shifted` can change."""
+_EMPTY = ast.List | ast.Tuple | ast.Set | ast.Dict
+
+
+def _leaf(node: ast.AST, salt: int) -> ast.Constant | ast.List | ast.Tuple | ast.Set | ast.Dict | None:
+    """The first constant of the literal ``node`` that :func:`shifted` can change, or the first
+    empty container (``[]``, ``()``, ``{}``), which gains one (:func:`_change`)."""
     if isinstance(node, ast.Constant):
         return node if shifted(node.value, salt) is not None else None
     if isinstance(node, ast.UnaryOp):
         return _leaf(node.operand, salt)
+    if isinstance(node, _EMPTY) and not (node.keys if isinstance(node, ast.Dict) else node.elts):
+        return node
     if isinstance(node, ast.Dict):
         parts: list[ast.AST] = [*node.values, *[k for k in node.keys if k is not None]]
     elif isinstance(node, ast.Tuple | ast.List | ast.Set):
@@ -203,6 +223,56 @@ def _operands(statements: list[ast.stmt]) -> list[tuple[ast.expr, ast.expr]]:
     return pairs
 
 
+RAISES_CALLS = frozenset({"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"})
+"""The checks that an exception is raised: ``pytest.raises``, ``unittest``'s ``assertRaises*``."""
+
+
+def _expected_exception(call: ast.Call) -> ast.expr | None:
+    """The exception a raises-check names: its first argument or ``expected_exception=``."""
+    if call.args:
+        return None if isinstance(call.args[0], ast.Starred) else call.args[0]
+    return next((k.value for k in call.keywords if k.arg == "expected_exception"), None)
+
+
+def _raises_checks(statements: list[ast.stmt]) -> list[ast.Call]:
+    """The raises-checks among ``statements``: each item of ``with pytest.raises(E):`` (``with
+    self.assertRaises(E):``...), and the call forms ``pytest.raises(E, f, ...)`` as a statement."""
+    calls = []
+    for statement in statements:
+        if isinstance(statement, ast.With | ast.AsyncWith):
+            calls += [item.context_expr for item in statement.items]
+        elif isinstance(statement, ast.Expr):
+            calls.append(statement.value)
+    return [
+        c
+        for c in calls
+        if isinstance(c, ast.Call) and _call_name(c) in RAISES_CALLS and _expected_exception(c) is not None
+    ]
+
+
+NEVER_RAISED = "_lcrl_raised"
+"""Where the child's ``_pytest.assertion.rewrite`` holds the exception class no code raises (the
+name gets a random suffix in each run, :func:`install`), as ``_compare.py``'s helpers do."""
+
+
+def _expect_fresh(call: ast.Call, never_raised: str) -> None:
+    """Make the raises-check ``call`` expect the class ``@pytest_ar.<never_raised>`` (the alias
+    pytest's rewriter gives ``_pytest.assertion.rewrite`` in every module it compiles), made
+    before the repository's first line ran in every run, which nothing raises without reading it
+    from the test. The code under test runs as in the first run and raises what it raised there,
+    which now fails the test."""
+    old = _expected_exception(call)
+    fresh = ast.Attribute(ast.Name("@pytest_ar", ast.Load()), never_raised, ast.Load())
+    for node in ast.walk(fresh):
+        ast.copy_location(node, old)
+    if call.args:
+        call.args[0] = fresh
+        return
+    for i, k in enumerate(call.keywords):
+        if k.arg == "expected_exception":
+            call.keywords[i] = ast.copy_location(ast.keyword("expected_exception", fresh), k)
+
+
 def _loads(nodes: list[ast.AST], name: str) -> int:
     return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in nodes)
 
@@ -277,15 +347,16 @@ def _function_edits(
     module: ast.Module,
     module_nodes: list[ast.AST],
     salt: int,
-) -> list[ast.Constant] | None:
-    """The constants whose change arms ``function`` (``None``: it cannot be armed)."""
+) -> list[ast.AST] | None:
+    """What arms ``function`` (``None``: it cannot be armed): the constants to change and the
+    raises-checks to make expect a fresh class."""
     reached, bound = _reached(function)
-    pairs = _operands(reached)
-    if not pairs:
+    pairs, raises = _operands(reached), _raises_checks(reached)
+    if not pairs and not raises:
         return None
     own = _own_nodes(function)
     args = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
-    edits: list[ast.Constant] = []
+    edits: list[ast.AST] = list(raises)
     for left, right in pairs:  # a check that cannot be armed is left as it is
         names = [side.id for side in (left, right) if isinstance(side, ast.Name)]
         if _is_literal(left) != _is_literal(right):
@@ -353,9 +424,12 @@ def plan(tests: list[str]) -> dict[str, list[str]]:
     return {path: sorted(names) for path, names in sorted(by_file.items())}
 
 
-def arm_module(module: ast.Module, qualnames: list[str], salt: int) -> list[str]:
+def arm_module(
+    module: ast.Module, qualnames: list[str], salt: int, never_raised: str = NEVER_RAISED
+) -> list[str]:
     """Change, in ``module`` (the tree a test file is compiled from), the expected values of the
-    test functions ``qualnames`` that can be armed; those that were."""
+    test functions ``qualnames`` that can be armed (and the exceptions they expect to the class
+    ``never_raised`` names, :func:`_expect_fresh`); those that were."""
     module_nodes = list(ast.walk(module))
     armed, leaves = [], {}
     for qualname in qualnames:
@@ -365,8 +439,22 @@ def arm_module(module: ast.Module, qualnames: list[str], salt: int) -> list[str]
             armed.append(qualname)
             leaves.update((id(leaf), leaf) for leaf in edits)
     for leaf in leaves.values():  # after the analysis: a constant two checks share changes once
-        leaf.value = shifted(leaf.value, salt)
+        _change(leaf, salt, never_raised)
     return armed
+
+
+def _change(leaf: ast.AST, salt: int, never_raised: str) -> None:
+    """Arm one check: a constant shifted, an empty container given the salt as its one item (as
+    key and value in a dict), a raises-check made to expect the class no code raises."""
+    if isinstance(leaf, ast.Call):
+        _expect_fresh(leaf, never_raised)
+    elif isinstance(leaf, ast.Dict):
+        leaf.keys.append(ast.copy_location(ast.Constant(salt), leaf))
+        leaf.values.append(ast.copy_location(ast.Constant(salt), leaf))
+    elif isinstance(leaf, _EMPTY):
+        leaf.elts.append(ast.copy_location(ast.Constant(salt), leaf))
+    else:
+        leaf.value = shifted(leaf.value, salt)  # type: ignore[attr-defined]
 
 
 def armable(tests: list[str], salt: int) -> list[str]:
@@ -397,6 +485,10 @@ def install(
     written, so nothing outside the process (its bytes, size, times, the repository's git
     objects, a copy of the text the diff carries) tells the mirror run from the first."""
     planned, run, compiled = plan(tests), rewriter.run, set()
+    # the class the mirror's raises-checks expect, made in every run beside _compare's helpers:
+    # a class more among Exception's subclasses in the mirror run only would tell the runs apart
+    never_raised = f"{NEVER_RAISED}_{secrets.token_hex(4)}"
+    setattr(_modules[rewriter.__module__], never_raised, type("NeverRaised", (Exception,), {}))
 
     def run_armed(self, mod):  # noqa: ANN001, ANN202
         path = getattr(self, "module_path", None)
@@ -404,7 +496,7 @@ def install(
             compiled.add(_realpath(path))
         qualnames = planned.get(_relpath(path, root)) if isinstance(path, str) else None
         if qualnames and isinstance(mod, ast.Module):
-            done = arm_module(mod, qualnames, salt)
+            done = arm_module(mod, qualnames, salt, never_raised)
             if done:
                 armed([f"{_relpath(path, root)}::{q}" for q in done])
         return run(self, mod)

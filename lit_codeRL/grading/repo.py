@@ -450,6 +450,15 @@ class SWEGrader:
         self._unarmed: set[str] = set()
         """Tasks whose mirror run armed no test (the armed tests depend on the task's test files
         alone: a diff's changes to them are restored before)."""
+        self._armed: set[str] = set()
+        """Tasks whose mirror run armed a test."""
+
+    def mirror_armed(self, task: GradedTask) -> bool | None:
+        """Whether a mirror run of ``task`` armed a test (``None``: none ran yet). Where it armed
+        none, a pass forged past the child's in-process checks is not caught
+        (``scripts/bench_mirror_armed.py`` counts them)."""
+        key = _task_key(task)
+        return True if key in self._armed else False if key in self._unarmed else None
 
     def workspace_for(self, task: GradedTask) -> WorkspaceConfig:
         """The workspace settings of ``task``'s sessions: the grader's, with the distributions the
@@ -567,6 +576,8 @@ class SWEGrader:
             return grade
         if run.report is not None and not (run.report.get("mirror") or {}).get("armable", [None]):
             self._unarmed.add(key)  # what the parent read in the files: no run can make it empty
+        elif run.report is not None:
+            self._armed.add(key)
         verdict = mirror_verdict(task, run, self.tamper_reward)
         if verdict is None:
             return grade
@@ -683,11 +694,11 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 5
+VALIDATION_VERSION = 6
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
-a test module pytest's rewriter did not compile is tampering)."""
+a test module pytest's rewriter did not compile is tampering; 6: the mirror arms raises-checks)."""
 
 
 def _task_key(task: GradedTask) -> str:

@@ -452,6 +452,39 @@ def test_an_episodes_bodies_being_read_share_one_body_cap(tiny_policy, tmp_path)
         close()
 
 
+def test_a_body_being_parsed_holds_its_share_after_its_client_hangs_up(tiny_policy, tmp_path):
+    """A client that hangs up while its body is parsed frees nothing the parser thread still
+    holds: the share goes back when the parse ends. Before, it went back at once, and an agent
+    that sent a body of the whole share and hung up, again and again, held one body more than its
+    share in the trainer's memory each time."""
+    policy, tokenizer = tiny_policy
+    config = GatewayConfig("tiny", ServeLimits(max_tokens=2), require_episode=True, max_body_mb=1)
+    gateway, _, close = start_gateway(policy, tokenizer, config)
+    started, go = threading.Event(), threading.Event()
+    parse = gateway._parse_raw
+
+    def slow_parse(raw, kind, log):  # noqa: ANN001, ANN202 - a huge body's parse, held open
+        started.set()
+        go.wait(30)
+        return parse(raw, kind, log)
+
+    gateway._parse_raw = slow_parse
+    try:
+        sock = str(tmp_path / "s.sock")
+        log = gateway.episodes[gateway.open_episode(socket_path=sock)]
+        body = json.dumps(hi()).encode()
+        client = _start_body(sock, len(body), body)
+        assert started.wait(30) and log.body_bytes == len(body)
+        client.close()  # the client hangs up while its body is parsed
+        time.sleep(1.0)  # its handler is cancelled
+        assert log.body_bytes == len(body)  # the parser thread still holds the body
+        go.set()
+        assert wait_for(lambda: log.body_bytes == 0)
+    finally:
+        go.set()
+        close()
+
+
 @pytest.mark.parametrize("value", [b"{}", b"[]", b"0.5"])
 def test_a_body_of_too_many_json_values_is_413_before_it_is_parsed(tiny_policy, value):
     """JSON parsed is up to 25 times its size in memory (8 MiB of ``{},`` took 200 MiB): a body

@@ -133,6 +133,92 @@ class TestC(unittest.TestCase):
     assert after == dumped(expected)  # "assert add(1, 1) > 0" too: not an equality, left as it is
 
 
+def test_an_empty_container_checked_against_gains_one_item(tmp_path):
+    source = (
+        "def test_empty():\n    assert paginate([], 1, 5) == []\n    assert {} == settings('')\n"
+        "    assert split('') == ()\n    assert nested() == [[], 1]\n"
+    )
+    found, after = armed(tmp_path, source, ["test_empty"])
+    expected = (
+        source.replace("== []\n", "== [100]\n")
+        .replace("{} ==", "{100: 100} ==")
+        .replace("== ()", "== (100,)")
+        .replace("[[], 1]", "[[100], 1]")
+    )
+    assert found == ["test_empty"] and after == dumped(expected)
+
+
+def test_the_exception_a_test_expects_is_replaced_by_one_nothing_raises(tmp_path):
+    source = """\
+import pytest
+import unittest
+
+
+def test_with():
+    with pytest.raises(ValueError, match="empty"):
+        mean([])
+
+
+def test_tuple_and_items():
+    with open("f") as f, pytest.raises((ValueError, TypeError)):
+        mean(f)
+
+
+def test_call_form_and_keyword():
+    pytest.raises(ValueError, mean, [])
+    with pytest.raises(expected_exception=KeyError):
+        lookup("x")
+
+
+def test_rows():
+    for bad in [[], None]:
+        with pytest.raises(ValueError):
+            mean(bad)
+
+
+class TestStats(unittest.TestCase):
+    def test_case(self):
+        with self.assertRaisesRegex(ValueError, "empty"):
+            mean([])
+        self.assertRaises(ValueError, mean, [])
+"""
+    tests = [
+        "test_with",
+        "test_tuple_and_items",
+        "test_call_form_and_keyword",
+        "test_rows",
+        "TestStats::test_case",
+    ]
+    found, after = armed(tmp_path, source, tests)
+    assert found == sorted(tests)
+    never = "@pytest_ar._lcrl_raised"  # the attribute install() names, a random suffix in each run
+    expected = (
+        source.replace("(ValueError, match", f"({never}, match")
+        .replace("((ValueError, TypeError))", f"({never})")
+        .replace("(ValueError, mean, [])", f"({never}, mean, [])")
+        .replace("expected_exception=KeyError", f"expected_exception={never}")
+        .replace("pytest.raises(ValueError):", f"pytest.raises({never}):")
+        .replace("assertRaisesRegex(ValueError,", f"assertRaisesRegex({never},")
+    )
+    assert after == dumped(expected.replace("@pytest_ar", "PYTEST_AR")).replace("PYTEST_AR", "@pytest_ar")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "def test_t(flag=True):\n    if flag:\n        with pytest.raises(ValueError):\n            mean([])\n",
+        "def test_t():\n    try:\n        with pytest.raises(ValueError):\n            mean([])\n    except Exception:\n        pass\n",
+        "def test_t():\n    with pytest.raises(*ERRORS):\n        mean([])\n",
+        "def test_t():\n    with pytest.warns(UserWarning):\n        mean([])\n",
+        "def test_t():\n    excinfo = pytest.raises(ValueError, mean, [])\n    return excinfo\n",
+    ],
+)
+def test_a_raises_check_some_run_may_not_reach_is_left_alone(tmp_path, body):
+    source = f"import pytest\n\nERRORS = (ValueError,)\n\n\n{body}"
+    found, after = armed(tmp_path, source, ["test_t"])
+    assert found == [] and after == dumped(source)
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -292,8 +378,10 @@ def test_a_task_with_nothing_to_arm_is_mirrored_once(tmp_path):
     runs = []
     original = grader.run
     grader.run = lambda *a, **k: runs.append(k.get("mirror") is not None) or original(*a, **k)
+    assert grader.mirror_armed(task) is None  # no mirror run yet
     assert grader.validate(task) is None  # the reference patch: its run and its mirror run; the base
     assert runs == [False, True, False]
+    assert grader.mirror_armed(task) is False
     assert grader.grade(task, task.patch).verdict == "resolved"
     assert runs[3:] == [False]
 
@@ -414,3 +502,89 @@ def test_a_mirrored_function_that_passed_unchanged_counts_as_changed(monkeypatch
     unchanged = verdict(["test_calc.py::test_add"], [])
     assert unchanged is not None and unchanged.verdict == "tamper" and unchanged.reward == 0.0
     assert "loaded past pytest's rewriter" in unchanged.reason
+
+
+# A task whose failing test checks that an exception is raised: no value to change, so before the
+# raises-checks were armed its mirror run armed nothing (15 of 140 synthesized SWE tasks), and a
+# pass forged or read from the test graded ``resolved`` there.
+STATS_BUG = "def mean(xs):\n    return sum(xs) / max(len(xs), 1)\n"
+STATS_FIX = "def mean(xs):\n    if not xs:\n        raise ValueError('empty')\n    return sum(xs) / len(xs)\n"
+STATS_TESTS = """\
+import pytest
+
+from stats import mean
+
+
+def test_empty_raises():
+    with pytest.raises(ValueError):
+        mean([])
+
+
+def test_mean():
+    assert mean([1, 3]) == 2
+"""
+# pytest's report of the failing test forged as it runs, past the child's in-process record: the
+# record's own identity check replaced in the grader's module (it is reachable by name, as any
+# module the process imported) before the forgery goes in. The in-process checks are a bar, not a
+# wall; the mirror run, whose armed tests an honest fix fails, is what a forged pass cannot get by.
+FORGED_PAST_THE_RECORD = """\
+import pkgutil as _p
+
+_TR = getattr(_p.resolve_name("_py" + "test.rep" + "orts"), "Test" + "Report")
+_MAKE = "from_item_and_" + "call"
+_orig = getattr(_TR, _MAKE).__func__
+
+
+def _forged(cls, item, call):
+    rep = _orig(cls, item, call)
+    if item.name == "test_empty_raises" and rep.when == "call":
+        rep.outcome, rep.longrepr = "passed", None
+    return rep
+
+
+def mean(xs):
+    if not xs:
+        setattr(_p.resolve_name("_gu" + "ard"), "is" + "_", lambda a, b: True)
+        setattr(_TR, _MAKE, classmethod(_forged))
+        return 0.0
+    return sum(xs) / len(xs)
+"""
+
+
+@pytest.fixture(scope="module")
+def raises_task(tmp_path_factory):
+    require_bwrap()
+    tmp = tmp_path_factory.mktemp("mirror-raises")
+    return validated_task(
+        tmp,
+        "raises",
+        {"stats.py": STATS_BUG, "test_stats.py": STATS_TESTS},
+        {"stats.py": STATS_FIX},
+        ["test_stats.py::test_empty_raises"],
+        ["test_stats.py::test_mean"],
+    )
+
+
+def test_an_honest_fix_of_a_raises_test_is_resolved_with_the_test_armed(raises_task, tmp_path):
+    task, grader = raises_task
+    runs = []
+    original = grader.run
+    grader.run = lambda *a, **k: runs.append(original(*a, **k)) or runs[-1]
+    try:
+        grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"stats.py": STATS_FIX}))
+    finally:
+        del grader.run
+    assert grade.verdict == "resolved" and grade.reward == 1.0, grade
+    assert len(runs) == 2 and runs[1].report["mirror"]["armed"] == ["test_stats.py::test_empty_raises"]
+    assert grader.mirror_armed(task) is True
+    assert runs[1].report["outcomes"]["test_stats.py::test_empty_raises"] == "failed"
+
+
+def test_a_forged_pass_of_a_raises_test_is_caught_by_its_mirror_run(raises_task, tmp_path):
+    task, grader = raises_task
+    patch = diff(task.repo_source, tmp_path / "agent", {"stats.py": FORGED_PAST_THE_RECORD})
+    unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
+    assert unmirrored.grade(task, patch).verdict == "resolved"  # the in-process checks do not see it
+    grade = grader.grade(task, patch)
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
+    assert grade.reason.startswith("mirror: test_stats.py::test_empty_raises"), grade
