@@ -92,6 +92,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     memoryview,
     next,
     open,
+    repr,
     set,
     sorted,
     str,
@@ -129,6 +130,11 @@ that no process of the run can make, so they compile from source, as under :data
 Every module compiled from source in every run cost most of a grading run's second."""
 CHILD_DRAIN_S = 2.0
 """After the child exits: how long its reports may still arrive (a daemon holding the pipe)."""
+READ_LIMIT = 64 << 20
+"""Largest changed source or configuration file the scan reads; a larger one is a tamper reason
+(a binary patch of a few kilobytes can write gigabytes). Every file below it is read whole: a
+check that read a prefix (the first MiB of a ``pyproject.toml``, the first 4 MiB of a module)
+never saw the pytest section, or the always-equal class, the diff put after padding."""
 is_test_path = _scan.is_test_path
 
 
@@ -137,6 +143,30 @@ GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-
 
 def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([*GIT, *args], capture_output=True, check=check, timeout=120)
+
+
+def read_whole(path: str) -> bytes | None:
+    """All of ``path``'s bytes, or ``None`` when it holds more than :data:`READ_LIMIT`."""
+    with open(path, "rb") as f:
+        data = f.read(READ_LIMIT + 1)
+    return data if len(data) <= READ_LIMIT else None
+
+
+def source_text(data: bytes) -> str:
+    """Python source bytes as the interpreter reads them: the encoding of their coding cookie (a
+    module declared ``utf-7`` reads as comments in UTF-8 and runs as code), universal newlines.
+    Bytes the interpreter cannot decode either (it does not import them) read as UTF-8 with
+    replacements."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        return importlib.util.decode_source(data)
+    except (SyntaxError, LookupError, UnicodeError, ValueError):
+        return data.decode("utf-8", "replace")
+
+
+def _too_large(path: str) -> str:
+    return f"internals: {path}: larger than {READ_LIMIT} bytes, more than grading reads"
 
 
 def _names(data: bytes) -> list[str]:
@@ -277,6 +307,10 @@ CONFIG_NAMES = (
     "setup.cfg",
 )
 """The files pytest reads its configuration from, in its order of precedence within a directory."""
+CHANGEABLE_CONFIGS = ("pyproject.toml", "setup.cfg")
+"""The files of :data:`CONFIG_NAMES` grading does not restore (they hold the project's metadata
+too): a change to their pytest configuration is a tamper reason, read here and, as pytest reads
+it, in the child (:func:`config_changes`)."""
 SELECTING = ("-m", "-k", "--deselect")
 """The ``addopts`` options that choose which of the collected tests run."""
 
@@ -319,8 +353,8 @@ def repository_selection(test_files: list[str]) -> list[str]:
             path = os.path.join(where, name)
             if not os.path.isfile(path) or os.path.islink(path):
                 continue
-            with open(path, "rb") as f:
-                config = pytest_config(path, f.read(1 << 20))
+            data = read_whole(path)
+            config = pytest_config(path, data) if data is not None else None
             if config is None:
                 continue
             if isinstance(config, dict) and isinstance(config.get("ini_options"), dict):
@@ -394,11 +428,14 @@ def tamper_scan(
     )
     watched = []
     for path in changed:  # pytest.ini, tox.ini and conftest.py are restored; these two are not
-        if os.path.basename(path) in ("pyproject.toml", "setup.cfg"):
+        if os.path.basename(path) in CHANGEABLE_CONFIGS:
             new_config = None  # deleted: its pytest section went with it
             if os.path.isfile(path):
-                with open(path, "rb") as f:
-                    new_config = pytest_config(path, f.read(1 << 20))
+                data = read_whole(path)
+                if data is None:
+                    found.append(_too_large(path))
+                    continue
+                new_config = pytest_config(path, data)
             old = git("show", f"HEAD:{path}", check=False)
             old_config = pytest_config(path, old.stdout) if old.returncode == 0 else None
             if new_config != old_config:
@@ -411,8 +448,11 @@ def tamper_scan(
             or os.path.islink(path)
         ):
             continue
-        with open(path, "rb") as f:
-            new = f.read(4 << 20).decode("utf-8", "replace")
+        data = read_whole(path)
+        if data is None:
+            found.append(_too_large(path))
+            continue
+        new = source_text(data)
         base = base_text(path)
         found += _scan.internals_findings(path, new, base)
         if base is None or not _scan.features(base):
@@ -429,9 +469,8 @@ def written_functions(changed: list[str], graded: frozenset[str]) -> dict[str, l
             continue
         if os.path.islink(path):
             continue
-        with open(path, "rb") as f:
-            new = f.read(4 << 20).decode("utf-8", "replace")
-        out[path] = _compare.written(new, base_text(path))
+        data = read_whole(path)  # a file too large to read is a tamper reason of the scan
+        out[path] = _compare.written(source_text(data), base_text(path)) if data is not None else []
     return out
 
 
@@ -441,7 +480,63 @@ def base_text(path: str) -> str | None:
     committed), decoded; ``None`` where the base has no such file. Read once a run: the static
     scan and the comparison check both need it."""
     old = git("show", f"HEAD:{path}", check=False)
-    return old.stdout.decode("utf-8", "replace") if old.returncode == 0 else None
+    return source_text(old.stdout) if old.returncode == 0 else None
+
+
+def changed_configs(changed: list[str], graded: frozenset[str]) -> dict[str, str | None]:
+    """Per changed ``pyproject.toml``/``setup.cfg`` that grading leaves in place: its base bytes
+    (base64; ``None`` where the base has no such file), for the child to read both as pytest
+    does (:func:`config_changes`)."""
+    import base64  # noqa: PLC0415
+
+    out: dict[str, str | None] = {}
+    for path in changed:
+        # a link is read through, as pytest reads it
+        if os.path.basename(path) not in CHANGEABLE_CONFIGS or is_restored(path, graded):
+            continue
+        if not os.path.isfile(path):
+            continue
+        old = git("show", f"HEAD:{path}", check=False)
+        out[path] = base64.b64encode(old.stdout).decode() if old.returncode == 0 else None
+    return out
+
+
+def config_changes(configs: dict[str, str | None]) -> list[str]:
+    """The files of ``configs`` (:func:`changed_configs`) whose pytest configuration, *as pytest
+    reads it* (``_pytest.config.findpaths``: iniconfig for ``setup.cfg``, which reads a file
+    ``configparser`` rejects (a BOM, an empty key, lines ended by ``\\r`` or ``\\x85``), and
+    ``tomllib``), is not the base's: the parent's stdlib reading could be told a file has no
+    pytest section while pytest ran with the ``pythonpath`` it put there (a directory ahead of
+    the tests' own, where a helper they import is forged). Run in the child after pytest is
+    imported, before any line of the repository."""
+    import base64  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from _pytest.config.findpaths import load_config_dict_from_file  # noqa: PLC0415
+
+    def read(path: str) -> object:
+        try:
+            config = load_config_dict_from_file(Path(path))
+        except BaseException as e:  # noqa: BLE001 - pytest's fail() is an OutcomeException
+            return f"does not load: {type(e).__name__}"
+        if config is None:
+            return None
+        return sorted((str(k), repr(getattr(v, "value", v))) for k, v in config.items())
+
+    found = []
+    for path, old in configs.items():
+        new = read(path)
+        base = None
+        if old is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                copy = os.path.join(tmp, os.path.basename(path))
+                with open(copy, "wb") as f:
+                    f.write(base64.b64decode(old))
+                base = read(copy)
+        if new != base and not isinstance(new, str):  # one pytest does not load stops it before any test
+            found.append(f"metadata: {path}: its pytest configuration changed (as pytest reads it)")
+    return found
 
 
 def data_files(changed: list[str], graded: frozenset[str]) -> list[str]:
@@ -538,6 +633,8 @@ class Outcomes:
             self.audit.append(f"run time: {msg.get('event')} from {msg.get('where')}"[:300])
         elif kind == "mirror":
             self.mirrored.update(str(a) for a in msg["armed"])
+        elif kind == "config":
+            self.audit.append(str(msg["reason"])[:300])
         else:
             self.garbled += 1
 
@@ -707,6 +804,7 @@ def main() -> None:
                 "watched": watched,
                 "written": written_functions(changed, graded),
                 "data": data_files(changed, graded),
+                "configs": changed_configs(changed, graded),
             },
             f,
         )
@@ -1017,6 +1115,8 @@ def child_main() -> None:
     changed = frozenset(changes["written"])  # every source file the diff changed, not restored
 
     send = channel.send  # bound now: a method replaced on the class later sends nothing of ours
+    for reason in config_changes(changes.get("configs", {})):  # sent before the repository runs
+        send({"t": "config", "reason": reason})
 
     def claim(what: str, where: str) -> None:
         send({"t": "audit", "event": what, "where": where})
