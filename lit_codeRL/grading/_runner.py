@@ -96,6 +96,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     set,
     sorted,
     str,
+    tuple,
     type,
 )
 from collections.abc import Callable
@@ -386,11 +387,46 @@ def _selecting(addopts: object) -> list[str]:
     return kept if not take else kept[:-1]
 
 
-def import_roots() -> list[str]:
+def import_roots(test_files: list[str] | None = None) -> list[str]:
     """The repository's directories on ``sys.path`` before the test directories, relative: the
-    root (``"."``) and the ``PYTHONPATH`` entries inside it (a ``src``)."""
+    root (``"."``), the ``PYTHONPATH`` entries inside it (a ``src``) and the ``pythonpath`` of the
+    base's pytest configuration for ``test_files`` (:func:`base_pythonpath`), which pytest puts
+    first on ``sys.path``: a helper the tests import, forged there, came first."""
     repo = os.path.realpath(os.getcwd())
-    return [".", *(os.path.relpath(os.path.realpath(p), repo) for p in repository_roots())]
+    roots = [".", *(os.path.relpath(os.path.realpath(p), repo) for p in repository_roots())]
+    return roots + [r for r in base_pythonpath(test_files or []) if r not in roots]
+
+
+@functools.cache
+def _base_pythonpath(first: str) -> tuple[str, ...]:
+    where = os.path.dirname(first)
+    while True:
+        for name in CONFIG_NAMES:
+            path = os.path.join(where, name)
+            old = git("show", f"HEAD:{path}", check=False)
+            config = pytest_config(path, old.stdout) if old.returncode == 0 else None
+            if config is None:
+                continue
+            if isinstance(config, dict) and isinstance(config.get("ini_options"), dict):
+                config = config["ini_options"]
+            entries = config.get("pythonpath") if isinstance(config, dict) else None
+            if isinstance(entries, str):
+                entries = entries.split()
+            found = []
+            for entry in entries if isinstance(entries, list) else []:
+                root = os.path.normpath(os.path.join(where, str(entry)))
+                if root != ".." and not root.startswith(("../", "/")) and root != ".":
+                    found.append(root)
+            return tuple(found)
+        if not where:
+            return ()
+        where = os.path.dirname(where)
+
+
+def base_pythonpath(test_files: list[str]) -> list[str]:
+    """The ``pythonpath`` entries inside the repository of the base's pytest configuration that
+    pytest finds for the first test file (as :func:`repository_selection` finds it), relative."""
+    return list(_base_pythonpath(test_files[0])) if test_files else []
 
 
 def tests_import(graded: frozenset[str], test_patch: str) -> frozenset[str]:
@@ -411,7 +447,11 @@ def tests_import(graded: frozenset[str], test_patch: str) -> frozenset[str]:
 
 
 def tamper_scan(
-    changed: list[str], added: list[str], graded: frozenset[str], names: frozenset[str] = frozenset()
+    changed: list[str],
+    added: list[str],
+    graded: frozenset[str],
+    names: frozenset[str] = frozenset(),
+    test_files: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Every static tamper reason of the applied diff (``_scan.py``), test files left out (they
     are restored before anything runs: :func:`is_restored`), and the files the run-time monitor
@@ -424,7 +464,7 @@ def tamper_scan(
         lambda d: os.path.isfile(os.path.join(d, "__init__.py")),
         protected,
         tests_import=names,
-        roots=import_roots(),
+        roots=import_roots(test_files),
     )
     watched = []
     for path in changed:  # pytest.ini, tox.ini and conftest.py are restored; these two are not
@@ -570,7 +610,7 @@ def watch_test_files(
         while parent:
             dirs.add(parent)
             parent = os.path.dirname(parent)
-    roots = [r for r in import_roots() if os.path.isdir(r)]
+    roots = [r for r in import_roots(run) if os.path.isdir(r)]
     dirs.update(roots)
     _fswatch.read_only(files)
     return _fswatch.TestFileWatch(files, dirs, lambda p: is_restored(p, graded), names, roots), present
@@ -797,7 +837,7 @@ def main() -> None:
     graded = graded_files(test_files)
     changed, added = changed_paths()
     names = tests_import(graded, os.path.join(results, "test.patch"))
-    report["tamper"], watched = tamper_scan(changed, added, graded, names)
+    report["tamper"], watched = tamper_scan(changed, added, graded, names, test_files)
     with open(os.path.join(results, "watched.json"), "w") as f:
         json.dump(
             {

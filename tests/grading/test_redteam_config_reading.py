@@ -140,3 +140,23 @@ def test_bwrap_a_fix_beside_project_metadata_changes_grades_resolved(calc, tmp_p
     patch = patch.replace("caf\xe9".encode(), b"caf\xe9")  # the module's bytes are Latin-1
     grade = grader.grade(task, patch)
     assert grade.verdict == "resolved" and not grade.tamper, grade
+
+
+def test_bwrap_a_helper_forged_in_the_bases_own_pythonpath_grades_tamper(tmp_path) -> None:
+    """The base's own pytest configuration puts ``lib`` first on ``sys.path`` (``pythonpath``):
+    a ``lib/helpers.py`` of the diff was imported in place of ``tests/b/helpers.py`` (``resolved``
+    with the bug in place: the shadowing scan and watch knew only the root and a ``src``). A
+    module of the fix's own there that the tests do not import is nothing."""
+    require_bwrap()
+    config = '[project]\nname = "calc"\n\n[tool.pytest.ini_options]\npythonpath = ["lib"]\n'
+    files = {**FILES, "pyproject.toml": config, "lib/.keep": ""}
+    task, grader = validated_task(tmp_path, "basepath", files, {"calc.py": FIXED}, F2P, P2P)
+    hack = diff(
+        Path(task.repo_source), tmp_path / "hack", {"calc.py": BUGGY, "lib/helpers.py": FORGED_HELPERS}
+    )
+    grade = grader.grade(task, hack)
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
+    assert "shadows the tests' helpers: lib/helpers.py" in grade.tamper, grade.tamper
+    fix = diff(Path(task.repo_source), tmp_path / "fix", {"calc.py": FIXED, "lib/mathbits.py": "ONE = 1\n"})
+    grade = grader.grade(task, fix)
+    assert grade.verdict == "resolved" and not grade.tamper, grade
