@@ -147,9 +147,13 @@ def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def read_whole(path: str) -> bytes | None:
-    """All of ``path``'s bytes, or ``None`` when it holds more than :data:`READ_LIMIT`."""
-    with open(path, "rb") as f:
-        data = f.read(READ_LIMIT + 1)
+    """All of ``path``'s bytes, or ``None`` when it holds more than :data:`READ_LIMIT`; empty
+    when it cannot be read (a link to ``/proc/self/mem``: nothing imports it either)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(READ_LIMIT + 1)
+    except OSError:
+        return b""
     return data if len(data) <= READ_LIMIT else None
 
 
@@ -481,12 +485,9 @@ def tamper_scan(
             if new_config != old_config:
                 found.append(f"metadata: {path}: its pytest configuration changed")
     for path in changed:
-        if (
-            is_restored(path, graded)
-            or not _scan.is_source(path)
-            or not os.path.isfile(path)
-            or os.path.islink(path)
-        ):
+        # a link is read through, as the interpreter imports it: ``calc.py`` made a link to a file
+        # of another name hid what it runs from this scan and the comparison check
+        if is_restored(path, graded) or not _scan.is_source(path) or not os.path.isfile(path):
             continue
         data = read_whole(path)
         if data is None:
@@ -506,9 +507,7 @@ def written_functions(changed: list[str], graded: frozenset[str]) -> dict[str, l
     out = {}
     for path in changed:
         if is_restored(path, graded) or not _scan.is_source(path) or not os.path.isfile(path):
-            continue
-        if os.path.islink(path):
-            continue
+            continue  # a link is read through (the code it runs names the link's path)
         data = read_whole(path)  # a file too large to read is a tamper reason of the scan
         out[path] = _compare.written(source_text(data), base_text(path)) if data is not None else []
     return out

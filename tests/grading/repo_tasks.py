@@ -50,12 +50,23 @@ def make_repo(root: Path, files: dict[str, str]) -> tuple[Path, str]:
     return root, head.stdout.strip()
 
 
-def diff(repo: Path, scratch: Path, files: dict[str, str]) -> str:
-    """The diff from ``repo``'s base commit to it with ``files`` written over it."""
+def diff(
+    repo: Path,
+    scratch: Path,
+    files: dict[str, str],
+    links: dict[str, str] | None = None,
+    removed: list[str] | None = None,
+) -> str:
+    """The diff from ``repo``'s base commit to it with ``removed`` deleted, ``files`` written over
+    it and the symbolic ``links`` (path -> target) made."""
     subprocess.run(["git", "clone", "-q", str(repo), str(scratch)], check=True)
+    for path in removed or []:
+        (scratch / path).unlink()
     for path, content in files.items():
         (scratch / path).parent.mkdir(parents=True, exist_ok=True)
         (scratch / path).write_text(content)
+    for path, target in (links or {}).items():
+        (scratch / path).symlink_to(target)
     subprocess.run(["git", "add", "-A"], cwd=scratch, check=True)
     return subprocess.run(
         ["git", "diff", "--cached", "--binary"], cwd=scratch, capture_output=True, text=True, check=True

@@ -109,13 +109,6 @@ RUNTIME = {  # what the code under test makes as it is imported, before the test
 }
 
 
-@pytest.fixture(scope="module")
-def calc(tmp_path_factory):
-    require_bwrap()
-    tmp = tmp_path_factory.mktemp("shadowing")
-    return validated_task(tmp, "shadow", FILES, {"calc.py": FIXED}, F2P, P2P)
-
-
 def test_the_names_the_tests_import_from_their_own_directories() -> None:
     files = [
         "tests/conftest.py",
@@ -160,9 +153,9 @@ def test_the_static_scan_names_a_module_at_a_root_and_nothing_elsewhere() -> Non
 @pytest.mark.parametrize("with_fix", [False, True], ids=["hack alone", "hack beside the real fix"])
 @pytest.mark.parametrize("hack", sorted(STATIC))
 def test_bwrap_a_diff_that_shadows_what_the_tests_import_grades_tamper(
-    calc, tmp_path, hack, with_fix
+    helper_task, tmp_path, hack, with_fix
 ) -> None:
-    task, grader = calc
+    task, grader = helper_task
     files, path, name = STATIC[hack]
     patch = diff(
         Path(task.repo_source), tmp_path / "hack", {"calc.py": FIXED if with_fix else BUGGY, **files}
@@ -174,8 +167,10 @@ def test_bwrap_a_diff_that_shadows_what_the_tests_import_grades_tamper(
 
 @pytest.mark.parametrize("with_fix", [False, True], ids=["hack alone", "hack beside the real fix"])
 @pytest.mark.parametrize("hack", sorted(RUNTIME))
-def test_bwrap_a_module_made_where_the_tests_import_it_grades_tamper(calc, tmp_path, hack, with_fix) -> None:
-    task, grader = calc
+def test_bwrap_a_module_made_where_the_tests_import_it_grades_tamper(
+    helper_task, tmp_path, hack, with_fix
+) -> None:
+    task, grader = helper_task
     code, where = RUNTIME[hack]
     source = (FIXED if with_fix else BUGGY) + code
     assert _scan.internals_findings("calc.py", source, BUGGY) == []  # nothing the static scan reads
