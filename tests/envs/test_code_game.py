@@ -61,11 +61,6 @@ def local_run(seed: int, source: str) -> str:
     ).stdout
 
 
-def local_hash(seed: int, text: str) -> str:
-    """``hash(text)`` in a fresh interpreter with ``PYTHONHASHSEED=seed``, outside any sandbox."""
-    return local_run(seed, f"print(hash({text!r}))")
-
-
 def test_reasons_are_a_closed_documented_set() -> None:
     assert set(REASONS) == set(GateReason.__args__)
 
@@ -106,16 +101,18 @@ def test_valid_programs_are_ok_with_their_exact_output(sandbox) -> None:
 
 
 def test_hash_seeds_differ_between_the_runs_for_real(sandbox) -> None:
-    res = gate_one(sandbox, 'print(hash("abc"))')
+    # the order of a set of strings follows the hash seed (hash() itself is banned: addresses)
+    src = "print(''.join({c for c in 'abcdefghijklmnopqrstuvwxyz'}))"
+    res = gate_one(sandbox, src)
     assert res.reason == "nondeterministic"
     outputs, seeds = res.detail["outputs"], res.detail["seeds"]
     assert len(set(outputs)) == len(set(seeds)) == GateSettings().hash_seed_runs
     # each run printed exactly what a fresh interpreter with its seed prints: the seed is what
     # decides; the target is the run with the fixed seed
-    assert outputs == [local_hash(s, "abc") for s in seeds]
-    assert res.output == local_hash(TARGET_HASH_SEED, "abc")
-    fixed = gate_one(sandbox, 'print(hash("abc"))', seeds=(7, 7))
-    assert (fixed.reason, fixed.output) == ("ok", local_hash(7, "abc"))
+    assert outputs == [local_run(s, src) for s in seeds]
+    assert res.output == local_run(TARGET_HASH_SEED, src)
+    fixed = gate_one(sandbox, src, seeds=(7, 7))
+    assert (fixed.reason, fixed.output) == ("ok", local_run(7, src))
 
 
 COIN = 'print(list({"x", "y"}))'

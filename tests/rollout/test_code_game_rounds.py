@@ -66,7 +66,7 @@ PROGRAMS = {  # topic -> the four programs its writers submit
     "sums": [
         "```python\nprint(sum(range(5)))\n```",  # 10: always predicted
         "```python\ntotal = 0\nfor i in range(7):\n    total += i * i\nprint(total)\n```",  # 91: half
-        "```python\nprint(hash('abc'))\n```",  # nondeterministic
+        "```python\nprint(''.join({c for c in 'abcdefghijklmnopqrstuvwxyz'}))\n```",  # nondeterministic
         "```python\nimport os\nprint(os.getcwd())\n```",  # banned import
     ],
     "strings": [

@@ -49,6 +49,7 @@ from typing import Literal
 
 from lit_codeRL import pyparse
 from lit_codeRL.envs.base import Executor
+from lit_codeRL.envs.code_game.grading import format_prediction, normalise_output
 from lit_codeRL.sandbox.types import ExecutionResult, Program, Verdict
 
 GateReason = Literal[
@@ -68,6 +69,7 @@ GateReason = Literal[
     "no_output",
     "address_in_output",
     "nondeterministic",
+    "unanswerable_output",
     "sandbox_error",
 ]
 
@@ -90,6 +92,9 @@ REASONS: dict[str, str] = {
     "no_output": "printed fewer than min_output_chars characters (after stripping)",
     "address_in_output": "its output holds a memory address (0x and 6+ hex digits)",
     "nondeterministic": "runs with different hash seeds printed different outputs",
+    "unanswerable_output": "no answer states the output: it holds an [OUTPUT]/[/OUTPUT] marker or a "
+    "<think>...</think> section, which parse_prediction cuts (grading.format_prediction finds none), "
+    "so every prediction would be wrong by construction",
     "sandbox_error": "infrastructure failure: no verdict on the program; the runner masks it "
     "(no reward, out of the loss). Never the writer's fault",
 }
@@ -118,9 +123,11 @@ BANNED_NAMES: dict[str, str] = {
     "memoryview": "raw views of object buffers, the usual start of memory-level exploits; no short "
     "program needs one",
     "id": "an object's memory address: differs between runs in a way the predictor cannot know",
+    "hash": "an object's hash is its memory address, and the address's low bits (inside its page) "
+    "are the same in every run: hash(object()) % 256 passed every run yet no predictor can know it; "
+    "a string's hash follows the hash seed",
 }
-"""Builtins a program may not mention (static) and that refuse when called (runtime), and why.
-``hash`` is not here: ``hash`` of a string depends on the hash seed, which the runs catch."""
+"""Builtins a program may not mention (static) and that refuse when called (runtime), and why."""
 
 BANNED_ATTRIBUTES: frozenset[str] = frozenset(
     {
@@ -558,6 +565,8 @@ def _judge_runs(runs: list[ExecutionResult], seeds: Sequence[int], settings: Gat
         return GateResult(False, "output_limit", outputs[0], detail)
     if len(outputs[0].strip()) < settings.min_output_chars:
         return GateResult(False, "no_output", outputs[0], detail)
+    if normalise_output(outputs[0]) and format_prediction(outputs[0]) is None:
+        return GateResult(False, "unanswerable_output", outputs[0], detail)
     return GateResult(True, "ok", outputs[0], detail)
 
 

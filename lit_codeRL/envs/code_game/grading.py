@@ -78,7 +78,10 @@ def prediction_correct(predicted: str | None, actual: str) -> bool:
        minus and complex ``+``; no names, calls or other operators), right when the two values
        are equal *and* of the same type at every level: ``[1, 2]`` is ``[1,2]``, ``'a'`` is
        ``"a"``, ``(1)`` is ``1`` (it is the int 1), ``{'a': 1, 'b': 2}`` is ``{'b': 2, 'a': 1}``,
-       but ``True`` is not ``1``, ``1.0`` is not ``1`` and ``(1,)`` is not ``[1]``.
+       but ``True`` is not ``1``, ``1.0`` is not ``1`` and ``(1,)`` is not ``[1]``. Numbers must
+       be written as ``repr`` writes them on both sides (no ``0xff``, ``1_000``, ``1e3``, ``3.140``
+       or unary ``+``: a number written otherwise is another output, ``print(hex(255))`` is not
+       ``255``), and a float's sign counts (``-0.0`` is not ``0.0``).
     3. Anything else is wrong. A prediction is never run: ``f(1)`` is not a literal.
     """
     if predicted is None or not isinstance(predicted, str):
@@ -102,9 +105,21 @@ def prediction_correct(predicted: str | None, actual: str) -> bool:
 
 def _literal(text: str, missing: object) -> object:
     try:
-        return ast.literal_eval(text)
+        value = ast.literal_eval(text)
+        source = text.lstrip(" \t")  # as literal_eval reads it
+        tree = ast.parse(source, mode="eval")
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return missing
+    for node in ast.walk(tree):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd):
+            return missing
+        if (
+            isinstance(node, ast.Constant)
+            and type(node.value) in (int, float, complex)
+            and ast.get_source_segment(source, node) != repr(node.value)
+        ):
+            return missing  # a number not written as repr writes it: text only
+    return value
 
 
 def _typed(value: object) -> object:
@@ -117,6 +132,8 @@ def _typed(value: object) -> object:
         return (kind.__name__, frozenset(_typed(v) for v in value))
     if kind is dict:
         return ("dict", frozenset((_typed(k), _typed(v)) for k, v in value.items()))
+    if kind in (float, complex):
+        return (kind.__name__, repr(value))  # -0.0 == 0.0, but they print differently
     return (kind.__name__, value)
 
 
