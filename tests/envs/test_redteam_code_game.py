@@ -71,3 +71,17 @@ def test_a_number_written_otherwise_is_another_output(predicted: str, actual: st
 def test_literal_equality_still_forgives_spacing_and_quoting(predicted: str, actual: str) -> None:
     assert prediction_correct(predicted, actual) is True
     assert prediction_correct("['a', 1.5, -2]", '["a",1.5,-2]') is True
+
+
+@pytest.mark.parametrize("source", ["print('\\ud800')", "print('a' + chr(0xdfff) + 'b')"])
+def test_a_lone_surrogate_fails_as_it_does_on_a_real_stdout(sandbox, source: str) -> None:
+    # python -c "print('\ud800')" raises UnicodeEncodeError; the harness printed '\ud800' escaped
+    res = _gate(sandbox, [source], GateSettings(hash_seed_runs=2))[0]
+    assert (res.valid, res.reason) == (False, "runtime_error"), (res.output, res.detail)
+    assert res.detail["runs"][0]["exception_message"] == "'UnicodeEncodeError'"
+
+
+def test_a_caught_encoding_error_goes_on_as_in_python(sandbox) -> None:
+    src = "try:\n    print('\\ud800')\nexcept UnicodeEncodeError:\n    print('no')"
+    res = _gate(sandbox, [src], GateSettings(hash_seed_runs=2))[0]
+    assert (res.reason, res.output) == ("ok", "no\n"), res.detail
