@@ -352,23 +352,35 @@ def repository_selection(test_files: list[str]) -> list[str]:
     repository leaves out by default: click's 31,000 stress tests took its clean suite past any
     time limit. The configuration is the base's: test configuration files are restored before
     this, and a changed pytest section in ``pyproject.toml`` or ``setup.cfg`` is tampering."""
-    where = os.path.dirname(test_files[0]) if test_files else ""
+    found = found_config(test_files[0] if test_files else "", _working_bytes)
+    return _selecting(found[1].get("addopts")) if found is not None else []
+
+
+def found_config(first: str, read: Callable[[str], bytes | None]) -> tuple[str, dict] | None:
+    """The pytest configuration pytest finds for the test file ``first``: the first
+    :data:`CONFIG_NAMES` file that holds one, in its directory or the nearest one above it, each
+    file's bytes as ``read`` gives them (``None``: no such file); its directory and its options
+    (``[tool.pytest.ini_options]`` unwrapped). ``None``: there is none."""
+    where = os.path.dirname(first)
     while True:
         for name in CONFIG_NAMES:
             path = os.path.join(where, name)
-            if not os.path.isfile(path) or os.path.islink(path):
-                continue
-            data = read_whole(path)
+            data = read(path)
             config = pytest_config(path, data) if data is not None else None
             if config is None:
                 continue
             if isinstance(config, dict) and isinstance(config.get("ini_options"), dict):
                 config = config["ini_options"]
-            addopts = config.get("addopts") if isinstance(config, dict) else None
-            return _selecting(addopts)
+            return where, config if isinstance(config, dict) else {}
         if not where:
-            return []
+            return None
         where = os.path.dirname(where)
+
+
+def _working_bytes(path: str) -> bytes | None:
+    """``path``'s bytes in the work tree, a link left out (``None``; also when it is larger than
+    :data:`READ_LIMIT`)."""
+    return read_whole(path) if os.path.isfile(path) and not os.path.islink(path) else None
 
 
 def _selecting(addopts: object) -> list[str]:
@@ -403,28 +415,19 @@ def import_roots(test_files: list[str] | None = None) -> list[str]:
 
 @functools.cache
 def _base_pythonpath(first: str) -> tuple[str, ...]:
-    where = os.path.dirname(first)
-    while True:
-        for name in CONFIG_NAMES:
-            path = os.path.join(where, name)
-            old = git("show", f"HEAD:{path}", check=False)
-            config = pytest_config(path, old.stdout) if old.returncode == 0 else None
-            if config is None:
-                continue
-            if isinstance(config, dict) and isinstance(config.get("ini_options"), dict):
-                config = config["ini_options"]
-            entries = config.get("pythonpath") if isinstance(config, dict) else None
-            if isinstance(entries, str):
-                entries = entries.split()
-            found = []
-            for entry in entries if isinstance(entries, list) else []:
-                root = os.path.normpath(os.path.join(where, str(entry)))
-                if root != ".." and not root.startswith(("../", "/")) and root != ".":
-                    found.append(root)
-            return tuple(found)
-        if not where:
-            return ()
-        where = os.path.dirname(where)
+    found = found_config(first, base_bytes)
+    if found is None:
+        return ()
+    where, config = found
+    entries = config.get("pythonpath")
+    if isinstance(entries, str):
+        entries = entries.split()
+    roots = []
+    for entry in entries if isinstance(entries, list) else []:
+        root = os.path.normpath(os.path.join(where, str(entry)))
+        if root != ".." and not root.startswith(("../", "/")) and root != ".":
+            roots.append(root)
+    return tuple(roots)
 
 
 def base_pythonpath(test_files: list[str]) -> list[str]:
@@ -480,8 +483,8 @@ def tamper_scan(
                     found.append(_too_large(path))
                     continue
                 new_config = pytest_config(path, data)
-            old = git("show", f"HEAD:{path}", check=False)
-            old_config = pytest_config(path, old.stdout) if old.returncode == 0 else None
+            old = base_bytes(path)
+            old_config = pytest_config(path, old) if old is not None else None
             if new_config != old_config:
                 found.append(f"metadata: {path}: its pytest configuration changed")
     for path in changed:
@@ -514,12 +517,19 @@ def written_functions(changed: list[str], graded: frozenset[str]) -> dict[str, l
 
 
 @functools.cache
-def base_text(path: str) -> str | None:
+def base_bytes(path: str) -> bytes | None:
     """``path`` as the base commit has it (the diff is applied to the work tree, never
-    committed), decoded; ``None`` where the base has no such file. Read once a run: the static
-    scan and the comparison check both need it."""
+    committed); ``None`` where the base has no such file. Read once a run: the static scan, the
+    comparison check, the configuration checks and the import roots all ask."""
     old = git("show", f"HEAD:{path}", check=False)
-    return source_text(old.stdout) if old.returncode == 0 else None
+    return old.stdout if old.returncode == 0 else None
+
+
+@functools.cache
+def base_text(path: str) -> str | None:
+    """:func:`base_bytes` decoded as the interpreter decodes a module."""
+    old = base_bytes(path)
+    return source_text(old) if old is not None else None
 
 
 def changed_configs(changed: list[str], graded: frozenset[str]) -> dict[str, str | None]:
@@ -535,8 +545,8 @@ def changed_configs(changed: list[str], graded: frozenset[str]) -> dict[str, str
             continue
         if not os.path.isfile(path):
             continue
-        old = git("show", f"HEAD:{path}", check=False)
-        out[path] = base64.b64encode(old.stdout).decode() if old.returncode == 0 else None
+        old = base_bytes(path)
+        out[path] = base64.b64encode(old).decode() if old is not None else None
     return out
 
 
