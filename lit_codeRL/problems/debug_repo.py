@@ -58,11 +58,19 @@ def _fix_diff(
     files: Mapping[str, str | bytes], fix: Mapping[str, str], repo: Path, env: Mapping[str, str]
 ) -> str:
     """The reference fix (``fix`` over ``files``) as a ``git diff --binary`` against the base, made in a scratch work tree
-    with a scratch index so the repository itself is never touched."""
+    with a scratch index and a scratch object store so the repository itself is never touched: ``git add``
+    writes the fix's blobs into the scratch store, which reads the repository's objects as alternates (the
+    cached repository is shared by every process that builds or opens the task)."""
     with tempfile.TemporaryDirectory(prefix="lcrl-debug-fix-") as tmp:
         work = Path(tmp) / "work"
         _write_files(work, {**files, **fix})
-        git_env = {**env, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        (Path(tmp) / "objects").mkdir()
+        git_env = {
+            **env,
+            "GIT_INDEX_FILE": str(Path(tmp) / "index"),
+            "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": str((repo / ".git" / "objects").resolve()),
+        }
         git = ["--git-dir", str(repo / ".git"), "--work-tree", str(work)]
         run_git([*git, "read-tree", "HEAD"], git_env)
         run_git([*git, "add", "--all", "--force", "."], git_env, cwd=work)

@@ -408,6 +408,18 @@ def test_every_shipped_task_validates(shipped, validated, debug_sandbox):
         assert swe.patch.startswith("diff --git") and all(f"b/{p}" in swe.patch for p in task.fix)
 
 
+def test_the_reference_fix_leaves_no_object_in_the_cached_repository(
+    shipped, validated, debug_sandbox, tmp_path
+):
+    """The fix's diff is made in a scratch object store: the cached repository (shared by every
+    process that opens the task, cloned into each workspace) holds the base commit's objects alone."""
+    grader, root = debug_sandbox
+    env = git_environment(tmp_path / "home")
+    for task in shipped:
+        repo = task.to_swe_task(root, grader).repo_source
+        assert run_git(["-C", repo, "fsck", "--unreachable", "--no-reflogs"], env).strip() == "", task.task_id
+
+
 def test_base_commit_is_the_same_on_every_build(shipped, validated, debug_sandbox, tmp_path):
     grader, root = debug_sandbox
     task = _task(shipped, "cart")

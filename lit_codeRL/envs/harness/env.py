@@ -24,13 +24,14 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, get_args
 
 from lit_codeRL.envs.harness.bridge import SOCKET_DIR_IN, bridge_binds, wrap_command
 from lit_codeRL.envs.protocol import StepResult
 from lit_codeRL.envs.swe.env import SWESettings
 from lit_codeRL.envs.workspace_episodes import WorkspaceEpisodeEnv, WorkspaceState
 from lit_codeRL.errors import ConfigError
+from lit_codeRL.gateway.records import TrainChoices
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.debug_task import cache_root, debug_task
 from lit_codeRL.problems.record import Problem
@@ -79,7 +80,7 @@ class HarnessSettings:
     """Calls of one episode the gateway answers at once; more get 429 (one agent cannot flood the batch)."""
     max_n: int = 16
     """Largest ``n`` (choices per call) an agent may ask for; more: 400."""
-    train_choices: Literal["chosen", "all"] = "chosen"
+    train_choices: TrainChoices = "chosen"
     """Which choices of an ``n`` > 1 call are trained with the episode's reward. ``chosen``: the one
     the agent acted on (a later call's prompt extends it; else the first), the others dropped, as
     the outcome does not depend on them. ``all``: every choice, each beyond the first a row of its
@@ -117,7 +118,7 @@ class HarnessSettings:
             )
         if not (self.idle_timeout_s > 0 and self.write_timeout_s > 0):
             raise ValueError("env.harness.idle_timeout_s and write_timeout_s must be > 0")
-        if self.train_choices not in ("chosen", "all"):
+        if self.train_choices not in get_args(TrainChoices):
             raise ValueError(
                 f"env.harness.train_choices must be 'chosen' or 'all', not {self.train_choices!r}"
             )
