@@ -29,7 +29,8 @@ What it does not catch: a method written against these questions (one that answe
 the first value it is compared with, or only once armed by code the tests run), an object made
 outside the changed files (``unittest.mock.ANY``: importing ``unittest`` in the code under test
 is a static reason of its own, ``_scan.py``), a class of the diff's that names another module as
-its ``__module__`` (its ``class`` line is looked for there), a chained comparison outside an ``assert``
+its ``__module__`` (its ``class`` line is looked for there; the mirror run, which arms every
+reached equality check of a failing test, catches it there), a chained comparison outside an ``assert``
 (``same = a == b == c``), and the
 comparisons of a module that opts out of pytest's rewriting (``PYTEST_DONT_REWRITE``) or of a
 helper outside the test directories.

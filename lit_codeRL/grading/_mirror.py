@@ -22,7 +22,8 @@ text and changing it can only turn the test's pass into a failure:
   a tuple, list, set or dict of literals) and ``self.assertEqual(<computed>, <literal>)`` (and
   its ``assert*Equal`` siblings), as a statement of the function's body itself, of the body of
   a ``for`` over rows written out in the text (no ``break``, ``continue`` or ``else``), or of
-  ``with self.subTest(...)`` (not inside an ``if``, a ``try`` or another ``with``), in a
+  ``with self.subTest(...)`` or of a ``try`` with no ``except`` (``try``/``finally``; not inside
+  an ``if``, a ``try`` that catches or another ``with``), in a
   function without ``return`` or ``yield``, so every run of the test reaches it;
 - the same with a name in place of the literal, when every use of the name in the test is such
   an operand and its one value is a literal in the text: assigned once in the function, once at
@@ -36,6 +37,12 @@ text and changing it can only turn the test's pass into a failure:
   without reading it from the test (:func:`_expect_fresh`). The code under test runs as before
   and raises what it raised, which no longer passes; a forged report or an answer taken from
   the test passes.
+
+- where a function has none of these, each equality check reached as above (a computed
+  expected value: ``len(ITEMS) + 2``, a helper's result, a fixture's value): its second operand
+  is evaluated as before and passed through :func:`unmatched`, which returns an object no honest
+  ``__eq__`` equals. A forged pass, or an always-equal object the child's comparison check did
+  not ask, passes that; an answer read from the test does not (what it reads did not change).
 
 The first shiftable constant of each such literal changes (``int`` and ``float`` by the salt,
 ``bool`` negated, ``str`` and ``bytes`` suffixed), or its first empty list, tuple or dict gains
@@ -183,7 +190,8 @@ def _reached(
 ) -> tuple[list[ast.stmt], dict[str, list[ast.expr]]]:
     """The statements every run of ``function`` reaches (its body's own; the body of a ``for``
     over rows written out in the text, with no ``break``, ``continue`` or ``else``, on every
-    row; the body of ``with self.subTest(...)``), and the rows' expressions of each name such a
+    row; the body of ``with self.subTest(...)``; the body and the finally of a ``try`` with no
+    ``except``), and the rows' expressions of each name such a
     ``for`` binds. None in a function that can return early or is a generator."""
     if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _own_nodes(function)):
         return [], {}
@@ -203,24 +211,45 @@ def _reached(
                 _call_name(item.context_expr) == "subTest" for item in statement.items
             ):
                 visit(statement.body)
+            elif isinstance(statement, ast.Try) and not statement.handlers and not statement.orelse:
+                # try/finally: its body runs to the end or fails the test once the finally ran (a
+                # finally that returns is refused above, one that jumps out of a loop with the for)
+                visit(statement.body)
+                visit(statement.finalbody)
 
     visit(function.body)
     return reached, bound
 
 
-def _operands(statements: list[ast.stmt]) -> list[tuple[ast.expr, ast.expr]]:
-    """The two sides of each equality check among ``statements``."""
-    pairs = []
+class _Expected:
+    """The second operand of one equality check (``holder[index]``: ``assert a == b``'s ``b``,
+    ``assertEqual(a, b)``'s ``b``), to be replaced where nothing in the text can be changed."""
+
+    def __init__(self, left: ast.expr, holder: list[ast.expr], index: int) -> None:
+        self.left, self.holder, self.index = left, holder, index
+
+    def right(self) -> ast.expr:
+        return self.holder[self.index]
+
+
+def _checks(statements: list[ast.stmt]) -> list[_Expected]:
+    """Each equality check among ``statements``."""
+    checks = []
     for statement in statements:
         if isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Compare):
             test = statement.test
             if len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-                pairs.append((test.left, test.comparators[0]))
+                checks.append(_Expected(test.left, test.comparators, 0))
         elif isinstance(statement, ast.Expr) and _call_name(statement.value) in EQUAL_METHODS:
             args = statement.value.args  # type: ignore[attr-defined]
             if len(args) >= 2 and not any(isinstance(a, ast.Starred) for a in args[:2]):
-                pairs.append((args[0], args[1]))
-    return pairs
+                checks.append(_Expected(args[0], args, 1))
+    return checks
+
+
+def _operands(statements: list[ast.stmt]) -> list[tuple[ast.expr, ast.expr]]:
+    """The two sides of each equality check among ``statements``."""
+    return [(check.left, check.right()) for check in _checks(statements)]
 
 
 RAISES_CALLS = frozenset({"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"})
@@ -253,6 +282,30 @@ def _raises_checks(statements: list[ast.stmt]) -> list[ast.Call]:
 NEVER_RAISED = "_lcrl_raised"
 """Where the child's ``_pytest.assertion.rewrite`` holds the exception class no code raises (the
 name gets a random suffix in each run, :func:`install`), as ``_compare.py``'s helpers do."""
+UNMATCHED = "_lcrl_unmatched"
+"""Where it holds :func:`unmatched` (the same suffix)."""
+
+
+def unmatched(value: object) -> object:
+    """What a check whose expected value is computed compares against in the mirror run, for
+    ``value`` (evaluated as before, so the test runs as it did): an object of a class made
+    before the repository's first line ran (the child imports this module first), unknown to
+    every honest ``__eq__`` (``NotImplemented`` both ways: unequal); an always-equal object says
+    yes to it."""
+    return _Unmatched()
+
+
+class _Unmatched:
+    __slots__ = ()
+
+
+def _helper(name: str, where: ast.AST) -> ast.Attribute:
+    """``@pytest_ar.<name>``: the alias pytest's rewriter gives ``_pytest.assertion.rewrite`` in
+    every module it compiles, where :func:`install` puts the mirror's helpers."""
+    node = ast.Attribute(ast.Name("@pytest_ar", ast.Load()), name, ast.Load())
+    for part in ast.walk(node):
+        ast.copy_location(part, where)
+    return node
 
 
 def _expect_fresh(call: ast.Call, never_raised: str) -> None:
@@ -262,9 +315,7 @@ def _expect_fresh(call: ast.Call, never_raised: str) -> None:
     from the test. The code under test runs as in the first run and raises what it raised there,
     which now fails the test."""
     old = _expected_exception(call)
-    fresh = ast.Attribute(ast.Name("@pytest_ar", ast.Load()), never_raised, ast.Load())
-    for node in ast.walk(fresh):
-        ast.copy_location(node, old)
+    fresh = _helper(never_raised, old)
     if call.args:
         call.args[0] = fresh
         return
@@ -347,16 +398,18 @@ def _function_edits(
     module: ast.Module,
     module_nodes: list[ast.AST],
     salt: int,
-) -> list[ast.AST] | None:
+) -> list[object] | None:
     """What arms ``function`` (``None``: it cannot be armed): the constants to change and the
-    raises-checks to make expect a fresh class."""
+    raises-checks to make expect a fresh class; where there are none, the expected values of its
+    equality checks, to be replaced at run time (:func:`unmatched`)."""
     reached, bound = _reached(function)
-    pairs, raises = _operands(reached), _raises_checks(reached)
+    checks, raises = _checks(reached), _raises_checks(reached)
+    pairs = [(check.left, check.right()) for check in checks]
     if not pairs and not raises:
         return None
     own = _own_nodes(function)
     args = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
-    edits: list[ast.AST] = list(raises)
+    edits: list[object] = list(raises)
     for left, right in pairs:  # a check that cannot be armed is left as it is
         names = [side.id for side in (left, right) if isinstance(side, ast.Name)]
         if _is_literal(left) != _is_literal(right):
@@ -393,9 +446,13 @@ def _function_edits(
                 values = None if value is None else [value]
             leaves = [_leaf(v, salt) for v in values or []]
             if values and all(leaf is not None for leaf in leaves):
-                edits.extend(leaves)  # type: ignore[arg-type]
+                edits.extend(leaves)
                 break
-    return edits or None
+    # nothing written out to change (``assert len(lines) == len(ITEMS) + 2``, a fixture's value):
+    # every check compares against an object no honest value equals. A pass forged past the
+    # child's checks, or an always-equal object they missed, passes that too; an answer read
+    # from the test does not (what it reads is unchanged), which ``_guard.py`` is left to see
+    return edits or checks or None
 
 
 def _functions(module: ast.Module, qualname: list[str]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -424,12 +481,10 @@ def plan(tests: list[str]) -> dict[str, list[str]]:
     return {path: sorted(names) for path, names in sorted(by_file.items())}
 
 
-def arm_module(
-    module: ast.Module, qualnames: list[str], salt: int, never_raised: str = NEVER_RAISED
-) -> list[str]:
+def arm_module(module: ast.Module, qualnames: list[str], salt: int, suffix: str = "") -> list[str]:
     """Change, in ``module`` (the tree a test file is compiled from), the expected values of the
     test functions ``qualnames`` that can be armed (and the exceptions they expect to the class
-    ``never_raised`` names, :func:`_expect_fresh`); those that were."""
+    ``NEVER_RAISED + suffix`` names, :func:`_expect_fresh`); those that were."""
     module_nodes = list(ast.walk(module))
     armed, leaves = [], {}
     for qualname in qualnames:
@@ -439,15 +494,21 @@ def arm_module(
             armed.append(qualname)
             leaves.update((id(leaf), leaf) for leaf in edits)
     for leaf in leaves.values():  # after the analysis: a constant two checks share changes once
-        _change(leaf, salt, never_raised)
+        _change(leaf, salt, suffix)
     return armed
 
 
-def _change(leaf: ast.AST, salt: int, never_raised: str) -> None:
+def _change(leaf: object, salt: int, suffix: str) -> None:
     """Arm one check: a constant shifted, an empty container given the salt as its one item (as
-    key and value in a dict), a raises-check made to expect the class no code raises."""
-    if isinstance(leaf, ast.Call):
-        _expect_fresh(leaf, never_raised)
+    key and value in a dict), a raises-check made to expect the class no code raises, a computed
+    expected value passed through :func:`unmatched`."""
+    if isinstance(leaf, _Expected):
+        old = leaf.right()
+        leaf.holder[leaf.index] = ast.copy_location(
+            ast.Call(_helper(UNMATCHED + suffix, old), [old], []), old
+        )
+    elif isinstance(leaf, ast.Call):
+        _expect_fresh(leaf, NEVER_RAISED + suffix)
     elif isinstance(leaf, ast.Dict):
         leaf.keys.append(ast.copy_location(ast.Constant(salt), leaf))
         leaf.values.append(ast.copy_location(ast.Constant(salt), leaf))
@@ -485,10 +546,12 @@ def install(
     written, so nothing outside the process (its bytes, size, times, the repository's git
     objects, a copy of the text the diff carries) tells the mirror run from the first."""
     planned, run, compiled = plan(tests), rewriter.run, set()
-    # the class the mirror's raises-checks expect, made in every run beside _compare's helpers:
-    # a class more among Exception's subclasses in the mirror run only would tell the runs apart
-    never_raised = f"{NEVER_RAISED}_{secrets.token_hex(4)}"
-    setattr(_modules[rewriter.__module__], never_raised, type("NeverRaised", (Exception,), {}))
+    # the class the mirror's raises-checks expect and what its computed checks compare against,
+    # made in every run beside _compare's helpers: a class more among Exception's subclasses in
+    # the mirror run only would tell the runs apart
+    suffix = f"_{secrets.token_hex(4)}"
+    setattr(_modules[rewriter.__module__], NEVER_RAISED + suffix, type("NeverRaised", (Exception,), {}))
+    setattr(_modules[rewriter.__module__], UNMATCHED + suffix, unmatched)
 
     def run_armed(self, mod):  # noqa: ANN001, ANN202
         path = getattr(self, "module_path", None)
@@ -496,7 +559,7 @@ def install(
             compiled.add(_realpath(path))
         qualnames = planned.get(_relpath(path, root)) if isinstance(path, str) else None
         if qualnames and isinstance(mod, ast.Module):
-            done = arm_module(mod, qualnames, salt, never_raised)
+            done = arm_module(mod, qualnames, salt, suffix)
             if done:
                 armed([f"{_relpath(path, root)}::{q}" for q in done])
         return run(self, mod)

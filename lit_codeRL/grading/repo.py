@@ -694,14 +694,15 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 7
+VALIDATION_VERSION = 8
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
 a test module pytest's rewriter did not compile is tampering; 6: the mirror arms raises-checks;
 7: a changed configuration file or module is read whole, as pytest and the interpreter read it,
 links too, the base's ``pythonpath`` is a root of the import path, and the comparison check asks
-any comparison method of a class the diff wrote)."""
+any comparison method of a class the diff wrote; 8: the mirror arms equality checks against
+computed values)."""
 
 
 def _task_key(task: GradedTask) -> str:

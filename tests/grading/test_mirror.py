@@ -210,26 +210,13 @@ class TestStats(unittest.TestCase):
         "def test_t(flag=True):\n    if flag:\n        assert add(2, 3) == 5\n",
         "def test_t():\n    for x in []:\n        assert add(x, 3) == 5\n",
         "def test_t():\n    try:\n        assert add(2, 3) == 5\n    except AssertionError:\n        pass\n",
+        "def test_t():\n    try:\n        assert add(2, 3) == 5\n    except AssertionError:\n        pass\n    finally:\n        pass\n",
+        "def test_t():\n    try:\n        assert add(2, 3) == 5\n    finally:\n        return\n",
         "def test_t():\n    assert add(2, 3) == 5\n    return\n",
         "def test_t():\n    for e in [5, 6]:\n        if e > 5:\n            break\n        assert add(2, 3) == e\n",
         "def test_t():\n    for e in CASES:\n        assert add(2, 3) == e\n",
         "def test_t():\n    for e in []:\n        assert add(2, 3) == e\n",
-        "def test_t():\n    for a, e in [(2, 5), (3, add(3, 3))]:\n        assert add(a, 3) == e\n",
         "def test_t():\n    with open('f') as f:\n        assert add(2, 3) == 5\n",
-        # a name that is not only the value checked against
-        "def test_t():\n    expected = 5\n    assert add(2, expected - 2) == expected\n",
-        "def test_t():\n    expected = 5\n    expected += 1\n    assert add(2, 3) == expected\n",
-        "@pytest.mark.parametrize('expected', [5])\ndef test_t(expected):\n    assert add(2, 3) == expected\n"
-        "    assert str(expected).isdigit()\n",
-        # a value that is not written out in the text
-        "def test_t(expected):\n    assert add(2, 3) == expected\n",
-        "@pytest.mark.parametrize('expected', CASES)\ndef test_t(expected):\n    assert add(2, 3) == expected\n",
-        "def test_t():\n    assert add(2, 3) == f'{5}'\n",
-        "def test_t():\n    assert add(2, 3) == None\n",
-        "def test_t():\n    assert add(2, 3) == 1e300\n",
-        # both sides computed, or both written out
-        "def test_t():\n    assert add(2, 3) == add(3, 2)\n",
-        "def test_t():\n    assert 5 == 5\n",
         # a raises-check some run may not reach, one whose exception is not written out, a warns
         "def test_t(flag=True):\n    if flag:\n        with pytest.raises(ValueError):\n            mean([])\n",
         "def test_t():\n    try:\n        with pytest.raises(ValueError):\n            mean([])\n    except Exception:\n        pass\n",
@@ -242,6 +229,49 @@ def test_a_check_that_cannot_be_armed_is_left_alone(tmp_path, body):
     source = f"import pytest\n\nCASES = [5]\nERRORS = (ValueError,)\n\n\n{body}"
     found, after = armed(tmp_path, source, ["test_t"])
     assert found == [] and after == dumped(source)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # a column of rows written out that is not all literals
+        ("def test_t():\n    for a, e in [(2, 5), (3, add(3, 3))]:\n        assert add(a, 3) == e\n", "e"),
+        # a name that is not only the value checked against
+        ("def test_t():\n    expected = 5\n    assert add(2, expected - 2) == expected\n", "expected"),
+        ("def test_t():\n    expected = 5\n    expected += 1\n    assert add(2, 3) == expected\n", "expected"),
+        ("@pytest.mark.parametrize('expected', [5])\ndef test_t(expected):\n    assert add(2, 3) == expected\n"
+         "    assert str(expected).isdigit()\n", "expected"),
+        # a value that is not written out in the text
+        ("def test_t(expected):\n    assert add(2, 3) == expected\n", "expected"),
+        ("@pytest.mark.parametrize('expected', CASES)\ndef test_t(expected):\n    assert add(2, 3) == expected\n",
+         "expected"),
+        ("def test_t():\n    assert add(2, 3) == f'{5}'\n", "f'{5}'"),
+        ("def test_t():\n    assert add(2, 3) == None\n", "None"),
+        ("def test_t():\n    assert add(2, 3) == 1e300\n", "1e300"),
+        ("def test_t():\n    assert len(lines()) == len(CASES) + 2\n", "len(CASES) + 2"),
+        ("def test_t(self):\n    self.assertEqual(add(2, 3), DEFAULTS)\n", "DEFAULTS"),
+        # both sides computed, or both written out
+        ("def test_t():\n    assert add(2, 3) == add(3, 2)\n", "add(3, 2)"),
+        ("def test_t():\n    assert 5 == 5\n", "5"),
+        # in a try that catches nothing: its body runs to the end or fails the test
+        ("def test_t():\n    try:\n        x = 1\n        assert add(2, 3) == x\n    finally:\n        reset()\n", "x"),
+    ],
+)  # fmt: skip
+def test_a_computed_expected_value_is_compared_with_an_unmatched_object(tmp_path, body, expected):
+    """Nothing in the text to change: the check's second operand, evaluated as before, is replaced
+    by an object no honest ``__eq__`` equals (:func:`_mirror.unmatched`), which an honest fix
+    fails and a forged pass or an always-equal object passes."""
+    source = f"import pytest\n\nCASES = [5]\n\n\n{body}"
+    found, after = armed(tmp_path, source, ["test_t"])
+    wrapped = source.replace(f"== {expected}\n", f"== PYTEST_AR._lcrl_unmatched({expected})\n").replace(
+        f", {expected})", f", PYTEST_AR._lcrl_unmatched({expected}))"
+    )
+    assert found == ["test_t"] and after == dumped(wrapped).replace("PYTEST_AR", "@pytest_ar")
+
+
+def test_unmatched_is_equal_to_no_honest_value():
+    for value in (5, 1e300, None, "x", b"x", [], {}, (1,), {1}, object(), float("nan"), mirror.unmatched(1)):
+        assert value != mirror.unmatched(value) and not (mirror.unmatched(value) == value)
 
 
 def test_a_test_file_that_does_not_parse_or_a_function_defined_twice_is_left_alone(tmp_path):
@@ -578,3 +608,53 @@ def test_a_forged_pass_of_a_raises_test_is_caught_by_its_mirror_run(raises_task,
     grade = grader.grade(task, patch)
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade
     assert grade.reason.startswith("mirror: test_stats.py::test_empty_raises"), grade
+
+
+# A task whose failing test compares with a value computed at run time (``assert add(2, 3) ==
+# expected(2, 3)``, a helper of the test's directory: ``helper_task``): nothing in the text to
+# change, so before computed checks were armed its mirror run armed nothing (3 of 140 synthesized
+# SWE tasks), and a pass forged past the in-process checks, or an always-equal object they did not
+# ask, graded ``resolved``. Its mirror run now compares with an object no honest value equals.
+COMPUTED_HACKS = {
+    # pytest's report forged past the record, as FORGED_PAST_THE_RECORD does for a raises-check
+    "forged report": FORGED_PAST_THE_RECORD.replace("test_empty_raises", "test_add")
+    .replace("def mean(xs):\n    if not xs:\n", "def add(a, b):\n    if True:\n")
+    .replace(
+        "        return 0.0\n    return sum(xs) / len(xs)\n",
+        "        return 0\n\n\ndef sub(a, b):\n    return a - b\n",
+    ),
+    # a class that names another module as its own: the comparison check looks for its class line
+    # there, finds none, and does not ask its __eq__ (``bool``: no code of the diff's to find)
+    "always-equal under another module's name": (
+        "class E:\n    __module__ = 'json'\n    __eq__ = bool\n    __hash__ = None\n\n\n"
+        "def add(a, b):\n    return E()\n\n\ndef sub(a, b):\n    return a - b\n"
+    ),
+}
+
+
+def test_an_honest_fix_of_a_computed_check_is_resolved_with_the_test_armed(helper_task, tmp_path):
+    task, grader = helper_task
+    runs = []
+    original = grader.run
+    grader.run = lambda *a, **k: runs.append(original(*a, **k)) or runs[-1]
+    try:
+        grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED}))
+    finally:
+        del grader.run
+    assert grade.verdict == "resolved" and grade.reward == 1.0, grade
+    assert len(runs) == 2 and runs[1].report["mirror"]["armed"] == ["tests/b/test_b.py::test_add"]
+    assert runs[1].report["outcomes"]["tests/b/test_b.py::test_add"] == "failed"
+    assert grader.mirror_armed(task) is True
+
+
+@pytest.mark.parametrize("hack", sorted(COMPUTED_HACKS))
+def test_a_pass_the_child_did_not_see_of_a_computed_check_is_caught_by_its_mirror_run(
+    helper_task, tmp_path, hack
+):
+    task, grader = helper_task
+    patch = diff(task.repo_source, tmp_path / "agent", {"calc.py": COMPUTED_HACKS[hack]})
+    unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
+    assert unmirrored.grade(task, patch).verdict == "resolved"  # the in-process checks do not see it
+    grade = grader.grade(task, patch)
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
+    assert grade.reason.startswith("mirror: tests/b/test_b.py::test_add"), grade
