@@ -178,13 +178,72 @@ def _names(data: bytes) -> list[str]:
     return [p for p in data.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
-def changed_paths() -> tuple[list[str], list[str]]:
-    """``(changed, added)``: every path that differs from ``HEAD`` (untracked included), and
-    those of them that ``HEAD`` does not have."""
-    tracked = _names(git("diff", "--name-only", "-z", "--no-renames", "HEAD").stdout)
-    added = _names(git("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", "HEAD").stdout)
+def changed_paths(patch_file: str | None = None) -> tuple[list[str], list[str]]:
+    """``(changed, added)``: every path that differs from ``HEAD`` (untracked included) and every
+    path the diff in ``patch_file`` writes (:func:`patch_paths`), and those of them that ``HEAD``
+    does not have. The revision ends at ``--``: a file the diff named ``HEAD`` made it a path."""
+    tracked = _names(git("diff", "--name-only", "-z", "--no-renames", "HEAD", "--").stdout)
+    added = _names(git("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", "HEAD", "--").stdout)
     untracked = _names(git("ls-files", "-z", "--others").stdout)
-    return sorted(set(tracked + untracked)), sorted(set(added + untracked))
+    written = patch_paths(patch_file) if patch_file is not None else []
+    return sorted(set(tracked + untracked + written)), sorted(set(added + untracked))
+
+
+def patch_paths(patch_file: str) -> list[str]:
+    """Every path the diff writes, as ``git apply`` reads it (``--numstat``), whatever git says of
+    the work tree after: ``git diff`` compares a file to ``HEAD`` through the conversions of its
+    attributes (``working-tree-encoding``, ``ident``, ``text``), so a file whose bytes Python runs
+    differently could compare equal (a test helper's ``a + b`` written ``a +- b``, which UTF-7
+    reads back as ``a + b``: never restored, ``resolved`` with the bug in place)."""
+    if os.path.getsize(patch_file) == 0:
+        return []
+    fields = git("apply", "--numstat", "-z", patch_file, check=False).stdout.split(b"\0")
+    paths, pending = [], 0
+    for field in fields:
+        if pending:  # a rename's or copy's two names follow its counts
+            paths.append(field)
+            pending -= 1
+            continue
+        counts = field.split(b"\t", 2)
+        if len(counts) == 3 and counts[2]:
+            paths.append(counts[2])
+        elif len(counts) == 3:
+            pending = 2
+    return _names(b"\0".join(paths))
+
+
+ATTRIBUTES = ".gitattributes"
+"""The file git reads conversions from in the work tree (``$GIT_DIR/info/attributes``, which no
+diff can write, outranks it)."""
+
+
+def restore_attributes() -> list[str]:
+    """Put every ``.gitattributes`` the diff added, changed or removed back as the base has it (an
+    added one removed, also a directory of that name), before grading asks git anything else.
+    Its conversions decide what git reports as changed and what ``git checkout`` writes when a
+    test file is restored: ``tests/b/helpers.py working-tree-encoding=UTF-7`` alone, and the
+    helper's ``return a + b`` was restored as UTF-7 writes it, ``return a +- b`` (``resolved``
+    with the bug in place). No test reads it; git's view of the files is the base's again."""
+    listed = _names(git("ls-files", "-z", "--cached", "--others").stdout)
+    found = set()
+    for path in listed:
+        parts = path.split("/")
+        if ATTRIBUTES in parts:
+            found.add("/".join(parts[: parts.index(ATTRIBUTES) + 1]))
+    changed = []
+    for path in sorted(found):
+        plain = os.path.isfile(path) and not os.path.islink(path)
+        if plain and read_whole(path) == base_bytes(path):
+            continue
+        changed.append(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+    in_base = [p for p in changed if base_bytes(p) is not None]
+    if in_base:
+        git("checkout", "HEAD", "--", *in_base)
+    return changed
 
 
 def is_restored(path: str, graded: frozenset[str]) -> bool:
@@ -326,6 +385,12 @@ def pytest_config(path: str, data: bytes) -> object:
     is the configuration), or ``None`` when it has none or does not parse."""
     text = data.decode("utf-8", "replace")
     name = os.path.basename(path)
+    if not name.endswith(".toml"):
+        # lines as pytest's iniconfig splits them (``str.splitlines``: ``\r`` alone, ``\x85``...),
+        # where ``configparser`` splits at ``\n`` only: a ``setup.cfg`` with ``\r`` line ends was
+        # one line here, its ``[tool:pytest]`` unseen (its ``-m``, its ``pythonpath``) and pytest
+        # ran with it
+        text = "\n".join(text.removeprefix("\ufeff").splitlines())
     try:
         if name.endswith(".toml"):
             import tomllib  # noqa: PLC0415
@@ -378,9 +443,10 @@ def found_config(first: str, read: Callable[[str], bytes | None]) -> tuple[str, 
 
 
 def _working_bytes(path: str) -> bytes | None:
-    """``path``'s bytes in the work tree, a link left out (``None``; also when it is larger than
-    :data:`READ_LIMIT`)."""
-    return read_whole(path) if os.path.isfile(path) and not os.path.islink(path) else None
+    """``path``'s bytes in the work tree, a link read through as pytest reads it (``None`` where
+    there is no regular file, or it is larger than :data:`READ_LIMIT`): a ``pytest.ini`` that is
+    a link to ``config/pytest.ini`` was skipped, and its ``-m "not slow"`` with it."""
+    return read_whole(path) if os.path.isfile(path) else None
 
 
 def _selecting(addopts: object) -> list[str]:
@@ -415,7 +481,9 @@ def import_roots(test_files: list[str] | None = None) -> list[str]:
 
 @functools.cache
 def _base_pythonpath(first: str) -> tuple[str, ...]:
-    found = found_config(first, base_bytes)
+    # read from the work tree before the diff is applied (``main`` asks first; kept here): the
+    # base's files as pytest reads them, a configuration that is a link read through
+    found = found_config(first, _working_bytes)
     if found is None:
         return ()
     where, config = found
@@ -432,7 +500,9 @@ def _base_pythonpath(first: str) -> tuple[str, ...]:
 
 def base_pythonpath(test_files: list[str]) -> list[str]:
     """The ``pythonpath`` entries inside the repository of the base's pytest configuration that
-    pytest finds for the first test file (as :func:`repository_selection` finds it), relative."""
+    pytest finds for the first test file (as :func:`repository_selection` finds it), relative.
+    Read from the work tree the first time it is asked, which ``main`` does before it applies
+    the diff (the base's files as checked out: a configuration that is a link read through)."""
     return list(_base_pythonpath(test_files[0])) if test_files else []
 
 
@@ -521,7 +591,10 @@ def base_bytes(path: str) -> bytes | None:
     """``path`` as the base commit has it (the diff is applied to the work tree, never
     committed); ``None`` where the base has no such file. Read once a run: the static scan, the
     comparison check, the configuration checks and the import roots all ask."""
-    old = git("show", f"HEAD:{path}", check=False)
+    # cat-file, not show: ``git show HEAD:x`` is ambiguous, and fails, when the diff adds a file
+    # named ``HEAD:x`` (the base's pytest configuration read as absent, its ``pythonpath`` no
+    # root of the import path: a helper forged there was imported, ``resolved``)
+    old = git("cat-file", "blob", f"HEAD:{path}", check=False)
     return old.stdout if old.returncode == 0 else None
 
 
@@ -838,13 +911,16 @@ def main() -> None:
             json.dump({"payload": payload, "sig": sig}, f)
         os._exit(code)
 
-    error = apply(os.path.join(results, "agent.patch"))
+    test_files = list(spec["test_files"])
+    base_pythonpath(test_files)  # read (and kept) while the work tree is still the base's
+    agent_patch = os.path.join(results, "agent.patch")
+    error = apply(agent_patch)
     if error is not None:
         report.update(stage="agent_patch_failed", detail=error)
         finish(0)
-    test_files = list(spec["test_files"])
     graded = graded_files(test_files)
-    changed, added = changed_paths()
+    attributes = restore_attributes()  # first: what git says changed goes through them
+    changed, added = ([p for p in paths if p not in attributes] for paths in changed_paths(agent_patch))
     names = tests_import(graded, os.path.join(results, "test.patch"))
     report["tamper"], watched = tamper_scan(changed, added, graded, names, test_files)
     with open(os.path.join(results, "watched.json"), "w") as f:
@@ -857,7 +933,7 @@ def main() -> None:
             },
             f,
         )
-    report["restored"] = restore_test_files(changed, graded)
+    report["restored"] = attributes + restore_test_files(changed, graded)
     error = apply(os.path.join(results, "test.patch"))
     if error is not None:
         report.update(stage="test_patch_failed", detail=error)

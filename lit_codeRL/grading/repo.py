@@ -702,7 +702,9 @@ a test module pytest's rewriter did not compile is tampering; 6: the mirror arms
 7: a changed configuration file or module is read whole, as pytest and the interpreter read it,
 links too, the base's ``pythonpath`` is a root of the import path, and the comparison check asks
 any comparison method of a class the diff wrote; 8: the mirror arms equality checks against
-computed values)."""
+computed values, a ``.gitattributes`` of the diff's is put back first, every path the diff writes
+counts as changed, and a ``setup.cfg`` with ``\\r`` line ends or a configuration that is a link is
+read as pytest reads it)."""
 
 
 def _task_key(task: GradedTask) -> str:

@@ -56,10 +56,16 @@ def diff(
     files: dict[str, str],
     links: dict[str, str] | None = None,
     removed: list[str] | None = None,
+    own_attributes: str = "",
 ) -> str:
     """The diff from ``repo``'s base commit to it with ``removed`` deleted, ``files`` written over
-    it and the symbolic ``links`` (path -> target) made."""
+    it and the symbolic ``links`` (path -> target) made. ``own_attributes``: the scratch
+    repository's ``.git/info/attributes``, which outrank every ``.gitattributes`` and which no
+    diff carries (an agent's own workspace: ``-working-tree-encoding`` there puts a file's bytes
+    in the diff as they are, beside a ``.gitattributes`` that converts them in grading)."""
     subprocess.run(["git", "clone", "-q", str(repo), str(scratch)], check=True)
+    (scratch / ".git" / "info").mkdir(exist_ok=True)
+    (scratch / ".git" / "info" / "attributes").write_text(own_attributes)
     for path in removed or []:
         (scratch / path).unlink()
     for path, content in files.items():
