@@ -454,11 +454,16 @@ def run_git(
     input: str | None = None,
     check: bool = True,
 ) -> str:
-    """``git *args`` with ``env``; its stdout. A failure raises :class:`GitError` when ``check``."""
-    done = subprocess.run(["git", *args], cwd=cwd, env=dict(env), input=input, capture_output=True, text=True)
+    """``git *args`` with ``env``; its stdout as git wrote it: UTF-8, other bytes as surrogate
+    escapes, line ends untouched (``text=True`` read ``\r`` as a line end and decoded strictly: a
+    reference fix of a file with ``\r\n`` line ends was a patch that did not apply, one of a
+    Latin-1 module raised ``UnicodeDecodeError``). A failure raises :class:`GitError` when ``check``."""
+    data = None if input is None else input.encode("utf-8", "surrogateescape")
+    done = subprocess.run(["git", *args], cwd=cwd, env=dict(env), input=data, capture_output=True)
     if check and done.returncode != 0:
-        raise GitError(f"git {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[:2000]}")
-    return done.stdout
+        err = done.stderr.decode("utf-8", "replace").strip()[:2000]
+        raise GitError(f"git {' '.join(args)} failed ({done.returncode}): {err}")
+    return done.stdout.decode("utf-8", "surrogateescape")
 
 
 # --------------------------------------------------------------------------------------------

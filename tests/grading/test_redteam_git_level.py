@@ -26,7 +26,9 @@ diff writes is changed whatever git says of it (``git apply --numstat``), and re
 as revisions (``git cat-file``, ``HEAD --``). Two readings of the pytest configuration differed
 from pytest's too, with no diff at all: a ``setup.cfg`` with ``\\r`` line ends was one line to
 ``configparser`` (its ``--deselect`` unseen: the reference patch graded ``unresolved``), and a
-configuration file that is a link was skipped.
+configuration file that is a link was skipped; and ``run_git``, which makes the debugging gym's
+and synthesis's reference fixes, read git's output with universal newlines and strict UTF-8 (a
+fix of a ``\r\n`` module was a patch that did not apply, of a Latin-1 module an exception).
 
 Tried and graded as they should before any change (kept where cheap): a ``.gitignore`` hiding a
 forged helper (``tamper``: grading lists files git ignores), a gitlink in place of the helper, the
@@ -223,3 +225,23 @@ def test_the_paths_a_diff_writes_are_changed_whatever_git_says(tmp_path, monkeyp
     )
     assert shown.stdout == ""  # what the runner asked alone
     assert _runner.changed_paths(str(tmp_path / "agent.patch")) == (["m.py", "new.txt"], ["new.txt"])
+
+
+def test_a_reference_fix_is_the_exact_patch(tmp_path) -> None:
+    """``run_git`` (the debugging gym's and synthesis's reference fixes) read git's output with
+    universal newlines and strict UTF-8: a fix of a module with ``\\r\\n`` line ends did not apply,
+    one of a Latin-1 module raised."""
+    from lit_codeRL.grading.repo import patch_bytes  # noqa: PLC0415
+    from lit_codeRL.problems.swe import git_environment, run_git  # noqa: PLC0415
+
+    repo, base = make_repo(tmp_path / "repo", {"calc.py": "x = 1\r\n"})
+    (repo / "calc.py").write_bytes(b"x = 2\r\n")
+    (repo / "names.py").write_bytes(b"N = 'caf\xe9'\n")
+    env = git_environment(tmp_path)
+    run_git(["-C", str(repo), "add", "-A"], env)
+    patch = run_git(["-C", str(repo), "diff", "--cached", "--binary", base], env)
+    run_git(["-C", str(repo), "reset", "-q", "--hard", base], env)
+    (tmp_path / "fix.patch").write_bytes(patch_bytes(patch))
+    run_git(["-C", str(repo), "apply", str(tmp_path / "fix.patch")], env)
+    assert (repo / "calc.py").read_bytes() == b"x = 2\r\n"
+    assert (repo / "names.py").read_bytes() == b"N = 'caf\xe9'\n"
