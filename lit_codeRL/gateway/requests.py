@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,17 +25,29 @@ from typing import Any
 from lit_codeRL.gateway.records import Choice
 from lit_codeRL.policy.sampling import SamplingParams
 
+MAX_ERROR_CHARS = 500
+"""An error message's length at most: a message may quote what the client sent, and a 60 MiB
+value quoted whole made a 50 MB reply, built and sent on the event loop."""
+
 
 class APIError(Exception):
-    """A request the gateway answers with ``status`` and an OpenAI-style error body."""
+    """A request the gateway answers with ``status`` and an OpenAI-style error body; its message
+    is one line of at most :data:`MAX_ERROR_CHARS` characters."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        message = message[:MAX_ERROR_CHARS].replace("\r", " ").replace("\n", " ")
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
 
     def body(self) -> dict[str, Any]:
         kind = "invalid_request_error" if self.status < 500 else "server_error"
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error message quotes it: its repr, cut short before it is built (a huge
+    string or list is not copied whole to be quoted)."""
+    return reprlib.repr(value)
 
 
 @dataclass
@@ -108,7 +121,7 @@ def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: floa
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise APIError(400, f"{name} must be a number in [{lo}, {hi}], got {value!r}", name)
+        raise APIError(400, f"{name} must be a number in [{lo}, {hi}], got {shown(value)}", name)
     return float(value)
 
 
@@ -117,7 +130,18 @@ def _integer(body: dict[str, Any], name: str, default: int | None, lo: int, hi: 
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise APIError(400, f"{name} must be an integer in [{lo}, {hi}], got {value!r}", name)
+        raise APIError(400, f"{name} must be an integer in [{lo}, {hi}], got {shown(value)}", name)
+    return value
+
+
+def flag(body: dict[str, Any], name: str) -> bool:
+    """A boolean field (absent or null: false). Anything else is a 400, not its truthiness:
+    ``"stream": "false"`` streamed and ``"logprobs": "no"`` sent log-probs."""
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise APIError(400, f"{name} must be true or false, got {shown(value)}", name)
     return value
 
 
@@ -160,9 +184,9 @@ def sampling_of(
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     if requested is not None:
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-            raise APIError(400, f"{name} must be a positive integer, got {requested!r}", name)
+            raise APIError(400, f"{name} must be a positive integer, got {shown(requested)}", name)
         if forced is None and requested > cap:
-            raise APIError(400, f"{name} {requested} exceeds this server's limit {cap}", name)
+            raise APIError(400, f"{name} {shown(requested)} exceeds this server's limit {cap}", name)
     max_new = min(requested or (forced.max_new_tokens if forced else limits.max_tokens), cap)
     stop = _stops(body.get("stop"))
     if forced is not None:
@@ -250,6 +274,29 @@ def _template_tool_call(call: Any, i: int) -> dict[str, Any]:
     return {"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": args}}
 
 
+def check_tool_choice(body: dict[str, Any], tools: list[dict[str, Any]] | None) -> None:
+    """``tool_choice`` and ``parallel_tool_calls`` constrain what is sampled, which this server
+    does not do: only the values that constrain nothing pass ("auto", or "none" with no tools to
+    call), anything else is a 400 naming the field (it was ignored: a forced call came back as text)."""
+    choice = body.get("tool_choice")
+    if choice not in (None, "auto") and not (choice == "none" and not tools):
+        raise APIError(
+            400, f"tool_choice {shown(choice)} is not supported (only \"auto\": it would change what is sampled)",
+            "tool_choice",
+        )  # fmt: skip
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise APIError(
+            400, f"parallel_tool_calls must be true or false, got {shown(parallel)}", "parallel_tool_calls"
+        )
+    if parallel is False and tools:
+        raise APIError(
+            400,
+            "parallel_tool_calls false is not supported (it would change what is sampled)",
+            "parallel_tool_calls",
+        )
+
+
 def check_tools(tools: Any, supports_tools: bool) -> list[dict[str, Any]] | None:
     if tools is None or tools == []:
         return None
@@ -262,6 +309,15 @@ def check_tools(tools: Any, supports_tools: bool) -> list[dict[str, Any]] | None
     return tools
 
 
+def _token_ids(value: Any) -> bool:
+    """``value`` is a non-empty list of token ids (``true`` is not the id 1)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    )
+
+
 def completion_prompts(prompt: Any, encode: Any) -> list[list[int]]:
     """A completions ``prompt``: a string, a list of strings, a list of ids or a list of id lists."""
     if isinstance(prompt, str):
@@ -269,9 +325,9 @@ def completion_prompts(prompt: Any, encode: Any) -> list[list[int]]:
     if isinstance(prompt, list) and prompt:
         if all(isinstance(p, str) for p in prompt):
             return [encode(valid_text(p)) for p in prompt]
-        if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        if _token_ids(prompt):
             return [list(prompt)]
-        if all(isinstance(p, list) and p and all(isinstance(t, int) and t >= 0 for t in p) for p in prompt):
+        if all(_token_ids(p) for p in prompt):
             return [list(p) for p in prompt]
     raise APIError(400, "prompt must be a string, a list of strings, or token ids", "prompt")
 

@@ -24,7 +24,9 @@ together at most and a body ``max_json_values`` JSON values at most, a chat text
 ``max_inflight_per_episode`` calls being answered (429 past it) and ``max_calls_per_episode``
 counts calls being answered too; a socket takes at most ``max_connections_per_socket``
 connections and a connection idle (or a body unsent) for ``idle_timeout_s`` is closed; a client
-that hangs up, or whose episode closes, has its queued call dropped before generation.
+that hangs up, or whose episode closes, has its queued call dropped before generation. A client
+that half-closes after its requests still gets their replies (:class:`_HalfCloseHandler`); a
+compressed body is refused (415), never inflated past the caps.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import asyncio
 import hashlib
 import json
 import logging
+import select
+import socket
 import threading
 import time
 import uuid
@@ -45,6 +49,7 @@ from typing import Any
 
 import torch
 from aiohttp import web
+from aiohttp.http_parser import RawRequestMessage
 
 from lit_codeRL.gateway.batcher import GenerationJob, GenerationQueue
 from lit_codeRL.gateway.records import CallRecord, Choice
@@ -55,9 +60,11 @@ from lit_codeRL.gateway.requests import (
     ParsedRequest,
     ServeLimits,
     chat_reply,
+    check_tool_choice,
     check_tools,
     completion_prompts,
     completion_reply,
+    flag,
     normalize_messages,
     sampling_of,
     stream_chunks,
@@ -106,6 +113,86 @@ class _OneLineASecond(logging.Filter):
 http_logger = logging.getLogger(f"{__name__}.http")
 """What the HTTP server logs about requests (aiohttp's own messages included): one line a second."""
 http_logger.addFilter(_OneLineASecond())
+
+
+def _peer_closed_both_ways(transport: asyncio.BaseTransport) -> bool:
+    """The peer of a unix socket closed it, not just its sending side (the kernel reports a hang-up
+    only then; a TCP peer's close and half-close look alike: both are a FIN)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_UNIX:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return any(events & select.POLLHUP for _, events in poller.poll(0))
+
+
+class _HalfCloseHandler(web.RequestHandler):
+    """aiohttp's connection handler, except that a client that shuts down its sending side
+    (``shutdown(SHUT_WR)``, ``curl``'s or the harness relay's half-close) after its requests still
+    gets every reply, then the connection closes.
+
+    Why: aiohttp closes the transport at EOF, cancelling the request being answered, so such a
+    client got no reply at all (the harness relay passes an agent's half-close on). Here the
+    transport stays half-open while a request is being answered or waits in the pipeline, and the
+    last of them is answered with keep-alive off. A body that EOF cut short is a 400 at once, never
+    waited for. A connection with nothing left to answer, or whose unix-socket peer closed both
+    ways (an agent killed: its call is dropped before generation), closes at once as before."""
+
+    __slots__ = ("_last_payload",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_payload: Any = None
+        """The body of the last request parsed: the only one EOF can cut short."""
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if not self._messages:
+            return
+        message, payload = self._messages[-1]
+        if isinstance(message, RawRequestMessage):
+            self._last_payload = payload
+        else:  # the parser failed, maybe inside the last body: none of its rest will come
+            self._loop.call_soon(self._end_body, "the request body is malformed")
+
+    def eof_received(self) -> bool:
+        idle = self._waiter is not None and not self._waiter.done() and not self._messages
+        if idle or (self.transport is not None and _peer_closed_both_ways(self.transport)):
+            return False  # nothing to answer, or nobody to answer it to: the transport closes
+        self._lingering_time = 0.0  # no more bytes of an unread body will come to drain
+        if self._messages:
+            message, payload = self._messages[-1]
+            if isinstance(message, RawRequestMessage):  # (a parse error's reply closes anyway)
+                self._messages[-1] = (message._replace(should_close=True), payload)
+        else:
+            self.close()  # the request being answered is the last: close after its reply
+        self._loop.call_soon(
+            self._end_body, "the request body ended before its declared length (the client closed its side)"
+        )
+        return True
+
+    def _end_body(self, why: str) -> None:
+        """End the last request's body, if it is still arriving (none of its rest will): a 400
+        saying ``why`` for a handler that reads it (its request being answered or queued); just
+        ended for aiohttp's drain of a body its handler left unread. Called a turn late: Python
+        3.11 starts a handler's task a turn after it pops the request, and that handler must
+        count as reading."""
+        payload, request = self._last_payload, self._current_request
+        if payload is None or payload.is_eof() or payload.exception() is not None:
+            return
+        if (request is not None and request.content is payload) or any(
+            p is payload for _, p in self._messages
+        ):
+            payload.set_exception(APIError(400, why))
+        else:
+            payload.feed_eof()
+
+
+class _HalfCloseServer(web.Server):
+    """aiohttp's low-level server whose connections are :class:`_HalfCloseHandler` s."""
+
+    def __call__(self) -> web.RequestHandler:
+        return _HalfCloseHandler(self, loop=self._loop, **self._kwargs)
 
 
 @dataclass
@@ -262,10 +349,13 @@ class Gateway:
             handle_signals=False,
             handler_cancellation=True,
             keepalive_timeout=self.config.idle_timeout_s,
+            auto_decompress=False,  # a compressed body is refused (415), never inflated past the caps
         )
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
+        # aiohttp builds its Server inside AppRunner and has no option for the handler class
+        server.__class__ = _HalfCloseServer
         made, lost = server.connection_made, server.connection_lost
 
         def connection_made(handler: Any, transport: asyncio.Transport) -> None:
@@ -508,6 +598,12 @@ class Gateway:
     ) -> web.StreamResponse:
         parsed: ParsedRequest | None = None
         try:
+            encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                # the caps count bytes as sent: 1 MiB of gzip inflates to 1 GiB
+                raise APIError(
+                    415, f"Content-Encoding {encoding[:40]!r} is not accepted: send the body uncompressed"
+                )
             # the body's share of the episode's cap, ``held[0]`` bytes: released when the handler
             # is done with the body, or, once its parse started, when the parse is (a client that
             # hangs up mid-parse does not free a share a parser thread still holds the body of)
@@ -682,17 +778,18 @@ class Gateway:
         limits = self.config.limits
         sampling, n, seed = sampling_of(body, limits, self.forced_sampling)
         model = body.get("model") if isinstance(body.get("model"), str) else self.config.served_name
-        stream = bool(body.get("stream", False))
+        stream = flag(body, "stream")
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             raise APIError(400, "stream_options must be an object", "stream_options")
-        include_usage = bool(options.get("include_usage", False))
+        include_usage = flag(options, "include_usage")
         if kind == "chat":
             if body.get("top_logprobs"):
                 raise APIError(
                     400, "top_logprobs is not supported: only the chosen tokens' log-probs", "top_logprobs"
                 )
             tools = check_tools(body.get("tools"), self.renderer.supports_tools)
+            check_tool_choice(body, tools)
             messages = normalize_messages(body.get("messages"), self.renderer.supports_tools)
             chars = text_chars(messages, tools)
             if (
@@ -714,7 +811,7 @@ class Gateway:
                         400, f"the chat template cannot render these messages: {err}", "messages"
                     ) from None
             prompts = [ids]
-            logprobs = bool(body.get("logprobs", False))
+            logprobs = flag(body, "logprobs")
         else:
             logprobs_n = body.get("logprobs")
             if logprobs_n not in (None, 0, False, True) and logprobs_n != 0:

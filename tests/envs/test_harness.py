@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 import torch
@@ -287,7 +288,6 @@ chat = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
 head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 full = head + b"Content-Length: %d\r\n\r\n" % len(chat) + chat
 attacks = [
-    full,  # a whole request, then a half-close before reading the reply
     full[:-3],  # a body cut short, then a half-close
     head + b"Transfer-Encoding: chunked\r\n\r\nzzzz\r\nabc\r\n0\r\n\r\n",  # a bad chunk size
     b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 100000 + b"\r\n\r\n",  # a huge header
@@ -296,7 +296,8 @@ attacks = [
 for i in range(200):
     s = socket.create_connection(("127.0.0.1", 8000), timeout=10)
     try:
-        s.sendall(attacks[i % len(attacks)])
+        # the first: a whole request, then a half-close before reading the reply (answered)
+        s.sendall(full if i == 0 else attacks[i % len(attacks)])
         s.shutdown(socket.SHUT_WR)
         s.recv(100)
     except OSError:
@@ -309,19 +310,23 @@ print("malformed: done")
 def test_malformed_traffic_through_the_relay_leaves_the_trainer_log_bounded(
     policy, swe_settings, problem, agent_dir, caplog
 ):
-    """200 malformed or abandoned requests (half-closed, cut short, bad chunking, a huge or
-    non-UTF-8 header) through the relay: the trainer's log gets a few lines at most, never a
-    traceback per request (before: aiohttp logged "Error handling request" with a traceback for
+    """200 malformed or abandoned requests (cut short, bad chunking, a huge or non-UTF-8 header,
+    each half-closed) through the relay: the trainer's log gets one line a second at most, never
+    a traceback per request (before: aiohttp logged "Error handling request" with a traceback for
     each one, ~1.7 kB a request, so an agent could write hundreds of MB into the trainer's log
-    within its wall clock), and the other sample's calls and rows are untouched."""
+    within its wall clock), and the other sample's calls and rows are untouched. The one whole
+    request among them is answered and recorded despite its half-close (it used to be dropped)."""
     (agent_dir / "malformed.py").write_text(MALFORMED)
     command = f"if [ {{sample}} = 0 ]; then python3 /opt/lcrl-agent/malformed.py; else {VICTIM}; fi"
+    t0 = time.monotonic()
     with caplog.at_level("WARNING"):
         hostile, victim = run_harness(policy, swe_settings, [problem], 2, command, agent_dir)
     noisy = [r for r in caplog.records if r.levelno >= 30]
-    assert len(noisy) <= 4, [r.getMessage()[:120] for r in noisy]
+    # malformed requests are now answered 400 (a half-close no longer drops them unanswered), and
+    # aiohttp logs each: the filter lets one through a second
+    assert len(noisy) <= 4 + time.monotonic() - t0, [r.getMessage()[:120] for r in noisy]
     assert not any(r.exc_info for r in noisy)
-    assert "malformed: done" in hostile.record()["agent_log"] and hostile.record()["gateway"]["calls"] == 0
+    assert "malformed: done" in hostile.record()["agent_log"] and hostile.record()["gateway"]["calls"] == 1
     record = victim.record()
     seen = client_ids(record["agent_log"])
     assert record["gateway"]["calls"] == len(seen) == 3 and record["gateway"]["errors"] == 0
