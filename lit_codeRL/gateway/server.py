@@ -25,8 +25,9 @@ together at most and a body ``max_json_values`` JSON values at most, a chat text
 counts calls being answered too; a socket takes at most ``max_connections_per_socket``
 connections and a connection idle (or a body unsent) for ``idle_timeout_s`` is closed; a client
 that hangs up, or whose episode closes, has its queued call dropped before generation. A client
-that half-closes after its requests still gets their replies (:class:`_HalfCloseHandler`); a
-compressed body is refused (415), never inflated past the caps.
+that half-closes after its requests still gets their replies, and one that leaves any reply
+unread for ``write_timeout_s`` is cut off (:class:`_ClientConnection`); a compressed body is
+refused (415), never inflated past the caps.
 """
 
 from __future__ import annotations
@@ -126,24 +127,53 @@ def _peer_closed_both_ways(transport: asyncio.BaseTransport) -> bool:
     return any(events & select.POLLHUP for _, events in poller.poll(0))
 
 
-class _HalfCloseHandler(web.RequestHandler):
-    """aiohttp's connection handler, except that a client that shuts down its sending side
-    (``shutdown(SHUT_WR)``, ``curl``'s or the harness relay's half-close) after its requests still
-    gets every reply, then the connection closes.
+class _ClientConnection(web.RequestHandler):
+    """aiohttp's connection handler, with two changes for clients that stop half-way.
 
-    Why: aiohttp closes the transport at EOF, cancelling the request being answered, so such a
-    client got no reply at all (the harness relay passes an agent's half-close on). Here the
-    transport stays half-open while a request is being answered or waits in the pipeline, and the
-    last of them is answered with keep-alive off. A body that EOF cut short is a 400 at once, never
-    waited for. A connection with nothing left to answer, or whose unix-socket peer closed both
-    ways (an agent killed: its call is dropped before generation), closes at once as before."""
+    A client that shuts down its sending side (``shutdown(SHUT_WR)``, ``curl``'s or the harness
+    relay's half-close) after its requests still gets every reply, then the connection closes.
+    aiohttp closes the transport at EOF, cancelling the request being answered, so such a client
+    got no reply at all (the harness relay passes an agent's half-close on). Here the transport
+    stays half-open while a request is being answered or waits in the pipeline, and the last of
+    them is answered with keep-alive off. A body that EOF cut short is a 400 at once, never waited
+    for. A connection with nothing left to answer, or whose unix-socket peer closed both ways (an
+    agent killed: its call is dropped before generation), closes at once as before.
 
-    __slots__ = ("_last_payload",)
+    A connection whose replies stay unread (its transport's buffer full) for ``write_timeout_s``
+    is aborted: aiohttp waits forever to write the replies it writes itself (``/v1/models``,
+    errors, its parser's 400s), so a client that pipelined requests and never read held its
+    connection past the idle timeout and past its episode's close."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    __slots__ = ("_last_payload", "_write_timeout_s", "_unread_timer")
+
+    def __init__(self, *args: Any, write_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._last_payload: Any = None
         """The body of the last request parsed: the only one EOF can cut short."""
+        self._write_timeout_s = write_timeout_s
+        self._unread_timer: asyncio.TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._unread_timer = self._loop.call_later(self._write_timeout_s, self._abort_unread)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._stop_unread_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._stop_unread_timer()
+        super().connection_lost(exc)
+
+    def _stop_unread_timer(self) -> None:
+        if self._unread_timer is not None:
+            self._unread_timer.cancel()
+            self._unread_timer = None
+
+    def _abort_unread(self) -> None:
+        self._unread_timer = None
+        if self.transport is not None:
+            self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -188,11 +218,13 @@ class _HalfCloseHandler(web.RequestHandler):
             payload.feed_eof()
 
 
-class _HalfCloseServer(web.Server):
-    """aiohttp's low-level server whose connections are :class:`_HalfCloseHandler` s."""
+class _Server(web.Server):
+    """aiohttp's low-level server whose connections are :class:`_ClientConnection` s."""
+
+    write_timeout_s: float = 60.0
 
     def __call__(self) -> web.RequestHandler:
-        return _HalfCloseHandler(self, loop=self._loop, **self._kwargs)
+        return _ClientConnection(self, loop=self._loop, write_timeout_s=self.write_timeout_s, **self._kwargs)
 
 
 @dataclass
@@ -355,7 +387,8 @@ class Gateway:
         server = self._runner.server
         assert server is not None
         # aiohttp builds its Server inside AppRunner and has no option for the handler class
-        server.__class__ = _HalfCloseServer
+        server.__class__ = _Server
+        server.write_timeout_s = self.config.write_timeout_s
         made, lost = server.connection_made, server.connection_lost
 
         def connection_made(handler: Any, transport: asyncio.Transport) -> None:

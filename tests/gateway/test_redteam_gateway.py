@@ -99,7 +99,7 @@ def test_a_half_closed_client_gets_every_reply_then_eof(served, loop_errors):
     """Hole (fixed): a client that shuts down its sending side after a full request (curl, a
     raw-socket program, the harness relay passing an agent's half-close on) got no reply:
     aiohttp closed the connection at EOF and cancelled the call. Now every request it sent is
-    answered, pipelined ones too, and then the connection closes (`_HalfCloseHandler`)."""
+    answered, pipelined ones too, and then the connection closes (`_ClientConnection`)."""
     gateway = served[0]
     address = tcp(gateway)
     models = exchange(address, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -420,6 +420,29 @@ def test_connections_over_the_cap_with_calls_in_flight_leave_no_count_behind(tin
         assert len(gateway.wait_settled(gateway.close_episode(key)).calls) == got.count(200)
     finally:
         close()
+
+
+def test_a_client_that_never_reads_its_replies_is_cut_off(tiny_policy, tmp_path):
+    """Hole (fixed): replies aiohttp writes itself (``/v1/models``, errors) had no write timeout: a
+    client that pipelined requests and never read held its connection forever, past the idle
+    timeout and past its episode's close. Now it is aborted after ``write_timeout_s``."""
+    policy, tokenizer = tiny_policy
+    config = GatewayConfig("tiny", ServeLimits(max_tokens=2), require_episode=True, write_timeout_s=1.0)
+    gateway = Gateway(tokenizer, config).start()
+    try:
+        sock = str(tmp_path / "ep.sock")
+        gateway.open_episode(socket_path=sock)
+        s = connect(sock, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            while True:  # until the server stops reading: its replies fill both buffers
+                s.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        except (TimeoutError, BlockingIOError):
+            pass
+        assert wait_for(lambda: not gateway._socket_conns, timeout_s=5)
+        s.close()
+    finally:
+        gateway.stop()
 
 
 def test_calls_after_the_episode_ended_get_404_or_eof_at_once(tiny_policy, tmp_path):
