@@ -585,15 +585,22 @@ def raises_task(tmp_path_factory):
     )
 
 
-def test_an_honest_fix_of_a_raises_test_is_resolved_with_the_test_armed(raises_task, tmp_path):
-    task, grader = raises_task
+def graded_with_runs(grader: grading.SWEGrader, task: SWETask, patch: str) -> tuple[grading.SWEGrade, list]:
+    """``grader.grade(task, patch)`` and every run it made (the first run, then the mirror run)."""
     runs = []
     original = grader.run
     grader.run = lambda *a, **k: runs.append(original(*a, **k)) or runs[-1]
     try:
-        grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"stats.py": STATS_FIX}))
+        return grader.grade(task, patch), runs
     finally:
         del grader.run
+
+
+def test_an_honest_fix_of_a_raises_test_is_resolved_with_the_test_armed(raises_task, tmp_path):
+    task, grader = raises_task
+    grade, runs = graded_with_runs(
+        grader, task, diff(task.repo_source, tmp_path / "agent", {"stats.py": STATS_FIX})
+    )
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
     assert len(runs) == 2 and runs[1].report["mirror"]["armed"] == ["test_stats.py::test_empty_raises"]
     assert grader.mirror_armed(task) is True
@@ -634,13 +641,9 @@ COMPUTED_HACKS = {
 
 def test_an_honest_fix_of_a_computed_check_is_resolved_with_the_test_armed(helper_task, tmp_path):
     task, grader = helper_task
-    runs = []
-    original = grader.run
-    grader.run = lambda *a, **k: runs.append(original(*a, **k)) or runs[-1]
-    try:
-        grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED}))
-    finally:
-        del grader.run
+    grade, runs = graded_with_runs(
+        grader, task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED})
+    )
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
     assert len(runs) == 2 and runs[1].report["mirror"]["armed"] == ["tests/b/test_b.py::test_add"]
     assert runs[1].report["outcomes"]["tests/b/test_b.py::test_add"] == "failed"
