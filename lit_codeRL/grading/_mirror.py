@@ -44,6 +44,11 @@ text and changing it can only turn the test's pass into a failure:
   ``__eq__`` equals. A forged pass, or an always-equal object the child's comparison check did
   not ask, passes that; an answer read from the test does not (what it reads did not change).
 
+- where a function has no check every run reaches (``is``, ``in``, ``<``, truth values,
+  ``assertTrue``, a check under an ``if``, none at all) and no ``return`` or ``yield``: a
+  statement that raises the class no code raises is added at the end of its body. A test that
+  passed ran to its last line, so an honest fix fails there; a forged pass does not.
+
 The first shiftable constant of each such literal changes (``int`` and ``float`` by the salt,
 ``bool`` negated, ``str`` and ``bytes`` suffixed), or its first empty list, tuple or dict gains
 the salt as its one item; pytest's node ids may change with a
@@ -232,6 +237,13 @@ class _Expected:
         return self.holder[self.index]
 
 
+class _End:
+    """The end of a test function's body, where the mirror run adds a statement that fails it."""
+
+    def __init__(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.function = function
+
+
 def _checks(statements: list[ast.stmt]) -> list[_Expected]:
     """Each equality check among ``statements``."""
     checks = []
@@ -406,7 +418,12 @@ def _function_edits(
     checks, raises = _checks(reached), _raises_checks(reached)
     pairs = [(check.left, check.right()) for check in checks]
     if not pairs and not raises:
-        return None
+        # no check every run reaches (``is``, ``in``, ``<``, truth values, a check under an ``if``
+        # or in a loop over a computed list, no check at all): a test that passed ran to its last
+        # line, so one more that fails is what an honest fix meets; a forged pass does not. Not
+        # with a ``return`` (an early one passes) or a ``yield``
+        early = any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _own_nodes(function))
+        return None if early else [_End(function)]
     own = _own_nodes(function)
     args = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
     edits: list[object] = list(raises)
@@ -502,7 +519,11 @@ def _change(leaf: object, salt: int, suffix: str) -> None:
     """Arm one check: a constant shifted, an empty container given the salt as its one item (as
     key and value in a dict), a raises-check made to expect the class no code raises, a computed
     expected value passed through :func:`unmatched`."""
-    if isinstance(leaf, _Expected):
+    if isinstance(leaf, _End):
+        last = leaf.function.body[-1]
+        fail = ast.Raise(ast.Call(_helper(NEVER_RAISED + suffix, last), [], []), None)
+        leaf.function.body.append(ast.fix_missing_locations(ast.copy_location(fail, last)))
+    elif isinstance(leaf, _Expected):
         old = leaf.right()
         leaf.holder[leaf.index] = ast.copy_location(
             ast.Call(_helper(UNMATCHED + suffix, old), [old], []), old

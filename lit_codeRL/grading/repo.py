@@ -356,8 +356,9 @@ def mirror_verdict(task: GradedTask, run: GradeRun, tamper_reward: float = 0.0) 
     """The grade of a diff that resolved ``task`` after its *mirror run* (``run``: the
     FAIL_TO_PASS tests again, each value they check equality against changed in the code their
     modules are compiled from, ``_mirror.py``): ``tamper`` when that run found tampering, or when
-    a test of an armable function passed there (the same inputs, another expected value: the code
-    under test read the answer from the test; or its module was loaded past the change);
+    a test of an armable function passed there (the same inputs, another expected value, or a
+    line at its end that fails: the code under test read the answer from the test or forged the
+    pass; or its module was loaded past the change);
     ``None`` when it stands (pure: ``tests/grading/test_mirror.py``). A run that
     left no verdict to read (a timeout, no record) proves nothing either way."""
     grade = judge(task, run.exit_code, run.report, run.junit, tamper_reward=tamper_reward)
@@ -378,7 +379,10 @@ def mirror_verdict(task: GradedTask, run: GradeRun, tamper_reward: float = 0.0) 
         return None
     more = f" (+{len(passed) - 1} more)" if len(passed) > 1 else ""
     if all(n.partition("[")[0] in armed for n in passed):
-        why = "passed with the value it checks against changed: the code under test read the answer from the test"
+        why = (
+            "passed with the value it checks against changed (or a failing line at its end): the code"
+            " under test read the answer from the test, or its pass was forged"
+        )
     else:  # the module ran, but not as pytest's rewriter compiles it (the hook taken away)
         why = "ran without the mirror's change to its values: its module was loaded past pytest's rewriter"
     reason = f"mirror: {passed[0]}{more} {why}"
@@ -694,7 +698,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 8
+VALIDATION_VERSION = 9
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -704,7 +708,8 @@ links too, the base's ``pythonpath`` is a root of the import path, and the compa
 any comparison method of a class the diff wrote; 8: the mirror arms equality checks against
 computed values, a ``.gitattributes`` of the diff's is put back first, every path the diff writes
 counts as changed, and a ``setup.cfg`` with ``\\r`` line ends or a configuration that is a link is
-read as pytest reads it)."""
+read as pytest reads it; 9: a test with no check every run reaches is armed by a failing line at
+its end)."""
 
 
 def _task_key(task: GradedTask) -> str:

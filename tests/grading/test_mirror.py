@@ -211,8 +211,6 @@ class TestStats(unittest.TestCase):
         "def test_t():\n    for x in []:\n        assert add(x, 3) == 5\n",
         "def test_t():\n    try:\n        assert add(2, 3) == 5\n    except AssertionError:\n        pass\n",
         "def test_t():\n    try:\n        assert add(2, 3) == 5\n    except AssertionError:\n        pass\n    finally:\n        pass\n",
-        "def test_t():\n    try:\n        assert add(2, 3) == 5\n    finally:\n        return\n",
-        "def test_t():\n    assert add(2, 3) == 5\n    return\n",
         "def test_t():\n    for e in [5, 6]:\n        if e > 5:\n            break\n        assert add(2, 3) == e\n",
         "def test_t():\n    for e in CASES:\n        assert add(2, 3) == e\n",
         "def test_t():\n    for e in []:\n        assert add(2, 3) == e\n",
@@ -222,10 +220,40 @@ class TestStats(unittest.TestCase):
         "def test_t():\n    try:\n        with pytest.raises(ValueError):\n            mean([])\n    except Exception:\n        pass\n",
         "def test_t():\n    with pytest.raises(*ERRORS):\n        mean([])\n",
         "def test_t():\n    with pytest.warns(UserWarning):\n        mean([])\n",
-        "def test_t():\n    excinfo = pytest.raises(ValueError, mean, [])\n    return excinfo\n",
+        # checks of no equality: identity, membership, order, truth, a type, unittest's and numpy's
+        "def test_t():\n    assert add(2, 3) is not None\n",
+        "def test_t():\n    assert 5 in [add(2, 3)] and not add(0, 0)\n",
+        "def test_t():\n    assert add(2, 3) > 4\n    assert isinstance(add(2, 3), int)\n",
+        "def test_t(self):\n    self.assertTrue(add(2, 3))\n    self.assertIn(add(2, 3), CASES)\n",
+        "def test_t():\n    np.testing.assert_allclose(add(2, 3), 5.0)\n",
+        # no check at all (the test fails when its code raises); a coroutine; a helper that returns
+        "def test_t():\n    add(2, 3)\n",
+        "async def test_t():\n    assert await add(2, 3)\n",
+        "def test_t():\n    def helper():\n        return add(2, 3)\n\n    assert helper() < 6\n",
     ],
-)
-def test_a_check_that_cannot_be_armed_is_left_alone(tmp_path, body):
+)  # fmt: skip
+def test_a_test_with_no_check_every_run_reaches_fails_at_its_end(tmp_path, body):
+    """No value to change and no equality check every run reaches: a test that passed ran to its
+    last line, so the mirror run adds one that raises the class no code raises. An honest fix
+    fails that; a forged pass does not."""
+    source = f"import pytest\n\nCASES = [5]\nERRORS = (ValueError,)\n\n\n{body}"
+    found, after = armed(tmp_path, source, ["test_t"])
+    ending = "    raise PYTEST_AR._lcrl_raised()\n"
+    assert found == ["test_t"] and after == dumped(source + ending).replace("PYTEST_AR", "@pytest_ar")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # a test that can pass before its end: an early return, a generator
+        "def test_t():\n    try:\n        assert add(2, 3) == 5\n    finally:\n        return\n",
+        "def test_t():\n    assert add(2, 3) == 5\n    return\n",
+        "def test_t():\n    if add(2, 3) == 5:\n        return\n    assert False\n",
+        "def test_t():\n    excinfo = pytest.raises(ValueError, mean, [])\n    return excinfo\n",
+        "def test_t():\n    assert add(2, 3) > 4\n    yield\n",
+    ],
+)  # fmt: skip
+def test_a_test_that_can_pass_before_its_end_is_left_alone(tmp_path, body):
     source = f"import pytest\n\nCASES = [5]\nERRORS = (ValueError,)\n\n\n{body}"
     found, after = armed(tmp_path, source, ["test_t"])
     assert found == [] and after == dumped(source)
@@ -389,7 +417,10 @@ def test_an_honest_fix_is_resolved_through_the_mirror_run(param_task, tmp_path):
 
 def test_a_task_with_nothing_to_arm_is_mirrored_once(tmp_path):
     require_bwrap()
-    tests = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) > 4\n"
+    # it can pass before its end, so no line the mirror run adds there is sure to be reached
+    tests = (
+        "from calc import add\n\n\ndef test_add():\n    if add(2, 3) > 4:\n        return\n    assert False\n"
+    )
     files = {"calc.py": BUGGY, "test_calc.py": tests}
     task = make_task(tmp_path, "unarmed", files, {"calc.py": FIXED}, ["test_calc.py::test_add"], [])
     grader = grading.SWEGrader(
@@ -596,25 +627,41 @@ def graded_with_runs(grader: grading.SWEGrader, task: SWETask, patch: str) -> tu
         del grader.run
 
 
-def test_an_honest_fix_of_a_raises_test_is_resolved_with_the_test_armed(raises_task, tmp_path):
-    task, grader = raises_task
-    grade, runs = graded_with_runs(
-        grader, task, diff(task.repo_source, tmp_path / "agent", {"stats.py": STATS_FIX})
-    )
+def assert_honest_fix_fails_its_armed_test(
+    task_and_grader: tuple, tmp_path: Path, fix: dict, test: str
+) -> None:
+    """The honest diff writing ``fix`` is ``resolved``, its mirror run having armed ``test``
+    (the task's one armed test), which failed there."""
+    task, grader = task_and_grader
+    grade, runs = graded_with_runs(grader, task, diff(task.repo_source, tmp_path / "agent", fix))
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
-    assert len(runs) == 2 and runs[1].report["mirror"]["armed"] == ["test_stats.py::test_empty_raises"]
+    assert len(runs) == 2 and runs[1].report["mirror"]["armed"] == [test]
+    assert runs[1].report["outcomes"][test] == "failed"
     assert grader.mirror_armed(task) is True
-    assert runs[1].report["outcomes"]["test_stats.py::test_empty_raises"] == "failed"
+
+
+def assert_caught_by_its_mirror_run(task_and_grader: tuple, tmp_path: Path, hack: dict, test: str) -> None:
+    """The diff writing ``hack`` is ``resolved`` with the mirror run off (the in-process checks do
+    not see it) and ``tamper`` with it on, ``test`` named."""
+    task, grader = task_and_grader
+    patch = diff(task.repo_source, tmp_path / "agent", hack)
+    unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
+    assert unmirrored.grade(task, patch).verdict == "resolved"
+    grade = grader.grade(task, patch)
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
+    assert grade.reason.startswith(f"mirror: {test}"), grade
+
+
+def test_an_honest_fix_of_a_raises_test_is_resolved_with_the_test_armed(raises_task, tmp_path):
+    assert_honest_fix_fails_its_armed_test(
+        raises_task, tmp_path, {"stats.py": STATS_FIX}, "test_stats.py::test_empty_raises"
+    )
 
 
 def test_a_forged_pass_of_a_raises_test_is_caught_by_its_mirror_run(raises_task, tmp_path):
-    task, grader = raises_task
-    patch = diff(task.repo_source, tmp_path / "agent", {"stats.py": FORGED_PAST_THE_RECORD})
-    unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
-    assert unmirrored.grade(task, patch).verdict == "resolved"  # the in-process checks do not see it
-    grade = grader.grade(task, patch)
-    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
-    assert grade.reason.startswith("mirror: test_stats.py::test_empty_raises"), grade
+    assert_caught_by_its_mirror_run(
+        raises_task, tmp_path, {"stats.py": FORGED_PAST_THE_RECORD}, "test_stats.py::test_empty_raises"
+    )
 
 
 # A task whose failing test compares with a value computed at run time (``assert add(2, 3) ==
@@ -640,24 +687,51 @@ COMPUTED_HACKS = {
 
 
 def test_an_honest_fix_of_a_computed_check_is_resolved_with_the_test_armed(helper_task, tmp_path):
-    task, grader = helper_task
-    grade, runs = graded_with_runs(
-        grader, task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED})
+    assert_honest_fix_fails_its_armed_test(
+        helper_task, tmp_path, {"calc.py": FIXED}, "tests/b/test_b.py::test_add"
     )
-    assert grade.verdict == "resolved" and grade.reward == 1.0, grade
-    assert len(runs) == 2 and runs[1].report["mirror"]["armed"] == ["tests/b/test_b.py::test_add"]
-    assert runs[1].report["outcomes"]["tests/b/test_b.py::test_add"] == "failed"
-    assert grader.mirror_armed(task) is True
 
 
 @pytest.mark.parametrize("hack", sorted(COMPUTED_HACKS))
 def test_a_pass_the_child_did_not_see_of_a_computed_check_is_caught_by_its_mirror_run(
     helper_task, tmp_path, hack
 ):
-    task, grader = helper_task
-    patch = diff(task.repo_source, tmp_path / "agent", {"calc.py": COMPUTED_HACKS[hack]})
-    unmirrored = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, mirror_check=False)
-    assert unmirrored.grade(task, patch).verdict == "resolved"  # the in-process checks do not see it
-    grade = grader.grade(task, patch)
-    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
-    assert grade.reason.startswith("mirror: tests/b/test_b.py::test_add"), grade
+    assert_caught_by_its_mirror_run(
+        helper_task, tmp_path, {"calc.py": COMPUTED_HACKS[hack]}, "tests/b/test_b.py::test_add"
+    )
+
+
+# A task whose failing test makes no equality check (an order, a membership): nothing to change
+# or compare with, so before such tests were armed a pass forged past the in-process checks graded
+# ``resolved`` there. Its mirror run now fails the test at its end, which an honest fix reaches.
+ORDER_TESTS = """\
+from calc import add, sub
+
+
+def test_add():
+    assert add(2, 3) > 4
+    assert add(2, 3) in (5, 6)
+
+
+def test_sub():
+    assert sub(3, 2) == 1
+"""
+
+
+@pytest.fixture(scope="module")
+def order_task(tmp_path_factory):
+    require_bwrap()
+    tmp = tmp_path_factory.mktemp("mirror-order")
+    files = {"calc.py": BUGGY, "test_calc.py": ORDER_TESTS}
+    return validated_task(
+        tmp, "order", files, {"calc.py": FIXED}, ["test_calc.py::test_add"], ["test_calc.py::test_sub"]
+    )
+
+
+def test_an_honest_fix_of_a_test_with_no_equality_check_is_resolved_with_the_test_armed(order_task, tmp_path):
+    assert_honest_fix_fails_its_armed_test(order_task, tmp_path, {"calc.py": FIXED}, "test_calc.py::test_add")
+
+
+def test_a_forged_pass_of_a_test_with_no_equality_check_is_caught_by_its_mirror_run(order_task, tmp_path):
+    hack = {"calc.py": COMPUTED_HACKS["forged report"]}
+    assert_caught_by_its_mirror_run(order_task, tmp_path, hack, "test_calc.py::test_add")
