@@ -45,9 +45,10 @@ text and changing it can only turn the test's pass into a failure:
   not ask, passes that; an answer read from the test does not (what it reads did not change).
 
 - where a function has no check every run reaches (``is``, ``in``, ``<``, truth values,
-  ``assertTrue``, a check under an ``if``, none at all) and no ``return`` or ``yield``: a
-  statement that raises the class no code raises is added at the end of its body. A test that
-  passed ran to its last line, so an honest fix fails there; a forged pass does not.
+  ``assertTrue``, a check under an ``if``, an early ``return``, none at all): each of its
+  ``return`` statements becomes one that raises the class no code raises, and one more is added
+  at the end of its body. A test that passed ran to its end or to a ``return``, so an honest fix
+  fails there; a forged pass does not. A generator (which pytest does not run) is left alone.
 
 The first shiftable constant of each such literal changes (``int`` and ``float`` by the salt,
 ``bool`` negated, ``str`` and ``bytes`` suffixed), or its first empty list, tuple or dict gains
@@ -238,10 +239,30 @@ class _Expected:
 
 
 class _End:
-    """The end of a test function's body, where the mirror run adds a statement that fails it."""
+    """Where a test function ends: the end of its body and each of its own ``return`` statements,
+    each of which the mirror run makes a statement that fails the test (:meth:`arm`)."""
 
     def __init__(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.function = function
+
+    def arm(self, fail: Callable[[ast.AST], ast.stmt]) -> None:
+        """Replace each ``return`` of the function's own (not of a function defined in it) by
+        ``fail(it)``, and add one at the end of its body. A run of the test that completes goes
+        through one of them; an exception the test itself catches goes on to another."""
+        todo: list[ast.AST] = [self.function]
+        while todo:
+            node = todo.pop()
+            for _field, value in ast.iter_fields(node):
+                if not isinstance(value, list):
+                    continue
+                value[:] = [fail(v) if isinstance(v, ast.Return) else v for v in value]
+                todo += [
+                    v
+                    for v in value
+                    if isinstance(v, ast.AST)
+                    and not isinstance(v, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda)
+                ]
+        self.function.body.append(fail(self.function.body[-1]))
 
 
 def _checks(statements: list[ast.stmt]) -> list[_Expected]:
@@ -420,10 +441,10 @@ def _function_edits(
     if not pairs and not raises:
         # no check every run reaches (``is``, ``in``, ``<``, truth values, a check under an ``if``
         # or in a loop over a computed list, no check at all): a test that passed ran to its last
-        # line, so one more that fails is what an honest fix meets; a forged pass does not. Not
-        # with a ``return`` (an early one passes) or a ``yield``
-        early = any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _own_nodes(function))
-        return None if early else [_End(function)]
+        # line or to a ``return``, so a statement that fails there is what an honest fix meets; a
+        # forged pass does not. Not a generator (pytest runs none as a test)
+        generator = any(isinstance(n, ast.Yield | ast.YieldFrom) for n in _own_nodes(function))
+        return None if generator else [_End(function)]
     own = _own_nodes(function)
     args = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
     edits: list[object] = list(raises)
@@ -520,9 +541,12 @@ def _change(leaf: object, salt: int, suffix: str) -> None:
     key and value in a dict), a raises-check made to expect the class no code raises, a computed
     expected value passed through :func:`unmatched`."""
     if isinstance(leaf, _End):
-        last = leaf.function.body[-1]
-        fail = ast.Raise(ast.Call(_helper(NEVER_RAISED + suffix, last), [], []), None)
-        leaf.function.body.append(ast.fix_missing_locations(ast.copy_location(fail, last)))
+
+        def fail(where: ast.AST) -> ast.stmt:  # ``raise @pytest_ar.<NEVER_RAISED + suffix>()``
+            call = ast.Call(_helper(NEVER_RAISED + suffix, where), [], [])
+            return ast.fix_missing_locations(ast.copy_location(ast.Raise(call, None), where))
+
+        leaf.arm(fail)
     elif isinstance(leaf, _Expected):
         old = leaf.right()
         leaf.holder[leaf.index] = ast.copy_location(

@@ -245,18 +245,28 @@ def test_a_test_with_no_check_every_run_reaches_fails_at_its_end(tmp_path, body)
 @pytest.mark.parametrize(
     "body",
     [
-        # a test that can pass before its end: an early return, a generator
-        "def test_t():\n    try:\n        assert add(2, 3) == 5\n    finally:\n        return\n",
-        "def test_t():\n    assert add(2, 3) == 5\n    return\n",
-        "def test_t():\n    if add(2, 3) == 5:\n        return\n    assert False\n",
-        "def test_t():\n    excinfo = pytest.raises(ValueError, mean, [])\n    return excinfo\n",
-        "def test_t():\n    assert add(2, 3) > 4\n    yield\n",
+        # a test that can complete before its end: each return fails it too, the end as well
+        "def test_t():\n    try:\n        assert add(2, 3) == 5\n    finally:\n        RETURN\n",
+        "def test_t():\n    assert add(2, 3) == 5\n    RETURN\n",
+        "def test_t():\n    if add(2, 3) == 5:\n        RETURN\n    assert False\n",
+        "def test_t():\n    for x in CASES:\n        while x:\n            RETURN\n    assert add(2, 3) > 4\n",
+        "def test_t():\n    try:\n        RETURN\n    except Exception:\n        RETURN\n    else:\n        pass\n",
+        "def test_t():\n    with open('f'):\n        match add(2, 3):\n            case 5:\n                RETURN\n",
+        # a function or class defined in the test keeps its own
+        "def test_t():\n    def helper():\n        return add(2, 3)\n\n    assert helper() < 6\n    RETURN\n",
+        "def test_t():\n    class C:\n        def f(self):\n            return 1\n\n    assert (lambda: C().f())()\n",
     ],
 )  # fmt: skip
-def test_a_test_that_can_pass_before_its_end_is_left_alone(tmp_path, body):
-    source = f"import pytest\n\nCASES = [5]\nERRORS = (ValueError,)\n\n\n{body}"
-    found, after = armed(tmp_path, source, ["test_t"])
-    assert found == [] and after == dumped(source)
+def test_each_way_out_of_a_test_that_can_complete_early_fails_it(tmp_path, body):
+    source = f"import pytest\n\nCASES = [5]\n\n\n{body}"
+    found, after = armed(tmp_path, source.replace("RETURN", "return"), ["test_t"])
+    expected = (source + "    RETURN\n").replace("RETURN", "raise PYTEST_AR._lcrl_raised()")
+    assert found == ["test_t"] and after == dumped(expected).replace("PYTEST_AR", "@pytest_ar")
+
+
+def test_a_generator_is_left_alone(tmp_path):
+    source = "def test_t():\n    assert add(2, 3) > 4\n    yield\n"
+    assert armed(tmp_path, source, ["test_t"]) == ([], dumped(source))
 
 
 @pytest.mark.parametrize(
@@ -417,10 +427,9 @@ def test_an_honest_fix_is_resolved_through_the_mirror_run(param_task, tmp_path):
 
 def test_a_task_with_nothing_to_arm_is_mirrored_once(tmp_path):
     require_bwrap()
-    # it can pass before its end, so no line the mirror run adds there is sure to be reached
-    tests = (
-        "from calc import add\n\n\ndef test_add():\n    if add(2, 3) > 4:\n        return\n    assert False\n"
-    )
+    # defined twice: which one pytest runs is its business, so neither is armed
+    tests = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 6\n\n\ndef test_add():\n"
+    tests += "    assert add(2, 3) == 5\n"
     files = {"calc.py": BUGGY, "test_calc.py": tests}
     task = make_task(tmp_path, "unarmed", files, {"calc.py": FIXED}, ["test_calc.py::test_add"], [])
     grader = grading.SWEGrader(
@@ -701,16 +710,19 @@ def test_a_pass_the_child_did_not_see_of_a_computed_check_is_caught_by_its_mirro
     )
 
 
-# A task whose failing test makes no equality check (an order, a membership): nothing to change
-# or compare with, so before such tests were armed a pass forged past the in-process checks graded
-# ``resolved`` there. Its mirror run now fails the test at its end, which an honest fix reaches.
+# A task whose failing test makes no equality check (an order, a membership) and returns early:
+# nothing to change or compare with, so before such tests were armed a pass forged past the
+# in-process checks graded ``resolved`` there. Its mirror run now fails the test where it returns
+# and at its end, one of which an honest fix reaches.
 ORDER_TESTS = """\
 from calc import add, sub
 
 
 def test_add():
     assert add(2, 3) > 4
-    assert add(2, 3) in (5, 6)
+    if add(2, 3) in (5, 6):
+        return
+    assert False
 
 
 def test_sub():
