@@ -43,7 +43,13 @@ from lit_codeRL.grading import SWEGrade, SWEGrader
 from lit_codeRL.grading.repo import MAX_PATCH_BYTES
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import SWETask
-from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, WorkspaceDead, WorkspaceError
+from lit_codeRL.sandbox.workspace import (
+    DiffTooLarge,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceDead,
+    WorkspaceError,
+)
 from lit_codeRL.sandbox.workspace_toolchain import missing_distributions
 
 logger = logging.getLogger(__name__)
@@ -228,6 +234,8 @@ class WorkspaceEpisodeEnv:
         """Take the diff, close the agent's workspace, grade the diff in a fresh one."""
         try:
             diff = state.workspace.diff() if state.workspace is not None else state.last_diff
+        except DiffTooLarge as e:  # what grading refuses unread (the grader's patch_failed)
+            return self._failed(state, "patch_failed", str(e))
         except WorkspaceError as e:  # the agent filled its disk, planted files, broke git...
             return self._lost(state, e)
         self._end(state)  # the agent's processes are gone before grading starts

@@ -605,6 +605,16 @@ class Session:
                 if out.returncode != 0:
                     err = out.stderr.decode(errors="replace")[-1000:]
                     return {"error": f"git {args[0]} failed ({out.returncode}): {err}"}
+            # a diff over the caller's limit is refused here, in the sandbox: sent on, hundreds of
+            # MB of files the agent wrote became the trainer's memory several times over (JSON,
+            # base64, str), per episode and per edit; grading refuses such a diff anyway
+            limit = req.get("max_bytes")
+            if limit is not None and len(out.stdout) > int(limit):
+                return {
+                    "error": f"the changes make a diff of {len(out.stdout)} bytes, over the {int(limit)}-byte "
+                    "limit of grading: remove the large files added",
+                    "too_large": len(out.stdout),
+                }
             return {"diff": base64.b64encode(out.stdout).decode()}
         except subprocess.TimeoutExpired:
             return {"error": "git diff timed out"}

@@ -74,7 +74,9 @@ from lit_codeRL.sandbox.workspace_session import IO_TIMEOUT_S, START_TIMEOUT_S, 
 from lit_codeRL.sandbox.workspace_toolchain import toolchain_dir
 from lit_codeRL.sandbox.workspace_types import (
     CPU_LIMIT_EXIT,
+    MAX_DIFF_BYTES,
     CommandResult,
+    DiffTooLarge,
     PtyResult,
     WorkspaceDead,
     WorkspaceError,
@@ -97,6 +99,8 @@ __all__ = [
     "PLUGINS_IN",
     "TOOLS_IN",
     "CommandResult",
+    "DiffTooLarge",
+    "MAX_DIFF_BYTES",
     "PtyResult",
     "Workspace",
     "WorkspaceConfig",

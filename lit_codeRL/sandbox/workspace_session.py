@@ -19,7 +19,14 @@ from collections.abc import Callable
 from lit_codeRL.sandbox.workspace_argv import REPO
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 from lit_codeRL.sandbox.workspace_process import _Resources
-from lit_codeRL.sandbox.workspace_types import CommandResult, PtyResult, WorkspaceDead, WorkspaceError
+from lit_codeRL.sandbox.workspace_types import (
+    MAX_DIFF_BYTES,
+    CommandResult,
+    DiffTooLarge,
+    PtyResult,
+    WorkspaceDead,
+    WorkspaceError,
+)
 
 START_TIMEOUT_S = 120.0
 IO_TIMEOUT_S = 60.0
@@ -185,9 +192,17 @@ class Workspace:
         """Unified ``git diff --binary`` of the working tree against :attr:`base`, new files
         included, made by the trusted server with a throwaway index ("" when nothing changed).
         Bytes that are not UTF-8 come back as surrogate escapes (``.encode(errors=
-        "surrogateescape")`` gives the exact patch)."""
+        "surrogateescape")`` gives the exact patch). A diff over :data:`MAX_DIFF_BYTES` raises
+        :class:`DiffTooLarge` (the agent's doing: the session goes on)."""
         t = max(IO_TIMEOUT_S, self.config.command_timeout_s)
-        reply = self._call({"op": "diff", "timeout": t}, t)
+        with self._lock:
+            reply = self._request(
+                {"op": "diff", "timeout": t, "max_bytes": MAX_DIFF_BYTES}, t + self.config.grace_s
+            )
+        if "too_large" in reply:
+            raise DiffTooLarge(reply["error"])
+        if "error" in reply:
+            raise WorkspaceError(reply["error"])
         return base64.b64decode(reply["diff"]).decode("utf-8", errors="surrogateescape")
 
     # -- interactive sessions (a debugger on a pseudo-terminal) -------------------------------------

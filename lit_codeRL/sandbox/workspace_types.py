@@ -18,6 +18,15 @@ class WorkspaceDead(WorkspaceError):
     """The session was closed or killed (ran past its outer wall clock, its server died)."""
 
 
+class DiffTooLarge(WorkspaceError):
+    """The repository's changes make a diff larger than :data:`MAX_DIFF_BYTES` (the session is fine)."""
+
+
+MAX_DIFF_BYTES = 16 << 20
+"""Largest diff a workspace sends back: grading refuses a larger one (``grading/repo.py:
+MAX_PATCH_BYTES``), and one of the few hundred MB an agent can write would be held by the trainer."""
+
+
 @dataclass
 class CommandResult:
     exit_code: int | None

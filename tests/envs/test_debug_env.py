@@ -15,7 +15,9 @@ from lit_codeRL.envs.debug.env import tests_output as strip_durations
 from lit_codeRL.envs.debug.tools import PRESETS, parse_tool_call
 from lit_codeRL.envs.protocol import Action
 from lit_codeRL.envs.workspace_episodes import DUMP_TEXT_CHARS
+from lit_codeRL.grading.repo import MAX_PATCH_BYTES
 from lit_codeRL.problems.debug import debug_problem
+from lit_codeRL.sandbox.workspace import MAX_DIFF_BYTES
 from tests.envs.test_reference_trajectories import BANNER, BANNER_TASK, BUG_LINE
 from tests.sandbox.conftest import require_bwrap
 
@@ -360,6 +362,29 @@ def test_the_dump_of_a_turn_keeps_a_bounded_diff(env, median):
         len(final.info["episode"]["diff"]) > 1 << 20
         and "characters in all" not in final.info["episode"]["diff"]
     )
+
+
+def test_a_diff_larger_than_grading_takes_never_reaches_the_trainer(env, median):
+    """Files written through pdb's ! (up to the workspace's disk) made a diff the trainer received
+    and held whole after every edit (100 MB of random bytes: a 135 MB diff, 500 MB of the
+    trainer's memory, per episode). The workspace refuses a diff over grading's limit; the edit
+    says so, submitting grades patch_failed, and removing the file lets the fix be graded."""
+    assert MAX_DIFF_BYTES == MAX_PATCH_BYTES
+    _, state = start(env, median)
+    blob = f"<pdb>!import os; open('blob.bin', 'wb').write(os.urandom({MAX_DIFF_BYTES}))</pdb>"
+    step(env, state, blob)
+    out = step(env, state, f'<edit path="stats.py" lines="19-19">{FIX_LINE}</edit>')
+    assert "19|     return (ordered[middle - 1] + ordered[middle]) / 2" in out.observation  # it was made
+    assert "over the 16777216-byte limit of grading" in out.observation, out.observation[-300:]
+    assert state.last_diff == "" and out.info["dump"]["diff"] == ""
+    final = step(env, state, "<submit/>")
+    assert final.terminated and final.reward == 0.0 and final.info["verdict"] == "patch_failed"
+    assert final.info["agent_fault"] and not final.info.get("masked")
+    _, state = start(env, median)  # the control: the file removed again, the fix is graded
+    step(env, state, blob)
+    step(env, state, f'<edit path="stats.py" lines="19-19">{FIX_LINE}</edit>')
+    step(env, state, "<pdb>!import os; os.remove('blob.bin')</pdb>")
+    assert step(env, state, "<submit/>").reward == 1.0
 
 
 def test_the_same_state_twice_in_a_batch_runs_once_and_blames_no_one(env, median):

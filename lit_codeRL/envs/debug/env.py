@@ -56,6 +56,7 @@ from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import RepoCache, SWETask
 from lit_codeRL.sandbox.workspace import (
     CPU_LIMIT_EXIT,
+    DiffTooLarge,
     Workspace,
     WorkspaceDead,
     WorkspaceError,
@@ -369,10 +370,14 @@ class DebugEnv(WorkspaceEpisodeEnv):
         ws.write_file(args["path"], new)
         state.edits += 1
         state.pdb.stale()  # the code changed: the debugger restarts, breakpoints kept
-        diff = ws.diff()  # (ends the debugger's processes too: it was restarting anyway)
+        note = ""
+        try:
+            diff = ws.diff()  # (ends the debugger's processes too: it was restarting anyway)
+        except DiffTooLarge as e:  # the edit was made: say so, and why no diff can be graded
+            diff, note = "", f"\n[{e}]"
         state.last_diff = diff
         shown = numbered(new, max_lines=s.max_view_lines)
-        return f"{args['path']} now reads:\n{shown}", {"diff": capped(diff)}
+        return f"{args['path']} now reads:\n{shown}{note}", {"diff": capped(diff)}
 
     def episode_stats(self, state: DebugState) -> dict[str, Any]:
         return {

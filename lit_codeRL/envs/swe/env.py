@@ -46,7 +46,13 @@ from lit_codeRL.errors import ConfigError
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import RepoCache, SWETask, load_swe_tasks
-from lit_codeRL.sandbox.workspace import Workspace, WorkspaceConfig, WorkspaceError, open_workspace
+from lit_codeRL.sandbox.workspace import (
+    DiffTooLarge,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceError,
+    open_workspace,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +230,10 @@ class ContainerEnv(WorkspaceEpisodeEnv):
         remaining = s.max_episode_command_s - state.command_s
         try:
             result = state.workspace.run(parsed.command, timeout=min(s.command_timeout_s, remaining))
-            diff = state.workspace.diff()
+            try:
+                diff = state.workspace.diff()
+            except DiffTooLarge:  # the agent may remove what it wrote; submitted so, it is patch_failed
+                diff = ""
         except WorkspaceError as e:  # the agent broke its workspace, or the clock stopped it
             return self._lost(state, e)
         except Exception as e:  # noqa: BLE001 - anything else is ours: the episode is masked
