@@ -16,8 +16,8 @@ once every process of the sandbox is gone. Two processes:
 4. restores every test file from the base commit: files the diff changed or created whose path
    is a test path (under a ``tests``/``test``/``testing`` directory, ``test_*.py``, ``*_test.py``,
    any ``conftest.py``, ``pytest.ini``, ``pytest.toml``, ``tox.ini``...) or that hold a graded
-   test (``spec.json``'s ``test_files``, whatever their names) are checked out from ``HEAD`` or
-   deleted;
+   test (``spec.json``'s ``test_files``, whatever their names) or are the tests' own helpers
+   (``test_support``) are checked out from ``HEAD`` or deleted;
 5. applies the task's hidden test patch (failure -> ``test_patch_failed``);
    In the *mirror run* (``mirror.json``: the FAIL_TO_PASS tests and a salt, read and deleted as
    the key), the child changes the values those tests check equality against as pytest compiles
@@ -918,7 +918,9 @@ def main() -> None:
     if error is not None:
         report.update(stage="agent_patch_failed", detail=error)
         finish(0)
-    graded = graded_files(test_files)
+    # a helper the tests import counts as theirs (restored, watched): rewritten to assert nothing,
+    # it made a failing test pass with the bug in place
+    graded = graded_files(test_files + [str(p) for p in spec.get("test_support", [])])
     attributes = restore_attributes()  # first: what git says changed goes through them
     changed, added = ([p for p in paths if p not in attributes] for paths in changed_paths(agent_patch))
     names = tests_import(graded, os.path.join(results, "test.patch"))

@@ -629,7 +629,13 @@ class SWEGrader:
                     ("test.patch", patch_bytes(task.test_patch) if task.test_patch else b""),
                     (
                         "spec.json",
-                        json.dumps({"test_files": list(tests), "full_assertions": full_assertions}).encode(),
+                        json.dumps(
+                            {
+                                "test_files": list(tests),
+                                "test_support": list(getattr(task, "test_support", ())),
+                                "full_assertions": full_assertions,
+                            }
+                        ).encode(),
                     ),
                     ("key", key),
                     *((("mirror.json", json.dumps(mirror).encode()),) if mirror else ()),

@@ -3,6 +3,7 @@ holds the starting files, and the ``Problem`` record that carries it through the
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import json
@@ -133,6 +134,39 @@ class DebugTask:
         return sorted(path for path in self.files if not _is_test_path(path))
 
     @property
+    def test_support(self) -> list[str]:
+        """Modules of the tests that are not named like tests (``checks.py`` holding an assertion
+        helper): each a ``.py`` file a test module (or another of them) imports, that is not the
+        program the fix changes nor uses it (``report.py`` importing the fixed ``money.py`` is
+        the program), and that no other file names. Grading restores them with the tests:
+        rewritten to assert nothing, such a helper made the failing tests pass with the bug in
+        place. Without a fix nothing tells a helper from the program under test: none."""
+        if not self.fix:
+            return []
+        py = {p: c for p, c in self.files.items() if p.endswith(".py") and isinstance(c, str)}
+        imports = {p: _imported_files(c, py) for p, c in py.items()}
+        program = {p for p in self.fix if p in py}
+        grew = True
+        while grew:  # the fixed files and every file that imports one, however indirectly
+            more = {p for p, names in imports.items() if p not in program and program.intersection(names)}
+            program |= more
+            grew = bool(more)
+        found: list[str] = []
+        todo = [p for p in self.test_files if p in py]
+        while todo:
+            for path in imports[todo.pop()]:
+                if path not in found and path not in program and not _is_test_path(path):
+                    found.append(path)
+                    todo.append(path)
+        # a module another file of the program names may be the program's: left to the agent
+        others = [
+            c for p, c in self.files.items() if isinstance(c, str) and p not in found and not _is_test_path(p)
+        ]
+        return sorted(
+            p for p in found if not any(re.search(rf"\b{re.escape(_stem(p))}\b", c) for c in others)
+        )
+
+    @property
     def test_modules(self) -> list[str]:
         """The test files pytest runs: those the entry point names, when it names any (a repository
         whose configuration does not collect some files named like tests, such as fixtures under
@@ -245,6 +279,7 @@ class DebugTask:
             difficulty=self.difficulty,
             split=self.split,
             test_deps=self.test_deps,
+            test_support=tuple(self.test_support),
             metadata={"debug_task_id": self.task_id, "entry_point": self.entry_point},
         )
 
@@ -350,6 +385,37 @@ def _is_test_path(path: str) -> bool:
 def _is_test_module(path: str) -> bool:
     name = PurePosixPath(path).name
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+def _stem(path: str) -> str:
+    """The module name a file gives: ``pkg/checks.py`` -> ``checks``, ``pkg/__init__.py`` -> ``pkg``."""
+    pure = PurePosixPath(path)
+    return pure.parent.name if pure.stem == "__init__" else pure.stem
+
+
+def _imported_files(source: str, files: Mapping[str, Any]) -> list[str]:
+    """The files among ``files`` that the absolute imports of ``source`` name (``import a.b``,
+    ``from a import b``: ``a.py``, ``a/__init__.py``, ``a/b.py``...; at the root or in ``src/``)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    found = []
+    for name in names:
+        parts = name.split(".")
+        for n in range(1, len(parts) + 1):
+            base = "/".join(parts[:n])
+            for root in ("", "src/"):
+                for path in (f"{root}{base}.py", f"{root}{base}/__init__.py"):
+                    if path in files and path not in found:
+                        found.append(path)
+    return found
 
 
 def _b64(data: bytes) -> str:

@@ -105,6 +105,9 @@ class SWETask:
     """Distributions the task's tests import besides the workspace's toolchain (the row's
     ``test_deps``; ``lit-coderl synth --test-deps`` writes it): every session of the task, the
     agent's and the grader's, gets them in its toolchain."""
+    test_support: tuple[str, ...] = ()
+    """Files of the tests not named like tests (a debugging task's assertion helper, which only
+    its tests import): grading restores them from the base with the test files."""
     metadata: dict = field(default_factory=dict, compare=False, hash=False)
     """The row's other fields (``version``, ``created_at``, ``hints_text``...)."""
 

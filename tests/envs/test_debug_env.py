@@ -17,6 +17,7 @@ from lit_codeRL.envs.protocol import Action
 from lit_codeRL.envs.workspace_episodes import DUMP_TEXT_CHARS
 from lit_codeRL.grading.repo import MAX_PATCH_BYTES
 from lit_codeRL.problems.debug import debug_problem
+from lit_codeRL.problems.debug_task import DebugTask
 from lit_codeRL.sandbox.workspace import MAX_DIFF_BYTES
 from tests.envs.test_reference_trajectories import BANNER, BANNER_TASK, BUG_LINE
 from tests.sandbox.conftest import require_bwrap
@@ -385,6 +386,52 @@ def test_a_diff_larger_than_grading_takes_never_reaches_the_trainer(env, median)
     step(env, state, f'<edit path="stats.py" lines="19-19">{FIX_LINE}</edit>')
     step(env, state, "<pdb>!import os; os.remove('blob.bin')</pdb>")
     assert step(env, state, "<submit/>").reward == 1.0
+
+
+HELPER_TASK = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "checks.py": "def same(got, want):\n    assert got == want, (got, want)\n",
+    "test_calc.py": (
+        "from calc import add\nfrom checks import same\n\n\ndef test_add():\n    same(add(2, 3), 5)\n\n\n"
+        "def test_zero():\n    same(add(0, 0), 0)\n"
+    ),
+}
+
+
+def test_the_tests_own_helper_is_theirs_not_the_agents(env):
+    """A module only the tests import (an assertion helper not named like a test) rewritten to
+    assert nothing made the failing test pass with the bug in place: reward 1 for no fix. It is
+    restored with the tests now; beside the real fix, the fix still resolves."""
+    fix = {"calc.py": HELPER_TASK["calc.py"].replace("a - b", "a + b")}
+    task = DebugTask("redteam/helper", "Add two numbers.", dict(HELPER_TASK), fix=fix)
+    assert task.test_support == ["checks.py"]
+    (problem,) = env.validate_problems([debug_problem(task)])
+    hollow = '<rewrite path="checks.py">def same(got, want):\n    pass\n</rewrite>'
+    fixed = f'<rewrite path="calc.py">{fix["calc.py"]}</rewrite>'
+    for actions, reward in (([hollow], 0.0), ([hollow, fixed], 1.0), ([fixed], 1.0)):
+        _, state = start(env, problem)
+        for action in actions:
+            step(env, state, action)
+        out = step(env, state, "<submit/>")
+        assert out.reward == reward, (actions, out.info["episode"]["grade"])
+        assert ("checks.py" in out.info["episode"]["grade"]["restored"]) == (hollow in actions)
+
+
+@pytest.mark.parametrize(
+    "files, fix, support",
+    [
+        (HELPER_TASK, {"calc.py": "fixed\n"}, ["checks.py"]),
+        # the program the tests import that uses the fixed module, or that the program names
+        ({"money.py": "", "report.py": "import money\n", "test_r.py": "import report\n"}, {"money.py": "x\n"}, []),
+        ({"a.py": "# see b\n", "b.py": "", "test_a.py": "import a, b\n"}, {"a.py": "# see b, fixed\n"}, []),
+        # a helper's own helper is the tests' too; without a fix nothing is
+        ({**HELPER_TASK, "checks.py": "from eq import same\n", "eq.py": "def same(a, b): assert a == b\n"},
+         {"calc.py": "fixed\n"}, ["checks.py", "eq.py"]),
+        (HELPER_TASK, None, []),
+    ],
+)  # fmt: skip
+def test_which_modules_are_the_tests_own(files, fix, support):
+    assert DebugTask("redteam/support", "d", dict(files), fix=fix).test_support == support
 
 
 def test_the_same_state_twice_in_a_batch_runs_once_and_blames_no_one(env, median):
