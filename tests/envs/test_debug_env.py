@@ -53,6 +53,26 @@ def test_a_pdb_command_is_its_first_line_as_the_terminal_reads_it(env, median):
     assert "SyntaxError" not in out.observation and "second line" not in out.observation
 
 
+def test_the_recursive_debugger_and_breakpoint_commands_answer_at_their_prompts(env, median):
+    """``debug`` (prompt ``((Pdb))``) and ``commands`` (prompt ``(com)``) waited for ``(Pdb)``
+    until the time limit killed the debugger: 10 s and the session for a pdb command."""
+    _, state = start(env, median)
+    out = step(env, state, "<pdb>debug len([1, 2])</pdb>")
+    assert "((Pdb))" in out.observation and "did not return" not in out.observation, out.observation
+    out = step(env, state, "<pdb>s</pdb>")
+    assert "did not return" not in out.observation and state.pdb.restarts == 1
+    step(env, state, "<pdb>q</pdb>")  # back to the outer debugger
+    assert "3" in step(env, state, "<pdb>p 1 + 2</pdb>").observation and state.pdb.restarts == 1
+    step(env, state, "<pdb>b stats.py:19</pdb>")
+    out = step(env, state, "<pdb>commands 1</pdb>")
+    assert "(com)" in out.observation and "did not return" not in out.observation, out.observation
+    step(env, state, "<pdb>p ordered</pdb>")
+    step(env, state, "<pdb>end</pdb>")
+    out = step(env, state, "<pdb>c</pdb>")
+    assert "stats.py(19)median()" in out.observation and "[" in out.observation, out.observation
+    assert state.pdb.restarts == 1
+
+
 def test_a_whole_episode_with_the_debugger(env, median):
     obs, state = start(env, median)
     assert "median" in obs and "stats.py, test_stats.py" in obs

@@ -13,7 +13,8 @@ workspace ``run`` ends every process of the session, the debugger's included): t
 when that happened. Restarts are lazy: the next ``pdb`` call starts the session.
 
 Commands that would wait for input pdb does not prompt for (``interact``, a REPL) are refused;
-``clear`` without arguments is confirmed automatically. A command that does not return to the
+``clear`` without arguments is confirmed automatically; ``debug`` and ``commands`` answer at their
+own prompts (``((Pdb))``, ``(com)``). A command that does not return to the
 prompt within ``timeout_s`` (an infinite loop under ``c``) has its whole process tree killed.
 """
 
@@ -25,8 +26,11 @@ from dataclasses import dataclass, field
 from lit_codeRL.envs.text import python_lines
 from lit_codeRL.sandbox.workspace import Workspace, WorkspaceError
 
-PROMPT = r"(\(Pdb\) |Clear all breaks\? )$"
-"""Where pdb waits for the agent: its prompt, or ``clear``'s confirmation (answered ``y``)."""
+PROMPT = r"(\(+Pdb\)+ |\(com\) |Clear all breaks\? )$"
+"""Where pdb waits for the agent: its prompt (``((Pdb))`` in the recursive debugger ``debug``
+starts), ``commands``' prompt for a breakpoint's commands (ended by ``end``), or ``clear``'s
+confirmation (answered ``y``). A prompt not waited for left the command hanging until the time
+limit killed the debugger: ``debug`` and ``commands`` cost 10 s and the session each."""
 # pdb's output is the agent's too (``!print("Deleted breakpoint 999...")``): a number read with
 # int() is bounded, as a number of thousands of digits fails int() (an exception in the trainer)
 _SET = re.compile(r"Breakpoint ([0-9]{1,9}) at (\S+?):([0-9]+)")
