@@ -144,7 +144,7 @@ class DebugTask:
         if not self.fix:
             return []
         py = {p: c for p, c in self.files.items() if p.endswith(".py") and isinstance(c, str)}
-        imports = {p: _imported_files(c, py) for p, c in py.items()}
+        imports = {p: _imported_files(p, c, py) for p, c in py.items()}
         program = {p for p in self.fix if p in py}
         grew = True
         while grew:  # the fixed files and every file that imports one, however indirectly
@@ -393,28 +393,41 @@ def _stem(path: str) -> str:
     return pure.parent.name if pure.stem == "__init__" else pure.stem
 
 
-def _imported_files(source: str, files: Mapping[str, Any]) -> list[str]:
-    """The files among ``files`` that the absolute imports of ``source`` name (``import a.b``,
-    ``from a import b``: ``a.py``, ``a/__init__.py``, ``a/b.py``...; at the root or in ``src/``)."""
+def _imported_files(path: str, source: str, files: Mapping[str, Any]) -> list[str]:
+    """The files among ``files`` that the imports of ``source`` (the file ``path``) name: ``import
+    a.b``, ``from a import b`` (``a.py``, ``a/__init__.py``, ``a/b.py``...; at the root or in
+    ``src/``) and relative ones (``from .asserts import same`` in ``helpers/__init__.py``:
+    ``helpers/asserts.py``; missed, a helper package's own modules were left to the agent)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    names = []
+    names = []  # (directory searched, dotted name)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            names += [(None, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # the package of ``path``, then one directory up per further dot
+                where = (
+                    PurePosixPath(path).parents[node.level - 1] if node.level <= path.count("/") + 1 else None
+                )
+                if where is None:
+                    continue
+                prefix = "" if str(where) == "." else f"{where}/"
+            else:
+                prefix = None
+            module = node.module or ""
+            heads = [module] if module else []
+            names += [(prefix, m) for m in heads + [f"{module}.{a.name}".lstrip(".") for a in node.names]]
     found = []
-    for name in names:
+    for prefix, name in names:
         parts = name.split(".")
         for n in range(1, len(parts) + 1):
             base = "/".join(parts[:n])
-            for root in ("", "src/"):
-                for path in (f"{root}{base}.py", f"{root}{base}/__init__.py"):
-                    if path in files and path not in found:
-                        found.append(path)
+            for root in ("", "src/") if prefix is None else (prefix,):
+                for candidate in (f"{root}{base}.py", f"{root}{base}/__init__.py"):
+                    if candidate in files and candidate not in found:
+                        found.append(candidate)
     return found
 
 

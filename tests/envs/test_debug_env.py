@@ -448,6 +448,10 @@ def test_the_tests_own_helper_is_theirs_not_the_agents(env):
         ({**HELPER_TASK, "checks.py": "from eq import same\n", "eq.py": "def same(a, b): assert a == b\n"},
          {"calc.py": "fixed\n"}, ["checks.py", "eq.py"]),
         (HELPER_TASK, None, []),
+        # a helper package's modules reached by relative imports
+        ({**HELPER_TASK, "checks.py": "from helpers import same\n", "helpers/__init__.py": "from .eq import same\n",
+          "helpers/eq.py": "def same(a, b): assert a == b\n"},
+         {"calc.py": "fixed\n"}, ["checks.py", "helpers/__init__.py", "helpers/eq.py"]),
     ],
 )  # fmt: skip
 def test_which_modules_are_the_tests_own(files, fix, support):
