@@ -159,12 +159,14 @@ def open_workspace(
         cpu=config.use_cpu_cgroup,
     )
     bounded = os.getuid() != 0 or cgroups.bounds(res.cgroups, "pids.max")
-    userns_fd = None
+    userns_fd = host_uid = None
     ws: Workspace | None = None
     try:
         if backend == "bwrap":
             if not bounded and config.root_program_uid is not None and _USERNS_PROBLEM.get("bwrap") is None:
-                userns_fd = _own_user_namespace(config.root_program_uid)
+                own = _own_user_namespace(config.root_program_uid)
+                if own is not None:
+                    userns_fd, host_uid = own
             argv = bwrap_workspace_argv(
                 config,
                 repo,
@@ -190,6 +192,7 @@ def open_workspace(
             if userns_fd is not None:
                 os.close(userns_fd)  # bwrap holds the namespace from here on
         ws = Workspace(config, backend, res)
+        ws.host_uid = host_uid
         ws._start()
         if userns_fd is not None:
             _USERNS_PROBLEM.setdefault("bwrap", None)  # it works here: a later failure is the session's
@@ -215,10 +218,12 @@ _USERNS_PROBLEM: dict[str, str | None] = {}
 known: the first such session decides, for the rest of the process."""
 
 
-def _own_user_namespace(base_uid: int) -> int | None:
-    """An fd of a new user namespace for a session (``userns.py``), or ``None`` (warned once)."""
+def _own_user_namespace(base_uid: int) -> tuple[int, int] | None:
+    """An fd of a new user namespace for a session (``userns.py``) and the host uid (and gid) its
+    programs run as, or ``None`` (warned once)."""
+    uid = userns.host_uid(base_uid)
     try:
-        return userns.make(userns.host_uid(base_uid))
+        return userns.make(uid), uid
     except OSError as e:
         _refuse_user_namespaces(str(e))
         return None

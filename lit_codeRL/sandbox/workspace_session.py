@@ -54,6 +54,10 @@ class Workspace:
         self.backend = backend
         self.base = ""
         """The commit checked out at start (``diff`` compares against it)."""
+        self.host_uid: int | None = None
+        """The host uid and gid the session's programs run as when they are not the trainer's
+        (a root trainer's session in a user namespace of its own, ``userns.py``), else ``None``:
+        a host file the trainer makes for them (a socket) must let that uid in."""
         self.alive = False
         self.dead_reason: str | None = None
         self._res = res

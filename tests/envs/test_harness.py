@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import resource
 import shutil
 import socket
@@ -362,3 +363,49 @@ def test_a_prompt_past_the_models_context_is_refused_without_a_configured_limit(
     assert json.loads(line[len("long: ") :]) == {"status": 400, "code": "context_length_exceeded"}
     assert record["gateway"]["calls"] == 0 and record["gateway"]["errors"] == 1
     assert victim.record()["gateway"]["calls"] == 3
+
+
+# -- a root trainer without a pids cgroup --------------------------------------------------------
+
+SPAWN = r"""import json, os, subprocess
+procs, error = [], None
+for _ in range(80):
+    try:
+        procs.append(subprocess.Popen(["sleep", "30"]))
+    except OSError as e:
+        error = e.strerror
+        break
+for p in procs:
+    p.kill()
+    p.wait()
+host_uid = int(open("/proc/self/uid_map").read().split()[-2])
+print("spawn: " + json.dumps({"started": len(procs), "error": error, "host_uid": host_uid}))
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only a root trainer runs programs as a host uid of its own")
+def test_agent_processes_are_bounded_without_a_pids_cgroup_and_still_reach_the_gateway(
+    policy, swe_settings, problem, agent_dir
+):
+    """Where the trainer is root and no pids cgroup bounds a session (most containers, the GPU
+    machines), the agent program runs as a host uid of its own, so RLIMIT_NPROC
+    (``max_processes``) bounds its processes, and that uid still reaches the episode's socket
+    and statement (0700 directories of the trainer's) through the relay. Before: the harness
+    forced ``root_program_uid=None``, so the agent ran as host root, which RLIMIT_NPROC exempts:
+    80 processes of 24 allowed started, and a fork bomb filled the host's process table for the
+    episode's whole wall clock (every other episode's sandbox and the trainer's threads failing)."""
+    workspace = dataclasses.replace(swe_settings.workspace, use_pids_cgroup=False, max_processes=24)
+    settings = dataclasses.replace(swe_settings, workspace=workspace)
+    (agent_dir / "spawn.py").write_text(SPAWN)
+    command = (
+        "python3 /opt/lcrl-agent/spawn.py; "
+        + AGENT
+        + " --max-steps 1 --log-ids; git apply /opt/lcrl-agent/fix.patch"
+    )
+    (episode,) = run_harness(policy, settings, [problem], 1, command, agent_dir)
+    record = episode.record()
+    line = next(x for x in record["agent_log"].splitlines() if x.startswith("spawn: "))
+    out = json.loads(line[len("spawn: ") :])
+    assert out["started"] < 24 and out["error"] is not None and out["host_uid"] != 0, out
+    assert len(client_ids(record["agent_log"])) == 1 and record["gateway"]["calls"] == 1, record["agent_log"]
+    assert (record["verdict"], record["reward"]) == ("passed", 1.0), record["grade"]

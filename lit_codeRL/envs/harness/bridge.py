@@ -17,6 +17,7 @@ Layout inside the sandbox::
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -82,6 +83,19 @@ def bridge_binds(socket_dir: str | Path) -> dict[str, str]:
     """Read-only binds (host path -> sandbox path) for ``open_workspace(binds=...)``: the host
     directory holding ``gateway.sock`` and the relay script."""
     return {str(Path(socket_dir).resolve()): SOCKET_DIR_IN, str(RELAY_FILE): RELAY_IN}
+
+
+def let_in(socket_dir: str | Path, gid: int) -> None:
+    """Let the host group ``gid`` (a sandbox's programs, ``Workspace.host_uid``) reach the socket
+    in ``socket_dir`` and read the files beside it, and nobody else but its owner: the directory
+    traverse and read (``0750``), the socket connect (``0660``: connecting needs write), the files
+    read (``0640``). The directory stays the trainer's, bound read-only: nothing can be added."""
+    socket_dir = Path(socket_dir)
+    for path in socket_dir.iterdir():
+        os.chown(path, -1, gid, follow_symlinks=False)
+        os.chmod(path, 0o660 if path.is_socket() else 0o640)
+    os.chown(socket_dir, -1, gid)
+    os.chmod(socket_dir, 0o750)
 
 
 def wrap_command(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-from lit_codeRL.envs.harness.bridge import SOCKET_DIR_IN, bridge_binds, wrap_command
+from lit_codeRL.envs.harness.bridge import SOCKET_DIR_IN, bridge_binds, let_in, wrap_command
 from lit_codeRL.envs.protocol import StepResult
 from lit_codeRL.envs.swe.env import SWESettings
 from lit_codeRL.envs.workspace_episodes import WorkspaceEpisodeEnv, WorkspaceState
@@ -181,14 +181,16 @@ class HarnessEnv(WorkspaceEpisodeEnv):
 
     def _agent_workspace_config(self, task: SWETask) -> Any:
         s = self.settings
-        # One command runs the whole agent: its limit is the episode's wall clock. The gateway's
-        # socket is the trainer's (in a 0700 directory): a root trainer's session reaches it only
-        # as root's uid, never as a uid of its own (``WorkspaceConfig.root_program_uid``).
+        # One command runs the whole agent: its limit is the episode's wall clock. A root
+        # trainer's session runs as a host uid of its own where no pids cgroup bounds it
+        # (``WorkspaceConfig.root_program_uid``), as the SWE env's do: as host root, a fork bomb
+        # of the agent's would fill the host's process table for the whole wall clock, failing
+        # every other episode's sandbox and the trainer's own threads (``start`` lets that uid
+        # reach the episode's socket).
         return dataclasses.replace(
             s.swe.workspace.plus_toolchain(task.test_deps),
             command_timeout_s=s.timeout_s,
             max_output_chars=max(s.swe.workspace.max_output_chars, s.max_log_chars),
-            root_program_uid=None,
         )
 
     def start(self, problem: Problem, socket_dir: Path, key: str, sample: int = 0) -> HarnessState:
@@ -199,9 +201,14 @@ class HarnessEnv(WorkspaceEpisodeEnv):
         try:
             (socket_dir / TASK_NAME).write_text(self.statement(problem), encoding="utf-8", errors="replace")
             binds = {**bridge_binds(socket_dir), str(self.agent_dir): AGENT_DIR_IN}
-            state.workspace = self._track(
-                open_workspace(self._agent_workspace_config(task), self.repos.get(task), binds=binds)
-            )
+            ws = open_workspace(self._agent_workspace_config(task), self.repos.get(task), binds=binds)
+            try:
+                if ws.host_uid is not None:  # the socket and the statement are the trainer's (0700)
+                    let_in(socket_dir, ws.host_uid)
+            except BaseException:
+                ws.close()  # the agent could not reach its socket: masked, not its fault
+                raise
+            state.workspace = self._track(ws)
         except Exception as e:  # noqa: BLE001 - the episode is masked, the run goes on
             logger.warning("harness workspace for %s failed to start: %s", task.instance_id, e)
             state.error = f"{type(e).__name__}: {e}"
