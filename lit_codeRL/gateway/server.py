@@ -490,8 +490,9 @@ class Gateway:
     def close_episode(self, key: str) -> EpisodeLog:
         """Stop answering the episode (its socket removed, its key 404) and hand back its log;
         calls still waiting for the engine are dropped (404), calls being generated or written
-        still finish and are recorded (:meth:`settled`). Closing it again hands back the same log;
-        this never raises for a key once opened (a socket that will not close is logged)."""
+        still finish and are recorded (:meth:`settled`). Closing it again hands back the same log
+        until it is frozen; this never raises for a key once opened and not frozen (a socket that
+        will not close is logged)."""
         with self._lock:
             log = self.episodes.pop(key, None)
             if log is None:
@@ -515,9 +516,14 @@ class Gateway:
 
     def freeze(self, log: EpisodeLog) -> EpisodeLog:
         """Record nothing more for ``log`` (its reader stops waiting for calls still being answered:
-        a client that does not read its reply must not hold up the training step)."""
+        a client that does not read its reply must not hold up the training step), and hand it
+        over: the gateway keeps nothing of a frozen closed episode. (It kept the last 4,096 closed
+        logs, each every call's prompt and sampled ids, log-probs, last history and reply: up to
+        200 calls of a whole context a sample, gigabytes a training step, never freed.)"""
         with self._lock:
             log.frozen = True
+            if log.closed and self._closed.get(log.key) is log:
+                del self._closed[log.key]
         return log
 
     def _episode(self, request: web.Request) -> EpisodeLog | None:

@@ -11,6 +11,7 @@ cases played by an agent program (each scores 0); an agent that never calls the 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import resource
@@ -25,6 +26,8 @@ import torch
 
 from lit_codeRL.envs.harness.env import AGENTS_DIR, HarnessEnv, HarnessSettings
 from lit_codeRL.envs.swe.env import SWESettings
+from lit_codeRL.gateway.records import CallRecord
+from lit_codeRL.gateway.server import EpisodeLog
 from lit_codeRL.policy.engine import EngineSettings, SamplingParams, make_engine
 from lit_codeRL.policy.loading import ModelSettings, load_model
 from lit_codeRL.rollout.dataset import episode_batch
@@ -409,3 +412,24 @@ def test_agent_processes_are_bounded_without_a_pids_cgroup_and_still_reach_the_g
     assert out["started"] < 24 and out["error"] is not None and out["host_uid"] != 0, out
     assert len(client_ids(record["agent_log"])) == 1 and record["gateway"]["calls"] == 1, record["agent_log"]
     assert (record["verdict"], record["reward"]) == ("passed", 1.0), record["grade"]
+
+
+def test_the_gateway_keeps_no_records_of_finished_episodes(policy, swe_settings, problem):
+    """After ``run`` hands its episodes back, the runner's gateway holds none of their calls: its
+    memory does not grow with every episode trained on. Before: each closed episode's log (every
+    call's prompt ids, sampled ids, log-probs, the last history and reply) stayed in the gateway
+    for the next 4,096 episodes: an agent making its 200 calls of a 32k-token context left ~200 MB
+    a sample behind, gigabytes a step, until the trainer ran out of memory."""
+    model, tokenizer = policy
+    env = HarnessEnv(HarnessSettings(command=AGENT + " --max-steps 2", swe=swe_settings, timeout_s=120))
+    engine = make_engine(EngineSettings(dtype="model"), tokenizer, model)
+    runner = HarnessRunner(engine, env, SamplingParams(max_new_tokens=8, temperature=1.0))
+    try:
+        for _ in range(2):
+            episodes = runner.run([problem], 2, torch.Generator().manual_seed(0))
+            assert all(e.record()["gateway"]["calls"] == 2 for e in episodes)
+            gc.collect()
+            held = [o for o in gc.get_objects() if type(o) in (EpisodeLog, CallRecord)]
+            assert held == [], f"{len(held)} episode logs and call records outlive their rollout"
+    finally:
+        runner.close()
