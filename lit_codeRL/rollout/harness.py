@@ -207,7 +207,7 @@ class HarnessRunner:
                     "errors": log.errors,
                     "replayed_retries": log.replayed_retries,
                 },
-                "calls": [_call_dump(c) for c in log.calls],
+                "calls": _call_dumps(log.calls),
             }
         )
         if log.failure:
@@ -256,12 +256,41 @@ def _segments(row: Row) -> list[Segment]:
     )
 
 
-def _call_dump(call: CallRecord) -> dict[str, Any]:
-    """A recorded call in the rollout dump: its exact ids, what the served ids are checked against."""
-    return {
-        "index": call.index,
-        "continued": call.continued,
-        "policy_version": call.policy_version,
-        "prompt_ids": call.prompt_ids,
-        "choices": [{"token_ids": c.token_ids, "finish_reason": c.finish_reason} for c in call.choices],
-    }
+def _call_dumps(calls: list[CallRecord]) -> list[dict[str, Any]]:
+    """The recorded calls in the rollout dump: their exact ids, what the served ids are checked
+    against. A continued call (its prompt an earlier chat call's prompt, then that call's first
+    choice, then new messages: ``render.py``) holds that call's position as ``prompt_extends`` and,
+    as ``prompt_ids``, only the ids after its choice; any other call its whole prompt. (Written
+    whole, the prompts of a history of k calls took k times its length: an agent's 200 calls of a
+    full context wrote tens of MB of ``rollouts.jsonl`` a sample, gigabytes a step.)"""
+    out = []
+    for k, call in enumerate(calls):
+        base = _continued_from(calls, k) if call.continued else None
+        cut = 0 if base is None else len(calls[base].prompt_ids) + len(calls[base].choices[0].token_ids)
+        out.append(
+            {
+                "index": call.index,
+                "continued": call.continued,
+                "prompt_extends": base,
+                "policy_version": call.policy_version,
+                "prompt_ids": call.prompt_ids[cut:],
+                "choices": [
+                    {"token_ids": c.token_ids, "finish_reason": c.finish_reason} for c in call.choices
+                ],
+            }
+        )
+    return out
+
+
+def _continued_from(calls: list[CallRecord], k: int) -> int | None:
+    """Position of the latest chat call before ``k`` whose prompt and first choice ``calls[k]``'s
+    prompt starts with (the call the gateway continued: almost always the one just before)."""
+    prompt = calls[k].prompt_ids
+    for j in range(k - 1, -1, -1):
+        call = calls[j]
+        if call.kind != "chat" or not call.choices:
+            continue
+        n, ids = len(call.prompt_ids), call.choices[0].token_ids
+        if n + len(ids) <= len(prompt) and prompt[:n] == call.prompt_ids and prompt[n : n + len(ids)] == ids:
+            return j
+    return None

@@ -433,3 +433,28 @@ def test_the_gateway_keeps_no_records_of_finished_episodes(policy, swe_settings,
             assert held == [], f"{len(held)} episode logs and call records outlive their rollout"
     finally:
         runner.close()
+
+
+def test_the_dump_writes_each_prompt_token_of_a_continued_history_once(
+    policy, swe_settings, problem, agent_dir
+):
+    """The rollout dump's ``calls`` hold, for a call whose prompt continues an earlier call (its
+    prompt, then its reply), only the ids after that reply, so a history of k calls is written in
+    size linear in its length, and every prompt the agent was served is rebuilt from it exactly.
+    Before: each call's whole prompt was written again, quadratic in the calls: an agent making its
+    200 calls of a 32k-token context wrote ~40 MB of rollouts.jsonl a sample, gigabytes a step,
+    until the run's disk was full."""
+    command = AGENT + " --max-steps 4 --log-ids"
+    (episode,) = run_harness(policy, swe_settings, [problem], 1, command, agent_dir)
+    record = json.loads(json.dumps(episode.record()))  # as rollouts.jsonl holds it
+    seen = client_ids(record["agent_log"])
+    calls = record["calls"]
+    assert len(seen) == len(calls) == 4 and record["gateway"]["merged_calls"] == 3
+    prompts: list[list[int]] = []
+    for call in calls:
+        k = call.get("prompt_extends")
+        head = [] if k is None else prompts[k] + calls[k]["choices"][0]["token_ids"]
+        prompts.append(head + call["prompt_ids"])
+    assert prompts == [s["prompt"] for s in seen]
+    written = sum(len(c["prompt_ids"]) for c in calls)
+    assert written == len(seen[-1]["prompt"]) - sum(len(s["completion"]) for s in seen[:-1])
