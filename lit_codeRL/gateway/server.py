@@ -127,6 +127,10 @@ def _peer_closed_both_ways(transport: asyncio.BaseTransport) -> bool:
     return any(events & select.POLLHUP for _, events in poller.poll(0))
 
 
+SHUTDOWN_TIMEOUT_S = 5.0
+"""At :meth:`Gateway.stop`, how long a reply still being written may take before its connection closes."""
+
+
 class _ClientConnection(web.RequestHandler):
     """aiohttp's connection handler, with two changes for clients that stop half-way.
 
@@ -382,6 +386,9 @@ class Gateway:
             handler_cancellation=True,
             keepalive_timeout=self.config.idle_timeout_s,
             auto_decompress=False,  # a compressed body is refused (415), never inflated past the caps
+            # at stop, a reply still being written gets this long, then its connection is closed
+            # (aiohttp's 60 s outlasted stop's own wait for the cleanup, which then raised)
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         )
         await self._runner.setup()
         server = self._runner.server
@@ -441,15 +448,22 @@ class Gateway:
         server = self._runner.server if self._runner is not None else None
         for handler in server.connections if server is not None else []:
             if self._conn_socket.get(id(handler)) == path:
-                # (aiohttp's close() alone leaves an idle connection's transport open)
-                handler.close() if handler._request_in_progress else handler.force_close()
+                if handler._unread_timer is not None and handler.transport is not None:
+                    # its replies stay unread (writing paused): nobody to answer; what it sent
+                    # and the gateway has not read (file descriptors too) goes with it now
+                    handler.transport.abort()
+                else:  # (aiohttp's close() alone leaves an idle connection's transport open)
+                    handler.close() if handler._request_in_progress else handler.force_close()
 
     def stop(self) -> None:
         """Close every site and the loop (idempotent)."""
         if self._loop is None:
             return
         if self._runner is not None:
-            self._call(self._runner.cleanup())
+            try:
+                self._call(self._runner.cleanup(), timeout=SHUTDOWN_TIMEOUT_S + 25.0)
+            except Exception as err:  # noqa: BLE001 - stopping must not fail a run's teardown
+                logger.warning("gateway: stopping its server: %s", repr(err))
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)

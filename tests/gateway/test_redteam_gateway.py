@@ -7,12 +7,17 @@ the bytes are the attack. Each class that was a hole names its fix in its docstr
 
 from __future__ import annotations
 
+import array
+import fcntl
 import gzip
 import json
+import os
 import re
+import select
 import socket
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -469,3 +474,41 @@ def test_calls_after_the_episode_ended_get_404_or_eof_at_once(tiny_policy, tmp_p
         assert status == 404 and "episode_closed" in text
     finally:
         close()
+
+
+def test_descriptors_sent_into_an_unread_connection_are_let_go_when_its_episode_closes(tiny_policy, tmp_path):
+    """Hole (fixed): a client that pipelines requests without reading their replies until the
+    gateway stops reading its socket, then sends file descriptors (SCM_RIGHTS: its socket itself,
+    so that its own exit closes nothing, and a pipe's write end, the harness agent's output) had
+    them held in the gateway's process past its episode's close, until the write timeout (60 s):
+    a workspace command's output pipe never reached EOF, and ``Gateway.stop`` waited on the
+    connection past its own 30 s and raised ``TimeoutError`` out of the runner's teardown. Now
+    closing the episode aborts a connection whose replies stay unread, dropping what it sent."""
+    policy, tokenizer = tiny_policy
+    config = GatewayConfig("tiny", ServeLimits(max_tokens=2), require_episode=True, write_timeout_s=120.0)
+    gateway = Gateway(tokenizer, config).start()
+    sock = str(tmp_path / "ep.sock")
+    key = gateway.open_episode(socket_path=sock)
+    r, w = os.pipe()
+    try:
+        s = connect(sock, 1)
+        s.setblocking(False)
+        queued = array.array("i", [0])
+        for _ in range(2000):  # until the gateway stops reading: its unread replies fill the buffers
+            s.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
+            time.sleep(0.3)
+            fcntl.ioctl(s, termios.TIOCOUTQ, queued)
+            if queued[0]:
+                break
+        s.setblocking(True)
+        s.sendmsg([b" "], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [w, s.fileno()]))])
+        os.close(w)
+        s.close()
+        assert not select.select([r], [], [], 1)[0]  # the gateway's process holds the write end
+        gateway.close_episode(key)
+        assert select.select([r], [], [], 5)[0] and os.read(r, 1) == b""  # EOF: let go
+    finally:
+        os.close(r)
+        t0 = time.monotonic()
+        gateway.stop()
+        assert time.monotonic() - t0 < 10
