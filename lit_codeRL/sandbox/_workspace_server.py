@@ -433,9 +433,13 @@ class Session:
                 status = None
         if pidfd is not None:
             os.close(pidfd)
-        os.set_blocking(r, True)
-        while pipe_open:  # every writer is dead: this ends at EOF
-            pipe_open, total = _drain(r, head, tail, keep, total)
+        # Every process of the command is dead, so what it wrote is in the pipe: read that, and
+        # not on until EOF. The write end can outlive them outside the sandbox: sent over a unix
+        # socket bound in (the harness's gateway socket, in a queue the gateway stopped reading),
+        # it held this answer until the gateway let go (its write timeout, 60 s), past the
+        # trainer's clock: the session was killed and the episode masked as the trainer's failure.
+        if pipe_open:
+            _, total = _drain(r, head, tail, keep, total)
         os.close(r)
         wall = time.monotonic() - t0
         now = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -458,3 +458,43 @@ def test_the_dump_writes_each_prompt_token_of_a_continued_history_once(
     assert prompts == [s["prompt"] for s in seen]
     written = sum(len(c["prompt_ids"]) for c in calls)
     assert written == len(seen[-1]["prompt"]) - sum(len(s["completion"]) for s in seen[:-1])
+
+
+HOLD_OUTPUT = r"""import array, fcntl, socket, termios, time
+s = socket.socket(socket.AF_UNIX)
+s.connect("/opt/lcrl-gateway/sock/gateway.sock")  # the relay's way out, taken directly
+s.setblocking(False)
+queued = array.array("i", [0])
+for _ in range(2000):  # requests never read, until their replies fill the buffers: the gateway
+    s.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * 20)  # stops reading this socket
+    time.sleep(0.3)
+    fcntl.ioctl(s, termios.TIOCOUTQ, queued)
+    if queued[0]:
+        break
+# the write end of the command's output pipe (and this socket, so no close releases it) into the
+# gateway's unread queue: the trainer's process now holds them
+s.setblocking(True)
+s.sendmsg([b" "], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [1, 2, s.fileno()]))])
+print("held: sent", flush=True)
+time.sleep(1000)
+"""
+
+
+def test_an_output_pipe_sent_out_over_the_gateway_socket_does_not_hold_the_episode(
+    policy, swe_settings, problem, agent_dir
+):
+    """An agent that sends the write end of its command's output pipe over the gateway's unix
+    socket (an fd in SCM_RIGHTS, in a queue the gateway has stopped reading; its own socket too,
+    so that its death closes nothing) is graded as any other: its wall clock ends it, the fix it
+    applied scores 1. Before: the workspace's server read the output until EOF, which came only
+    when the gateway dropped the connection at its write timeout (60 s), so the trainer's clock
+    (``timeout_s`` + 5 s) killed the session first and the episode was masked as the trainer's
+    failure (``sandbox_error``): a policy could turn any failing episode into one that leaves the
+    loss, escaping its 0."""
+    (agent_dir / "hold.py").write_text(HOLD_OUTPUT)
+    command = "git apply /opt/lcrl-agent/fix.patch; python3 /opt/lcrl-agent/hold.py"
+    (episode,) = run_harness(policy, swe_settings, [problem], 1, command, agent_dir, timeout_s=8)
+    record = episode.record()
+    assert episode.valid and record["end_reason"] == "agent_timeout", record["verdict"]
+    assert "held: sent" in record["agent_log"] and record["agent_timed_out"], record["agent_log"][-2000:]
+    assert (record["verdict"], record["reward"]) == ("passed", 1.0), record["grade"]
