@@ -37,6 +37,10 @@ written in a changed file, however it got registered (a plugin object put on the
 found through frames or the garbage collector), and :meth:`Watch.check_item` a test item with a
 ``runtest`` of its own or whose function (through its decorators) is one of a changed file.
 
+:class:`TestsOwn`: the names the tests' own modules (test modules, their helpers, conftests)
+define or import from one another, none of which may come to hold code of a changed file (a
+helper's ``expected`` rebound by the code under test compares the bug with itself).
+
 :func:`read_by_tests`, for the audit hook's ``open`` events: a test module reading a file the
 diff changed that is neither source nor restored (a golden file outside the test directories,
 rewritten to what the buggy code prints).
@@ -50,6 +54,7 @@ end of the session. Together about 0.4 ms a test on a 2-core EPYC (3,179 names r
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import os
 import sys
@@ -69,6 +74,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     len,
     list,
     map,
+    open,
     property,
     range,
     set,
@@ -636,11 +642,134 @@ def code_files(function: object) -> list[str]:
     return files
 
 
+def own_names(source: bytes) -> tuple[list[str], list[tuple[str, int, str, str]]]:
+    """What a test module binds at its top level (also under an ``if``, ``try`` or ``with``) with
+    ``def`` and ``class``, and ``(module, level, name)`` of each ``from module import x as name``."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return [], []
+    defined, imported, todo = [], [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.append(node.name)
+        elif isinstance(node, ast.ImportFrom):
+            imported += [(node.module or "", node.level, a.name, a.asname or a.name) for a in node.names]
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            todo += [*node.body, *node.orelse] if not isinstance(node, ast.With) else node.body
+            for handler in getattr(node, "handlers", []):
+                todo += handler.body
+            todo += getattr(node, "finalbody", [])
+    return defined, imported
+
+
+class TestsOwn:
+    """The names the tests' own modules (test modules, their helpers, conftests: files restored
+    from the base) define, and what each held when first seen.
+
+    The code under test can rebind them in place: ``import helpers; helpers.expected = lambda a,
+    b: a - b`` before the test module's ``from helpers import expected`` runs, and ``assert
+    add(2, 3) == expected(2, 3)`` compares the bug with itself (``resolved``, the mirror run
+    too: the operand it replaces was computed by the forgery). A module attribute set raises no
+    audit event, so what each name holds is compared at the Watch's points: a name the module
+    defines (``def``, ``class``, and a class's attributes) or imports from another of the tests'
+    modules that holds code of a file the diff changed is named, when first seen (patched before
+    any check ran) or later. The tests' own rebinding (``monkeypatch`` with a fake of their own,
+    a fixture's global) runs code of unchanged files and is taken into the record."""
+
+    def __init__(
+        self, is_tests_file: Callable[[str], bool], changed_file: Callable[[object], str | None]
+    ) -> None:
+        self.is_tests_file, self.changed_file = is_tests_file, changed_file
+        self.seen: set[str] = set()
+        self.modules_seen = -1
+        self.spaces: list[object] = []  # a module's dict or a class's kept mapping proxy
+        self.keys: list[str] = []
+        self.values: list[object] = []
+        self.labels: list[str] = []
+
+    def _file(self, module: object) -> str | None:
+        path = getattr(module, "__file__", None) if isinstance(module, ModuleType) else None
+        return path if isinstance(path, str) and path.endswith(".py") and self.is_tests_file(path) else None
+
+    def _record(self, name: str, module: ModuleType, path: str) -> list[str]:
+        """Record ``module``'s own names; those that hold the diff's code already."""
+        try:
+            with open(path, "rb") as f:
+                defined, imported = own_names(f.read())
+        except OSError:
+            return []
+        space, found = vars(module), []
+        package = getattr(module, "__package__", None) or ""
+        for source, level, original, key in imported:
+            base = package.rsplit(".", level - 1)[0] if level else ""
+            origin = _modules.get(f"{base}.{source}".strip(".") if level else source)
+            value = space.get(key, _MISSING)
+            if original != "*" and value is not _MISSING and self._file(origin) is not None:
+                # what the other module holds is its own record's to judge (a helper may pass on
+                # a function of the code under test); a name that holds something else is this one's
+                first = value is not getattr(origin, original, _MISSING)
+                found += self._add(space, key, value, f"{name}.{key}", first)
+        for key in defined:
+            value = space.get(key, _MISSING)
+            if value is _MISSING:
+                continue
+            found += self._add(space, key, value, f"{name}.{key}")
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                proxy = vars(value)  # its methods: its data (a fixture's client put there) is not code
+                for attr, member in list(proxy.items()):
+                    if isinstance(member, (FunctionType, *_WRAPPERS)):
+                        found += self._add(proxy, attr, member, f"{name}.{key}.{attr}")
+        return found
+
+    def _add(self, space: object, key: str, value: object, label: str, check: bool = True) -> list[str]:
+        self.spaces.append(space)
+        self.keys.append(key)
+        self.values.append(value)
+        self.labels.append(label)
+        return [label] if check and self._changed(value) else []
+
+    def _changed(self, value: object) -> bool:
+        return any(self.changed_file(f) is not None for f in _functions_of(_unbound(value)))
+
+    def changed(self) -> list[str]:
+        """The names that hold code of a changed file since the last call (and the modules first
+        seen now: those that already did)."""
+        found = []
+        if len(_modules) != self.modules_seen:
+            self.modules_seen = len(_modules)
+            for name, module in list(_modules.items()):
+                path = None if name in self.seen else self._file(module)
+                if path is not None:
+                    self.seen.add(name)
+                    found += self._record(name, module, path)
+        try:  # the usual case, in C: every name still holds its object
+            if all(map(is_, map(getitem, self.spaces, self.keys), self.values)):
+                return found
+        except KeyError:
+            pass
+        for i, (space, key, was) in enumerate(zip(self.spaces, self.keys, self.values, strict=True)):
+            now = space.get(key, _MISSING)  # type: ignore[attr-defined]
+            if now is not was:
+                self.values[i] = now
+                if now is not _MISSING and self._changed(now):
+                    found.append(self.labels[i])
+        return found
+
+
 class Watch:
     """The child's checks at the points of a test where the toolchain must be itself (see the
     module docstring). ``claim(what, where)`` sends a tamper reason to the parent."""
 
-    def __init__(self, repo: str, changed: frozenset[str], claim, trusted: list[str]) -> None:  # noqa: ANN001
+    def __init__(  # noqa: ANN001
+        self,
+        repo: str,
+        changed: frozenset[str],
+        claim,
+        trusted: list[str],
+        is_tests_file: Callable[[str], bool] = lambda path: False,
+    ) -> None:
         prefix, trusted_dirs = repo.rstrip("/") + "/", _prefixes(trusted)
 
         def allowed(path: str) -> bool:  # not the diff's: trusted code, or the repository's own
@@ -656,6 +785,7 @@ class Watch:
         self.reported: set[str] = set()
         self.hook_callers: list[object] = []
         self.hooks_seen = -1
+        self.tests_own = TestsOwn(is_tests_file, self._changed_file)
 
     def record_trusted(self, toolchain: list[str]) -> None:
         """Take the standard library's and the grader's record (:func:`trusted_guard`): the last
@@ -691,6 +821,12 @@ class Watch:
                 changed = [f"(the check failed: {type(e).__name__})"]
             for name in changed:
                 self.claim(f"toolchain changed: {name}", nodeid)
+            try:
+                rebound = self.tests_own.changed()
+            except Exception as e:  # noqa: BLE001 - an object in a test module's place that fights back
+                rebound = [f"(the check failed: {type(e).__name__})"]
+            for name in rebound:
+                self._tell(f"a name of the tests' own rebound to the diff's code: {name}", nodeid)
 
     def check_hooks(self, pluginmanager: object, nodeid: str) -> None:
         """A hook of :data:`HOOK_PREFIXES` implemented by a function of a changed file, however

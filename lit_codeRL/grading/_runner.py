@@ -1033,7 +1033,7 @@ class _Channel:
                     return
 
 
-_realpath, _relpath = os.path.realpath, os.path.relpath  # the reporter's, bound as the builtins
+_realpath, _relpath, _normpath = os.path.realpath, os.path.relpath, os.path.normpath  # bound, as the builtins
 
 
 class _Reporter:
@@ -1264,11 +1264,13 @@ def child_main() -> None:
     )
     # the toolchain's record: after everything trusted has loaded (and _compare patched pytest's
     # rewriter), before the first line of the repository runs (conftests, test modules)
-    watch = _guard.Watch(repo, changed, claim, trusted)
-    dirs = watch.guard.package_dirs  # pytest's and pluggy's own files, not all trusted ones
-    data = frozenset(os.path.join(repo, p) for p in changes["data"])
     with open(os.path.join(results, "restored.json")) as f:
         known = frozenset(os.path.normpath(os.path.join(repo, p)) for p in json.load(f))
+    # the tests' own modules: test paths, and every file restored (a graded file, a helper of the
+    # tests whatever its name)
+    watch = _guard.Watch(repo, changed, claim, trusted, lambda p: in_tests(p) or _normpath(p) in known)
+    dirs = watch.guard.package_dirs  # pytest's and pluggy's own files, not all trusted ones
+    data = frozenset(os.path.join(repo, p) for p in changes["data"])
     _install_monitor(
         channel,
         repo,
