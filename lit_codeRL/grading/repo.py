@@ -704,7 +704,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 9
+VALIDATION_VERSION = 10
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -715,7 +715,8 @@ any comparison method of a class the diff wrote; 8: the mirror arms equality che
 computed values, a ``.gitattributes`` of the diff's is put back first, every path the diff writes
 counts as changed, and a ``setup.cfg`` with ``\\r`` line ends or a configuration that is a link is
 read as pytest reads it; 9: a test with no check every run reaches is armed where it ends, at each
-``return`` and the end of its body)."""
+``return`` and the end of its body; 10: a name of the tests' own modules holding code of a changed
+file is tampering, and a debugging task's helpers of its tests are restored with them)."""
 
 
 def _task_key(task: GradedTask) -> str:
