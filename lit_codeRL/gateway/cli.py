@@ -204,7 +204,7 @@ def command(argv: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from lit_codeRL.policy.engine import EngineSettings, make_engine
-    from lit_codeRL.policy.loading import ModelSettings, load_policy
+    from lit_codeRL.policy.loading import ModelSettings, embedded_ids, load_policy
 
     policy, tokenizer = load_policy(ModelSettings(name_or_path=args.model), args.checkpoint)
     policy.eval()
@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> None:
     engine = make_engine(EngineSettings(name="hf", dtype=args.dtype), tokenizer, policy)
     positions = getattr(policy.config, "max_position_embeddings", None)
     name = args.served_name or Path(args.checkpoint or args.model).name
-    gateway = Gateway(tokenizer, gateway_config(args, name, positions))
+    gateway = Gateway(tokenizer, gateway_config(args, name, positions), vocab_size=embedded_ids(policy))
     gateway.start(
         host=None if args.no_tcp else args.host, port=None if args.no_tcp else args.port, uds=args.uds
     )

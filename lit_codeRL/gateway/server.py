@@ -308,6 +308,9 @@ class Gateway:
         config: Names, limits and batching.
         forced_sampling: A training run's sampling: it replaces each request's temperature and
             nucleus and caps its length (the trainer's log-probs assume it); ``None``: the request's.
+        vocab_size: How many ids the model embeds (``policy.loading.embedded_ids``), when fewer
+            than the tokenizer holds: a prompt with an id past it is a 400 of its own request,
+            never an exception of the batch every episode's calls share. ``None``: the tokenizer's.
     """
 
     def __init__(
@@ -315,8 +318,10 @@ class Gateway:
         tokenizer: Any,
         config: GatewayConfig | None = None,
         forced_sampling: SamplingParams | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.tokenizer, self.config = tokenizer, config or GatewayConfig()
+        self.vocab = min(len(tokenizer), vocab_size or len(tokenizer))
         self.forced_sampling = forced_sampling
         self.renderer = ChatRenderer(tokenizer)
         self.queue = GenerationQueue(self.config.max_batch_rows, self.config.batch_wait_ms / 1000)
@@ -886,7 +891,7 @@ class Gateway:
             prompts = completion_prompts(body.get("prompt"), encode)
             messages, tools, continued = [], None, False
             logprobs = logprobs_n is not None and logprobs_n is not False
-        vocab = len(self.tokenizer)
+        vocab = self.vocab
         for p in prompts:
             if not p:
                 raise APIError(400, "the prompt is empty", "prompt")

@@ -118,6 +118,17 @@ class ModelLoadError(ConfigError):
     """A model source that cannot be resolved or loaded; the message says how to fix it."""
 
 
+def embedded_ids(model: Any) -> int | None:
+    """How many token ids ``model`` embeds (its input embedding's rows), or ``None`` when unknown.
+    A tokenizer may hold more (tokens added without resizing the embedding): an id past the rows
+    is an ``IndexError`` on CPU, a device-side assert on a GPU, for the whole batch it is in."""
+    try:
+        rows = model.get_input_embeddings().num_embeddings
+    except Exception:  # noqa: BLE001 - no embedding to ask (a remote engine, a stand-in)
+        return None
+    return rows if isinstance(rows, int) and rows > 0 else None
+
+
 def cache_root() -> Path:
     """Where converted GGUF models are cached (``$LIT_CODERL_CACHE``, default ``~/.cache/lit_coderl``)."""
     return Path(os.environ.get("LIT_CODERL_CACHE", Path.home() / ".cache" / "lit_coderl"))

@@ -33,6 +33,7 @@ from lit_codeRL.gateway.records import CallRecord, Row, build_rows
 from lit_codeRL.gateway.requests import ServeLimits
 from lit_codeRL.gateway.server import EpisodeLog, Gateway, GatewayConfig
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
+from lit_codeRL.policy.loading import embedded_ids
 from lit_codeRL.problems import Problem
 from lit_codeRL.rollout.chat import ChatFormat
 from lit_codeRL.rollout.episodes import Episode, Turn
@@ -92,7 +93,8 @@ class HarnessRunner:
             idle_timeout_s=env.settings.idle_timeout_s,
             write_timeout_s=env.settings.write_timeout_s,
         )
-        self.gateway = Gateway(engine.tokenizer, config, forced_sampling=sampling).start()
+        vocab = embedded_ids(getattr(engine, "model", None))
+        self.gateway = Gateway(engine.tokenizer, config, forced_sampling=sampling, vocab_size=vocab).start()
         self.rollouts = 0
         self.policy_version: int | None = None
         """Stamped on every call of the next rollouts (the trainer sets its optimizer step here);

@@ -11,7 +11,7 @@ import torch
 from lit_codeRL.gateway.requests import ServeLimits
 from lit_codeRL.gateway.server import Gateway, GatewayConfig
 from lit_codeRL.policy.engine import EngineSettings, make_engine
-from lit_codeRL.policy.loading import ModelSettings, load_model
+from lit_codeRL.policy.loading import ModelSettings, embedded_ids, load_model
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,8 @@ def tiny_policy():
 
 def start_gateway(policy, tokenizer, config: GatewayConfig | None = None, forced=None):
     engine = make_engine(EngineSettings(name="hf", dtype="model"), tokenizer, policy)
-    gateway = Gateway(tokenizer, config or GatewayConfig("tiny", ServeLimits(max_tokens=24)), forced)
+    config = config or GatewayConfig("tiny", ServeLimits(max_tokens=24))
+    gateway = Gateway(tokenizer, config, forced, vocab_size=embedded_ids(policy))
     gateway.start(port=0)
     stop = threading.Event()
 

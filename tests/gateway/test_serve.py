@@ -128,6 +128,32 @@ def test_concurrent_requests_share_generate_calls(served):
     assert gateway.queue.batches - before_batches < 8  # requests in flight together were batched
 
 
+def test_an_id_past_the_models_embedding_is_a_400_of_its_own_request(tiny_policy):
+    """A tokenizer holding more ids than the model embeds (tokens added without resizing): an id
+    past the rows, sent as ids or as the added token's text, was an IndexError in the engine,
+    which answered 500 to every call of the batch it shared with other episodes. Now the
+    request is refused before it is batched, and the gateway goes on serving."""
+    import copy  # noqa: PLC0415
+
+    policy, tokenizer = tiny_policy
+    rows = len(tokenizer)
+    longer = copy.deepcopy(tokenizer)
+    longer.add_tokens(["<lcrl_added>"])
+    assert len(longer) == rows + 1 and longer.convert_tokens_to_ids("<lcrl_added>") == rows
+    gateway, _, close = start_gateway(policy, longer)
+    try:
+        api = client(gateway)
+        with pytest.raises(openai.BadRequestError, match="outside the vocabulary"):
+            api.completions.create(model="tiny", prompt=[1, rows], max_tokens=2)
+        with pytest.raises(openai.BadRequestError, match="outside the vocabulary"):
+            api.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi <lcrl_added>"}], max_tokens=2
+            )
+        assert api.completions.create(model="tiny", prompt=[1, rows - 1], max_tokens=2).choices
+    finally:
+        close()
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
