@@ -106,6 +106,13 @@ def parser() -> argparse.ArgumentParser:
         help="connections the --uds socket holds open at once, more closed (default %(default)s)",
     )
     p.add_argument(
+        "--max-total-connections",
+        type=_positive,
+        default=config.max_connections,
+        help="connections open at once in all (TCP and --uds), more closed; at most half the open-file "
+        "limit (default %(default)s)",
+    )
+    p.add_argument(
         "--idle-timeout-s",
         type=_seconds,
         default=config.idle_timeout_s,
@@ -175,6 +182,7 @@ def gateway_config(args: argparse.Namespace, name: str, positions: int | None) -
         record_all=args.record is not None,
         max_record_keys=args.max_record_keys,
         max_connections_per_socket=args.max_connections,
+        max_connections=args.max_total_connections,
         idle_timeout_s=args.idle_timeout_s,
         write_timeout_s=args.write_timeout_s,
         parse_workers=args.parse_workers,

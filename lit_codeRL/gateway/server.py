@@ -36,6 +36,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import resource
 import select
 import socket
 import threading
@@ -292,12 +293,31 @@ class GatewayConfig:
     """With ``record_all``: episodes (keys) kept at most; the least recently used idle one is forgotten."""
     max_connections_per_socket: int = 32
     """Open connections an episode's unix socket accepts at once (more are closed at once)."""
+    max_connections: int = 4096
+    """Open connections in all (every episode's socket, and TCP) at once; more are closed at once.
+    Each holds one of the trainer's file descriptors: past its limit every ``accept`` fails
+    (``EMFILE``, which asyncio retries in a loop) and so does every file the trainer opens (a
+    checkpoint). At most half the process's open-file limit, which ``start`` raises to the hard
+    limit."""
     idle_timeout_s: float = 30.0
     """A connection that sends no request (or not all of its body) for this long is closed."""
     write_timeout_s: float = 60.0
     """A reply the client does not read within this long is dropped (the call is not recorded)."""
     parse_workers: int = 4
     """Threads that parse and tokenize bodies (off the event loop)."""
+
+
+def _open_file_limit() -> int:
+    """The process's open-file limit, its soft limit first raised to the hard one (1,024 by
+    default in many shells: 32 episodes' 32 connections each exhausted it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # a hard limit the kernel caps lower (nr_open): keep the soft one
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 class Gateway:
@@ -332,6 +352,8 @@ class Gateway:
         self._by_socket: dict[str, str] = {}
         self._listening_uds: set[str] = set()  # ``start(uds=...)``: every other unix socket is an episode's
         self._socket_conns: dict[str, int] = {}
+        self._conns = 0
+        self._max_conns = self.config.max_connections
         self._conn_socket: dict[int, str] = {}
         self._pool = ThreadPoolExecutor(max(1, self.config.parse_workers), thread_name_prefix="lcrl-gw-parse")
         self._sites: dict[str, web.BaseSite] = {}
@@ -345,6 +367,7 @@ class Gateway:
     # ------------------------------------------------------------------ lifecycle
     def start(self, host: str | None = None, port: int | None = None, uds: str | None = None) -> Gateway:
         """Start the event loop thread; listen on ``host:port`` (port 0: a free one) and/or ``uds``."""
+        self._max_conns = min(self.config.max_connections, _open_file_limit() // 2)
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
 
@@ -405,6 +428,9 @@ class Gateway:
 
         def connection_made(handler: Any, transport: asyncio.Transport) -> None:
             made(handler, transport)
+            self._conns += 1
+            if self._conns > self._max_conns:  # every socket's connections hold the trainer's descriptors
+                transport.abort()
             name = transport.get_extra_info("sockname")
             if isinstance(name, str) and name:  # an episode's unix socket
                 self._conn_socket[id(handler)] = name
@@ -414,6 +440,7 @@ class Gateway:
 
         def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
             lost(handler, exc)
+            self._conns -= 1
             name = self._conn_socket.pop(id(handler), None)
             if name is not None:
                 self._socket_conns[name] -= 1

@@ -51,6 +51,10 @@ GATEWAY_FLAGS = {
         "JSON values (commas and opening brackets) a request body may hold",
     ),
     "max_connections_per_socket": ("--max-connections", "connections the --uds socket holds open at once"),
+    "max_connections": (
+        "--max-total-connections",
+        "connections open at once in all (TCP and --uds), more closed",
+    ),
     "idle_timeout_s": ("--idle-timeout-s", "a connection that sends no request, or not all its body,"),
     "write_timeout_s": ("--write-timeout-s", "a reply the client does not read within this long is dropped"),
     "max_record_keys": ("--max-record-keys", "with --record: keys (episodes) kept at once"),
@@ -84,12 +88,13 @@ def test_serve_flags_set_every_bound():
     args = parser().parse_args(
         ["--max-body-mb", "2", "--max-json-values", "11", "--max-connections", "3", "--idle-timeout-s", "4.5", "--write-timeout-s", "6",
          "--max-record-keys", "7", "--parse-workers", "8", "--max-batch", "9", "--batch-wait-ms", "10",
-         "--record", "somewhere"]
+         "--record", "somewhere", "--max-total-connections", "12"]
     )  # fmt: skip
     config = gateway_config(args, "served", positions=2048)
     assert {name: getattr(config, name) for name in GATEWAY_FLAGS} == {
         "max_body_mb": 2, "max_json_values": 11, "max_connections_per_socket": 3, "idle_timeout_s": 4.5, "write_timeout_s": 6.0,
         "max_record_keys": 7, "parse_workers": 8, "max_batch_rows": 9, "batch_wait_ms": 10.0,
+        "max_connections": 12,
     }  # fmt: skip
     assert (config.served_name, config.record_all) == ("served", True)
     assert gateway_config(parser().parse_args([]), "served", 2048) == GatewayConfig(

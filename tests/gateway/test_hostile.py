@@ -316,6 +316,44 @@ def test_idle_and_excess_connections_are_closed(tiny_policy, tmp_path):
         gateway.stop()
 
 
+def test_connections_past_the_gateways_total_are_closed_whatever_their_socket(tiny_policy, tmp_path):
+    """Each connection holds one of the trainer's file descriptors: many episodes' sockets at
+    their own caps (and ``serve``'s TCP listener, which had none) could take them all, and then
+    every accept and every file the trainer opens fails. Past ``max_connections`` in all a new
+    connection is closed at once; those within it stay open, and the soft open-file limit is
+    raised to the hard one."""
+    import resource  # noqa: PLC0415
+
+    policy, tokenizer = tiny_policy
+    config = GatewayConfig("tiny", ServeLimits(max_tokens=4), require_episode=True, max_connections=4)
+    gateway = Gateway(tokenizer, config).start(port=0)
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        assert soft == hard or hard == resource.RLIM_INFINITY
+        socks = [str(tmp_path / f"{i}.sock") for i in range(2)]
+        for sock in socks:
+            gateway.open_episode(socket_path=sock)
+        host, port = gateway.url.split("//")[1].split("/")[0].split(":")
+        conns = []
+        for i in range(6):  # 2 on each episode's socket (under its own cap), then 2 over TCP
+            s = socket.socket(socket.AF_UNIX) if i < 4 else socket.socket()
+            s.settimeout(3)
+            s.connect(socks[i % 2] if i < 4 else (host, int(port)))
+            conns.append(s)
+        for s in conns[4:]:  # past the total: closed at once
+            try:
+                assert s.recv(10) == b""
+            except ConnectionResetError:
+                pass
+        conns[0].settimeout(0.5)
+        with pytest.raises(TimeoutError):  # within it: open, waiting for a request
+            conns[0].recv(10)
+        for s in conns:
+            s.close()
+    finally:
+        gateway.stop()
+
+
 def test_a_connection_open_when_its_episode_closes_is_closed(tiny_policy, tmp_path):
     """An agent's connection accepted but idle as the episode closes gets EOF, not silence."""
     policy, tokenizer = tiny_policy
