@@ -175,7 +175,8 @@ def sampling_of(
     body: dict[str, Any], limits: ServeLimits, forced: SamplingParams | None
 ) -> tuple[SamplingParams, int, int | None]:
     """``(sampling, n, seed)`` of a request; ``forced`` (a training run's sampling) overrides the
-    request's temperature and nucleus and caps its length: the trainer's log-probs assume it."""
+    request's temperature and nucleus and caps its length (the trainer's log-probs assume it), and
+    drops its seed."""
     check_unsupported(body)
     n = _integer(body, "n", 1, 1, limits.max_n) or 1
     seed = _integer(body, "seed", None, -(2**63), 2**64 - 1)
@@ -197,7 +198,10 @@ def sampling_of(
             top_k=forced.top_k,
             stop=[*stop, *(s for s in forced.stop if s not in stop)],
         )
-        return sampling, n, seed
+        # nor does a training run take the request's seed: an agent program that sends a fixed
+        # one made every episode of a group sample the same reply (no advantage to learn from),
+        # each call run alone, unbatched
+        return sampling, n, None
     temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
     sampling = SamplingParams(
         max_new_tokens=max_new,

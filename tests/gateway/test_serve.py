@@ -58,6 +58,23 @@ def test_sampled_n_and_seed(served):
     assert [ch.message.content for ch in again.choices] == texts
 
 
+def test_a_training_runs_gateway_ignores_the_requests_seed(tiny_policy):
+    """An agent program that sends a fixed ``seed`` made every episode of a GRPO group sample the
+    same replies (no advantage to learn from). With a training run's sampling imposed, the seed
+    is dropped: the same seeded request samples anew."""
+    from lit_codeRL.policy.engine import SamplingParams  # noqa: PLC0415
+
+    policy, tokenizer = tiny_policy
+    forced = SamplingParams(max_new_tokens=16, temperature=1.0)
+    gateway, _, close = start_gateway(policy, tokenizer, forced=forced)
+    try:
+        ask = client(gateway).chat.completions.create
+        replies = [ask(model="tiny", messages=MESSAGES, max_tokens=16, seed=7) for _ in range(3)]
+        assert len({r.choices[0].message.content for r in replies}) > 1
+    finally:
+        close()
+
+
 def test_stop_string_cuts_the_reply(served):
     gateway, _, _ = served
     c = client(gateway)
