@@ -5,11 +5,15 @@ did, gh-106905)."""
 from __future__ import annotations
 
 import ast
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import lit_codeRL
 from lit_codeRL import pyparse
+from lit_codeRL.problems.debug_task import DebugTask
 from lit_codeRL.sandbox import grading
 
 
@@ -33,12 +37,24 @@ def test_parses_from_many_threads_never_overlap(monkeypatch):
     monkeypatch.setattr(ast, "parse", slow_parse)
     grading.split_value_test.cache_clear()
     tests = [f"assert f({i}) == {i + 1}" for i in range(64)]
+    # a debugging task's helpers of its tests, found as validation's threads make its SWE task
+    # (a CI run raised the SystemError there: ``DebugTask.test_support`` parsed on its own)
+    files = {
+        "calc.py": "def add(a, b):\n    return a - b\n",
+        "checks.py": "def same(a, b):\n    assert a == b\n",
+    }
+    files["test_calc.py"] = (
+        "from calc import add\nfrom checks import same\n\n\ndef test_add():\n    same(add(2, 3), 5)\n"
+    )
+    tasks = [DebugTask(f"t{i}", "d", dict(files), fix={"calc.py": "fixed\n"}) for i in range(16)]
     with ThreadPoolExecutor(8) as pool:
         split = list(pool.map(grading.split_value_test, tests))
         trees = list(pool.map(pyparse.parse, tests))
+        support = list(pool.map(lambda task: task.test_support, tasks))
     grading.split_value_test.cache_clear()
     assert split == [(f"(\nf({i})\n)", i + 1) for i in range(64)]
     assert all(isinstance(t, ast.Module) for t in trees)
+    assert support == [["checks.py"]] * 16
     assert most == 1, f"{most} parses ran at once"
 
 
@@ -55,3 +71,19 @@ def test_the_parsed_source_s_own_warnings_reach_no_one():
         tree = pyparse.parse(source)
         assert list(warnings.filters) == before
     assert shown == [] and isinstance(tree.body[2], ast.Assign)
+
+
+def test_the_library_parses_only_through_pyparse():
+    """Every ``ast.parse`` of the library is :func:`pyparse.parse`, whichever thread it runs in:
+    one called directly (``DebugTask.test_support`` in validation's threads) raised the
+    ``SystemError`` in CI. Grading's in-sandbox modules (``grading/_*.py``, standard library only)
+    run in their own single-threaded processes."""
+    root = Path(lit_codeRL.__file__).parent
+    direct = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "pyparse.py" and not (path.parent.name == "grading" and path.name.startswith("_"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\bast\.parse\(", line)
+    ]
+    assert direct == [], direct

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from lit_codeRL import pyparse
 from lit_codeRL.errors import ConfigError, listed
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.grading._scan import is_test_path as _grader_is_test_path
@@ -399,7 +400,7 @@ def _imported_files(path: str, source: str, files: Mapping[str, Any]) -> list[st
     ``src/``) and relative ones (``from .asserts import same`` in ``helpers/__init__.py``:
     ``helpers/asserts.py``; missed, a helper package's own modules were left to the agent)."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     names = []  # (directory searched, dotted name)

@@ -16,6 +16,7 @@ import ast
 import builtins
 import copy
 
+from lit_codeRL import pyparse
 from lit_codeRL.errors import ConfigError
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.sandbox.grading import split_trusted_test
@@ -86,7 +87,7 @@ def split_check(test: str, entry: str) -> tuple[str, ...]:
     in-process test with the rest of ``check`` (left out when nothing is left). The program
     passes them all exactly when it passes ``check``: the split asserts depend on nothing
     ``check`` does before them (HumanEval's functions keep no state between calls)."""
-    tree = ast.parse(test)
+    tree = pyparse.parse(test)
     checks = [s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
     if len(checks) != 1 or len(checks[0].args.args) != 1:
         return (f"{test}\ncheck({entry})",)

@@ -7,6 +7,8 @@ import ast
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lit_codeRL import pyparse
+
 
 def kodcode_stub(solution: str, test: str, test_info: Sequence[Mapping[str, Any]] | None) -> str:
     """A ``solution.py`` that imports cleanly and solves nothing.
@@ -124,7 +126,7 @@ def _docstring(text: str) -> str:
 
 def _parse(source: str) -> ast.Module | None:
     try:
-        return ast.parse(source)
+        return pyparse.parse(source)
     except (SyntaxError, ValueError):
         return None
 

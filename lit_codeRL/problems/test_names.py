@@ -17,6 +17,7 @@ import ast
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
+from lit_codeRL import pyparse
 from lit_codeRL.sandbox.repo_layout import import_prefixes
 
 UNPROTECTED_TEST_NAMES = ("tests.py", "test.py")
@@ -35,7 +36,7 @@ def holds_tests(content: str | bytes) -> bool:
     if not isinstance(content, str):
         return False
     try:
-        tree = ast.parse(content)
+        tree = pyparse.parse(content)
     except (SyntaxError, ValueError):
         return False
     if any(isinstance(node, ast.Assert) for node in tree.body):
@@ -82,7 +83,7 @@ def _imported_modules(files: Mapping[str, str | bytes], roots: tuple[str, ...]) 
         if not path.endswith(".py") or not isinstance(content, str):
             continue
         try:
-            tree = ast.parse(content)
+            tree = pyparse.parse(content)
         except (SyntaxError, ValueError):
             continue
         own = _module_names(path, roots)

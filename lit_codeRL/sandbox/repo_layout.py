@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from lit_codeRL import pyparse
+
 try:
     import tomllib
 except ImportError:  # Python 3.10: a pyproject.toml is read as declaring nothing
@@ -52,7 +54,7 @@ class Packaging:
         except configparser.Error:
             setup_cfg = configparser.ConfigParser(interpolation=None)
         try:
-            setup_py = ast.parse(text("setup.py"))
+            setup_py = pyparse.parse(text("setup.py"))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             setup_py = None
         return cls(present, pyproject if isinstance(pyproject, dict) else {}, setup_cfg, setup_py)

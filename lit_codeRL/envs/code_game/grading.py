@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from lit_codeRL import pyparse
 from lit_codeRL.envs.text import drop_enclosed
 
 _BLOCK = re.compile(r"\[OUTPUT\]((?:(?!\[OUTPUT\]).)*?)\[/OUTPUT\]", re.DOTALL)
@@ -107,7 +108,7 @@ def _literal(text: str, missing: object) -> object:
     try:
         value = ast.literal_eval(text)
         source = text.lstrip(" \t")  # as literal_eval reads it
-        tree = ast.parse(source, mode="eval")
+        tree = pyparse.parse(source, mode="eval")
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return missing
     for node in ast.walk(tree):

@@ -25,6 +25,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from lit_codeRL import pyparse
 from lit_codeRL.envs.reference import ends_at_stop
 from lit_codeRL.envs.swe.actions import STOP_STRINGS, runs_as_written
 from lit_codeRL.grading._scan import is_test_path
@@ -67,7 +68,7 @@ def defined_functions(source: str, line: int) -> tuple[str, ...]:
     """The functions and methods ``source`` defines (no dunders), the innermost one holding
     ``line`` first; nothing when it does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except (SyntaxError, ValueError):
         return ()
     defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]

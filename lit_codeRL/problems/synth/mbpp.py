@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lit_codeRL import pyparse
 from lit_codeRL.problems.mbpp import HUB_ID, SPLITS, load_mbpp
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.synth.cache_dir import cache_root
@@ -65,7 +66,7 @@ def private_names(source: str) -> list[str]:
     """The top-level names ``source`` defines that start with one underscore: ``import *`` leaves
     them out, though a test of the program run with its asserts (MBPP 798's ``_sum``) calls them."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except (SyntaxError, ValueError):
         return []
     names: list[str] = []
