@@ -446,7 +446,7 @@ def read_by_tests(
     return None
 
 
-GRADER_MODULES = ("__main__", "_guard", "_compare", "_scan", "_fswatch", "_mirror")
+GRADER_MODULES = ("__main__", "_guard", "_compare", "_scan", "_fswatch", "_mirror", "_tests_data")
 """The grader's own modules in the child (the runner runs as ``__main__``): how a report and a
 finding reach the parent."""
 
@@ -642,13 +642,16 @@ def code_files(function: object) -> list[str]:
     return files
 
 
-def own_names(source: bytes) -> tuple[list[str], list[tuple[str, int, str, str]]]:
+def parse_module(source: bytes) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def own_names(tree: ast.Module) -> tuple[list[str], list[tuple[str, int, str, str]]]:
     """What a test module binds at its top level (also under an ``if``, ``try`` or ``with``) with
     ``def`` and ``class``, and ``(module, level, name)`` of each ``from module import x as name``."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return [], []
     defined, imported, todo = [], [], list(tree.body)
     while todo:
         node = todo.pop()
@@ -679,9 +682,13 @@ class TestsOwn:
     a fixture's global) runs code of unchanged files and is taken into the record."""
 
     def __init__(
-        self, is_tests_file: Callable[[str], bool], changed_file: Callable[[object], str | None]
+        self,
+        is_tests_file: Callable[[str], bool],
+        changed_file: Callable[[object], str | None],
+        data: object = None,
     ) -> None:
         self.is_tests_file, self.changed_file = is_tests_file, changed_file
+        self.data = data  # the record of the modules' literals (``_tests_data.TestsData``), fed here
         self.seen: set[str] = set()
         self.modules_seen = -1
         self.spaces: list[object] = []  # a module's dict or a class's kept mapping proxy
@@ -697,20 +704,27 @@ class TestsOwn:
         """Record ``module``'s own names; those that hold the diff's code already."""
         try:
             with open(path, "rb") as f:
-                defined, imported = own_names(f.read())
+                tree = parse_module(f.read())
         except OSError:
             return []
-        space, found = vars(module), []
+        if tree is None:
+            return []
+        defined, imported = own_names(tree)
+        space, found, from_tests = vars(module), [], []
         package = getattr(module, "__package__", None) or ""
         for source, level, original, key in imported:
             base = package.rsplit(".", level - 1)[0] if level else ""
-            origin = _modules.get(f"{base}.{source}".strip(".") if level else source)
+            origin_name = f"{base}.{source}".strip(".") if level else source
+            origin = _modules.get(origin_name)
             value = space.get(key, _MISSING)
             if original != "*" and value is not _MISSING and self._file(origin) is not None:
                 # what the other module holds is its own record's to judge (a helper may pass on
                 # a function of the code under test); a name that holds something else is this one's
                 first = value is not getattr(origin, original, _MISSING)
                 found += self._add(space, key, value, f"{name}.{key}", first)
+                from_tests.append((key, origin_name, original))
+        if self.data is not None:
+            self.data.add(name, module, path, tree, from_tests)  # type: ignore[attr-defined]
         for key in defined:
             value = space.get(key, _MISSING)
             if value is _MISSING:
@@ -769,6 +783,7 @@ class Watch:
         claim,
         trusted: list[str],
         is_tests_file: Callable[[str], bool] = lambda path: False,
+        tests_data: object = None,
     ) -> None:
         prefix, trusted_dirs = repo.rstrip("/") + "/", _prefixes(trusted)
 
@@ -785,7 +800,8 @@ class Watch:
         self.reported: set[str] = set()
         self.hook_callers: list[object] = []
         self.hooks_seen = -1
-        self.tests_own = TestsOwn(is_tests_file, self._changed_file)
+        self.tests_own = TestsOwn(is_tests_file, self._changed_file, tests_data)
+        self.tests_data = tests_data  # ``_tests_data.TestsData``: the tests' literals, or None
 
     def record_trusted(self, toolchain: list[str]) -> None:
         """Take the standard library's and the grader's record (:func:`trusted_guard`): the last
@@ -827,6 +843,13 @@ class Watch:
                 rebound = [f"(the check failed: {type(e).__name__})"]
             for name in rebound:
                 self._tell(f"a name of the tests' own rebound to the diff's code: {name}", nodeid)
+            if self.tests_data is not None:
+                try:  # after the record above: it feeds the modules first seen now
+                    rewritten = self.tests_data.changed()  # type: ignore[attr-defined]
+                except Exception as e:  # noqa: BLE001 - an object in the literal's place that fights back
+                    rewritten = [f"(the check failed: {type(e).__name__})"]
+                for name in rewritten:
+                    self._tell(f"a literal of the tests' own changed by code not theirs: {name}", nodeid)
 
     def check_hooks(self, pluginmanager: object, nodeid: str) -> None:
         """A hook of :data:`HOOK_PREFIXES` implemented by a function of a changed file, however

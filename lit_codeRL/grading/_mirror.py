@@ -578,18 +578,24 @@ def armable(tests: list[str], salt: int) -> list[str]:
 
 
 def install(
-    rewriter: type, root: str, tests: list[str], salt: int, armed: Callable[[list[str]], None]
+    rewriter: type,
+    root: str,
+    tests: list[str],
+    salt: int,
+    armed: Callable[[list[str]], None],
+    seen: Callable[[str, ast.Module], None] = lambda path, tree: None,
 ) -> set[str]:
     """Arm the test files of ``tests`` as pytest compiles them: wrap ``rewriter.run`` (pytest's
     ``AssertionRewriter``, which every test module pytest imports is compiled through) to change
     the tree of each such file first, and call ``armed`` with the node ids it armed. Returns the
     set the wrapper adds the real path of every module it compiles to: a test module missing
     from it was loaded past the rewriter, so past this change and every check the rewriter
-    installs (``_compare.py``). With no
-    ``tests`` (every run but the mirror run) it changes nothing, the same function in the same
-    place: the code under test finds the same grader in both runs. The file itself is never
-    written, so nothing outside the process (its bytes, size, times, the repository's git
-    objects, a copy of the text the diff carries) tells the mirror run from the first."""
+    installs (``_compare.py``). ``seen`` is given each module's real path and its tree as
+    compiled (armed or not), before pytest rewrites its asserts. With no ``tests`` (every run
+    but the mirror run) it changes nothing, the same function in the same place: the code under
+    test finds the same grader in both runs. The file itself is never written, so nothing
+    outside the process (its bytes, size, times, the repository's git objects, a copy of the
+    text the diff carries) tells the mirror run from the first."""
     planned, run, compiled = plan(tests), rewriter.run, set()
     # the class the mirror's raises-checks expect and what its computed checks compare against,
     # made in every run beside _compare's helpers: a class more among Exception's subclasses in
@@ -607,6 +613,8 @@ def install(
             done = arm_module(mod, qualnames, salt, suffix)
             if done:
                 armed([f"{_relpath(path, root)}::{q}" for q in done])
+        if isinstance(path, str) and isinstance(mod, ast.Module):
+            seen(_realpath(path), mod)
         return run(self, mod)
 
     rewriter.run = run_armed

@@ -108,6 +108,7 @@ import _fswatch  # noqa: E402 - the parent's watch on the test files, bound besi
 import _guard  # noqa: E402 - the child's record of the toolchain, bound beside it too
 import _mirror  # noqa: E402 - the mirror run's change of the expected values, bound beside it too
 import _scan  # noqa: E402 - the scanner lives beside this file, bound read-only with it
+import _tests_data  # noqa: E402 - the tests' own literals kept, bound beside it too
 
 HASH_SEED = "0"
 """``PYTHONHASHSEED`` of the pytest child (and of the workspace's commands: what the agent runs
@@ -1255,12 +1256,14 @@ def child_main() -> None:
     _compare.install(_compare.Checker(repo, changes["written"], claim), in_tests, frozenset(_scan.TEST_DIRS))
     import _pytest.assertion.rewrite as rewrite  # noqa: PLC0415
 
+    tests_data = _tests_data.TestsData()  # fed the test modules' trees as compiled (mirrored or not)
     compiled = _mirror.install(
         rewrite.AssertionRewriter,
         repo,
         mirror["tests"],
         mirror["salt"],
         lambda armed: send({"t": "mirror", "armed": armed}),
+        tests_data.compiled,
     )
     # the toolchain's record: after everything trusted has loaded (and _compare patched pytest's
     # rewriter), before the first line of the repository runs (conftests, test modules)
@@ -1268,7 +1271,9 @@ def child_main() -> None:
         known = frozenset(os.path.normpath(os.path.join(repo, p)) for p in json.load(f))
     # the tests' own modules: test paths, and every file restored (a graded file, a helper of the
     # tests whatever its name)
-    watch = _guard.Watch(repo, changed, claim, trusted, lambda p: in_tests(p) or _normpath(p) in known)
+    watch = _guard.Watch(
+        repo, changed, claim, trusted, lambda p: in_tests(p) or _normpath(p) in known, tests_data
+    )
     dirs = watch.guard.package_dirs  # pytest's and pluggy's own files, not all trusted ones
     data = frozenset(os.path.join(repo, p) for p in changes["data"])
     _install_monitor(

@@ -63,7 +63,8 @@ COMPARER = Path(__file__).with_name("_compare.py")
 GUARD = Path(__file__).with_name("_guard.py")
 FSWATCH = Path(__file__).with_name("_fswatch.py")
 MIRROR = Path(__file__).with_name("_mirror.py")
-RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR)
+TESTS_DATA = Path(__file__).with_name("_tests_data.py")
+RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR, TESTS_DATA)
 """The trusted runner and what it imports, bound read-only side by side in every grading run."""
 RUNNER_MOUNT = "/opt/lcrl-grade"
 RESULTS_MOUNT = "/opt/lcrl-results"
@@ -704,7 +705,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 10
+VALIDATION_VERSION = 11
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
