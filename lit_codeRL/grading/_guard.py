@@ -667,6 +667,24 @@ def own_names(tree: ast.Module) -> tuple[list[str], list[tuple[str, int, str, st
     return defined, imported
 
 
+def assigned_names(tree: ast.Module) -> dict[str, bool]:
+    """The names a module binds at its top level (as :func:`own_names` reads it) with ``name =``
+    or ``name: T =``, each with whether its value is a ``lambda`` written there."""
+    found: dict[str, bool] = {}
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    found[target.id] = isinstance(node.value, ast.Lambda)
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            todo += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            for handler in getattr(node, "handlers", []):
+                todo += handler.body
+    return found
+
+
 class TestsOwn:
     """The names the tests' own modules (test modules, their helpers, conftests: files restored
     from the base) define, and what each held when first seen.
@@ -676,8 +694,10 @@ class TestsOwn:
     add(2, 3) == expected(2, 3)`` compares the bug with itself (``resolved``, the mirror run
     too: the operand it replaces was computed by the forgery). A module attribute set raises no
     audit event, so what each name holds is compared at the Watch's points: a name the module
-    defines (``def``, ``class``, and a class's attributes) or imports from another of the tests'
-    modules that holds code of a file the diff changed is named, when first seen (patched before
+    defines (``def``, ``class``, and a class's attributes; a name assigned a function of the
+    tests' own files, ``check = make_check()``, or a ``lambda`` written there) or imports from
+    another of the tests' modules that holds code of a file the diff changed is named, when first
+    seen (patched before
     any check ran) or later. The tests' own rebinding (``monkeypatch`` with a fake of their own,
     a fixture's global) runs code of unchanged files and is taken into the record."""
 
@@ -725,6 +745,11 @@ class TestsOwn:
                 from_tests.append((key, origin_name, original))
         if self.data is not None:
             self.data.add(name, module, path, tree, from_tests)  # type: ignore[attr-defined]
+        for key, is_lambda in assigned_names(tree).items():
+            value = space.get(key, _MISSING)
+            # the tests' own code, or a lambda of the text holding the diff's: a name of theirs
+            if value is not _MISSING and (is_lambda or self._tests_code(value)):
+                found += self._add(space, key, value, f"{name}.{key}")
         for key in defined:
             value = space.get(key, _MISSING)
             if value is _MISSING:
@@ -743,6 +768,9 @@ class TestsOwn:
         self.values.append(value)
         self.labels.append(label)
         return [label] if check and self._changed(value) else []
+
+    def _tests_code(self, value: object) -> bool:
+        return any(self.is_tests_file(path) for f in _functions_of(_unbound(value)) for path in code_files(f))
 
     def _changed(self, value: object) -> bool:
         return any(self.changed_file(f) is not None for f in _functions_of(_unbound(value)))
