@@ -608,6 +608,28 @@ def test_an_address_through_hash_is_refused(sandbox, source: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "source",
+    [
+        # without hash or id: the low bits of the address in a default repr, sliced past its 0x,
+        # were the same in every run (each run allocated the same blocks in the same order) and
+        # passed the gate; so did the order of a set of objects (their hash is their address)
+        "print(repr(object())[-4:-1])",
+        "a = object()\nprint(int(repr(a)[-5:-1], 16) % 256)",
+        "print(str(lambda: 0)[-4:-1])",
+        "class A:\n    pass\nprint(repr(A()).split('x')[1][-3:])",
+        "def g():\n    "
+        + "; ".join(f"v{i} = {i}" for i in range(80))
+        + "\n    yield v0\nprint(repr(g())[-4:-1])",
+        "a = object()\nb = object()\nprint([x is a for x in {a, b}])",
+        "xs = [object() for _ in range(6)]\nprint([xs.index(x) for x in set(xs)])",
+    ],
+)
+def test_an_address_through_a_repr_or_a_set_order_is_refused(sandbox, source: str) -> None:
+    res = gate_one(sandbox, source)
+    assert (res.valid, res.reason) == (False, "nondeterministic"), (res.reason, res.output)
+
+
+@pytest.mark.parametrize(
     "source", ["print('[/OUTPUT]')", "print('x [OUTPUT] y')", "print('a<think>b</think>c')"]
 )
 def test_an_output_no_answer_can_state_is_refused(sandbox, source: str) -> None:

@@ -89,7 +89,7 @@ def outer_main(job: dict) -> None:
     import time
 
     nonce = os.urandom(12).hex()
-    inner_cfg = dict(job["inner"], nonce=nonce)
+    inner_cfg = dict(job["inner"], nonce=nonce, seed=int(job["seed"]))
     source = job["harness"] + f"\ninner_main({inner_cfg!r})\n"
     argv = [sys.executable, "-S", "-s", "-P", "-B", "-c", source]
     env = {"PYTHONHASHSEED": str(int(job["seed"])), "LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"}
@@ -150,6 +150,44 @@ def outer_main(job: dict) -> None:
     if kind == "memory":
         raise MemoryError(info)
     raise _STATUS_EXCEPTIONS.get(kind, CodeGameHarnessFailure)(info)
+
+
+def _shift_heap(seed: int, keep: list) -> None:
+    """Fill ``keep`` (the caller keeps it alive) with objects that move every later allocation of
+    the program by a ``seed``-dependent amount inside its memory page.
+
+    A fresh interpreter running the same program allocates the same blocks in the same order, so
+    the low bits of an object's address (inside its page; only the page is randomised) were the
+    same in every run: ``repr(object())[-4:-1]``, the order of a set of objects (their hash is
+    their address) or a generator's repr sliced past its ``0x`` printed the same thing under every
+    hash seed, and passed the gate although no predictor can know them. Here each run (seed) takes
+    a random number of blocks of every small-object size class (CPython's allocator: 16-byte
+    classes up to 512 bytes, pools of a page) and gives half of them back in a random order, so both
+    the next fresh block and the head of each class's free list (where the next allocation comes
+    from) sit at other offsets in every run; a few blocks above 512 bytes shift the C heap. An
+    output that depends on addresses then differs between runs and is refused as nondeterministic.
+    Called last before the program runs: a block freed after it (allocated before it) is where
+    the program's first allocation of that size would land.
+    """
+    state = [seed * 2 + 1]
+
+    def draw(n: int) -> int:
+        state[0] = (state[0] * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        return (state[0] >> 33) % n
+
+    makers = [lambda n: object(), lambda n: (1 << 40) + n]  # the 16- and 32-byte classes
+    makers += [lambda n, size=size: bytes(size - 33 - n % 16) for size in range(48, 513, 16)]  # 33 + len
+    makers.append(lambda n: bytes(513 + 16 * n))  # malloc's heap
+    blocks = [[make(draw(256)) for _ in range(8 + draw(256))] for make in makers]
+    keep.append((state, draw, makers, blocks))  # nothing of ours is freed after the churn below
+    for group in blocks:
+        order = list(range(len(group)))
+        keep.append(order)
+        for i in range(len(order) - 1, 0, -1):  # Fisher-Yates: the free list's order is shuffled too,
+            j = draw(i + 1)  # so the program's next blocks are not at ascending addresses either
+            order[i], order[j] = order[j], order[i]
+        for i in order[: len(order) // 2]:
+            group[i] = None  # back on its class's free list
 
 
 def inner_main(cfg: dict) -> None:  # noqa: C901 - one linear setup, kept in one place on purpose
@@ -339,6 +377,8 @@ def inner_main(cfg: dict) -> None:  # noqa: C901 - one linear setup, kept in one
         return tracer
 
     namespace = {"__name__": "__main__", "__builtins__": safe_builtins}
+    padding: list = []  # a local of this frame: alive until the report
+    _shift_heap(int(cfg["seed"]), padding)
     sys.stdout = out
     write(1, b"S\n")
     exc_type = None
