@@ -30,6 +30,7 @@ class ChatFormat:
         eos = tokenizer.eos_token_id
         self._eos_ids = {eos} if eos is not None else set()
         self._eos_text = tokenizer.eos_token or ""
+        self._specials = _special_texts(tokenizer)
 
     def prompt_text(self, observation: str) -> str:
         """The templated first prompt (system + user message + assistant header)."""
@@ -37,7 +38,22 @@ class ChatFormat:
         return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
     def prompt_ids(self, observation: str) -> list[int]:
-        return self.tokenizer(self.prompt_text(observation), add_special_tokens=False)["input_ids"]
+        if self._holds_special(observation):
+            before, found, after = self.prompt_text(_SENTINEL_USER).partition(_SENTINEL_USER)
+            if found:
+                return self._ids(before) + self._ids(observation, literal=True) + self._ids(after)
+        return self._ids(self.prompt_text(observation))
+
+    def _holds_special(self, text: str) -> bool:
+        return any(special in text for special in self._specials)
+
+    def _ids(self, text: str, literal: bool = False) -> list[int]:
+        """``text``'s ids; ``literal``: a special token's text in it is text (ordinary tokens), not
+        the special token: a user message is data, and ``<|im_end|>`` spelt in it (by a program the
+        policy wrote, in its source, its output or its error) ended the message there, and what
+        followed read as a turn of another role (``<|im_start|>system``) in the next context."""
+        kwargs = {"split_special_tokens": True} if literal else {}
+        return self.tokenizer(text, add_special_tokens=False, **kwargs)["input_ids"]
 
     def _observation_template(self) -> tuple[str, str]:
         """The text the template puts between an assistant message's content and a user message's
@@ -63,8 +79,20 @@ class ChatFormat:
     def observation_ids(self, observation: str, action_ids: list[int]) -> list[int]:
         # an env's text may carry lone surrogates (undecodable bytes) or a program's raw control
         # characters: never into the tokenizer (every env's observation, whatever the env did)
-        text = self.observation_text(clean_text(observation), action_ids)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        observation = clean_text(observation)
+        if self._holds_special(observation):  # its special tokens' texts as text (see _ids)
+            head, _, tail = self.observation_text(_SENTINEL_USER, action_ids).partition(_SENTINEL_USER)
+            return self._ids(head) + self._ids(observation, literal=True) + self._ids(tail)
+        return self._ids(self.observation_text(observation, action_ids))
+
+
+def _special_texts(tokenizer) -> tuple[str, ...]:
+    """The texts a tokenizer turns into its special tokens (``<|im_end|>``, ``</s>``...)."""
+    texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            texts.add(str(token))
+    return tuple(sorted(t for t in texts if t))
 
 
 def render_prompt(tokenizer, problem, system_prompt: str | None = None, num_shown_tests: int = 1) -> str:
