@@ -37,6 +37,7 @@ import re  # noqa: F401
 import resource
 import select
 import signal
+import stat
 import string  # noqa: F401
 import struct
 import sys
@@ -767,13 +768,28 @@ def _parse_records(data: bytes, key: bytes, n_tests: int, value_tests: frozenset
 
 
 def _read_capped(path: str, cap: int) -> tuple[str, int]:
+    """The first ``cap`` bytes of the program's output file ``path`` (decoded) and its size.
+
+    The program may have replaced the file: a FIFO blocked the server's ``open`` for good (no
+    writer is left once the program's processes are killed) until the pool gave up on the worker,
+    and a symlink had the server read what it points to (its own ``/proc/self/fd/3``: the job
+    channel). So it is opened without following a link and without blocking, and only a regular
+    file is read; anything else is no output."""
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return "", 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "", 0
+        with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(cap)
     except OSError:
         return "", 0
-    return data.decode("utf-8", "replace"), size
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace"), st.st_size
 
 
 def _rmtree(path: str) -> None:

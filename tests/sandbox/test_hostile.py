@@ -238,6 +238,25 @@ def test_files_do_not_carry_over(sandbox):
     assert_healthy(sandbox)
 
 
+@pytest.mark.parametrize(
+    "swap",
+    [
+        "os.mkfifo('.stdout'); os.mkfifo('.stderr')",  # the server's open() blocked on it for good
+        "os.symlink('/proc/self/fd/3', '.stdout'); os.mkdir('.stderr')",  # the server's job channel
+    ],
+)
+def test_output_files_swapped_for_a_fifo_or_a_link_do_not_stall_the_server(sandbox, swap):
+    """The server reads the program's output from files the program can replace: a FIFO there hung
+    the server after the run until the pool gave up on it (a ``timeout`` after the program's limit
+    plus the grace, and a fresh worker), a link had it read what the link names (its own job channel: blocked too)."""
+    code = f"import os\ndef f(x):\n    return x + 1\nprint('hi')\nos.unlink('.stdout'); os.unlink('.stderr')\n{swap}\n"
+    t0 = time.monotonic()
+    res = run(sandbox, code, timeout_s=2.0)
+    assert (res.verdict, res.stdout, res.retries) == (Verdict.PASSED, "", 0), res
+    assert time.monotonic() - t0 < 2.0
+    assert_healthy(sandbox)
+
+
 def test_exit_hack_with_correct_solution_still_passes(sandbox):
     """sys.exit(0) at top level is a normal end of a script: a correct solution is not punished."""
     res = run(sandbox, "def f(x):\n    return x + 1\nimport sys\nsys.exit(0)\n")
