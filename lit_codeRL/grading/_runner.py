@@ -53,7 +53,9 @@ of the diff's files is on pytest's stack, and the stack again when the report is
 (``_guard.py``: a function of pytest replaced to forge only the failing tests); and names a test
 module opening a file the diff changed that is neither source nor restored (an expected output
 outside the test directories, rewritten). Its reports go to the parent as they happen, so
-nothing done later in the process can take one back.
+nothing done later in the process can take one back; before and after each write the channel's
+descriptor must still hold its socket (a thread of the code under test that put a pipe there
+relays every report, changed, from this very process).
 
 What the host checks (``repo.py: judge``): the signature; the exit code it observed against the
 run's; every canary failed in both records (a reporter patched to say "passed" passes it too); the
@@ -986,6 +988,10 @@ def main() -> None:
         report["junit_sha256"] = None
     report["canaries"] = [{"nodeid": c, "status": out.outcomes.pop(c, "absent")} for c in canaries]
     report["tamper"] += out.audit
+    if code == CHANNEL_TAKEN:
+        report["tamper"].append(
+            "run time: the report channel's descriptor held something else (a relay in pytest's process)"
+        )
     if out.foreign:
         pids = ", ".join(sorted(str(p) for p in out.foreign))
         report["tamper"].append(f"run time: reports written by a process other than pytest's (pid {pids})")
@@ -1015,6 +1021,11 @@ def _undumpable() -> None:
 # -- the child -----------------------------------------------------------------------------------
 
 
+CHANNEL_TAKEN = 117
+"""The child's exit code when its channel's descriptor no longer holds its socket (pytest's own
+codes are 0 to 5): see :meth:`_Channel.send`."""
+
+
 class _Channel:
     """Newline-delimited JSON to the parent, one locked write per message."""
 
@@ -1022,16 +1033,37 @@ class _Channel:
         import threading  # noqa: PLC0415
 
         self.fd, self.lock = fd, threading.Lock()
+        self.socket = _identity(fd)
 
     def send(self, msg: dict, _dumps=json.dumps, _write=os.write, _view=memoryview) -> None:  # noqa: ANN001
         # json.dumps, os.write bound when this was defined: the code under test may replace them
         data = _view((_dumps(msg) + "\n").encode("utf-8", "replace"))
         with self.lock:
             while data:
+                self._held()
                 try:
                     data = data[_write(self.fd, data) :]
                 except OSError:
                     return
+                finally:
+                    self._held()
+
+    def _held(self, _exit=os._exit) -> None:  # noqa: ANN001
+        # A thread of the code under test can put a pipe of its own in the socket's place
+        # (``dup2``), read every report and pass it on, changed, to the socket from this very
+        # process, which the kernel stamps with this pid. Before and after each write the
+        # descriptor must still hold the socket; when it does not, no report of this run is ours.
+        if _identity(self.fd) != self.socket:
+            _exit(CHANNEL_TAKEN)
+
+
+def _identity(fd: int, _fstat=os.fstat) -> tuple[int, int] | None:  # noqa: ANN001
+    """The device and inode ``fd`` holds (``None``: closed)."""
+    try:
+        st = _fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 _realpath, _relpath, _normpath = os.path.realpath, os.path.relpath, os.path.normpath  # bound, as the builtins
@@ -1041,9 +1073,10 @@ class _Reporter:
     """The child's pytest plugin: every raw report straight to the parent, each test's call and
     report checked for a changed toolchain (``_guard.Watch``) first."""
 
-    def __init__(self, channel: _Channel, watch: _guard.Watch, compiled: set[str]) -> None:
+    def __init__(self, channel: _Channel, watch: _guard.Watch, compiled: set[str], armed: list[str]) -> None:
         self.channel, self.watch, self.send = channel, watch, channel.send
         self.compiled = compiled  # every module pytest's rewriter compiled (``_mirror.install``)
+        self.armed = armed  # the mirror run's functions armed as their modules compiled
 
     def around_loop(self, session):  # noqa: ANN001, ANN201 - pytest_runtestloop, outermost wrapper
         # the collection is done (the code under test imported) and its warnings capture is over
@@ -1096,6 +1129,7 @@ class _Reporter:
         self.watch.check("the end of the session", record=True, stack=False)
         self.watch.check_hooks(session.config.pluginmanager, "the end of the session")
         self.send({"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)})
+        self.send({"t": "mirror", "armed": list(self.armed)})
 
 
 class _TrustedFinder:
@@ -1257,12 +1291,16 @@ def child_main() -> None:
     import _pytest.assertion.rewrite as rewrite  # noqa: PLC0415
 
     tests_data = _tests_data.TestsData()  # fed the test modules' trees as compiled (mirrored or not)
+    # the mirror run's armed tests, sent once every report is out and in every run (an empty list
+    # in the others): a message of the mirror run's own, sent as a module compiled, told the code
+    # under test which run it was in before the reports it might forge
+    armed: list[str] = []
     compiled = _mirror.install(
         rewrite.AssertionRewriter,
         repo,
         mirror["tests"],
         mirror["salt"],
-        lambda armed: send({"t": "mirror", "armed": armed}),
+        armed.extend,
         tests_data.compiled,
     )
     # the toolchain's record: after everything trusted has loaded (and _compare patched pytest's
@@ -1292,7 +1330,7 @@ def child_main() -> None:
         _Reporter.around_test
     )
     _Reporter.pytest_runtestloop = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.around_loop)
-    reporter = _Reporter(channel, watch, compiled)
+    reporter = _Reporter(channel, watch, compiled, armed)
     # the standard library's and the grader's record: the last step before the repository's
     # first line (a conftest, a test module, the code they import) can run
     watch.record_trusted(trusted)

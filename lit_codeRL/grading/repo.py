@@ -705,7 +705,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 12
+VALIDATION_VERSION = 13
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -717,7 +717,10 @@ computed values, a ``.gitattributes`` of the diff's is put back first, every pat
 counts as changed, and a ``setup.cfg`` with ``\\r`` line ends or a configuration that is a link is
 read as pytest reads it; 9: a test with no check every run reaches is armed where it ends, at each
 ``return`` and the end of its body; 10: a name of the tests' own modules holding code of a changed
-file is tampering, and a debugging task's helpers of its tests are restored with them)."""
+file is tampering, and a debugging task's helpers of its tests are restored with them; 11: the
+child's report channel is checked at each write to hold its socket still, and the mirror run's
+armed tests are sent at the end of every run; 12: the tests' own literals are compared with
+their text; 13: a name they assign a function of their own files to is one of their names)."""
 
 
 def _task_key(task: GradedTask) -> str:
