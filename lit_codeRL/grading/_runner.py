@@ -744,7 +744,6 @@ class Outcomes:
         self.collected = 0
         self.garbled = 0
         self.foreign: set[int | None] = set()  # pids other than the child's that wrote reports
-        self.mirrored: set[str] = set()  # the mirror run's functions armed as their module compiled
 
     def feed(self, msg: dict) -> None:
         kind = msg.get("t")
@@ -756,8 +755,6 @@ class Outcomes:
             self.exitstatus, self.collected = int(msg["exitstatus"]), int(msg["collected"])
         elif kind == "audit":
             self.audit.append(f"run time: {msg.get('event')} from {msg.get('where')}"[:300])
-        elif kind == "mirror":
-            self.mirrored.update(str(a) for a in msg["armed"])
         elif kind == "config":
             self.audit.append(str(msg["reason"])[:300])
         else:
@@ -976,7 +973,12 @@ def main() -> None:
     report["stage"] = "tests_started"
     code = run_child(results, args, out, watch, {"tests": mirror_tests, "salt": salt})
     if mirror is not None:
-        report["mirror"]["armed"] = sorted(out.mirrored & set(report["mirror"]["armable"]))
+        # the child arms these as their modules compile, from the same parse of the same restored
+        # files, and says nothing of it: any message of the mirror run's own (the armed tests, even
+        # sent last) told the code under test, relaying the channel, which run it was in, so it
+        # forged the first run's reports and left the mirror run's alone. A module loaded past the
+        # rewriter is named in every run (``_Reporter.pytest_collection_finish``).
+        report["mirror"]["armed"] = report["mirror"]["armable"]
     report["tamper"] += watch.close()
     if watch.unwatched:
         report["unwatched"] = watch.unwatched
@@ -1073,10 +1075,9 @@ class _Reporter:
     """The child's pytest plugin: every raw report straight to the parent, each test's call and
     report checked for a changed toolchain (``_guard.Watch``) first."""
 
-    def __init__(self, channel: _Channel, watch: _guard.Watch, compiled: set[str], armed: list[str]) -> None:
+    def __init__(self, channel: _Channel, watch: _guard.Watch, compiled: set[str]) -> None:
         self.channel, self.watch, self.send = channel, watch, channel.send
         self.compiled = compiled  # every module pytest's rewriter compiled (``_mirror.install``)
-        self.armed = armed  # the mirror run's functions armed as their modules compiled
 
     def around_loop(self, session):  # noqa: ANN001, ANN201 - pytest_runtestloop, outermost wrapper
         # the collection is done (the code under test imported) and its warnings capture is over
@@ -1129,7 +1130,6 @@ class _Reporter:
         self.watch.check("the end of the session", record=True, stack=False)
         self.watch.check_hooks(session.config.pluginmanager, "the end of the session")
         self.send({"t": "finish", "exitstatus": int(exitstatus), "collected": int(session.testscollected)})
-        self.send({"t": "mirror", "armed": list(self.armed)})
 
 
 class _TrustedFinder:
@@ -1291,16 +1291,12 @@ def child_main() -> None:
     import _pytest.assertion.rewrite as rewrite  # noqa: PLC0415
 
     tests_data = _tests_data.TestsData()  # fed the test modules' trees as compiled (mirrored or not)
-    # the mirror run's armed tests, sent once every report is out and in every run (an empty list
-    # in the others): a message of the mirror run's own, sent as a module compiled, told the code
-    # under test which run it was in before the reports it might forge
-    armed: list[str] = []
     compiled = _mirror.install(
         rewrite.AssertionRewriter,
         repo,
         mirror["tests"],
         mirror["salt"],
-        armed.extend,
+        lambda armed: None,  # nothing sent: see main
         tests_data.compiled,
     )
     # the toolchain's record: after everything trusted has loaded (and _compare patched pytest's
@@ -1330,7 +1326,7 @@ def child_main() -> None:
         _Reporter.around_test
     )
     _Reporter.pytest_runtestloop = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.around_loop)
-    reporter = _Reporter(channel, watch, compiled, armed)
+    reporter = _Reporter(channel, watch, compiled)
     # the standard library's and the grader's record: the last step before the repository's
     # first line (a conftest, a test module, the code they import) can run
     watch.record_trusted(trusted)

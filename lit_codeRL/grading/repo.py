@@ -718,9 +718,9 @@ counts as changed, and a ``setup.cfg`` with ``\\r`` line ends or a configuration
 read as pytest reads it; 9: a test with no check every run reaches is armed where it ends, at each
 ``return`` and the end of its body; 10: a name of the tests' own modules holding code of a changed
 file is tampering, and a debugging task's helpers of its tests are restored with them; 11: the
-child's report channel is checked at each write to hold its socket still, and the mirror run's
-armed tests are sent at the end of every run; 12: the tests' own literals are compared with
-their text; 13: a name they assign a function of their own files to is one of their names)."""
+child's report channel is checked at each write to hold its socket still, and the mirror run
+sends nothing of its own on it; 12: the tests' own literals are compared with their text; 13: a
+name they assign a function of their own files to is one of their names)."""
 
 
 def _task_key(task: GradedTask) -> str:
