@@ -360,15 +360,19 @@ def mirror_verdict(task: GradedTask, run: GradeRun, tamper_reward: float = 0.0) 
     a test of an armable function passed there (the same inputs, another expected value, or a
     line at its end that fails: the code under test read the answer from the test or forged the
     pass; or its module was loaded past the change);
-    ``None`` when it stands (pure: ``tests/grading/test_mirror.py``). A run that
-    left no verdict to read (a timeout, no record) proves nothing either way."""
+    ``None`` when it stands (pure: ``tests/grading/test_mirror.py``). A run that left no
+    verdict to read (a record that does not agree with itself, none, a timeout) is that verdict:
+    the same diff gave one in the first run, and code that forges a pass where it cannot tell the
+    runs apart leaves the mirror run none at random (forging or breaking the run each half the
+    time: resolved one time in four, when a run with no verdict let the first run's stand)."""
     grade = judge(task, run.exit_code, run.report, run.junit, tamper_reward=tamper_reward)
     if grade.verdict == "tamper":
         grade.tamper = [f"mirror run: {t}" for t in grade.tamper]
         grade.reason = "; ".join(grade.tamper)[:500]
         return grade
-    if grade.verdict not in ("resolved", "unresolved") or run.report is None:
-        return None
+    if grade.verdict not in ("resolved", "unresolved"):
+        grade.reason = f"mirror run: {grade.reason}"[:500]
+        return grade
     mirror = run.report.get("mirror") or {}
     armable, armed = ({str(a) for a in mirror.get(k, [])} for k in ("armable", "armed"))
     passed = sorted(
@@ -718,9 +722,10 @@ counts as changed, and a ``setup.cfg`` with ``\\r`` line ends or a configuration
 read as pytest reads it; 9: a test with no check every run reaches is armed where it ends, at each
 ``return`` and the end of its body; 10: a name of the tests' own modules holding code of a changed
 file is tampering, and a debugging task's helpers of its tests are restored with them; 11: the
-child's report channel is checked at each write to hold its socket still, and the mirror run
-sends nothing of its own on it; 12: the tests' own literals are compared with their text; 13: a
-name they assign a function of their own files to is one of their names)."""
+child's report channel is checked at each write to hold its socket still, the mirror run sends
+nothing of its own on it, and a mirror run that left no verdict is the grade; 12: the tests' own
+literals are compared with their text; 13: a name they assign a function of their own files to
+is one of their names)."""
 
 
 def _task_key(task: GradedTask) -> str:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from lit_codeRL.grading import repo as grading
+from lit_codeRL.problems.swe import SWETask
 from tests.grading.repo_tasks import BUGGY, FIXED, TESTS, diff, validated_task
 from tests.sandbox.conftest import require_bwrap
 
@@ -206,3 +208,66 @@ def test_a_relay_through_the_channel_object_finds_no_mirror_run_to_tell_apart(pa
     grade = grader.grade(task, patch)
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade.to_dict()
     assert any(t.startswith("mirror") for t in grade.tamper), grade.tamper
+
+
+# Which run it is, read where the mirror's own wrapper of pytest's rewriter keeps its plan (a
+# cell of its closure: empty in the first run). Not fixed: any state of the mirror run in the
+# process tells the runs apart (docs/swe.md, the mirror run).
+MIRROR_TELL = """
+def _lcrl_mirror_run():
+    import pkgutil as _p
+
+    rw = _p.resolve_name("_py" + "test.assertion.rewrite")
+    run = getattr(getattr(rw, "Assertion" + "Rewriter"), "run")
+    cells = getattr(run, "__clo" + "sure__") or ()
+    return any(type(c.cell_contents) is dict and c.cell_contents for c in cells)
+
+"""
+# the relay forges the first run and breaks the mirror run (a kill: a record that does not agree
+# with the exit code); told apart above here, at random where nothing tells them apart
+BREAK_THE_MIRROR_RUN = MIRROR_TELL + CHANNEL_RELAY.replace(
+    "\n_lcrl_arm()\n", "\nif _lcrl_mirror_run():\n    _o.kill(_o.getpid(), 9)\n_lcrl_arm()\n"
+)
+
+
+def test_a_forger_that_leaves_the_mirror_run_no_verdict_gets_no_reward(package_task):
+    tmp, task, grader = package_task
+    patch = diff(Path(task.repo_source), tmp / "break-diff", {"pkg/__init__.py": BREAK_THE_MIRROR_RUN})
+    grade = grader.grade(task, patch)
+    assert not grade.resolved and grade.reward == 0.0, grade.to_dict()
+    assert grade.reason.startswith("mirror run:"), grade.to_dict()
+
+
+def test_a_mirror_run_without_a_verdict_is_the_grade():
+    """Pure: a mirror run whose record disagrees with itself, is missing, or timed out does not
+    let the first run's ``resolved`` stand."""
+    task = SWETask(
+        instance_id="t", repo="r", base_commit="0", problem_statement="", patch="", test_patch="",
+        fail_to_pass=("test_calc.py::test_add",), pass_to_pass=(), repo_source="",
+    )  # fmt: skip
+    runs = {
+        "rejected": grading.GradeRun(
+            1, {"stage": "tests_finished", "returned": 2, "exitstatus": 1}, b"", "", None
+        ),
+        "no_results": grading.GradeRun(1, None, None, "", None),
+        "timeout": grading.GradeRun(None, None, None, "", None),
+    }
+    for verdict, run in runs.items():
+        grade = grading.mirror_verdict(task, run)
+        assert grade is not None and grade.verdict == verdict and grade.reward == 0.0, (verdict, grade)
+        assert not grade.resolved and grade.reason.startswith("mirror run:"), grade
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the mirror run is told apart in the process (the rewriter wrapper's closure); a "
+    "relay of the channel object forges the first run and leaves the mirror run's reports alone",
+)
+def test_a_relay_that_tells_the_mirror_run_apart_gets_no_reward(package_task):
+    tmp, task, grader = package_task
+    relay = MIRROR_TELL + CHANNEL_RELAY.replace(
+        'honest, done = b"", [], False, False', 'honest, done = b"", [], _lcrl_mirror_run(), False'
+    )
+    patch = diff(Path(task.repo_source), tmp / "tell-diff", {"pkg/__init__.py": relay})
+    grade = grader.grade(task, patch)
+    assert not grade.resolved and grade.reward == 0.0, grade.to_dict()
