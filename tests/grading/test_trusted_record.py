@@ -151,6 +151,17 @@ for _mod in list(_M.values()):
 
 
 """
+# a process forked as the code under test is imported writes reports of its own on the channel it
+# inherited, the descriptor left as it is: the kernel stamps them with its pid
+FORKED_WRITER = """\
+import os as _o, sys as _s
+
+if "--child" in _s.argv and _o.fork() == 0:
+    _fd = int(_s.argv[_s.argv.index("--child") + 1])
+    _o.write(_fd, b'{"t": "log", "nodeid": "test_calc.py::test_add", "when": "call", "outcome": "passed"}\\n')
+    _o.kill(_o.getpid(), 9)
+
+"""
 # the grader's own helpers on pytest's rewriter, which every rewritten assert calls, made yes-men
 COMPARE_HELPERS = """\
 import pkgutil as _p
@@ -204,9 +215,15 @@ CASES = {
         COMPARE_HELPERS,
         "the grader changed: _pytest.assertion",
     ),
+    # its dup2 over the channel's descriptor is seen at pytest's next write, before the fork writes
     "a forked relay of the report channel": (
         "calc",
         RELAY,
+        "the report channel's descriptor held something else",
+    ),
+    "a forked process writing on the report channel": (
+        "calc",
+        FORKED_WRITER,
         "reports written by a process other than pytest's",
     ),
 }
