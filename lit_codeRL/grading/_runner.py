@@ -992,7 +992,8 @@ def main() -> None:
     report["tamper"] += out.audit
     if code == CHANNEL_TAKEN:
         report["tamper"].append(
-            "run time: the report channel's descriptor held something else (a relay in pytest's process)"
+            "run time: the report channel's descriptor held something else (a relay in pytest's"
+            " process), or a report could not be written on it"
         )
     if out.foreign:
         pids = ", ".join(sorted(str(p) for p in out.foreign))
@@ -1024,8 +1025,8 @@ def _undumpable() -> None:
 
 
 CHANNEL_TAKEN = 117
-"""The child's exit code when its channel's descriptor no longer holds its socket (pytest's own
-codes are 0 to 5): see :meth:`_Channel.send`."""
+"""The child's exit code when its channel's descriptor no longer holds its socket or a report could
+not be written (pytest's own codes are 0 to 5): see :meth:`_Channel.send`."""
 
 
 class _Channel:
@@ -1037,7 +1038,9 @@ class _Channel:
         self.fd, self.lock = fd, threading.Lock()
         self.socket = _identity(fd)
 
-    def send(self, msg: dict, _dumps=json.dumps, _write=os.write, _view=memoryview) -> None:  # noqa: ANN001
+    def send(  # noqa: ANN001
+        self, msg: dict, _dumps=json.dumps, _write=os.write, _view=memoryview, _exit=os._exit
+    ) -> None:
         # json.dumps, os.write bound when this was defined: the code under test may replace them
         data = _view((_dumps(msg) + "\n").encode("utf-8", "replace"))
         with self.lock:
@@ -1046,7 +1049,10 @@ class _Channel:
                 try:
                     data = data[_write(self.fd, data) :]
                 except OSError:
-                    return
+                    # the parent reads until the child is gone, so only the code under test makes
+                    # a write fail (the socket set non-blocking and kept full by a thread of its
+                    # own): a report dropped in silence, which it could then write as it likes
+                    _exit(CHANNEL_TAKEN)
                 finally:
                     self._held()
 

@@ -722,10 +722,10 @@ counts as changed, and a ``setup.cfg`` with ``\\r`` line ends or a configuration
 read as pytest reads it; 9: a test with no check every run reaches is armed where it ends, at each
 ``return`` and the end of its body; 10: a name of the tests' own modules holding code of a changed
 file is tampering, and a debugging task's helpers of its tests are restored with them; 11: the
-child's report channel is checked at each write to hold its socket still, the mirror run sends
-nothing of its own on it, and a mirror run that left no verdict is the grade; 12: the tests' own
-literals are compared with their text; 13: a name they assign a function of their own files to
-is one of their names)."""
+child's report channel is checked at each write to hold its socket still (and a write that fails
+ends the child), the mirror run sends nothing of its own on it, and a mirror run that left no
+verdict is the grade; 12: the tests' own literals are compared with their text; 13: a name they
+assign a function of their own files to is one of their names)."""
 
 
 def _task_key(task: GradedTask) -> str:
