@@ -9,12 +9,20 @@ is the previous prompt's ids + the exact sampled ids + only the new messages ren
 template renders them after an assistant turn (rLLM's cumulative mode). Any other history (a
 summary, a truncation, an edited reply) is rendered from scratch and starts a new row
 (``records.py``).
+
+A message's text is data: a special token's text in it (``<|im_end|>`` in a file the agent read)
+is tokenized as text, not as the special token (``policy/special_tokens.py``), so it cannot end
+the message and start a turn of another role. Such a message is rendered with a marker in its
+place, and the template's text around it and the message are tokenized apart.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
+
+from lit_codeRL.policy.special_tokens import encode, holds_special, special_texts
 
 
 class ChatRenderer:
@@ -35,17 +43,55 @@ class ChatRenderer:
         self._sentinel = f"\x00LCRL-{secrets.token_hex(16)}\x00"
         """Marks where the probe's assistant turn ends: random per renderer, so an agent's message
         cannot carry a copy for :meth:`suffix_ids` to cut at."""
+        self._specials = special_texts(tokenizer)
 
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    def _encode(self, text: str, data: dict[str, str] | None = None) -> list[int]:
+        """``text``'s ids, each marker of ``data`` (:meth:`_marked`) in it replaced by the ids of
+        its message's text, tokenized as data."""
+        if not data:
+            return encode(self.tokenizer, text)
+        ids: list[int] = []
+        for piece in re.split("(" + "|".join(map(re.escape, data)) + ")", text):
+            if piece in data:
+                ids += encode(self.tokenizer, data[piece], literal=True)
+            elif piece:
+                ids += encode(self.tokenizer, piece)
+        return ids
+
+    def _marked(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """``messages`` with each text that spells a special token replaced by a marker of its
+        own, and the texts by marker (none: ``messages`` as they are)."""
+        data: dict[str, str] = {}
+
+        def mark(text: object) -> object:
+            if not isinstance(text, str) or not holds_special(text, self._specials):
+                return text
+            marker = f"{self._sentinel[:-1]}-{len(data)}\x00"
+            data[marker] = text
+            return marker
+
+        marked = []
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                message = {**message, "content": mark(content)}
+            elif isinstance(content, list):
+                parts = [
+                    {**p, "text": mark(p["text"])} if isinstance(p, dict) and "text" in p else p
+                    for p in content
+                ]
+                message = {**message, "content": parts}
+            marked.append(message)
+        return (marked, data) if data else (messages, data)
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
         """The templated conversation with the assistant header after it, as ids."""
         kwargs = {"tools": tools} if tools else {}
+        messages, data = self._marked(messages)
         text = self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, **kwargs
         )
-        return self._encode(text)
+        return self._encode(text, data)
 
     def suffix_ids(
         self,
@@ -57,6 +103,7 @@ class ChatRenderer:
         the policy sampled it: ``completion_ids`` ends with EOS), ``new_messages`` and the next
         assistant header."""
         kwargs = {"tools": tools} if tools else {}
+        new_messages, data = self._marked(new_messages)
         probe = [
             {"role": "user", "content": "x"},
             {"role": "assistant", "content": self._sentinel},
@@ -66,7 +113,7 @@ class ChatRenderer:
         after = text[text.index(self._sentinel) + len(self._sentinel) :]
         if completion_ids and completion_ids[-1] in self._eos_ids and after.startswith(self._eos_text):
             after = after[len(self._eos_text) :]
-        return self._encode(after)
+        return self._encode(after, data)
 
     def continuation(
         self,

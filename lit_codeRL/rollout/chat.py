@@ -10,6 +10,7 @@ would tokenize.
 from __future__ import annotations
 
 from lit_codeRL.envs.text import clean_text
+from lit_codeRL.policy.special_tokens import encode, holds_special, special_texts
 from lit_codeRL.problems.prompts import chat_messages_from_text
 
 _SENTINEL_ASSISTANT = "\x00ASSISTANT\x00"
@@ -30,7 +31,7 @@ class ChatFormat:
         eos = tokenizer.eos_token_id
         self._eos_ids = {eos} if eos is not None else set()
         self._eos_text = tokenizer.eos_token or ""
-        self._specials = _special_texts(tokenizer)
+        self._specials = special_texts(tokenizer)
 
     def prompt_text(self, observation: str) -> str:
         """The templated first prompt (system + user message + assistant header)."""
@@ -45,15 +46,12 @@ class ChatFormat:
         return self._ids(self.prompt_text(observation))
 
     def _holds_special(self, text: str) -> bool:
-        return any(special in text for special in self._specials)
+        return holds_special(text, self._specials)
 
     def _ids(self, text: str, literal: bool = False) -> list[int]:
-        """``text``'s ids; ``literal``: a special token's text in it is text (ordinary tokens), not
-        the special token: a user message is data, and ``<|im_end|>`` spelt in it (by a program the
-        policy wrote, in its source, its output or its error) ended the message there, and what
-        followed read as a turn of another role (``<|im_start|>system``) in the next context."""
-        kwargs = {"split_special_tokens": True} if literal else {}
-        return self.tokenizer(text, add_special_tokens=False, **kwargs)["input_ids"]
+        """``text``'s ids; ``literal``: a user message is data, its special tokens' texts are text
+        (``policy/special_tokens.py``)."""
+        return encode(self.tokenizer, text, literal)
 
     def _observation_template(self) -> tuple[str, str]:
         """The text the template puts between an assistant message's content and a user message's
@@ -84,15 +82,6 @@ class ChatFormat:
             head, _, tail = self.observation_text(_SENTINEL_USER, action_ids).partition(_SENTINEL_USER)
             return self._ids(head) + self._ids(observation, literal=True) + self._ids(tail)
         return self._ids(self.observation_text(observation, action_ids))
-
-
-def _special_texts(tokenizer) -> tuple[str, ...]:
-    """The texts a tokenizer turns into its special tokens (``<|im_end|>``, ``</s>``...)."""
-    texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
-    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-        if getattr(token, "special", False):
-            texts.add(str(token))
-    return tuple(sorted(t for t in texts if t))
 
 
 def render_prompt(tokenizer, problem, system_prompt: str | None = None, num_shown_tests: int = 1) -> str:
