@@ -236,8 +236,8 @@ def test_a_forger_that_leaves_the_mirror_run_no_verdict_gets_no_reward(package_t
     tmp, task, grader = package_task
     patch = diff(Path(task.repo_source), tmp / "break-diff", {"pkg/__init__.py": BREAK_THE_MIRROR_RUN})
     grade = grader.grade(task, patch)
+    # no reward whichever run the kill lands in (timing decides: the first run's junit can be cut too)
     assert not grade.resolved and grade.reward == 0.0, grade.to_dict()
-    assert grade.reason.startswith("mirror run:"), grade.to_dict()
 
 
 def test_a_mirror_run_without_a_verdict_is_the_grade():
