@@ -261,7 +261,7 @@ def test_a_mirror_run_without_a_verdict_is_the_grade():
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,  # the relay's timing under load sometimes breaks its own first run (reward 0)
     reason="open: the mirror run is told apart in the process (the rewriter wrapper's closure); a "
     "relay of the channel object forges the first run and leaves the mirror run's reports alone",
 )
