@@ -114,24 +114,29 @@ class CodeRepairEnv(UnitTestEnv):
             min(self.num_shown_tests, len(tests)) if problem.metadata.get("show_tests") is not False else 0
         )
         failed = info.get("failed_test")
+        # RLEF: an attempt that fails where only hidden tests run is told that and nothing more.
+        # Whatever else depends on the hidden tests (how many passed, a timeout or an exit in one)
+        # is an oracle a policy can query turn after turn (`while x == -3: pass`) to learn them.
+        hidden = failed is not None and failed >= public and self.feedback_tests == "shown"
         if verdict == NO_CODE:
             lines.append("Your answer contains no Python code.")
         elif verdict == "syntax_error":
             lines.append(f"Your code does not compile: {error}")
+        elif hidden:
+            shown = "passes the example tests but " if public else ""
+            lines.append(f"Your code {shown}fails hidden tests.")
         elif verdict == "timeout":
             lines.append("Your code ran out of time (an infinite loop, or too slow).")
         elif verdict in ("memory_limit", "output_limit"):
             lines.append(f"Your code hit the {verdict.replace('_', ' ')}.")
         elif verdict == "runtime_error":
             lines.append(f"Your code raised an error before the tests ran: {error}")
-        elif failed is not None and (self.feedback_tests == "all" or failed < public):
+        elif failed is not None:
             lines.append(f"Your code failed this test:\n{tests[failed]}")
             if error:
                 lines.append(f"Error: {error}")
         else:
-            passed, total = info.get("num_passed", 0), info.get("num_tests", len(tests))
-            shown = " the example tests but" if public else ""
-            lines.append(f"Your code passes{shown} {passed} of {total} tests; it fails hidden tests.")
+            lines.append("Your code fails the tests.")
         lines.append("Write the corrected complete function in a ```python code block.")
         # the error message is the program's own text: its control characters are shown, not sent
         return clean_text("\n".join(lines))

@@ -80,3 +80,30 @@ def test_defined_feedback_for_malformed_and_cut_off_actions(sandbox, action, exp
     (res,) = env.step_batch([start.state], [action]).result()
     assert expected in res.observation
     assert res.observation.rstrip().endswith("code block.")
+
+
+HIDDEN_PROBES = {
+    "fails one hidden test": "def square(x):\n    return x * x if x != 0 else 1",
+    "fails both hidden tests": "def square(x):\n    return 2 * x",
+    "loops in one hidden test": "def square(x):\n    while x == -3:\n        pass\n    return 4",
+    "exits in a hidden test": "import os\ndef square(x):\n    if x != 2:\n        os._exit(3)\n    return 4",
+    "raises its argument": "def square(x):\n    if x != 2:\n        raise ValueError(f'x={x}')\n    return 4",
+    "prints its argument": "def square(x):\n    print('x =', x)\n    return 4",
+}
+
+
+def test_hidden_tests_are_no_oracle(sandbox):
+    """Past the public tests the feedback is one fixed sentence: a count of the tests passed, or
+    a timeout or an exit named in one, would let a policy ask, turn after turn, whether a hidden
+    test calls ``square(-3)`` (``while x == -3: pass``) and fit its code to the answers."""
+    env = CodeRepairEnv(sandbox, timeout_s=2.0)
+    seen = {}
+    for name, code in HIDDEN_PROBES.items():
+        (start,) = env.reset_batch([PROBLEM])
+        (res,) = env.step_batch([start.state], [fenced(code)]).result()
+        assert not res.terminated, name
+        seen[name] = res.observation
+    assert len(set(seen.values())) == 1, seen
+    (observation,) = set(seen.values())
+    assert observation.startswith("Your code passes the example tests but fails hidden tests.")
+    assert "-3" not in observation and " of 3" not in observation
