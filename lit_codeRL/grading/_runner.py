@@ -142,7 +142,10 @@ never saw the pytest section, or the always-equal class, the diff put after padd
 is_test_path = _scan.is_test_path
 
 
-GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off"]
+GIT = ["git", "--literal-pathspecs", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+GIT += ["-c", "core.quotepath=off"]
+"""``--literal-pathspecs``: a path handed to git is a name, never a pattern or a ``:(magic)``
+spec, whatever characters the base's or the diff's file names hold."""
 
 
 def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:

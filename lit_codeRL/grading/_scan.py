@@ -46,8 +46,8 @@ TOOLCHAIN_NAMES = frozenset(
 )
 """Top-level names of the grading toolchain (pytest and its dependencies) besides the stdlib."""
 ALWAYS_PROTECTED = frozenset(
-    {"sitecustomize", "usercustomize", "_runner", "_scan", "_compare", "_guard", "_fswatch", "_tests_data"}
-    | {"__main__"}
+    {"sitecustomize", "usercustomize", "__main__"}
+    | {"_runner", "_scan", "_compare", "_guard", "_fswatch", "_mirror", "_tests_data"}  # repo.RUNNER_FILES
 )
 NOT_PROTECTED = frozenset({"test", "tests", "idlelib", "turtledemo"})
 """Stdlib names a repository may legitimately use for its own top-level test directories."""

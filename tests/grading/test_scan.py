@@ -6,13 +6,14 @@ import pytest
 
 from lit_codeRL.envs.text import clean_text
 from lit_codeRL.grading._scan import (
+    ALWAYS_PROTECTED,
     features,
     internals_findings,
     is_test_path,
     protected_names,
     structure_findings,
 )
-from lit_codeRL.grading.repo import patch_bytes, tamper_kind
+from lit_codeRL.grading.repo import RUNNER_FILES, patch_bytes, tamper_kind
 from lit_codeRL.training.rollout_module import grade_metrics
 
 PROTECTED = protected_names()
@@ -41,6 +42,16 @@ def packages(*dirs: str):
 def test_structure_findings_name_what_changes_loading(path, reason):
     (found,) = structure_findings([path], packages("calc"), PROTECTED)
     assert found.startswith(reason) and path in found
+
+
+@pytest.mark.parametrize("runner_file", RUNNER_FILES, ids=lambda p: p.stem)
+def test_every_module_of_the_grader_is_protected(runner_file):
+    """A diff's ``_mirror.py`` at a ``sys.path`` root is named as the grader's own modules are:
+    the runner imports each of them by its bare name."""
+    name = "__main__" if runner_file == RUNNER_FILES[0] else runner_file.stem
+    assert name in ALWAYS_PROTECTED
+    (found,) = structure_findings([f"src/{runner_file.name}"], packages(), PROTECTED)
+    assert found.startswith(f"shadows {runner_file.stem}")
 
 
 @pytest.mark.parametrize(
