@@ -649,39 +649,41 @@ def parse_module(source: bytes) -> ast.Module | None:
         return None
 
 
-def own_names(tree: ast.Module) -> tuple[list[str], list[tuple[str, int, str, str]]]:
-    """What a test module binds at its top level (also under an ``if``, ``try`` or ``with``) with
-    ``def`` and ``class``, and ``(module, level, name)`` of each ``from module import x as name``."""
-    defined, imported, todo = [], [], list(tree.body)
+def top_level(tree: ast.Module) -> list[ast.stmt]:
+    """The statements a module runs at its top level, also those under an ``if``, ``try`` or
+    ``with`` (never those of a ``def`` or ``class``)."""
+    found, todo = [], list(tree.body)
     while todo:
         node = todo.pop()
+        found.append(node)
+        if isinstance(node, ast.If | ast.Try | ast.With):
+            todo += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            for handler in getattr(node, "handlers", []):
+                todo += handler.body
+    return found
+
+
+def own_names(tree: ast.Module) -> tuple[list[str], list[tuple[str, int, str, str]]]:
+    """What a test module binds at its :func:`top_level` with ``def`` and ``class``, and
+    ``(module, level, name)`` of each ``from module import x as name``."""
+    defined, imported = [], []
+    for node in top_level(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             defined.append(node.name)
         elif isinstance(node, ast.ImportFrom):
             imported += [(node.module or "", node.level, a.name, a.asname or a.name) for a in node.names]
-        elif isinstance(node, ast.If | ast.Try | ast.With):
-            todo += [*node.body, *node.orelse] if not isinstance(node, ast.With) else node.body
-            for handler in getattr(node, "handlers", []):
-                todo += handler.body
-            todo += getattr(node, "finalbody", [])
     return defined, imported
 
 
 def assigned_names(tree: ast.Module) -> dict[str, bool]:
-    """The names a module binds at its top level (as :func:`own_names` reads it) with ``name =``
-    or ``name: T =``, each with whether its value is a ``lambda`` written there."""
+    """The names a module binds at its :func:`top_level` with ``name =`` or ``name: T =``, each
+    with whether its value is a ``lambda`` written there."""
     found: dict[str, bool] = {}
-    todo = list(tree.body)
-    while todo:
-        node = todo.pop()
+    for node in top_level(tree):
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(target, ast.Name):
                     found[target.id] = isinstance(node.value, ast.Lambda)
-        elif isinstance(node, ast.If | ast.Try | ast.With):
-            todo += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
-            for handler in getattr(node, "handlers", []):
-                todo += handler.body
     return found
 
 

@@ -95,10 +95,9 @@ def _frozen(value: object) -> bool:
 
 def _kept(value: object) -> bool:
     """Immutable all through, or a list, dict or set of such values."""
-    if type(value) in CONTAINERS:
-        items = [*value.items()] if isinstance(value, dict) else value
-        return all(_frozen(i) for pair in items for i in (pair if isinstance(value, dict) else (pair,)))
-    return _frozen(value)
+    if type(value) is dict:
+        return all(map(_frozen, [*value, *value.values()]))
+    return all(map(_frozen, value)) if type(value) in CONTAINERS else _frozen(value)
 
 
 def _size(value: object) -> int:
