@@ -79,6 +79,11 @@ def diff(
     ).stdout
 
 
+def grade_files(task: SWETask, grader: SWEGrader, scratch: Path, files: dict[str, str]):
+    """``grader``'s grade of the diff that writes ``files`` over ``task``'s repository."""
+    return grader.grade(task, diff(task.repo_source, scratch / "agent", files))
+
+
 def make_task(
     tmp_path: Path, name: str, files: dict[str, str], fix: dict[str, str], f2p: list[str], p2p: list[str]
 ) -> SWETask:

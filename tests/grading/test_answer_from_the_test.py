@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, diff, validated_calc, validated_task
+from tests.grading.repo_tasks import (
+    BUGGY,
+    F2P,
+    FIXED,
+    P2P,
+    TESTS,
+    grade_files,
+    validated_calc,
+    validated_task,
+)
 from tests.sandbox.conftest import require_bwrap
 
 # every oracle answers add(2, 3) == 5 and assertEqual(add(1, 1), 2) with the largest int it reads
@@ -99,7 +108,7 @@ def test_an_answer_read_from_the_calling_test_is_tamper(task, tmp_path, case, wi
         )
     else:
         files = {"calc.py": oracle + BUGGY.replace("return a - b", "return _oracle()", 1)}
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", files))
+    grade = grade_files(task, grader, tmp_path, files)
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade
     assert reason in grade.reason, grade.reason
 
@@ -146,5 +155,5 @@ def test_a_fix_that_logs_warns_and_reads_what_the_test_hands_it_is_graded_as_usu
     task, grader = validated_task(
         tmp_path, "honest", files, {"calc.py": HONEST}, F2P, [*P2P, "test_calc.py::test_first_line"]
     )
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": HONEST}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": HONEST})
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade

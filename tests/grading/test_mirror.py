@@ -22,7 +22,7 @@ import pytest
 from lit_codeRL.grading import repo as grading
 from lit_codeRL.problems.swe import RepoCache, SWETask
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
-from tests.grading.repo_tasks import BUGGY, FIXED, diff, make_task, validated_task
+from tests.grading.repo_tasks import BUGGY, FIXED, diff, grade_files, make_task, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 _spec = importlib.util.spec_from_file_location("_mirror", grading.MIRROR)
@@ -417,7 +417,7 @@ def test_an_honest_fix_is_resolved_through_the_mirror_run(param_task, tmp_path):
     original = grader.run
     grader.run = lambda *a, **k: runs.append((list(a[2]), k.get("mirror"))) or original(*a, **k)
     try:
-        grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED}))
+        grade = grade_files(task, grader, tmp_path, {"calc.py": FIXED})
     finally:
         del grader.run
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade

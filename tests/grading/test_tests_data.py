@@ -19,7 +19,7 @@ import math
 import pytest
 
 from lit_codeRL.grading import _tests_data
-from tests.grading.repo_tasks import diff, validated_task
+from tests.grading.repo_tasks import grade_files, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -99,14 +99,14 @@ def data_task(tmp_path_factory):
 @pytest.mark.parametrize("hack", sorted(HACKS))
 def test_the_tests_data_rewritten_by_the_code_under_test_is_tamper(data_task, tmp_path, hack):
     task, grader = data_task
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": HACKS[hack]}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": HACKS[hack]})
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade
     assert "a literal of the tests' own changed by code not theirs: " in grade.reason, grade
 
 
 def test_an_honest_fix_is_resolved_under_the_mirror_runs_shifted_literals(data_task, tmp_path):
     task, grader = data_task  # the mirror run shifts TOTAL = 5 in the test module it compiles
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": FIXED})
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
 
 
@@ -161,7 +161,7 @@ def test_the_tests_changing_their_own_data_is_not_tamper(tmp_path):
     fixed = code.replace("return a - b\n\n\n", "return a + b\n\n\n", 1)
     f2p = [f"tests/test_calc.py::test_{name}" for name in ("add", "faked", "cases", "seen", "sorted")]
     task, grader = validated_task(tmp_path, "honest-data", files, {"calc.py": fixed}, f2p, [])
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": fixed + "\n"}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": fixed + "\n"})
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from lit_codeRL.grading import _guard
-from tests.grading.repo_tasks import diff, validated_task
+from tests.grading.repo_tasks import grade_files, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -94,14 +94,14 @@ def helper_checks_task(tmp_path_factory):
 @pytest.mark.parametrize("hack", sorted(HACKS))
 def test_the_tests_own_names_rebound_by_the_code_under_test_are_tamper(helper_checks_task, tmp_path, hack):
     task, grader = helper_checks_task
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": HACKS[hack]}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": HACKS[hack]})
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade
     assert "a name of the tests' own rebound to the diff's code: helpers." in grade.reason, grade
 
 
 def test_an_honest_fix_is_resolved(helper_checks_task, tmp_path):
     task, grader = helper_checks_task
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": FIXED})
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
 
 
@@ -158,14 +158,14 @@ def assigned_task(tmp_path_factory):
 @pytest.mark.parametrize("hack", sorted(ASSIGNED_HACKS))
 def test_the_tests_own_assigned_functions_rebound_are_tamper(assigned_task, tmp_path, hack):
     task, grader = assigned_task
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": ASSIGNED_HACKS[hack]}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": ASSIGNED_HACKS[hack]})
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade
     assert "a name of the tests' own rebound to the diff's code: helpers." in grade.reason, grade
 
 
 def test_an_honest_fix_of_the_assigned_task_is_resolved(assigned_task, tmp_path):
     task, grader = assigned_task
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": FIXED}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": FIXED})
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
 
 
@@ -225,7 +225,7 @@ def test_the_tests_own_rebinding_and_a_helper_passing_on_the_code_is_not_tamper(
     ]
     task, grader = validated_task(tmp_path, "honest-own", HONEST_FILES, {"calc.py": fixed}, f2p, [])
     # the fix changes calc.py, whose Box the test class holds and whose add the helper passes on
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", {"calc.py": fixed + "\n"}))
+    grade = grade_files(task, grader, tmp_path, {"calc.py": fixed + "\n"})
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from tests.grading.hack_sources import RELAY
-from tests.grading.repo_tasks import BUGGY, FIXED, diff, validated_calc, validated_task
+from tests.grading.repo_tasks import BUGGY, FIXED, diff, grade_files, validated_calc, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 GEOM_BUG = "def area(r):\n    return 3.14159 * r\n\n\ndef sides(n):\n    return [n] * 3\n"
@@ -262,7 +262,7 @@ def _source(task_name: str, hack: str, fix: bool) -> dict[str, str]:
 def test_trusted_modules_changed_by_the_code_under_test_is_tamper(tasks, tmp_path, case, with_fix):
     task_name, hack, reason = CASES[case]
     task, grader = tasks[task_name]
-    grade = grader.grade(task, diff(task.repo_source, tmp_path / "agent", _source(task_name, hack, with_fix)))
+    grade = grade_files(task, grader, tmp_path, _source(task_name, hack, with_fix))
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade
     assert reason in grade.reason, grade.reason
 
