@@ -110,6 +110,39 @@ def test_an_honest_fix_is_resolved_under_the_mirror_runs_shifted_literals(data_t
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
 
 
+# A forgery that undoes itself: the wrong answer written where the test reads it, put back by the
+# finalizer of the result the assert compared (pytest's rewritten assert drops its operands at
+# once), before any check after the call sees it. The first run is forged; the mirror run, whose
+# shifted literal the forgery overwrote too, sees the armed test pass and names it.
+UNDONE = (
+    "import sys as _s\n\n\nclass _R(int):\n"
+    "    def __del__(self):\n"
+    "        for m, k, v in getattr(self, 'undo', ()):\n"
+    "            vars(m)[k] = v\n\n\n"
+    "def add(a, b):\n"
+    "    r = _R(a - b)\n    r.undo = []\n"
+    "    for m in list(_s.modules.values()):\n"
+    "        if (getattr(m, '__file__', None) or '').endswith('test_calc.py'):\n"
+    "            r.undo.append((m, 'TOTAL', vars(m)['TOTAL']))\n            vars(m)['TOTAL'] = a - b\n"
+    "    return r\n" + SUB
+)
+TOTAL_TESTS = (
+    "from calc import add, sub\n\nTOTAL = 5\n\n\ndef test_add_total():\n    assert add(2, 3) == TOTAL\n\n\n"
+)
+TOTAL_TESTS += "def test_sub():\n    assert sub(5, 3) == 2\n"
+
+
+def test_a_write_undone_before_the_check_is_named_by_the_mirror_run(tmp_path):
+    require_bwrap()
+    files = {"calc.py": BUGGY, "tests/test_calc.py": TOTAL_TESTS}
+    task, grader = validated_task(
+        tmp_path / "undone", "undone", files, {"calc.py": FIXED}, ["tests/test_calc.py::test_add_total"], P2P
+    )
+    grade = grade_files(task, grader, tmp_path, {"calc.py": UNDONE})
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
+    assert grade.reason.startswith("mirror: tests/test_calc.py::test_add_total passed with the value"), grade
+
+
 HONEST_TESTS = """\
 import helpers
 import pytest
