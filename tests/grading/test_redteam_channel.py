@@ -206,10 +206,12 @@ def test_a_relay_through_the_channel_object_finds_no_mirror_run_to_tell_apart(pa
     repo = Path(task.repo_source)
     patch = diff(repo, tmp / "object-diff", {"pkg/__init__.py": CHANNEL_RELAY})
     grade = grader.grade(task, patch)
-    # named in the mirror run, or (under load, the relay's held reports arriving out of step with
-    # the run's exit) a mirror run whose record does not agree with itself: the grade either way
+    # named in the mirror run; under load the relay's held reports can also arrive out of step
+    # with a run's exit (a mirror run whose record does not agree with itself: ``rejected``), or
+    # not at all before the first run's exit (its tests ``absent``: ``unresolved``). No reward in
+    # every case; a mirror run that stopped catching the relay is ``resolved`` in most runs.
     assert grade.reward == 0.0 and not grade.resolved, grade.to_dict()
-    assert grade.verdict in ("tamper", "rejected"), grade.to_dict()
+    assert grade.verdict in ("tamper", "rejected", "unresolved"), grade.to_dict()
 
 
 # Which run it is, read where the mirror's own wrapper of pytest's rewriter keeps its plan (a
