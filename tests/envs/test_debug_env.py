@@ -189,6 +189,31 @@ def test_the_tool_time_budget_masks_the_episode(tmp_path, median):
         env.close()
 
 
+def test_a_debugger_that_never_starts_spends_the_tool_time_budget(tmp_path, median):
+    """A module of the repository that shadows one pdb imports (``glob.py`` beside the tests:
+    ``python -m pdb`` puts the working directory first on ``sys.path``) and sleeps keeps the
+    debugger from its prompt: each pdb call then waited ``pdb_timeout_s`` and failed, and a failed
+    call's time was counted nowhere, so an episode could spend its turns waiting past
+    ``trajectory_timeout_s`` without ever being masked."""
+    require_bwrap()
+    env = DebugEnv(
+        DebugSettings(
+            repo_cache=str(tmp_path), trajectory_timeout_s=3.0, pdb_timeout_s=1.0, show_initial_eval=False
+        )
+    )
+    try:
+        _, state = start(env, median)
+        step(env, state, '<rewrite path="glob.py">import time\ntime.sleep(60)\n</rewrite>')
+        for _ in range(6):
+            out = step(env, state, "<pdb>p 1</pdb>")
+            if out.truncated:
+                break
+            assert "did not start" in out.observation, out.observation
+        assert out.info.get("masked") and out.info["verdict"] == "env_time_limit", (state.tool_s, out)
+    finally:
+        env.close()
+
+
 def test_a_hanging_edit_costs_a_multiple_of_the_reference_run_not_the_whole_limit(tmp_path, median):
     """A validated task's eval tool and grading are cut at ``grade_timeout_factor`` times its
     reference run (``grade_min_timeout_s`` at least), not at ``eval_timeout_s`` /

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,12 +280,17 @@ class DebugEnv(WorkspaceEpisodeEnv):
             return StepResult(call.message + note, 0.0, False, False, info)
         state.tool_calls += 1
         state.tools_used[call.tool] = state.tools_used.get(call.tool, 0) + 1
+        before, t0 = state.tool_s, time.monotonic()
         try:
             output, dump = self._call(state, call)
         except WorkspaceDead as e:  # the agent broke its workspace, or the clock stopped it
             return self._lost(state, e)
         except Exception as e:  # noqa: BLE001 - anything else is ours: the episode is masked
             return self._masked(state, "sandbox_error", f"{type(e).__name__}: {e}")
+        # a call that failed took its time too (a debugger kept from its prompt waits pdb_timeout_s,
+        # then the call is only feedback): the budget counts at least the call's wall time, else
+        # failed calls were a wait no budget bounded
+        state.tool_s = max(state.tool_s, before + time.monotonic() - t0)
         output = clean_text(output)
         # the dump is kept for every turn of every episode in the trainer: its output is capped (the
         # agent saw at most max_output_chars of it) and so is an edit's diff (capped in _tool)
