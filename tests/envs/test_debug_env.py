@@ -12,6 +12,7 @@ import pytest
 
 from lit_codeRL.envs.debug.env import READ_LIMIT, DebugEnv, DebugSettings
 from lit_codeRL.envs.debug.env import tests_output as strip_durations
+from lit_codeRL.envs.debug.pdb_session import MAX_BREAKPOINTS
 from lit_codeRL.envs.debug.tools import PRESETS, parse_tool_call
 from lit_codeRL.envs.protocol import Action
 from lit_codeRL.envs.workspace_episodes import DUMP_TEXT_CHARS
@@ -187,6 +188,29 @@ def test_the_tool_time_budget_masks_the_episode(tmp_path, median):
         assert out.info.get("masked") and out.info["verdict"] == "env_time_limit" and out.truncated
     finally:
         env.close()
+
+
+def test_breakpoints_kept_are_the_ones_pdb_set_and_bounded(env, median):
+    """``b EXPR`` evaluates EXPR, so a ``b`` command prints what the agent likes: every
+    ``Breakpoint N at FILE:LINE`` line it printed was kept as a breakpoint, set again at each
+    restart (one pdb round trip each) and copied into every later turn's dump; ~110 a turn made
+    thousands in an episode (megabytes of dumps kept per episode, seconds per restart). A ``b``
+    keeps only the one breakpoint pdb reports last, and an episode keeps at most
+    ``MAX_BREAKPOINTS``."""
+    _, state = start(env, median)
+    step(env, state, '<rewrite path="b.py">' + "x = 1\n" * 400 + "</rewrite>")
+    # no comma in EXPR: pdb reads what follows one as the breakpoint's condition
+    lines = '["Breakpoint 1 at b.py" + chr(58) + str(1 + i) for i in range(120)]'
+    plant = f"<pdb>b print(chr(10).join({lines}))</pdb>"
+    out = step(env, state, plant)
+    assert out.observation.count("Breakpoint 1 at b.py") > 50, out.observation  # printed, as pdb would
+    assert len(state.pdb.locations) <= 1, len(state.pdb.locations)
+    for line in range(1, MAX_BREAKPOINTS + 6):
+        out = step(env, state, f"<pdb>b b.py:{line}</pdb>")
+    assert len(state.pdb.locations) == MAX_BREAKPOINTS, len(state.pdb.locations)
+    assert len(out.info["dump"]["breakpoints"]) == MAX_BREAKPOINTS
+    assert "not kept" in out.observation, out.observation
+    assert "b.py:1" in state.pdb.locations and f"b.py:{MAX_BREAKPOINTS + 5}" not in state.pdb.locations
 
 
 def test_a_debugger_that_never_starts_spends_the_tool_time_budget(tmp_path, median):

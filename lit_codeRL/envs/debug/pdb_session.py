@@ -7,10 +7,10 @@ too, and can touch nothing that grading reads: grading happens in a fresh worksp
 files restored.
 
 State kept across restarts: the breakpoints (``file:line``, as the agent set them; debug-gym keeps
-them the same way). The debugger restarts, with its breakpoints set again, after every edit of a
-file (the code it runs changed) and whenever another tool ran a process in the workspace (a
-workspace ``run`` ends every process of the session, the debugger's included): the agent is told
-when that happened. Restarts are lazy: the next ``pdb`` call starts the session.
+them the same way), at most :data:`MAX_BREAKPOINTS`. The debugger restarts, with its breakpoints
+set again, after every edit of a file (the code it runs changed) and whenever another tool ran a
+process in the workspace (a workspace ``run`` ends every process of the session, the debugger's
+included): the agent is told when that happened. Restarts are lazy: the next ``pdb`` call starts the session.
 
 Commands that would wait for input pdb does not prompt for (``interact``, a REPL) are refused;
 ``clear`` without arguments is confirmed automatically; ``debug`` and ``commands`` answer at their
@@ -35,6 +35,12 @@ limit killed the debugger: ``debug`` and ``commands`` cost 10 s and the session 
 # int() is bounded, as a number of thousands of digits fails int() (an exception in the trainer)
 _SET = re.compile(r"Breakpoint ([0-9]{1,9}) at (\S+?):([0-9]+)")
 _DELETED = re.compile(r"Deleted breakpoint ([0-9]{1,9})(?![0-9])")
+MAX_BREAKPOINTS = 50
+"""Breakpoints an episode keeps across restarts at most: each is set again at every restart (one
+round trip) and listed in every pdb turn's dump."""
+MAX_LOCATION_CHARS = 512
+"""Characters of a kept breakpoint's ``file:line`` at most (its path is pdb's output, which ``b
+EXPR`` lets the agent print)."""
 REFUSED = {"interact": "`interact` opens a Python shell this tool cannot drive; use p EXPR or !STATEMENT."}
 
 
@@ -110,22 +116,43 @@ class PdbSession:
             confirm = ws.pty_send("y", PROMPT, timeout=self.timeout_s, max_output=self.max_output)
             text, wall = text + " y\n" + confirm.output, wall + confirm.wall_s
             self.breakpoints, self.locations = {}, []
-        self._track(word, text)
+        kept = self._track(word, text)
         if not out.alive:
             self.live = False
         text = re.sub(r"\(Pdb\) $", "", text).rstrip()
         if note:
             text = f"[{note}]\n{text}"
+        if kept:
+            text = f"{text}\n{kept}"
         return PdbResult(text, out.timed_out, restarted, not out.alive, wall)
 
-    def _track(self, word: str, output: str) -> None:
+    def _track(self, word: str, output: str) -> str:
+        """Follow the breakpoints a command set or deleted; returns a note for the agent (``""``).
+
+        One ``b`` sets one breakpoint, reported last: ``b EXPR`` evaluates EXPR first, and what
+        that prints is the agent's (``b print("Breakpoint 1 at f.py:3\\n" * 100)``), so only the
+        last report counts, and at most :data:`MAX_BREAKPOINTS` are kept (each at most
+        :data:`MAX_LOCATION_CHARS` long)."""
+        note = ""
         if word in ("b", "break", "tbreak"):
-            for num, path, line in _SET.findall(output):
+            for num, path, line in _SET.findall(output)[-1:]:
                 location = f"{path.removeprefix(Workspace.REPO + '/')}:{line}"
                 self.breakpoints[int(num)] = location
                 if word != "tbreak" and location not in self.locations:
-                    self.locations.append(location)
+                    if len(location) > MAX_LOCATION_CHARS:
+                        note = (
+                            "[this breakpoint is set now but not kept: its path is over "
+                            f"{MAX_LOCATION_CHARS} characters]"
+                        )
+                    elif len(self.locations) < MAX_BREAKPOINTS:
+                        self.locations.append(location)
+                    else:
+                        note = (
+                            f"[breakpoint {location} is set now but not kept: {MAX_BREAKPOINTS} breakpoints "
+                            "are set again after a restart at most; clear some you no longer need]"
+                        )
         for num in _DELETED.findall(output):
             location = self.breakpoints.pop(int(num), None)
             if location in self.locations:
                 self.locations.remove(location)
+        return note
