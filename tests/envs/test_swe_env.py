@@ -318,3 +318,25 @@ def test_the_same_state_twice_in_a_batch_runs_once(env, task):
     ).result()
     assert first.terminated and repeat.info["verdict"] == "not_stepped"
     assert not repeat.info.get("agent_fault") and not repeat.info.get("sandbox_error")
+
+
+def test_the_diff_after_a_command_counts_against_the_episode_command_time(tmp_path):
+    """The diff shown after each command runs ``git add -A`` into a fresh index, which hashes
+    every file through the clean filters the agent configured in its own ``.git/config`` and
+    ``.gitattributes``: a filter that sleeps made every turn wait (up to the diff's minute) with
+    only the command's own time counted, so ``max_episode_command_s`` never masked the episode."""
+    settings = SWESettings(
+        repo_cache=str(tmp_path),
+        workspace=WorkspaceConfig(backend="bwrap"),
+        command_timeout_s=8,
+        max_episode_command_s=4.0,
+    )
+    task = load_swe_tasks("embedded", "train")[0]
+    with ContainerEnv(data_name_or_path=None, settings=settings) as env:
+        env.reset(task)
+        slow = "git config filter.slow.clean 'sleep 1; cat' && echo '* filter=slow' > .gitattributes"
+        for command in [slow, "true", "true", "true", "true"]:
+            message, reward, done, extra = env.step(f"<execute>{command}</execute>")
+            if done:
+                break
+        assert done and extra.get("masked") and extra["verdict"] == "env_time_limit", (message, extra)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +72,8 @@ class SWESettings(WorkspaceEnvSettings):
     command_timeout_s: float = 30.0
     """Time limit of one command (killed with its whole process tree after it)."""
     max_episode_command_s: float = 300.0
-    """Total command time of an episode; an episode that uses it up is masked out of the loss."""
+    """Total time of an episode's commands (each with the diff shown after it); an episode that uses
+    it up is masked out of the loss."""
     max_output_chars: int = 3000
     """Command output shown per turn (head and tail kept, the middle cut with a marker)."""
     max_diff_chars: int = 2000
@@ -228,6 +230,7 @@ class ContainerEnv(WorkspaceEpisodeEnv):
             return StepResult(FEEDBACK[parsed.kind] + note, 0.0, False, False, info)
         s = self.settings
         remaining = s.max_episode_command_s - state.command_s
+        t0 = time.monotonic()
         try:
             result = state.workspace.run(parsed.command, timeout=min(s.command_timeout_s, remaining))
             try:
@@ -238,7 +241,9 @@ class ContainerEnv(WorkspaceEpisodeEnv):
             return self._lost(state, e)
         except Exception as e:  # noqa: BLE001 - anything else is ours: the episode is masked
             return self._masked(state, "sandbox_error", f"{type(e).__name__}: {e}")
-        state.command_s += result.wall_s
+        # the diff's time too: git runs the clean filters the agent configured over every file, so
+        # a turn's wait is the agent's to make long, and the budget bounds what a turn costs
+        state.command_s += max(result.wall_s, time.monotonic() - t0)
         state.commands += 1
         state.last_diff = diff
         info["dump"] = {
