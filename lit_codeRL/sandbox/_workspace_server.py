@@ -588,7 +588,10 @@ class Session:
         self._pty_end()  # nothing may rewrite files while git reads them
         index = os.path.join(self.cfg["state_dir"], f"index{self.seq}-{os.urandom(4).hex()}")
         env = {"GIT_INDEX_FILE": index}
-        timeout = float(req.get("timeout", 120.0))
+        # one deadline for the three steps, not a limit each: the agent's git config can make each
+        # slow (a clean filter in add, a diff.orderFile that is a FIFO in diff), and three limits
+        # made an answer after the trainer's outer clock (the session killed, the episode masked)
+        deadline = time.monotonic() + float(req.get("timeout", 120.0))
         try:
             for args in (
                 ["read-tree", self.base],
@@ -605,7 +608,10 @@ class Session:
                     "--",
                 ],
             ):
-                out = self._git(args, env, timeout)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(["git", args[0]], 0)
+                out = self._git(args, env, left)
                 if out.returncode != 0:
                     err = out.stderr.decode(errors="replace")[-1000:]
                     return {"error": f"git {args[0]} failed ({out.returncode}): {err}"}

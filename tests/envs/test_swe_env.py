@@ -340,3 +340,30 @@ def test_the_diff_after_a_command_counts_against_the_episode_command_time(tmp_pa
             if done:
                 break
         assert done and extra.get("masked") and extra["verdict"] == "env_time_limit", (message, extra)
+
+
+def test_a_diff_slowed_by_the_agents_git_config_is_its_fault_not_a_masked_stall(tmp_path, monkeypatch):
+    """The diff's three git steps (read-tree, add, diff) each had the whole time limit: a clean
+    filter that sleeps almost that long in ``add`` and a ``diff.orderFile`` that is a FIFO (only
+    ``git diff`` opens it, and blocks) made the answer come after the trainer's outer clock, which
+    killed the session and masked the episode as the sandbox's failure: the agent's way out of a
+    reward of 0. One deadline for the whole diff: the agent's config makes the diff fail in time,
+    graded ``workspace_broken``."""
+    from lit_codeRL.sandbox import workspace_session
+
+    monkeypatch.setattr(workspace_session, "IO_TIMEOUT_S", 4.0)  # the diff's time limit, for speed
+    settings = SWESettings(
+        repo_cache=str(tmp_path),
+        workspace=WorkspaceConfig(backend="bwrap", grace_s=1.0),
+        command_timeout_s=4,
+    )
+    task = load_swe_tasks("embedded", "train")[0]
+    with ContainerEnv(data_name_or_path=None, settings=settings) as env:
+        env.reset(task)
+        setup = (
+            "git config filter.slow.clean 'sleep 3; cat' && echo 'slow.txt filter=slow' > .gitattributes "
+            "&& echo x > slow.txt && mkfifo /tmp/order && git config diff.orderFile /tmp/order"
+        )
+        message, reward, done, extra = env.step(f"<execute>{setup}</execute>")
+        assert done and reward == 0.0 and not extra.get("masked"), extra
+        assert extra["verdict"] == "workspace_broken" and extra["agent_fault"], extra
