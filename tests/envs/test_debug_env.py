@@ -213,6 +213,34 @@ def test_breakpoints_kept_are_the_ones_pdb_set_and_bounded(env, median):
     assert "b.py:1" in state.pdb.locations and f"b.py:{MAX_BREAKPOINTS + 5}" not in state.pdb.locations
 
 
+def test_an_initial_eval_that_fails_masks_its_episode_not_the_batch(tmp_path, median, monkeypatch):
+    """The tests' run for the first observation was the one workspace call outside every
+    handler: a session that stopped answering there (a loaded machine, the outer clock) raised out
+    of ``reset_batch``, an exception out of ``fit``. Now that episode is masked at its first step
+    and the failed output is not cached as the task's first observation."""
+    from lit_codeRL.sandbox.workspace import Workspace, WorkspaceDead
+
+    require_bwrap()
+    env = DebugEnv(DebugSettings(repo_cache=str(tmp_path), workspace={"backend": "bwrap"}))
+    try:
+        env.task_of(median)  # the task prepared (its tests run once) before the sessions fail
+        real = Workspace.run
+
+        def dead(self, *args, **kwargs):
+            raise WorkspaceDead("the workspace is dead: TimeoutError: the workspace did not answer in time")
+
+        monkeypatch.setattr(Workspace, "run", dead)
+        (first,) = env.reset_batch([median])
+        monkeypatch.setattr(Workspace, "run", real)
+        assert "The tests now give" not in first.observation
+        out = step(env, first.state, "<eval/>")
+        assert out.info.get("masked") and out.info.get("sandbox_error"), out.info
+        (again,) = env.reset_batch([median])  # the next reset runs the tests for it
+        assert "The tests now give" in again.observation and "failed" in again.observation
+    finally:
+        env.close()
+
+
 def test_a_debugger_that_never_starts_spends_the_tool_time_budget(tmp_path, median):
     """A module of the repository that shadows one pdb imports (``glob.py`` beside the tests:
     ``python -m pdb`` puts the working directory first on ``sys.path``) and sleeps keeps the

@@ -211,14 +211,21 @@ class DebugEnv(WorkspaceEpisodeEnv):
         initial = ""
         if self.settings.show_initial_eval:
             if task.task_id not in self._initial and state.workspace is not None:
-                out = self._run(
-                    state,
-                    self._test_command(task),
-                    self.settings.eval_timeout_s,
-                    count=False,
-                    cpu_s=self.grader.cpu_limit(state.task),
-                )
-                self._initial[task.task_id] = clean_text(out)  # the tests' output, shown as _step shows it
+                try:
+                    out = self._run(
+                        state,
+                        self._test_command(task),
+                        self.settings.eval_timeout_s,
+                        count=False,
+                        cpu_s=self.grader.cpu_limit(state.task),
+                    )
+                except WorkspaceError as e:  # ours (no action ran yet): this episode is masked, not the run
+                    logger.warning("the initial tests of %s failed to run: %s", task.task_id, e)
+                    state.error = f"the initial eval failed: {type(e).__name__}: {e}"
+                    self._close(state.workspace)  # nothing to grade, at a step or at the end
+                    state.workspace = None
+                else:
+                    self._initial[task.task_id] = clean_text(out)  # shown as _step shows the tests' output
             if task.task_id in self._initial:
                 initial = f"The tests now give:\n{self._initial[task.task_id]}\n"
         return TASK_TEMPLATE.format(
