@@ -371,6 +371,7 @@ class Session:
     # -- requests ------------------------------------------------------------------------------
 
     def run(self, req: dict) -> dict:
+        t0 = time.monotonic()  # before the debugger's end: its kill counts within the limit too
         self._pty_end()  # a debugger must not run (or write files) beside the command
         self.seq += 1
         self._home()
@@ -380,7 +381,6 @@ class Session:
         state = os.path.join(self.cfg["state_dir"], f"s{self.seq}")
         _remove(state)  # a FIFO an earlier command planted at this path would hang the EXIT trap
         r, w = os.pipe()
-        t0 = time.monotonic()
         cwd = self.cwd if os.path.isdir(self.cwd) else (self.repo if os.path.isdir(self.repo) else "/")
         env = {**self.env, "PWD": cwd}
         argv = ["/bin/bash", "--noprofile", "--norc", "-c", _WRAPPER, "lcrl", state, req["cmd"]]
@@ -585,13 +585,14 @@ class Session:
         files included (bytecode excepted: what pdb, pytest and python leave in ``__pycache__`` is
         not part of a change, and must not reach grading), the agent's own index untouched, no hooks/fsmonitor/external diff or
         textconv, and the trainer's environment rather than the agent's."""
+        # one deadline for the debugger's end and the three steps, not a limit each: the agent's
+        # git config can make each step slow (a clean filter in add, a diff.orderFile that is a
+        # FIFO in diff), and three limits made an answer after the trainer's outer clock (the
+        # session killed, the episode masked)
+        deadline = time.monotonic() + float(req.get("timeout", 120.0))
         self._pty_end()  # nothing may rewrite files while git reads them
         index = os.path.join(self.cfg["state_dir"], f"index{self.seq}-{os.urandom(4).hex()}")
         env = {"GIT_INDEX_FILE": index}
-        # one deadline for the three steps, not a limit each: the agent's git config can make each
-        # slow (a clean filter in add, a diff.orderFile that is a FIFO in diff), and three limits
-        # made an answer after the trainer's outer clock (the session killed, the episode masked)
-        deadline = time.monotonic() + float(req.get("timeout", 120.0))
         try:
             for args in (
                 ["read-tree", self.base],
