@@ -241,6 +241,33 @@ def test_an_initial_eval_that_fails_masks_its_episode_not_the_batch(tmp_path, me
         env.close()
 
 
+def test_an_initial_eval_past_its_limit_is_shown_once_not_kept(tmp_path, median, monkeypatch):
+    """The first observation's test run is kept for every later episode of the task: one that ran
+    past its limit (a loaded machine) is shown to its own episode only, and the next reset runs
+    the tests again."""
+    from lit_codeRL.sandbox.workspace import Workspace
+    from lit_codeRL.sandbox.workspace_types import CommandResult
+
+    require_bwrap()
+    env = DebugEnv(DebugSettings(repo_cache=str(tmp_path), workspace={"backend": "bwrap"}))
+    try:
+        env.task_of(median)
+        real = Workspace.run
+
+        def slow(self, *args, **kwargs):
+            return CommandResult(None, "....", True, False, 4, 30.0)
+
+        monkeypatch.setattr(Workspace, "run", slow)
+        (first,) = env.reset_batch([median])
+        monkeypatch.setattr(Workspace, "run", real)
+        assert "[timed out and was killed]" in first.observation
+        (again,) = env.reset_batch([median])
+        assert "timed out" not in again.observation and "failed" in again.observation
+        assert "[exit code 1]" in again.observation
+    finally:
+        env.close()
+
+
 def test_a_debugger_that_never_starts_spends_the_tool_time_budget(tmp_path, median):
     """A module of the repository that shadows one pdb imports (``glob.py`` beside the tests:
     ``python -m pdb`` puts the working directory first on ``sys.path``) and sleeps keeps the
