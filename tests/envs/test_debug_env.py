@@ -268,6 +268,24 @@ def test_an_initial_eval_past_its_limit_is_shown_once_not_kept(tmp_path, median,
         env.close()
 
 
+def test_an_edit_whose_diff_fails_says_the_edit_is_made(env, median, monkeypatch):
+    """The agent's git config can make the diff after an edit fail (a clean filter that exits
+    non-zero); the file was written all the same, and "<edit> failed" would be untrue."""
+    from lit_codeRL.sandbox.workspace import Workspace, WorkspaceError
+
+    _, state = start(env, median)
+
+    def failing(self, *args, **kwargs):
+        raise WorkspaceError("git add failed (128): error: external filter 'false' failed")
+
+    monkeypatch.setattr(Workspace, "diff", failing)
+    out = step(env, state, f'<edit path="stats.py" lines="19-19">{FIX_LINE}</edit>')
+    monkeypatch.undo()
+    assert "stats.py now reads:" in out.observation and "failed:" not in out.observation.split("\n")[0]
+    assert "the edit is made, but git could not take the diff" in out.observation
+    assert step(env, state, "<submit/>").reward == 1.0  # graded from the files as they are
+
+
 def test_a_debugger_that_never_starts_spends_the_tool_time_budget(tmp_path, median):
     """A module of the repository that shadows one pdb imports (``glob.py`` beside the tests:
     ``python -m pdb`` puts the working directory first on ``sys.path``) and sleeps keeps the

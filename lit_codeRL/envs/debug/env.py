@@ -392,6 +392,11 @@ class DebugEnv(WorkspaceEpisodeEnv):
             diff = ws.diff()  # (ends the debugger's processes too: it was restarting anyway)
         except DiffTooLarge as e:  # the edit was made: say so, and why no diff can be graded
             diff, note = "", f"\n[{e}]"
+        except WorkspaceDead:
+            raise
+        except WorkspaceError as e:  # the edit was made all the same (the agent's git config can
+            # make the diff fail: a clean filter that sleeps); "<edit> failed" would be untrue
+            diff, note = "", f"\n[the edit is made, but git could not take the diff: {e}]"
         state.last_diff = diff
         shown = numbered(new, max_lines=s.max_view_lines)
         return f"{args['path']} now reads:\n{shown}{note}", {"diff": capped(diff)}
