@@ -1576,3 +1576,59 @@ def test_a_statement_shows_whole_values_where_pytest_would_cut_them(tmp_path, mo
         # the actual value whole (3 - 4, 3 * 4, ...) and the expected one
         assert "== Row(name='widget', quantity=7, unit_price=2.5)" in statement, statement
         assert "assert Row(name='widget', quantity=" in statement and "..." not in statement, statement
+
+
+# ---------------------------------------------------------------------------------------------
+# odd repositories: what a user's repository may be
+# ---------------------------------------------------------------------------------------------
+
+
+def _git(repo, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=u", "-c", "user.email=u@x", "-c", "protocol.file.allow=always", "-C",
+         str(repo), *args],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def _small_repo(root, git: bool = True):
+    _write_tree(root, {"pkg/__init__.py": "", "pkg/lib.py": "def one():\n    return 1\n",
+                       "tests/test_lib.py": "from pkg.lib import one\n\n\ndef test_one():\n    assert one() == 1\n"})  # fmt: skip
+    if git:
+        _git(root, "init", "-q", "-b", "main")
+        _git(root, "add", "-A")
+        _git(root, "commit", "-qm", "init")
+    return root
+
+
+def test_a_git_source_is_read_at_head_and_says_what_it_leaves_out(tmp_path, caplog):
+    """A bundle without ``HEAD`` is read at its one branch, and one with several names them; a
+    repository with no commit says so (not "no test module"); uncommitted changes and submodules
+    are left out with a warning (synthesis reads the last commit)."""
+    from lit_codeRL.problems.synth.repository import read_repository
+
+    repo = _small_repo(tmp_path / "r")
+    _git(repo, "branch", "other")
+    _git(repo, "bundle", "create", "-q", str(tmp_path / "one.bundle"), "other")
+    name, files = read_repository(tmp_path / "one.bundle")
+    assert name == "one" and "tests/test_lib.py" in files
+    _git(repo, "branch", "third")  # without HEAD, git would take a branch named as its default
+    _git(repo, "bundle", "create", "-q", str(tmp_path / "two.bundle"), "other", "third")
+    with pytest.raises(ConfigError, match="no HEAD and 2 branches or tags .other, third."):
+        read_repository(tmp_path / "two.bundle")
+    empty = tmp_path / "empty"
+    _small_repo(empty, git=False)
+    _git(empty, "init", "-q")
+    with pytest.raises(ConfigError, match="has no commit"):
+        read_repository(empty)
+
+    (repo / "pkg" / "lib.py").write_text("def one():\n    return 2\n")
+    (repo / "tests" / "test_new.py").write_text("def test_new():\n    pass\n")
+    _git(repo, "submodule", "add", "-q", str(_small_repo(tmp_path / "sub")), "vendor/one")
+    _git(repo, "commit", "-qm", "sub", "--", ".gitmodules", "vendor/one")
+    with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth.repository"):
+        _, files = read_repository(repo)
+    assert files["pkg/lib.py"] == "def one():\n    return 1\n" and "tests/test_new.py" not in files
+    assert "2 uncommitted change(s)" in caplog.text and "pkg/lib.py" in caplog.text
+    assert "submodule(s) left out" in caplog.text and "vendor/one" in caplog.text

@@ -130,6 +130,9 @@ def read_repository(source: str | Path) -> tuple[str, dict[str, str | bytes]]:
                 run_git(["clone", "--quiet", "--no-hardlinks", str(path), str(work)], env)
             except RuntimeError as err:
                 raise ConfigError(f"synth: cannot read {path}: {_git_error(str(err))}") from None
+            _check_out_head(work, path, env)
+            if path.is_dir():
+                _warn_uncommitted(path, env)
             tracked = run_git(["-C", str(work), "ls-files", "-z"], env).split("\0")
             return name, _read_files(work, [t for t in tracked if t])
     listed = []
@@ -138,6 +141,43 @@ def read_repository(source: str | Path) -> tuple[str, dict[str, str | bytes]]:
         for n in sorted(names):
             listed.append(str((Path(root) / n).relative_to(path)))
     return name, _read_files(path, listed)
+
+
+def _check_out_head(work: Path, source: Path, env: dict[str, str]) -> None:
+    """``work``, a clone of ``source``, checked out at its ``HEAD``; a bundle without one at its
+    one branch or tag. Raises ``ConfigError`` when there is no commit, or several to choose from
+    (``git clone`` then leaves an empty work tree, read before as "no test module")."""
+    if run_git(["-C", str(work), "rev-parse", "--verify", "--quiet", "HEAD^{commit}"], env, check=False):
+        return
+    refs = run_git(["-C", str(work), "for-each-ref", "--format=%(refname)", "refs/remotes", "refs/tags"], env)
+    names = sorted(
+        ref.removeprefix("refs/remotes/origin/").removeprefix("refs/tags/") for ref in refs.split()
+    )
+    if not names:
+        raise ConfigError(
+            f"synth: {source} has no commit (synthesis reads the last commit: commit the files)"
+        )
+    if len(names) > 1:
+        raise ConfigError(
+            f"synth: {source} has no HEAD and {len(names)} branches or tags ({', '.join(names[:10])}): "
+            "make a bundle of the one to read (git bundle create x.bundle <branch>)"
+        )
+    run_git(["-C", str(work), "checkout", "--quiet", "--detach", refs.split()[0]], env)
+
+
+def _warn_uncommitted(path: Path, env: dict[str, str]) -> None:
+    """Warn of the changes to a git work tree that synthesis leaves out (it reads ``HEAD``)."""
+    status = run_git(
+        ["--no-optional-locks", "-C", str(path), "status", "--porcelain", "-z", "--untracked-files=all"],
+        env,
+        check=False,
+    )
+    changed = [entry[3:] for entry in status.split("\0") if entry[2:3] == " "]
+    if changed:
+        log.warning(
+            "synth: %s: %d uncommitted change(s) left out (synthesis reads the last commit): %s",
+            path, len(changed), changed[:5],
+        )  # fmt: skip
 
 
 def _git_error(message: str) -> str:
@@ -149,9 +189,12 @@ def _git_error(message: str) -> str:
 
 def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
     files: dict[str, str | bytes] = {}
-    skipped = []
+    skipped, submodules = [], []
     for rel in paths:
         full = root / rel
+        if full.is_dir() and not full.is_symlink():  # a submodule's path (git lists it, not its files)
+            submodules.append(rel)
+            continue
         if rel.endswith((".pyc", ".pyo")) or not (full.is_symlink() or full.is_file()):
             continue
         if full.is_symlink() or full.stat().st_size > MAX_CARRIED_BYTES:
@@ -162,6 +205,8 @@ def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
             files[rel] = data.decode("utf-8") if len(data) <= MAX_FILE_BYTES else data
         except UnicodeDecodeError:
             files[rel] = data
+    if submodules:
+        log.warning("synth: %d submodule(s) left out (never cloned): %s", len(submodules), submodules[:5])
     if skipped:
         log.warning(
             "synth: %d file(s) left out (symbolic links, or over 16 MiB): %s", len(skipped), skipped[:5]
