@@ -1632,3 +1632,23 @@ def test_a_git_source_is_read_at_head_and_says_what_it_leaves_out(tmp_path, capl
     assert files["pkg/lib.py"] == "def one():\n    return 1\n" and "tests/test_new.py" not in files
     assert "2 uncommitted change(s)" in caplog.text and "pkg/lib.py" in caplog.text
     assert "submodule(s) left out" in caplog.text and "vendor/one" in caplog.text
+
+
+def test_an_output_directory_that_cannot_hold_the_rows_is_a_one_line_error(tmp_path, capsys):
+    """``--out`` naming a file, a path under a file, or a non-empty directory that holds no synth
+    output (a user's repository) stops before any synthesis, in one line; a previous output is
+    written over."""
+    from lit_codeRL.cli import main
+
+    repo = _small_repo(tmp_path / "r", git=False)
+    (tmp_path / "file").write_text("x")
+    for out, said in [
+        (tmp_path / "file", "is a file"),
+        (tmp_path / "file" / "out", "cannot create"),
+        (repo, "not empty"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["synth", str(repo), "--out", str(out), "--no-check"])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and said in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in repo.iterdir()) == ["pkg", "tests"]

@@ -141,6 +141,35 @@ def _synthesize_source(
     return named
 
 
+_OUTPUTS = ("report.json", "swe", "debug")
+"""What synthesis writes in ``--out``."""
+
+
+def _output_dir(out: Path) -> Path:
+    """``out`` made and checked writable before any synthesis: a file, a path that cannot be made
+    or written, or a non-empty directory holding no synth output (a user's repository, which the
+    rows would be scattered into) is a one-line ``ConfigError``. A previous output is written
+    over."""
+    if out.is_file():
+        raise ConfigError(f"synth: --out {out} is a file: name a directory")
+    if (
+        out.is_dir()
+        and not (out / "report.json").is_file()
+        and {p.name for p in out.iterdir()} - set(_OUTPUTS)
+    ):
+        raise ConfigError(
+            f"synth: --out {out} is not empty and holds no synth output ({', '.join(_OUTPUTS)}): "
+            "name a new or empty directory"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise ConfigError(f"synth: cannot create or write --out {out}: {err.strerror or err}") from None
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="lit-coderl synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("sources", nargs="+", help="repository dirs/bundles, swe, debug, mbpp:<path>")
@@ -202,8 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         seed=args.seed,
         cache=not args.no_cache,
     )
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(args.out)
     report: dict[str, Any] = {"settings": {**vars(args), "out": str(out)}, "sources": []}
     failed: dict[str, str] = {}
     swe: list[dict[str, Any]] = []
