@@ -1652,3 +1652,36 @@ def test_an_output_directory_that_cannot_hold_the_rows_is_a_one_line_error(tmp_p
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and said in err and err.count("\n") == 1, err
     assert sorted(p.name for p in repo.iterdir()) == ["pkg", "tests"]
+
+
+def test_every_candidate_of_an_odd_source_file_applies_with_git_apply(tmp_path):
+    """Sources as real repositories have them: a BOM (Windows editors), CRLF and lone-CR line
+    ends, a form feed between functions (Emacs' page breaks), U+2028 inside a string, tabs, and
+    file names with spaces, quotes, backslashes, non-ASCII letters or a newline. Every one of
+    them gets bugs, and every bug's diff applies with ``git apply`` and gives its mutant."""
+    body = "def f(x):\n    if x > 0:\n        return x + 1\n    return x - 1\n"
+    sources = {
+        "bom.py": "\ufeff" + body,
+        "crlf.py": body.replace("\n", "\r\n"),
+        "cr.py": "# old Mac\r" + body,
+        "feed.py": body + "\x0c\n\ndef g(y):\n    return y * 2\n",
+        "sep.py": 'def h(x):\n    s = "a\u2028b"\n    return x + len(s)\n',
+        "tabs.py": body.replace("    ", "\t"),
+        "with space.py": body,
+        'q"uote.py': body,
+        "back\\slash.py": body,
+        "caf\u00e9.py": body,
+        "new\nline.py": body,
+    }
+    groups = candidates_by_function(sources, ("compare_op", "arith_op", "wrong_return"), 0)
+    by_file = {path: [c for group in groups.values() for c in group if c.path == path] for path in sources}
+    assert all(by_file.values()), {path: len(found) for path, found in by_file.items()}
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for path, found in by_file.items():
+        for candidate in found:
+            (tmp_path / path).write_bytes(sources[path].encode())
+            done = subprocess.run(
+                ["git", "-C", str(tmp_path), "apply", "-"], input=candidate.diff.encode(), capture_output=True
+            )
+            assert done.returncode == 0, (path, done.stderr.decode(), candidate.diff)
+            assert (tmp_path / path).read_bytes() == candidate.content.encode(), (path, candidate.diff)

@@ -74,7 +74,7 @@ def unified_diff(path: str, old: str, new: str) -> str:
     and matching a whole big file for every candidate was most of the candidates' time
     (more-itertools: 125 of 180 s). In a file of ``_SMALL`` lines or more, a change among equal
     lines may be placed otherwise than over the whole files; the diff is as valid and as small."""
-    a, b = _lines(old), new.splitlines(keepends=True)
+    a, b = _lines(old), _split_lines(new)
     same_start = _common_run(lambda k: a[:k] == b[:k], min(len(a), len(b)))
     same_end = _common_run(lambda k: a[len(a) - k :] == b[len(b) - k :], min(len(a), len(b)) - same_start)
     # difflib may place a change anywhere among equal lines next to it (which of two `continue`s
@@ -84,8 +84,9 @@ def unified_diff(path: str, old: str, new: str) -> str:
     if len(b) < _SMALL:  # a small file's diff stays the whole-file one, as tasks were made before
         offset = tail = 0
     out = []
+    name_a, name_b = _git_quoted(f"a/{path}"), _git_quoted(f"b/{path}")
     lines = difflib.unified_diff(
-        a[offset : len(a) - tail], b[offset : len(b) - tail], f"a/{path}", f"b/{path}", n=_CONTEXT
+        a[offset : len(a) - tail], b[offset : len(b) - tail], name_a, name_b, n=_CONTEXT
     )
     for line in lines:
         if offset and line.startswith("@@ "):
@@ -93,13 +94,49 @@ def unified_diff(path: str, old: str, new: str) -> str:
         out.append(line)
         if not line.endswith("\n"):
             out.append("\n\\ No newline at end of file\n")
-    return f"diff --git a/{path} b/{path}\n" + "".join(out)
+    return f"diff --git {name_a} {name_b}\n" + "".join(out)
+
+
+_C_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+    '"': '\\"',
+    "\\": "\\\\",
+}
+
+
+def _git_quoted(name: str) -> str:
+    """``name`` as git writes it in a diff header: in C-style quotes when it holds a quote, a
+    backslash or a control character (a file named with a newline broke the header, and its every
+    candidate was rejected as ``patch_failed``)."""
+    if not any(c in '"\\' or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return name
+    return (
+        '"'
+        + "".join(
+            _C_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c) for c in name
+        )
+        + '"'
+    )
+
+
+def _split_lines(text: str) -> list[str]:
+    """``text``'s lines as git and ``patch`` see them: ended by ``\\n`` alone. ``str.splitlines``
+    also ends a line at a form feed, a lone ``\\r``, U+2028 and others, and a diff of such a file
+    (Emacs' page breaks between functions) did not apply."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
 
 @functools.lru_cache(maxsize=4)
 def _lines(text: str) -> list[str]:
     """A file's lines, split once for all its candidates (the clean file is every diff's ``old``)."""
-    return text.splitlines(keepends=True)
+    return _split_lines(text)
 
 
 def _common_run(same: Callable[[int], bool], most: int) -> int:
@@ -147,7 +184,10 @@ def candidates_by_function(
     for path in source_files(files):
         source = files[path]
         assert isinstance(source, str)
-        for site, splice in mutant_splices(source, kinds):
+        # a BOM (which compile() refuses in a str) stays where it is, before every splice
+        bom = len("\ufeff") if source.startswith("\ufeff") else 0
+        for site, (start, end, text) in mutant_splices(source[bom:], kinds):
+            splice = (start + bom, end + bom, text)
             content = splice_into(source, splice)
             if content == source:
                 continue
