@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 import subprocess
 
 import pytest
@@ -1685,3 +1686,30 @@ def test_every_candidate_of_an_odd_source_file_applies_with_git_apply(tmp_path):
             )
             assert done.returncode == 0, (path, done.stderr.decode(), candidate.diff)
             assert (tmp_path / path).read_bytes() == candidate.content.encode(), (path, candidate.diff)
+
+
+def test_rows_of_sources_with_one_name_or_an_odd_name_each_keep_their_bundle(tmp_path, monkeypatch):
+    """Two repositories named alike (``a/pkg`` and ``b/pkg``) wrote one ``repos/pkg.bundle``, the
+    second over the first, whose rows then named commits no bundle held; a directory named
+    ``my repo`` gave instance ids with a space. Every row's id is unique and a file name's
+    characters, and its base commit is read from its own bundle."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.problems.swe import load_swe_tasks, prepare_repo
+
+    tests = "from pkg.lib import clamp\n\n\ndef test_low():\n    assert clamp(-1) == 0\n\n\ndef test_in():\n    assert clamp(3) == 3\n"
+    sources = []
+    for i, where in enumerate(["a/pkg", "b/pkg", "my repo"]):
+        lib = f"def clamp(x):\n    if x < 0:\n        return 0\n    return x  # {i}\n"
+        _write_tree(tmp_path / where, {"pkg/__init__.py": "", "pkg/lib.py": lib, "tests/test_lib.py": tests})
+        sources.append(str(tmp_path / where))
+    out = tmp_path / "out"
+    main(["synth", *sources, "--out", str(out), "--no-check", "--kinds", "drop_branch", "--tries", "1"])
+    rows = [json.loads(line) for line in (out / "swe" / "tasks.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and len({row["instance_id"] for row in rows}) == 3, rows
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", row["instance_id"]) for row in rows), rows
+    assert len({row["repo_source"] for row in rows}) == 3
+    for i, task in enumerate(load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")):
+        copy = prepare_repo(task, tmp_path / f"copy{i}")
+        assert f"# {i}" in (copy / "pkg" / "lib.py").read_text()

@@ -34,7 +34,7 @@ from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
 from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, mbpp_bug_rows, mbpp_split_of
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.repository import SynthSettings, read_repository, synthesize_files
-from lit_codeRL.problems.synth.tasks import SynthTask, debug_row, swe_rows, write_jsonl
+from lit_codeRL.problems.synth.tasks import SynthTask, _slug, debug_row, swe_rows, write_jsonl
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 from lit_codeRL.sandbox.workspace_toolchain import with_test_deps
 
@@ -119,10 +119,23 @@ def check_debug_rows(path: Path, workers: int) -> dict[str, str]:
     return {t.task_id: why for t, why in zip(tasks, reasons, strict=True) if why}
 
 
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3``... when a source before it had that name (its bundle's
+    file name, ``_slug``'s, included): two repositories both called ``pkg`` wrote one
+    ``repos/pkg.bundle``, the second over the first, and their tasks could share ids."""
+    unique, n = name, 1
+    while _slug(unique) in taken:
+        n += 1
+        unique = f"{name}-{n}"
+    taken.add(_slug(unique))
+    return unique
+
+
 def _synthesize_source(
-    source: str, args: argparse.Namespace, settings: SynthSettings, grader: SWEGrader
+    source: str, args: argparse.Namespace, settings: SynthSettings, grader: SWEGrader, taken: set[str]
 ) -> list[tuple[str, list[SynthTask], dict[str, Any]]]:
-    """The tasks and report entries of one source (raises ``ConfigError`` when it gives none)."""
+    """The tasks and report entries of one source (raises ``ConfigError`` when it gives none);
+    ``taken``: the names of the sources before it."""
     if source == "mbpp" or source.startswith("mbpp:"):
         mbpp = MBPPBugSettings(args.per_function, args.tries, settings.kinds, args.seed)
         tasks, stats = mbpp_tasks(source, args.mbpp_split, mbpp)
@@ -136,6 +149,7 @@ def _synthesize_source(
     )
     named = []
     for name, files in repos:
+        name = _unique(name, taken)
         result = synthesize_files(name, files, grader, settings)
         named.append((name, result.tasks, result.stats))
     return named
@@ -238,12 +252,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     debug: list[dict[str, Any]] = []
     start = time.monotonic()
     workspace = WorkspaceConfig(toolchain=with_test_deps(args.test_deps))
+    taken: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-cache-") as cache:
         grader = SWEGrader(workspace, RepoCache(Path(cache) / "prepared"))
         for source in args.sources:
             began = time.monotonic()
             try:
-                named = _synthesize_source(source, args, settings, grader)
+                named = _synthesize_source(source, args, settings, grader, taken)
             except (ConfigError, FileNotFoundError) as err:  # the other sources still count
                 failed[source] = str(err)
                 if len(args.sources) > 1:

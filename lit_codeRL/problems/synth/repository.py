@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -121,7 +122,9 @@ def read_repository(source: str | Path) -> tuple[str, dict[str, str | bytes]]:
     path = Path(source).expanduser().resolve()
     if not path.exists():
         raise ConfigError(f"synth: repository {path} does not exist")
-    name = path.name.removesuffix(".bundle").removesuffix(".git")
+    # the name is in every task's instance id and its bundle's file name: a file name's characters
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name.removesuffix(".bundle").removesuffix(".git"))
+    name = name.strip("._") or "repo"
     if path.is_file() or (path / ".git").exists() or path.suffix == ".git":
         with tempfile.TemporaryDirectory(prefix="lcrl-synth-read-") as tmp:
             env = git_environment(Path(tmp))
