@@ -1713,3 +1713,36 @@ def test_rows_of_sources_with_one_name_or_an_odd_name_each_keep_their_bundle(tmp
     for i, task in enumerate(load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")):
         copy = prepare_repo(task, tmp_path / f"copy{i}")
         assert f"# {i}" in (copy / "pkg" / "lib.py").read_text()
+
+
+def test_a_test_whose_outcome_differs_between_two_runs_of_a_kept_bug_is_never_graded():
+    """A flaky test can pass the three clean runs (one in eight for a coin) and then fail in a
+    candidate's one run: it became FAIL_TO_PASS (``os.urandom`` coins: 1 of 1 task kept). Every kept
+    bug now runs a second time: a test whose outcome differs between its two runs is left out of
+    every bug's lists (as a test failing in a clean run is), and a bug left without a failing test,
+    or whose second run did not finish, is dropped."""
+    from lit_codeRL.problems.synth.validate import Bug, remeasure
+
+    group = next(iter(candidates_by_function({"m.py": "def f(a, b):\n    return a + b * 2 - 1\n"}).values()))
+    c1, c2, c3, c4 = group[:4]
+    bugs = [
+        Bug(c1, ("t.py::a", "t.py::coin"), ("t.py::b", "t.py::c"), {"t.py::a": "A", "t.py::coin": "C"}),
+        Bug(c2, ("t.py::b",), ("t.py::a", "t.py::c", "t.py::coin2"), {"t.py::b": "B"}),
+        Bug(c3, ("t.py::coin",), ("t.py::a", "t.py::b"), {}),
+        Bug(c4, ("t.py::c",), ("t.py::a", "t.py::b"), {}),
+    ]
+    ok, ko = "passed", "failed"
+    second = {
+        c1.key: SuiteRun("unresolved", {"t.py::a": ko, "t.py::coin": ok, "t.py::b": ok, "t.py::c": ok}),
+        c2.key: SuiteRun("unresolved", {"t.py::a": ok, "t.py::b": ko, "t.py::c": ok, "t.py::coin2": ko}),
+        c3.key: SuiteRun("unresolved", {"t.py::a": ok, "t.py::b": ok, "t.py::coin": ko}),
+        c4.key: SuiteRun("timeout", {}),
+    }
+    kept, flaky, rejected = remeasure(bugs, lambda c: second[c.key], 1, 1)
+    assert flaky == ("t.py::coin", "t.py::coin2")
+    assert [(b.fail_to_pass, b.pass_to_pass) for b in kept] == [
+        (("t.py::a",), ("t.py::b", "t.py::c")),
+        (("t.py::b",), ("t.py::a", "t.py::c")),
+    ]
+    assert kept[0].messages == {"t.py::a": "A"}
+    assert rejected == {"flaky: its failing tests passed in a second run": 1, "second run: timeout": 1}

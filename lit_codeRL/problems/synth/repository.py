@@ -41,9 +41,11 @@ from lit_codeRL.problems.synth.validate import (
     Baseline,
     SuiteDoesNotCollect,
     baseline,
+    remeasure,
     validate_functions,
     why_not_collected,
     workspace_check,
+    workspace_run,
 )
 from lit_codeRL.problems.test_names import misnamed_test_modules, protected_name
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
@@ -406,8 +408,17 @@ def synthesize_files(
         bugs, rejected = validate_functions(
             groups, check, settings.per_function, settings.tries_per_function, settings.workers
         )
+        again = workspace_run(grader, task, modules, clean, cache, attempt=1)
+        bugs, flaky, twice = remeasure(bugs, again, settings.min_pass_to_pass, settings.workers)
+        for reason, n in twice.items():
+            rejected[reason] = rejected.get(reason, 0) + n
+        if flaky:
+            log.warning(
+                "synth: %s: %d test(s) passed and failed in two runs of one bug (flaky), never graded: %s",
+                repo_name, len(flaky), listed(flaky),
+            )  # fmt: skip
         shutil.rmtree(grader.repos.path_for(task), ignore_errors=True)
-    validated = sum(rejected.values()) + len(bugs)
+    validated = sum(rejected.values()) + len(bugs)  # a bug dropped by its second run: in `rejected`
     # the toolchain beyond the default: the rows carry it, so a run with the default one grades them alike
     default = WorkspaceConfig().toolchain
     test_deps = tuple(name for name in grader.workspace.toolchain if name not in default)
@@ -455,6 +466,7 @@ def synthesize_files(
         "renamed_test_files": renamed,
         "added_metadata": sorted(metadata),
         "unstable_test_ids": len(clean.unstable),
+        "flaky_tests": list(flaky),
         "wall_s": round(time.monotonic() - start, 2),
     }
     stats["kept_fraction"] = round(len(tasks) / validated, 3) if validated else 0.0

@@ -55,9 +55,13 @@ def tree_dir(
     return (root or cache_root()) / "repo-runs" / h.hexdigest()[:32]
 
 
-def run_path(directory: Path, diff: str, limits: tuple[float, float | None]) -> Path:
-    """Where the run of ``diff`` within ``limits`` (wall, CPU seconds) is cached."""
-    key = hashlib.sha256(f"{limits[0]!r}\0{limits[1]!r}\0".encode() + diff.encode("utf-8", "surrogateescape"))
+def run_path(directory: Path, diff: str, limits: tuple[float, float | None], attempt: int = 0) -> Path:
+    """Where the run of ``diff`` within ``limits`` (wall, CPU seconds) is cached; ``attempt``: which
+    run of it (a kept bug runs twice: ``validate.remeasure``)."""
+    again = f"{attempt}\0" if attempt else ""  # the first run's key is as it was
+    key = hashlib.sha256(
+        f"{limits[0]!r}\0{limits[1]!r}\0{again}".encode() + diff.encode("utf-8", "surrogateescape")
+    )
     return directory / "runs" / f"{base64.b32encode(key.digest()[:20]).decode().lower()}.json"
 
 

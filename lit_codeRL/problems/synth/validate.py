@@ -367,6 +367,45 @@ def validate_functions(
     return bugs, rejected
 
 
+FLAKY_FAILURES = "flaky: its failing tests passed in a second run"
+
+
+def remeasure(
+    bugs: Sequence[Bug],
+    run_again: Callable[[Candidate], SuiteRun],
+    min_pass_to_pass: int,
+    workers: int,
+) -> tuple[list[Bug], tuple[str, ...], dict[str, int]]:
+    """The kept ``bugs`` measured a second time (``run_again``): a flaky test passes the clean runs
+    one time in ``2**clean_runs`` and can then fail in a candidate's one run, a FAIL_TO_PASS that
+    no fix makes pass for sure. A test whose outcome differs between the two runs of one bug is
+    left out of every bug's lists (as one failing in a clean run is: a flaky test), and a bug whose
+    second run did not finish, or that is left without a failing test or with fewer than
+    ``min_pass_to_pass`` passing, is dropped. Returns the bugs, the flaky tests and the
+    rejections."""
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        second = list(pool.map(run_again, [bug.candidate for bug in bugs]))
+    flaky: set[str] = set()
+    for bug, run in zip(bugs, second, strict=True):
+        if run.verdict in ("resolved", "unresolved"):
+            flaky |= {node for node in bug.fail_to_pass if run.statuses.get(node) == "passed"}
+            flaky |= {node for node in bug.pass_to_pass if run.statuses.get(node) != "passed"}
+    kept: list[Bug] = []
+    rejected: Counter[str] = Counter()
+    for bug, run in zip(bugs, second, strict=True):
+        fail = tuple(node for node in bug.fail_to_pass if node not in flaky)
+        keep = tuple(node for node in bug.pass_to_pass if node not in flaky)
+        if run.verdict not in ("resolved", "unresolved"):
+            rejected[f"second run: {run.verdict}"] += 1
+        elif not fail:
+            rejected[FLAKY_FAILURES] += 1
+        elif len(keep) < min_pass_to_pass:
+            rejected["too few tests still pass"] += 1
+        else:
+            kept.append(Bug(bug.candidate, fail, keep, {n: m for n, m in bug.messages.items() if n in fail}))
+    return kept, tuple(sorted(flaky)), dict(rejected)
+
+
 def workspace_check(
     grader: SWEGrader,
     task: SWETask,
@@ -379,19 +418,12 @@ def workspace_check(
     """The check :func:`validate_functions` runs per candidate for a repository: its suite run
     in a sandbox workspace within :func:`candidate_limits` (read from ``cache``, a
     :func:`run_cache.tree_dir`, when it holds it; a sandbox failure is never cached), classified."""
-    limits = candidate_limits(grader, clean)
+    measure = workspace_run(grader, task, modules, clean, cache)
 
     def check(candidate: Candidate) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]] | str:
-        path = run_cache.run_path(cache, candidate.diff, limits) if cache else None
-        run = _cached_run(run_cache.load(path))
-        if run is None:
-            try:
-                run = run_suite(grader, task, candidate.diff, modules, *limits)
-            except RuntimeError as err:
-                log.warning("synth: %s: %s", candidate.function, err)
-                return "sandbox error"
-            if run.verdict in ("resolved", "unresolved", "timeout"):  # not what a crash left
-                run_cache.store(path, asdict(run))
+        run = measure(candidate)
+        if run.verdict == "sandbox error":
+            return "sandbox error"
         outcome = classify(clean, run, max_fail_to_pass, min_pass_to_pass)
         if isinstance(outcome, str):
             return outcome
@@ -399,6 +431,35 @@ def workspace_check(
         return fail, keep, {node: run.messages.get(node, "") for node in fail}
 
     return check
+
+
+def workspace_run(
+    grader: SWEGrader,
+    task: SWETask,
+    modules: Sequence[str],
+    clean: Baseline,
+    cache: Path | None = None,
+    attempt: int = 0,
+) -> Callable[[Candidate], SuiteRun]:
+    """A candidate's suite run in a sandbox workspace within :func:`candidate_limits` (read from
+    ``cache`` when it holds it; a sandbox failure, verdict ``sandbox error``, is never cached);
+    ``attempt``: which run of the candidate (:func:`remeasure`'s second is ``1``)."""
+    limits = candidate_limits(grader, clean)
+
+    def measure(candidate: Candidate) -> SuiteRun:
+        path = run_cache.run_path(cache, candidate.diff, limits, attempt) if cache else None
+        run = _cached_run(run_cache.load(path))
+        if run is None:
+            try:
+                run = run_suite(grader, task, candidate.diff, modules, *limits)
+            except RuntimeError as err:
+                log.warning("synth: %s: %s", candidate.function, err)
+                return SuiteRun("sandbox error", {}, reason=str(err))
+            if run.verdict in ("resolved", "unresolved", "timeout"):  # not what a crash left
+                run_cache.store(path, asdict(run))
+        return run
+
+    return measure
 
 
 def _cached_run(data: dict | None) -> SuiteRun | None:
