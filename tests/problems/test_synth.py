@@ -1746,3 +1746,32 @@ def test_a_test_whose_outcome_differs_between_two_runs_of_a_kept_bug_is_never_gr
     ]
     assert kept[0].messages == {"t.py::a": "A"}
     assert rejected == {"flaky: its failing tests passed in a second run": 1, "second run: timeout": 1}
+
+
+def test_a_clean_suite_that_hangs_stops_at_its_first_run_in_one_line(tmp_path, monkeypatch):
+    """A test that never ends on the clean repository: the first clean run reaches the grader's
+    time limit and synthesis stops there, in one line that says so; it ran all three runs to the
+    limit first (15 minutes at the grader's 300 s)."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    import time
+
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache
+    from lit_codeRL.problems.synth.repository import synthesize_repository
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = _small_repo(tmp_path / "r", git=False)
+    (repo / "tests" / "test_hang.py").write_text("def test_hang():\n    while True:\n        pass\n")
+    grader = SWEGrader(WorkspaceConfig(), RepoCache(tmp_path / "prepared"), timeout_s=4)
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match="did not run: timeout") as err:
+        synthesize_repository(repo, grader)
+    assert time.monotonic() - began < 10 and "\n" not in str(err.value), str(err.value)
+    # a conftest.py that never ends: collection and the first clean run stop at the grader's limit
+    (repo / "tests" / "test_hang.py").unlink()
+    (repo / "tests" / "conftest.py").write_text("while True:\n    pass\n")
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match="did not run: timeout"):
+        synthesize_repository(repo, grader)
+    assert time.monotonic() - began < 15

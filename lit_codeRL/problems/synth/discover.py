@@ -137,7 +137,9 @@ def _collect(grader: SWEGrader, task: SWETask) -> dict | None:
         with open_workspace(grader.workspace, grader.repos.get(task), scratch={_MOUNT: _SCRATCH_BYTES}) as ws:
             ws.write_file(f"{_MOUNT}/discover.py", _SCRIPT, confine=False)
             run = ws.run(
-                f"python {_MOUNT}/discover.py {_MOUNT}/out.json", timeout=_TIMEOUT_S, max_output=2000
+                f"python {_MOUNT}/discover.py {_MOUNT}/out.json",
+                timeout=min(_TIMEOUT_S, grader.timeout_s),  # a conftest.py that never ends
+                max_output=2000,
             )
             if run.exit_code != 0:
                 log.warning(

@@ -223,13 +223,20 @@ def baseline(
 
 
 def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], clean_runs: int) -> Baseline:
-    runs = [run_suite(grader, task, "", modules) for _ in range(max(1, clean_runs))]
-    first = runs[0]
-    for run in runs:
+    runs: list[SuiteRun] = []
+    for _ in range(max(1, clean_runs)):  # checked one by one: a suite that hangs stops at its first
+        run = run_suite(grader, task, "", modules)
+        if run.verdict == "timeout":
+            raise ValueError(
+                f"the clean test suite did not run: timeout ({run.reason}; the limit is "
+                f"{grader.timeout_s:g} s: a test that never ends?)"
+            )
         if run.verdict not in ("resolved", "unresolved"):
             raise ValueError(f"the clean test suite did not run: {run.verdict} ({run.reason})")
         if run.collect_errors:
             raise SuiteDoesNotCollect(run.collect_errors, run.collect_reasons)
+        runs.append(run)
+    first = runs[0]
     if not first.statuses:
         if first.reason:  # pytest stopped before collecting (a conftest that does not load)
             raise ValueError(f"the clean test suite: {first.reason}{_printed_error(first.output)}")
