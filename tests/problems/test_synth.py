@@ -1775,3 +1775,27 @@ def test_a_clean_suite_that_hangs_stops_at_its_first_run_in_one_line(tmp_path, m
     with pytest.raises(ConfigError, match="did not run: timeout"):
         synthesize_repository(repo, grader)
     assert time.monotonic() - began < 15
+
+
+def test_tests_that_fail_on_the_clean_repository_are_left_out_and_counted(tmp_path, monkeypatch, caplog):
+    """The design leaves a test that fails or errors in a clean run out of both lists (a user's
+    suite often has one); it did so silently. Now they are counted in the report
+    (``failing_at_base``) and named in a warning, and the other tests still give tasks."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+
+    repo = _small_repo(tmp_path / "r", git=False)
+    (repo / "pkg" / "lib.py").write_text("def one(x):\n    if x:\n        return 1\n    return 0\n")
+    (repo / "tests" / "test_lib.py").write_text(
+        "from pkg.lib import one\n\n\ndef test_one():\n    assert one(5) == 1\n\n\n"
+        "def test_zero():\n    assert one(0) == 0\n\n\ndef test_broken():\n    assert one(5) == 2\n\n\n"
+        "def test_error(no_such_fixture):\n    pass\n"
+    )
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth.repository"):
+        main(["synth", str(repo), "--out", str(out), "--no-check", "--kinds", "drop_branch"])
+    (source,) = json.loads((out / "report.json").read_text())["sources"]
+    assert (source["clean_tests"], source["failing_at_base"], source["kept"]) == (4, 2, 1), source
+    assert "2 test(s) fail or error on the clean repository" in caplog.text
+    assert "tests/test_lib.py::test_broken" in caplog.text

@@ -392,6 +392,11 @@ def synthesize_files(
             clean, modules, excluded = _baseline(repo_name, grader, task, files, modules, settings)
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
             raise ConfigError(f"synth: {repo_name}: {err}{_missing_module_hint(str(err))}") from None
+        if clean.failing:
+            log.warning(
+                "synth: %s: %d test(s) fail or error on the clean repository, never graded: %s",
+                repo_name, len(clean.failing), listed(clean.failing),
+            )  # fmt: skip
         if clean.unstable:
             log.warning(
                 "synth: %s: %d test id(s) differ from run to run (a parametrization named after "
@@ -465,6 +470,7 @@ def synthesize_files(
         "not_configured_test_files": unconfigured,
         "renamed_test_files": renamed,
         "added_metadata": sorted(metadata),
+        "failing_at_base": len(clean.failing),
         "unstable_test_ids": len(clean.unstable),
         "flaky_tests": list(flaky),
         "wall_s": round(time.monotonic() - start, 2),

@@ -75,6 +75,9 @@ class Baseline:
     """Test ids some clean runs collected and others did not, left out of ``ids``: a
     parametrization named after objects hashed by address (a set holding ``None`` on Python
     before 3.12, ``isodate``'s), which no grading run can name again."""
+    failing: tuple[str, ...] = ()
+    """Test ids that failed or errored in some clean run (of ``ids``, not ``passing``): never
+    graded, counted in the report. Empty in a baseline cached before it was recorded."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,7 @@ def baseline(
                 data["wall_s"],
                 data["cpu_s"],
                 tuple(data.get("unstable", ())),
+                tuple(data.get("failing", ())),
             )
         except (KeyError, TypeError):
             pass
@@ -257,12 +261,14 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
     if not passing:
         raise ValueError(f"no test passes on the clean repository: {_why_none_passes(runs)}")
     cpu = [run.cpu_s for run in runs]
+    failing = [node for node in stable if any(run.statuses.get(node) in ("failed", "error") for run in runs)]
     return Baseline(
         frozenset(stable),
         passing,
         max(run.wall_s for run in runs),
         None if None in cpu else max(c for c in cpu if c is not None),
         tuple(unstable),
+        tuple(failing),
     )
 
 
