@@ -30,7 +30,7 @@ from lit_codeRL.problems.debug_repo import _build_repo
 from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
 from lit_codeRL.problems.synth import run_cache
-from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
+from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function, generated_files
 from lit_codeRL.problems.synth.discover import collected_modules, configured_modules
 from lit_codeRL.problems.synth.installed import installed_copies
 from lit_codeRL.problems.synth.metadata import project_metadata
@@ -348,6 +348,12 @@ def synthesize_files(
         log.warning(
             "synth: %s: %d Python file(s) not UTF-8 (or over 1 MiB) get no bugs: %s",
             repo_name, len(unmutated), unmutated[:5],
+        )  # fmt: skip
+    generated = [p for p in generated_files(files) if not _is_test_path(p)]
+    if generated:
+        log.warning(
+            "synth: %s: %d Python file(s) say they are generated (DO NOT EDIT, @generated) and get no "
+            "bugs: %s", repo_name, len(generated), generated[:5],
         )  # fmt: skip
     _refuse_installed_copies(repo_name, files, grader)
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
