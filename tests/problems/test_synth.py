@@ -1824,3 +1824,27 @@ def test_a_generated_source_file_gets_no_bugs_and_costs_no_time():
     assert time.monotonic() - began < 5
     assert set(groups) == {"pkg/real.py::g"}
     assert generated_files(files) == ["pkg/msg_pb2.py", "pkg/tables.py"]
+
+
+def test_a_file_name_that_is_not_utf8_and_a_linked_directory_are_left_out_with_a_warning(tmp_path, caplog):
+    """A fixture named in Latin-1 (``data_caf\\xe9.txt``) raised UnicodeEncodeError in the run
+    cache's key, a traceback; a symbolic link to a directory was dropped without the warning a
+    linked file gets. Both are left out with a warning, in a directory and in a git repository."""
+    import os
+
+    from lit_codeRL.problems.synth.repository import read_repository
+
+    repo = _small_repo(tmp_path / "r", git=False)
+    (repo / os.fsdecode(b"tests/data_caf\xe9.txt")).write_bytes(b"x")
+    (repo / "tests" / "linked_pkg").symlink_to("../pkg")
+    for git in (False, True):
+        if git:
+            _git(repo, "init", "-q")
+            _git(repo, "add", "-A")
+            _git(repo, "commit", "-qm", "init")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth.repository"):
+            _, files = read_repository(repo)
+        assert sorted(files) == ["pkg/__init__.py", "pkg/lib.py", "tests/test_lib.py"], files
+        assert "not UTF-8" in caplog.text and "tests/linked_pkg" in caplog.text, caplog.text
+        assert all(path.encode() for path in files)

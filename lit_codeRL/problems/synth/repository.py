@@ -143,7 +143,10 @@ def read_repository(source: str | Path) -> tuple[str, dict[str, str | bytes]]:
     listed = []
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
-        for n in sorted(names):
+        # a linked directory is not walked into (os.walk follows no link): listed, to be left out
+        # with the warning a linked file gets
+        linked = [d for d in dirs if (Path(root) / d).is_symlink()]
+        for n in sorted([*names, *linked]):
             listed.append(str((Path(root) / n).relative_to(path)))
     return name, _read_files(path, listed)
 
@@ -194,9 +197,14 @@ def _git_error(message: str) -> str:
 
 def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
     files: dict[str, str | bytes] = {}
-    skipped, submodules = [], []
+    skipped, submodules, undecodable = [], [], []
     for rel in paths:
         full = root / rel
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:  # a name in another encoding: the rows, the cache keys are UTF-8
+            undecodable.append(os.fsencode(rel).decode("utf-8", "replace"))
+            continue
         if full.is_dir() and not full.is_symlink():  # a submodule's path (git lists it, not its files)
             submodules.append(rel)
             continue
@@ -210,6 +218,8 @@ def _read_files(root: Path, paths: Sequence[str]) -> dict[str, str | bytes]:
             files[rel] = data.decode("utf-8") if len(data) <= MAX_FILE_BYTES else data
         except UnicodeDecodeError:
             files[rel] = data
+    if undecodable:
+        log.warning("synth: %d file(s) named not UTF-8 left out: %s", len(undecodable), undecodable[:5])
     if submodules:
         log.warning("synth: %d submodule(s) left out (never cloned): %s", len(submodules), submodules[:5])
     if skipped:
