@@ -1848,3 +1848,23 @@ def test_a_file_name_that_is_not_utf8_and_a_linked_directory_are_left_out_with_a
         assert sorted(files) == ["pkg/__init__.py", "pkg/lib.py", "tests/test_lib.py"], files
         assert "not UTF-8" in caplog.text and "tests/linked_pkg" in caplog.text, caplog.text
         assert all(path.encode() for path in files)
+
+
+def test_a_repository_with_no_function_to_mutate_is_a_failed_source(tmp_path, capsys, monkeypatch):
+    """Constants and a class without methods: the command exited 0 with 0 tasks and no reason. It
+    is now a source that gives no task, with its one-line reason (``failed_sources``; the
+    command's error when it is the only source), said after the clean runs (a suite that does
+    not pass is the first thing to fix)."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+
+    repo = tmp_path / "consts"
+    _write_tree(repo, {"pkg/consts.py": "X = 1\n\n\nclass C:\n    y = 2\n",
+                       "tests/test_c.py": "from pkg.consts import X\n\n\ndef test_x():\n    assert X == 1\n"})  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(["synth", str(repo), "--out", str(tmp_path / "out"), "--no-check"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "no function to put a bug in" in err and err.count("\n") == 1, err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert list(report["failed_sources"]) == [str(repo)]

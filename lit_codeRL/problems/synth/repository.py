@@ -30,7 +30,12 @@ from lit_codeRL.problems.debug_repo import _build_repo
 from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
 from lit_codeRL.problems.synth import run_cache
-from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function, generated_files
+from lit_codeRL.problems.synth.candidates import (
+    Candidate,
+    candidates_by_function,
+    generated_files,
+    source_files,
+)
 from lit_codeRL.problems.synth.discover import collected_modules, configured_modules
 from lit_codeRL.problems.synth.installed import installed_copies
 from lit_codeRL.problems.synth.metadata import project_metadata
@@ -421,6 +426,12 @@ def synthesize_files(
             )  # fmt: skip
         cache = run_cache.tree_dir(files, modules, grader.workspace.toolchain) if settings.cache else None
         groups = candidates_by_function(files, settings.kinds, settings.seed)
+        if not groups:  # after the clean runs: a suite that does not pass is the first thing to fix
+            raise ConfigError(
+                f"synth: {repo_name}: no function to put a bug in: none of its {len(source_files(files))} "
+                f"non-test Python file(s) has a function or method body with a site of the kinds "
+                f"{', '.join(settings.kinds)}"
+            )
         found = len(groups)
         groups = _sample_functions(groups, settings.max_functions, settings.seed)
         check = workspace_check(
