@@ -1868,3 +1868,20 @@ def test_a_repository_with_no_function_to_mutate_is_a_failed_source(tmp_path, ca
     assert exit_info.value.code == 2 and "no function to put a bug in" in err and err.count("\n") == 1, err
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert list(report["failed_sources"]) == [str(repo)]
+
+
+def test_a_previous_output_inside_a_directory_source_is_not_read_as_its_files(tmp_path, caplog):
+    """``lit-coderl synth . --out synth_out`` run twice in a plain directory: the second run read
+    the first's rows and bundles as repository files and carried them into every task (and its
+    cache keys changed with them). A directory holding a synth output is left out, with a warning."""
+    from lit_codeRL.problems.synth.repository import read_repository
+
+    repo = _small_repo(tmp_path / "r", git=False)
+    _write_tree(repo / "synth_out", {"report.json": "{}", "swe/tasks.jsonl": "", "debug/tasks.jsonl": ""})
+    (repo / "synth_out" / "swe" / "repos").mkdir()
+    (repo / "synth_out" / "swe" / "repos" / "r.bundle").write_bytes(b"\0bundle")
+    _write_tree(repo / "docs", {"report.json": "{}"})  # a report.json alone is the repository's
+    with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth.repository"):
+        _, files = read_repository(repo)
+    assert sorted(files) == ["docs/report.json", "pkg/__init__.py", "pkg/lib.py", "tests/test_lib.py"]
+    assert "synth_out" in caplog.text

@@ -145,15 +145,28 @@ def read_repository(source: str | Path) -> tuple[str, dict[str, str | bytes]]:
                 _warn_uncommitted(path, env)
             tracked = run_git(["-C", str(work), "ls-files", "-z"], env).split("\0")
             return name, _read_files(work, [t for t in tracked if t])
-    listed = []
+    listed, outputs = [], []
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+        # a synth output (`synth . --out synth_out` run before): its rows and bundles are not the
+        # repository's files, and every task would carry them
+        outputs += [str((Path(root) / d).relative_to(path)) for d in dirs if _is_synth_output(Path(root) / d)]
+        dirs[:] = [d for d in dirs if not _is_synth_output(Path(root) / d)]
         # a linked directory is not walked into (os.walk follows no link): listed, to be left out
         # with the warning a linked file gets
         linked = [d for d in dirs if (Path(root) / d).is_symlink()]
         for n in sorted([*names, *linked]):
             listed.append(str((Path(root) / n).relative_to(path)))
+    if outputs:
+        log.warning("synth: %s: left out %d synth output(s): %s", path, len(outputs), outputs[:5])
     return name, _read_files(path, listed)
+
+
+def _is_synth_output(directory: Path) -> bool:
+    """Does ``directory`` hold what ``lit-coderl synth --out`` writes?"""
+    return (directory / "report.json").is_file() and any(
+        (directory / kind / "tasks.jsonl").is_file() for kind in ("swe", "debug")
+    )
 
 
 def _check_out_head(work: Path, source: Path, env: dict[str, str]) -> None:
