@@ -1885,3 +1885,22 @@ def test_a_previous_output_inside_a_directory_source_is_not_read_as_its_files(tm
         _, files = read_repository(repo)
     assert sorted(files) == ["docs/report.json", "pkg/__init__.py", "pkg/lib.py", "tests/test_lib.py"]
     assert "synth_out" in caplog.text
+
+
+def test_a_suite_that_exits_its_process_is_refused_in_words_a_user_reads(tmp_path, monkeypatch):
+    """A test or conftest.py that ends the process (``os._exit(0)``, ``sys.exit(0)`` at import)
+    was refused as "rejected (exit code 0 but the run recorded 0/None)": the grader's words. The
+    line now says what likely happened."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache
+    from lit_codeRL.problems.synth.repository import synthesize_repository
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = _small_repo(tmp_path / "r", git=False)
+    (repo / "tests" / "test_zexit.py").write_text("import os\n\n\ndef test_exit():\n    os._exit(0)\n")
+    grader = SWEGrader(WorkspaceConfig(), RepoCache(tmp_path / "prepared"), timeout_s=60)
+    with pytest.raises(ConfigError, match="ended before pytest finished") as err:
+        synthesize_repository(repo, grader)
+    assert "\n" not in str(err.value) and "os._exit" in str(err.value), str(err.value)

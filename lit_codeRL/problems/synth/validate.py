@@ -236,7 +236,16 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
                 f"{grader.timeout_s:g} s: a test that never ends?)"
             )
         if run.verdict not in ("resolved", "unresolved"):
-            raise ValueError(f"the clean test suite did not run: {run.verdict} ({run.reason})")
+            ended = (
+                ": the test process ended before pytest finished (a test or conftest.py that calls "
+                "sys.exit or os._exit, or kills its process?)"
+                if run.verdict in ("rejected", "no_results")
+                else ""
+            )
+            raise ValueError(
+                f"the clean test suite did not run: {run.verdict} ({run.reason}){ended}"
+                f"{_printed_error(run.output) if ended else ''}"
+            )
         if run.collect_errors:
             raise SuiteDoesNotCollect(run.collect_errors, run.collect_reasons)
         runs.append(run)
