@@ -1904,3 +1904,25 @@ def test_a_suite_that_exits_its_process_is_refused_in_words_a_user_reads(tmp_pat
     with pytest.raises(ConfigError, match="ended before pytest finished") as err:
         synthesize_repository(repo, grader)
     assert "\n" not in str(err.value) and "os._exit" in str(err.value), str(err.value)
+
+
+def test_a_src_layout_without_packaging_is_told_where_its_package_is_not_found(tmp_path, monkeypatch):
+    """``src/pkg`` without a ``pyproject.toml``, ``setup.cfg`` or ``setup.py``: its tests cannot
+    import ``pkg`` (as under a plain ``pytest``), and the error told the user to install ``pkg``
+    and name it in ``--test-deps``. It now says the package is in ``src/`` and what puts it on the
+    import path."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache
+    from lit_codeRL.problems.synth.repository import synthesize_repository
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = tmp_path / "r"
+    _write_tree(repo, {"src/pkg/__init__.py": "", "src/pkg/lib.py": "def one():\n    return 1\n",
+                       "tests/test_lib.py": "from pkg.lib import one\n\n\ndef test_one():\n    assert one() == 1\n"})  # fmt: skip
+    grader = SWEGrader(WorkspaceConfig(), RepoCache(tmp_path / "prepared"), timeout_s=60)
+    with pytest.raises(ConfigError, match="No module named 'pkg'") as err:
+        synthesize_repository(repo, grader)
+    assert "src/pkg is imported from src/ only beside a pyproject.toml" in str(err.value), str(err.value)
+    assert "--test-deps" not in str(err.value)

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,17 +301,26 @@ def _baseline(
         why = why_not_collected(err.nodes, err.reasons)
     log.warning(
         "synth: %s: %d of %d test module(s) do not collect on the clean repository, left out: %s",
-        repo_name, len(excluded), len(modules), why + _missing_module_hint(why),
+        repo_name, len(excluded), len(modules), why + _missing_module_hint(why, files),
     )  # fmt: skip
     kept = [m for m in modules if m not in excluded]
     cache = run_cache.tree_dir(files, kept, grader.workspace.toolchain) if settings.cache else None
     return baseline(grader, task, kept, settings.clean_runs, cache), kept, excluded
 
 
-def _missing_module_hint(message: str) -> str:
-    """What to do about a module the tests import and the sandbox lacks, when ``message`` says so."""
+def _missing_module_hint(message: str, files: Mapping[str, str | bytes]) -> str:
+    """What to do about a module the tests import and the sandbox lacks, when ``message`` says so:
+    the repository's own package under ``src/`` without the packaging that puts ``src`` on the
+    import path (``repo_layout.PACKAGING_FILES``), or a test dependency."""
     if "No module named" not in message:
         return ""
+    named = {m.split(".")[0] for m in re.findall(r"No module named '([^']+)'", message)}
+    in_src = sorted(n for n in named if f"src/{n}/__init__.py" in files or f"src/{n}.py" in files)
+    if in_src:
+        return (
+            f" (src/{in_src[0]} is imported from src/ only beside a pyproject.toml, setup.cfg or "
+            "setup.py, as pip install -e . needs: add one that names the project)"
+        )
     return (
         " (the sandbox imports pytest and the --test-deps distributions only: install what is missing "
         "here and name it in --test-deps)"
@@ -425,7 +434,7 @@ def synthesize_files(
         try:
             clean, modules, excluded = _baseline(repo_name, grader, task, files, modules, settings)
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
-            raise ConfigError(f"synth: {repo_name}: {err}{_missing_module_hint(str(err))}") from None
+            raise ConfigError(f"synth: {repo_name}: {err}{_missing_module_hint(str(err), files)}") from None
         if clean.failing:
             log.warning(
                 "synth: %s: %d test(s) fail or error on the clean repository, never graded: %s",
