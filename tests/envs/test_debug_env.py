@@ -174,13 +174,21 @@ def test_truncated_episodes_are_graded_as_they_stand(env, median):
     assert all(r.truncated and not r.terminated for r in results)
 
 
-def test_the_tool_time_budget_masks_the_episode(tmp_path, median):
+def budget_env(tmp_path, trajectory_timeout_s: float, pdb_timeout_s: float) -> DebugEnv:
+    """An env of its own with a small tool-time budget (no initial eval: it would spend it)."""
     require_bwrap()
-    env = DebugEnv(
+    return DebugEnv(
         DebugSettings(
-            repo_cache=str(tmp_path), trajectory_timeout_s=1.0, pdb_timeout_s=2.0, show_initial_eval=False
+            repo_cache=str(tmp_path),
+            trajectory_timeout_s=trajectory_timeout_s,
+            pdb_timeout_s=pdb_timeout_s,
+            show_initial_eval=False,
         )
     )
+
+
+def test_the_tool_time_budget_masks_the_episode(tmp_path, median):
+    env = budget_env(tmp_path, trajectory_timeout_s=1.0, pdb_timeout_s=2.0)
     try:
         _, state = start(env, median)
         step(env, state, '<edit path="stats.py" lines="1-1">import time; time.sleep(5)\n</edit>')
@@ -292,12 +300,7 @@ def test_a_debugger_that_never_starts_spends_the_tool_time_budget(tmp_path, medi
     debugger from its prompt: each pdb call then waited ``pdb_timeout_s`` and failed, and a failed
     call's time was counted nowhere, so an episode could spend its turns waiting past
     ``trajectory_timeout_s`` without ever being masked."""
-    require_bwrap()
-    env = DebugEnv(
-        DebugSettings(
-            repo_cache=str(tmp_path), trajectory_timeout_s=3.0, pdb_timeout_s=1.0, show_initial_eval=False
-        )
-    )
+    env = budget_env(tmp_path, trajectory_timeout_s=3.0, pdb_timeout_s=1.0)
     try:
         _, state = start(env, median)
         step(env, state, '<rewrite path="glob.py">import time\ntime.sleep(60)\n</rewrite>')
