@@ -30,6 +30,7 @@ from lit_codeRL.problems.debug_repo import (
     _run_tests,
     _write_atomic,
 )
+from lit_codeRL.problems.files import name_chars
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.swe import (
     SPLIT_ALIASES,
@@ -459,4 +460,4 @@ def _checked_files(files: Any, name: str, where: str) -> dict[str, str | bytes]:
 
 
 def _slug(task_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", task_id)[:80]
+    return name_chars(task_id)[:80]

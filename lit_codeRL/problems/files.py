@@ -10,10 +10,20 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from lit_codeRL.errors import ConfigError
+
+_NOT_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def name_chars(text: str) -> str:
+    """``text`` in a file name's characters (``A-Za-z0-9._-``), each run of others one ``_``: task
+    ids and repository names become cache directories, bundles and git refs."""
+    return _NOT_NAME_CHARS.sub("_", text)
+
 
 EMBEDDED_FILE = Path("coderl_basic") / "problems.jsonl"
 """The project's own MBPP-style set, relative to the data directory."""

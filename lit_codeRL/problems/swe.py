@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.problems.files import embedded_data_dir, read_table_rows
+from lit_codeRL.problems.files import embedded_data_dir, name_chars, read_table_rows
 from lit_codeRL.problems.record import Problem
 
 EMBEDDED_FILE = Path("swe") / "tasks.jsonl"
@@ -597,7 +597,7 @@ class RepoCache:
 
     def path_for(self, task: SWETask) -> Path:
         """Where ``task``'s copy lives (whether or not it exists yet)."""
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", task.instance_id)[:80]
+        slug = name_chars(task.instance_id)[:80]
         digest = hashlib.sha256(f"{task.instance_id}\0{task.base_commit}".encode()).hexdigest()[:12]
         return self.root / f"{slug}-{digest}"
 

@@ -34,7 +34,7 @@ from lit_codeRL.problems.swe import RepoCache, load_swe_tasks
 from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, mbpp_bug_rows, mbpp_split_of
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.repository import SynthSettings, read_repository, synthesize_files
-from lit_codeRL.problems.synth.tasks import SynthTask, _slug, debug_row, swe_rows, write_jsonl
+from lit_codeRL.problems.synth.tasks import SynthTask, debug_row, slug, swe_rows, write_jsonl
 from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
 from lit_codeRL.sandbox.workspace_toolchain import with_test_deps
 
@@ -121,13 +121,13 @@ def check_debug_rows(path: Path, workers: int) -> dict[str, str]:
 
 def _unique(name: str, taken: set[str]) -> str:
     """``name``, or ``name-2``, ``name-3``... when a source before it had that name (its bundle's
-    file name, ``_slug``'s, included): two repositories both called ``pkg`` wrote one
+    file name, ``slug``'s, included): two repositories both called ``pkg`` wrote one
     ``repos/pkg.bundle``, the second over the first, and their tasks could share ids."""
     unique, n = name, 1
-    while _slug(unique) in taken:
+    while slug(unique) in taken:
         n += 1
         unique = f"{name}-{n}"
-    taken.add(_slug(unique))
+    taken.add(slug(unique))
     return unique
 
 

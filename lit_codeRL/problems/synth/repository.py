@@ -28,6 +28,7 @@ from lit_codeRL.errors import ConfigError, listed
 from lit_codeRL.grading import SWEGrader
 from lit_codeRL.problems.debug_repo import _build_repo
 from lit_codeRL.problems.debug_task import _is_test_module, _is_test_path
+from lit_codeRL.problems.files import name_chars
 from lit_codeRL.problems.swe import SWETask, git_environment, run_git
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.candidates import (
@@ -130,7 +131,7 @@ def read_repository(source: str | Path) -> tuple[str, dict[str, str | bytes]]:
     if not path.exists():
         raise ConfigError(f"synth: repository {path} does not exist")
     # the name is in every task's instance id and its bundle's file name: a file name's characters
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name.removesuffix(".bundle").removesuffix(".git"))
+    name = name_chars(path.name.removesuffix(".bundle").removesuffix(".git"))
     name = name.strip("._") or "repo"
     if path.is_file() or (path / ".git").exists() or path.suffix == ".git":
         with tempfile.TemporaryDirectory(prefix="lcrl-synth-read-") as tmp:

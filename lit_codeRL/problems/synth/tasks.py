@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import shlex
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 
 from lit_codeRL.problems.debug_repo import _write_files
 from lit_codeRL.problems.debug_task import DEFAULT_TEST_COMMAND, _is_test_module, _is_test_path
+from lit_codeRL.problems.files import name_chars
 from lit_codeRL.problems.swe import git_environment, run_git
 
 _GIT_DATE = "2000-01-01T00:00:00+0000"
@@ -98,8 +98,9 @@ def _file_entry(path: str, content: str | bytes) -> dict[str, str]:
     return {"path": path, "content": content}
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:100] or "task"
+def slug(text: str) -> str:
+    """``text`` as a bundle's or a git ref's name (:func:`name_chars`, at most 100 of them)."""
+    return name_chars(text).strip("_")[:100] or "task"
 
 
 def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[str, Any]]:
@@ -107,7 +108,7 @@ def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[
     SWE-bench rows (``repo_source`` relative to ``out_dir``)."""
     out_dir = Path(out_dir)
     (out_dir / "repos").mkdir(parents=True, exist_ok=True)
-    bundle = out_dir / "repos" / f"{_slug(repo)}.bundle"
+    bundle = out_dir / "repos" / f"{slug(repo)}.bundle"
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
         home, git_dir = Path(tmp) / "home", Path(tmp) / "repo.git"
@@ -122,7 +123,7 @@ def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[
                 ["--git-dir", str(git_dir), "diff", "--binary", "--no-color", "--no-ext-diff", base, fixed],
                 env,
             )
-            ref = f"refs/heads/task/{_slug(task.task_id)}"
+            ref = f"refs/heads/task/{slug(task.task_id)}"
             run_git(["--git-dir", str(git_dir), "update-ref", ref, base], env)
             refs.append(ref)
             rows.append(
