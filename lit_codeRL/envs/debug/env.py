@@ -225,11 +225,12 @@ class DebugEnv(WorkspaceEpisodeEnv):
                     self._close(state.workspace)  # nothing to grade, at a step or at the end
                     state.workspace = None
                 else:
-                    initial = f"The tests now give:\n{clean_text(out)}\n"  # as _step shows the tests' output
+                    shown = clean_text(out)  # as _step shows the tests' output
+                    initial = f"The tests now give:\n{shown}\n"
                     # kept for every later episode of the task only when the tests ran to their end:
                     # one run past its limit on a loaded machine would tell every later episode so
                     if out.rsplit("\n", 1)[-1].startswith("[exit code "):
-                        self._initial[task.task_id] = clean_text(out)
+                        self._initial[task.task_id] = shown
             if task.task_id in self._initial:
                 initial = f"The tests now give:\n{self._initial[task.task_id]}\n"
         return TASK_TEMPLATE.format(
