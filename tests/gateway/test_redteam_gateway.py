@@ -442,7 +442,8 @@ def test_a_client_that_never_reads_its_replies_is_cut_off(tiny_policy, tmp_path)
         try:
             while True:  # until the server stops reading: its replies fill both buffers
                 s.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-        except (TimeoutError, BlockingIOError):
+        # a server already past its write timeout (a loaded machine) has aborted the connection
+        except (TimeoutError, BlockingIOError, BrokenPipeError, ConnectionResetError):
             pass
         assert wait_for(lambda: not gateway._socket_conns, timeout_s=15)  # 1 s, on a loaded machine more
         s.close()
