@@ -49,6 +49,10 @@ def sandbox():
     sb.close()
 
 
+RUNS = GateSettings().hash_seed_runs + GateSettings().malloc_runs
+"""The runs of a program that passes every one: hash-seed runs, then runs under malloc."""
+
+
 def gate_one(sandbox, source: str, settings: GateSettings | None = None, **hooks):
     return _gate(sandbox, [source], settings or GateSettings(), **hooks)[0]
 
@@ -93,8 +97,10 @@ def test_valid_programs_are_ok_with_their_exact_output(sandbox) -> None:
         assert (res.reason, res.valid, res.output) == ("ok", True, want), (src, res.detail)
         assert res.detail["runs"][0]["steps"] > 0
         seeds = res.detail["seeds"]
-        assert len(res.detail["runs"]) == len(set(seeds)) == GateSettings().hash_seed_runs
+        assert len(res.detail["runs"]) == len(set(seeds)) == RUNS
         assert seeds[0] == TARGET_HASH_SEED
+        allocators = [run["allocator"] for run in res.detail["runs"]]
+        assert allocators == ["pymalloc"] * (RUNS - 2) + ["malloc"] * 2
 
 
 # ----------------------------------------------------------------------------------- nondeterminism
@@ -106,7 +112,7 @@ def test_hash_seeds_differ_between_the_runs_for_real(sandbox) -> None:
     res = gate_one(sandbox, src)
     assert res.reason == "nondeterministic"
     outputs, seeds = res.detail["outputs"], res.detail["seeds"]
-    assert len(set(outputs)) == len(set(seeds)) == GateSettings().hash_seed_runs
+    assert len(set(outputs)) == len(set(seeds)) == RUNS
     # each run printed exactly what a fresh interpreter with its seed prints: the seed is what
     # decides; the target is the run with the fixed seed
     assert outputs == [local_run(s, src) for s in seeds]
@@ -627,6 +633,33 @@ def test_an_address_through_hash_is_refused(sandbox, source: str) -> None:
 def test_an_address_through_a_repr_or_a_set_order_is_refused(sandbox, source: str) -> None:
     res = gate_one(sandbox, source)
     assert (res.valid, res.reason) == (False, "nondeterministic"), (res.reason, res.output)
+
+
+LATE_DIFFERENCE = [
+    # past the heap shift's blocks (thousands of objects) pymalloc carves fresh pools at the same
+    # offsets in every run: the distance between two late objects is the same under every hash
+    # seed (16 for two objects), yet no predictor can know it; under malloc it is another number
+    "xs = [object() for _ in range(20000)]\na = int(repr(xs[-1])[-13:-1], 16)\n"
+    "b = int(repr(xs[-2])[-13:-1], 16)\nprint((a - b) % 4096)",
+    "xs = [object() for _ in range(60000)]\nprint(int(repr(xs[-1])[-5:-1], 16) - int(repr(xs[-2])[-5:-1], 16))",
+    "class A:\n    pass\nxs = [A() for _ in range(20000)]\n"
+    "print(int(str(xs[-1]).split('x')[1][:-1], 16) - int(str(xs[-3]).split('x')[1][:-1], 16))",
+]
+
+
+@pytest.mark.parametrize("source", LATE_DIFFERENCE)
+def test_an_address_difference_between_late_objects_is_refused(sandbox, source: str) -> None:
+    res = gate_one(sandbox, source, GateSettings(max_steps=10_000_000))
+    assert (res.valid, res.reason) == (False, "nondeterministic"), (res.reason, res.output)
+
+
+def test_the_malloc_runs_are_what_refuses_an_address_difference(sandbox) -> None:
+    # the same program, every run under pymalloc: the difference is the same in all of them
+    settings = GateSettings(max_steps=10_000_000, malloc_runs=0)
+    results = _gate(sandbox, LATE_DIFFERENCE[:2], settings)
+    assert [(r.reason, r.output) for r in results] == [("ok", "16\n")] * 2, [r.detail for r in results]
+    with pytest.raises(ValueError, match="malloc_runs"):
+        GateSettings(malloc_runs=-1)
 
 
 @pytest.mark.parametrize(

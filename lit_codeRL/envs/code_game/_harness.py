@@ -6,7 +6,8 @@ interpreter pays for nothing it does not use). Two halves:
 * :func:`outer_main` is the sandbox's ``Program``: it runs in the sandbox's forked child, starts a
   fresh interpreter ``python -S -s -P -B`` whose ``PYTHONHASHSEED`` is the seed it was given (the
   worker itself runs ``-I``, which ignores that variable, and its children inherit the worker's
-  one random seed: two runs on one worker would hash alike), waits for it under the wall-clock
+  one random seed: two runs on one worker would hash alike) and, for a ``malloc`` run,
+  ``PYTHONMALLOC=malloc``, waits for it under the wall-clock
   limit, and turns its report into the sandbox's own channels: the program's output on stdout,
   any failure as an exception of a ``CodeGame*`` class, whose name comes back as
   ``ExecutionResult.exception_type``. Nothing the program prints is read as a verdict.
@@ -93,6 +94,8 @@ def outer_main(job: dict) -> None:
     source = job["harness"] + f"\ninner_main({inner_cfg!r})\n"
     argv = [sys.executable, "-S", "-s", "-P", "-B", "-c", source]
     env = {"PYTHONHASHSEED": str(int(job["seed"])), "LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"}
+    if job.get("allocator") == "malloc":  # the C library's allocator: objects at other addresses
+        env["PYTHONMALLOC"] = "malloc"
     try:
         os.set_inheritable(3, False)  # the sandbox's record pipe: not the inner interpreter's business
     except OSError:

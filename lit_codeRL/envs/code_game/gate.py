@@ -2,7 +2,8 @@
 
 A program counts only if it is short, parses, passes a static (AST) check of its imports and
 names, and then, run ``GateSettings.hash_seed_runs`` times (8) in the sandbox under a trusted
-harness (``_harness.py``), each time with another hash seed, finishes within the time and step
+harness (``_harness.py``), each time with another hash seed, and ``malloc_runs`` times (2) more
+under the C allocator (``PYTHONMALLOC=malloc``: objects at other addresses), finishes within the time and step
 budgets, prints something of bounded size with no memory address in it, and prints the same thing
 every time. The predictor then has to predict exactly that output; anything the predictor could
 not know (a hash seed, an address, the clock) must not be in it.
@@ -26,7 +27,7 @@ would hash alike. The harness therefore starts a fresh interpreter per run with 
 set to a seed given here. The first run's seed is fixed (:data:`TARGET_HASH_SEED`), so the target
 is the same whenever the gate judges the program again; the others are drawn at random, all
 distinct. Cost: the first runs of a batch go out together, and only programs whose first run is
-clean get the other ``hash_seed_runs - 1`` runs (again all at once, spread over the workers), so a
+clean get the other ``hash_seed_runs + malloc_runs - 1`` runs (again all at once, spread over the workers), so a
 refused program costs one interpreter start.
 
 Format strings: ``str.format``/``str.format_map`` look attributes and items up by names written in
@@ -190,6 +191,10 @@ PROGRAM_FILENAME = "<codegame>"
 """The filename the harness compiles the program with (tracebacks, and the import guard's test of
 who is importing)."""
 
+ALLOCATORS = ("pymalloc", "malloc")
+"""The allocators a run can use: CPython's own (the target's, and every hash-seed run's) and the C
+library's (``GateSettings.malloc_runs``), under which objects sit at other addresses."""
+
 TARGET_HASH_SEED = 0
 """``PYTHONHASHSEED`` of a program's first run, whose output is the target: fixed, so judging the
 program again (or on another machine with the same Python) records the same target."""
@@ -229,6 +234,14 @@ class GateSettings:
     """Runs of each program, each with its own hash seed, that must all print the same output. A
     program whose output is a fair coin over hash seeds (``print(list({"x", "y"}))``) passes only
     when all k runs agree: probability 2 * 0.5^k; k = 8 gives 0.78% < 1% (two runs: 50%)."""
+    malloc_runs: int = 2
+    """Further runs, after the ``hash_seed_runs``, under the C allocator (``PYTHONMALLOC=malloc``,
+    each with another random hash seed), that must print the same output too. The harness's heap
+    shift moves only a program's first allocations; one that allocates past the shifted blocks
+    (thousands of objects) gets fresh pymalloc pools at the same offsets inside their pages in
+    every run, so an address bit it prints late (``repr`` sliced past ``0x``, a set of objects'
+    order) was the same in all pymalloc runs. Under malloc the same objects sit elsewhere, the
+    output differs and the program is refused as ``nondeterministic``. 0: no such run."""
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_imports, str):
@@ -250,6 +263,8 @@ class GateSettings:
             raise ValueError(f"max_program_chars must be >= 1, got {self.max_program_chars}")
         if self.min_output_chars < 0:
             raise ValueError(f"min_output_chars must be >= 0, got {self.min_output_chars}")
+        if self.malloc_runs < 0:
+            raise ValueError(f"malloc_runs must be >= 0, got {self.malloc_runs}")
         if self.hash_seed_runs < 2:
             raise ValueError(
                 f"hash_seed_runs must be >= 2 (a single run cannot see a hash seed), got {self.hash_seed_runs}"
@@ -354,18 +369,25 @@ def _gate(
         source = source if isinstance(source, str) else ""
         results.append(_precheck(source, settings, static_check))
     running = {
-        i: (src, list(seeds) if seeds is not None else _run_seeds(settings.hash_seed_runs))
+        i: (
+            src,
+            list(seeds) if seeds is not None else _run_seeds(settings.hash_seed_runs + settings.malloc_runs),
+        )
         for i, (src, res) in enumerate(zip(sources, results, strict=True))
         if res is None
     }
     # The target runs first: most refused programs fail there (an error, a budget, no output), and
     # running their other seeds would only repeat the refusal.
     first = {
-        i: sandbox.submit(_program(src, run_seeds[0], settings)) for i, (src, run_seeds) in running.items()
+        i: sandbox.submit(_program(src, run_seeds[0], settings, _allocator(0, settings)))
+        for i, (src, run_seeds) in running.items()
     }
     runs = {i: [future.result()] for i, future in first.items()}
     rest = {
-        i: [sandbox.submit(_program(src, seed, settings)) for seed in run_seeds[1:]]
+        i: [
+            sandbox.submit(_program(src, seed, settings, _allocator(k, settings)))
+            for k, seed in enumerate(run_seeds[1:], start=1)
+        ]
         for i, (src, run_seeds) in running.items()
         if _judge_runs(runs[i], run_seeds[:1], settings).valid
     }
@@ -374,6 +396,11 @@ def _gate(
     for i, (_, run_seeds) in running.items():
         results[i] = _judge_runs(runs[i], run_seeds[: len(runs[i])], settings)
     return [r for r in results if r is not None]
+
+
+def _allocator(k: int, settings: GateSettings) -> str:
+    """The allocator of run ``k`` (0: the target): pymalloc for the ``hash_seed_runs``, malloc after."""
+    return ALLOCATORS[1] if k >= settings.hash_seed_runs else ALLOCATORS[0]
 
 
 def _run_seeds(runs: int) -> list[int]:
@@ -480,11 +507,12 @@ def _source_order(tree: ast.AST):  # noqa: ANN202 - a generator of nodes
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
-def _program(source: str, seed: int, settings: GateSettings) -> Program:
-    """One run of ``source`` under the harness, hash-seeded with ``seed``."""
+def _program(source: str, seed: int, settings: GateSettings, allocator: str = ALLOCATORS[0]) -> Program:
+    """One run of ``source`` under the harness, hash-seeded with ``seed``, under ``allocator``."""
     allowed = sorted(settings.allowed_imports)
     job = {
         "seed": int(seed),
+        "allocator": allocator,
         "timeout_s": float(settings.timeout_s),
         "startup_s": _STARTUP_S,
         "harness": _HARNESS_TEXT,
@@ -542,13 +570,14 @@ def _judge_runs(runs: list[ExecutionResult], seeds: Sequence[int], settings: Gat
         "runs": [
             {
                 "reason": reason,
+                "allocator": _allocator(k, settings),
                 "verdict": r.verdict.value,
                 "exception_type": r.exception_type,
                 "exception_message": (r.exception_message or "")[:300] or None,
                 "steps": int(m.group(1)) if (m := _STEPS.search(r.stderr or "")) else None,
                 "wall_time_s": round(r.wall_time_s, 4),
             }
-            for r, reason in zip(runs, reasons, strict=True)
+            for k, (r, reason) in enumerate(zip(runs, reasons, strict=True))
         ],
     }
     # a fault of the program's in any run decides; infrastructure only when there is none
@@ -571,6 +600,7 @@ def _judge_runs(runs: list[ExecutionResult], seeds: Sequence[int], settings: Gat
 
 
 __all__ = [
+    "ALLOCATORS",
     "BANNED_ATTRIBUTES",
     "BANNED_NAMES",
     "PROGRAM_FILENAME",
