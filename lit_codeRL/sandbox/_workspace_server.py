@@ -696,20 +696,30 @@ class Session:
         if self.pty is None:
             return {"error": _NO_PTY}
         data = (str(req["input"]) + "\n").encode("utf-8", errors="replace")
-        return self._pty_io(data, t0, req, prompt)
+        return self._pty_io(data, t0, req, prompt, answer_only=True)
 
     def pty_stop(self, req: dict) -> dict:
         was = self.pty is not None
         self._pty_end()
         return {"ok": True, "was_running": was}
 
-    def _pty_io(self, data: bytes, t0: float, req: dict, prompt: re.Pattern) -> dict:
+    def _pty_io(
+        self, data: bytes, t0: float, req: dict, prompt: re.Pattern, *, answer_only: bool = False
+    ) -> dict:
         """Write ``data`` (non-blocking, never past the deadline: a program may never read its
         stdin) while reading the output, until it ends with ``prompt`` after everything was
-        written, the program exits, or the timeout kills the session."""
+        written, the program exits, or the timeout kills the session.
+
+        ``answer_only``: output already waiting before the write is read first and kept, but a
+        prompt in it does not end the request; only one read after it does. A program that printed
+        a second prompt after the last request ended (``!os.fork()`` in pdb: both processes print
+        one) otherwise answered every later command with that stale prompt at once, one behind."""
         pty = self.pty
         assert pty is not None
         out = _PtyOutput(int(req["max_output"]) * 4)  # bytes: enough for max_output chars of any UTF-8
+        if answer_only:
+            out.drain(pty.master)
+            out.forget_prompt()
         deadline = t0 + float(req["timeout"])
         pending = memoryview(data)
         readable, status, timed_out = True, None, False
@@ -913,6 +923,11 @@ class _PtyOutput:
             self.tail += chunk
             if len(self.tail) > self.keep:
                 del self.tail[: len(self.tail) - self.keep]
+
+    def forget_prompt(self) -> None:
+        """Whatever was read so far no longer counts as ending with the prompt (it stays in the
+        output): only output read after this can."""
+        self.recent.clear()
 
     def ends_with(self, prompt: re.Pattern) -> bool:
         return not self.cr and prompt.search(self.recent.decode("utf-8", errors="replace")) is not None

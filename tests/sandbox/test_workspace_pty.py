@@ -217,6 +217,29 @@ def test_environment_and_cwd_follow_the_shell(repo: Path) -> None:
             ws.pty_start("python -m pdb prog.py", prompt=PDB)  # type: ignore[arg-type]
 
 
+def test_output_after_the_prompt_does_not_answer_the_next_command(repo: Path, clean_host) -> None:
+    """Hole (fixed): a second prompt printed after a request ended (``!os.fork()`` in pdb: parent
+    and child both print one) waited in the terminal, and the next command was answered by it at
+    once, before the program read the command: every answer after it came one command late."""
+    late_prompt = (
+        "import sys, threading, time\n"
+        "def late():\n    time.sleep(0.3); sys.stdout.write('> '); sys.stdout.flush()\n"
+        "while True:\n"
+        "    line = input('> ')\n"
+        "    if line == 'twice':\n        threading.Thread(target=late).start()\n"
+        "    else:\n        print('echo', line)\n"
+    )
+    with open_workspace(CFG, repo) as ws:
+        assert ws.pty_start(["python", "-c", late_prompt], prompt="> $").output == "> "
+        assert ws.pty_send("twice", "> $").output == "> "
+        time.sleep(1.0)  # the late prompt is in the terminal now
+        r = ws.pty_send("a", "> $")
+        assert r.output == "> echo a\n> ", r.output  # the stale prompt is kept, not taken as the answer
+        assert ws.pty_send("b", "> $").output == "echo b\n> "
+        ws.pty_stop()
+    clean_host()
+
+
 # -- the end of a session ---------------------------------------------------------------------------------
 
 
