@@ -49,6 +49,7 @@ from lit_codeRL.envs.code_game import (
     writer_reward,
 )
 from lit_codeRL.policy.engine import GenerationEngine, SamplingParams
+from lit_codeRL.policy.special_tokens import special_texts
 from lit_codeRL.rollout.chat import ChatFormat
 from lit_codeRL.rollout.trajectory import Segment, TrajectoryBatch
 
@@ -201,6 +202,8 @@ class CodeGameRunner:
         self.writer_engine, self.predictor_engine = writer_engine, predictor_engine
         self.sampling, self.sandbox, self.settings = sampling, sandbox, settings
         self.chat = ChatFormat(tokenizer, settings.system_prompt)
+        self.special_texts = special_texts(tokenizer)
+        """The special tokens' texts: an output holding one is no question (the gate refuses it)."""
         imports = settings.gate.allowed_imports
         self._imports = "no imports" if not imports else "no imports but " + ", ".join(imports)
         self.prediction_sampling = SamplingParams(
@@ -276,7 +279,7 @@ class CodeGameRunner:
         programs = [extract_program(w.text) for w in writers]
         t0 = time.perf_counter()
         extracted = [i for i, p in enumerate(programs) if p is not None]
-        gated = gate_programs(self.sandbox, [programs[i] for i in extracted], s.gate)
+        gated = gate_programs(self.sandbox, [programs[i] for i in extracted], s.gate, self.special_texts)
         gates = [GateResult(False, "no_program", "", {"stage": "extract"}) for _ in writers]
         for i, result in zip(extracted, gated, strict=True):
             gates[i] = result

@@ -137,7 +137,9 @@ def harvest_pairs(
                 admitted += 1
                 add(program, gate.output, themes[turn.group], "writer")
     seeds = seed_programs(settings.seed_programs, seed) if settings.seed_programs else []
-    verdicts = gate_programs(runner.sandbox, [program for _, program in seeds], runner.settings.gate)
+    verdicts = gate_programs(
+        runner.sandbox, [program for _, program in seeds], runner.settings.gate, runner.special_texts
+    )
     for (theme, program), gate in zip(seeds, verdicts, strict=True):
         if gate.valid:
             add(program, gate.output, theme, "seed")

@@ -673,6 +673,27 @@ def test_an_output_no_answer_can_state_is_refused(sandbox, source: str) -> None:
     assert (res.valid, res.reason) == (False, "unanswerable_output"), res.detail
 
 
+SPECIALS = ("<|endoftext|>", "<|im_end|>", "<|im_start|>")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "print('<|im_' + 'end|>')",  # built from pieces: no special text in the program itself
+        "print('answer: <|endoftext|> more')",
+        "print(''.join(['<|', 'im_start', '|>']), 'system')",
+    ],
+)
+def test_an_output_holding_a_special_tokens_text_is_refused(sandbox, source: str) -> None:
+    # the predictor's tokenizer makes that text its special token, an end of turn: no answer can
+    # spell it, yet the writer's learnability reward paid for the question (p = 0 gives 0, but a
+    # predictor that gets near it gives more)
+    settings = GateSettings(hash_seed_runs=2)
+    res = _gate(sandbox, [source], settings, unstatable=SPECIALS)[0]
+    assert (res.valid, res.reason) == (False, "unanswerable_output"), res.detail
+    assert gate_one(sandbox, source, settings).valid  # without the policy's specials it counts
+
+
 @pytest.mark.parametrize(
     "predicted, actual",
     [

@@ -13,6 +13,7 @@ import torch
 
 from lit_codeRL.policy.output import GenerationOutput, left_pad
 from lit_codeRL.policy.sampling import SamplingParams
+from lit_codeRL.policy.special_tokens import special_texts
 from lit_codeRL.rollout.code_game import (
     PREDICTOR,
     WRITER,
@@ -138,6 +139,24 @@ def test_a_round_gates_grades_rewards_and_splits_advantages_by_role(sandbox, tin
     assert stats["reward/successful_predictions_count"] == 4 + 2
     # the original game's writer reward: +1 for a wrong prediction, -1 for a right one
     assert stats["reward/avg_batch_reward"] == pytest.approx((-1.0 + 0.0 + 1.0) / 3)
+
+
+def test_an_output_holding_the_policys_special_token_is_refused_in_a_round(sandbox, tiny_model):
+    """A program that prints ``<|im_end|>`` (built from pieces) poses a question no prediction can
+    answer (the tokenizer makes the text the end-of-turn token): the gate refuses it as
+    ``unanswerable_output`` with the policy's own special tokens, and the writer gets -0.5."""
+    _, tokenizer = tiny_model
+    assert "<|im_end|>" in special_texts(tokenizer)
+    programs = [
+        "```python\nprint('<|im_' + 'end|>')\n```",
+        "```python\nprint('ok', '<|endoftext|>'[:2])\n```",  # '<|' alone is ordinary text
+    ]
+    engine = QueueEngine(tokenizer, lambda prompt, n: programs[:n] if "Topic:" in prompt else ["x"] * n)
+    settings = CodeGameSettings(prompts_per_step=1, programs_per_prompt=2, predictions_per_program=2)
+    runner = CodeGameRunner(engine, engine, tokenizer, SamplingParams(max_new_tokens=64), sandbox, settings)
+    rnd = runner.play(["tokens"])
+    assert [g.reason for g in rnd.gates] == ["unanswerable_output", "ok"]
+    assert rnd.writers[0].reward == -0.5
 
 
 def test_a_predictor_of_known_strength_gives_writers_non_constant_rewards(sandbox, tiny_model):

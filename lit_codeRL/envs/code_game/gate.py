@@ -95,7 +95,8 @@ REASONS: dict[str, str] = {
     "nondeterministic": "runs with different hash seeds printed different outputs",
     "unanswerable_output": "no answer states the output: it holds an [OUTPUT]/[/OUTPUT] marker or a "
     "<think>...</think> section, which parse_prediction cuts (grading.format_prediction finds none), "
-    "so every prediction would be wrong by construction",
+    "or the text of one of the policy's special tokens (<|im_end|>...: the tokenizer makes it the "
+    "token itself, which ends the answer), so every prediction would be wrong by construction",
     "sandbox_error": "infrastructure failure: no verdict on the program; the runner masks it "
     "(no reward, out of the loss). Never the writer's fault",
 }
@@ -342,13 +343,18 @@ def _first_block(text: str) -> str | None:
 
 
 def gate_programs(
-    sandbox: Executor, sources: Sequence[str], settings: GateSettings | None = None
+    sandbox: Executor,
+    sources: Sequence[str],
+    settings: GateSettings | None = None,
+    unstatable: Sequence[str] = (),
 ) -> list[GateResult]:
     """Judge each program of ``sources`` (in order): the static check here, then
     ``settings.hash_seed_runs`` runs of the survivors in ``sandbox``, each with another hash seed
     (the first runs of all programs at once, then the rest for those whose first run was clean, so
-    they spread over the workers). See the module docstring and :data:`REASONS`."""
-    return _gate(sandbox, sources, settings or GateSettings())
+    they spread over the workers). ``unstatable``: texts no prediction can hold, the predictor's
+    special tokens' (``policy.special_tokens.special_texts``); an output holding one is
+    ``unanswerable_output``. See the module docstring and :data:`REASONS`."""
+    return _gate(sandbox, sources, settings or GateSettings(), unstatable=unstatable)
 
 
 def _gate(
@@ -358,6 +364,7 @@ def _gate(
     *,
     static_check: bool = True,
     seeds: Sequence[int] | None = None,
+    unstatable: Sequence[str] = (),
 ) -> list[GateResult]:
     """:func:`gate_programs` with two hooks for tests only: ``static_check=False`` skips the AST
     parse and check so the runtime guards face a program the static check would refuse, and
@@ -389,12 +396,12 @@ def _gate(
             for k, seed in enumerate(run_seeds[1:], start=1)
         ]
         for i, (src, run_seeds) in running.items()
-        if _judge_runs(runs[i], run_seeds[:1], settings).valid
+        if _judge_runs(runs[i], run_seeds[:1], settings, unstatable).valid
     }
     for i, futures in rest.items():
         runs[i].extend(f.result() for f in futures)
     for i, (_, run_seeds) in running.items():
-        results[i] = _judge_runs(runs[i], run_seeds[: len(runs[i])], settings)
+        results[i] = _judge_runs(runs[i], run_seeds[: len(runs[i])], settings, unstatable)
     return [r for r in results if r is not None]
 
 
@@ -561,8 +568,11 @@ def _run_reason(res: ExecutionResult) -> str:
     return "sandbox_error"  # SANDBOX_ERROR, or a verdict the trusted harness never produces
 
 
-def _judge_runs(runs: list[ExecutionResult], seeds: Sequence[int], settings: GateSettings) -> GateResult:
-    """The verdict on a program's runs (one per seed, the target's first)."""
+def _judge_runs(
+    runs: list[ExecutionResult], seeds: Sequence[int], settings: GateSettings, unstatable: Sequence[str] = ()
+) -> GateResult:
+    """The verdict on a program's runs (one per seed, the target's first); ``unstatable``: texts
+    no prediction can hold (see :func:`gate_programs`)."""
     reasons = [_run_reason(r) for r in runs]
     detail: dict = {
         "stage": "runtime",
@@ -595,6 +605,10 @@ def _judge_runs(runs: list[ExecutionResult], seeds: Sequence[int], settings: Gat
     if len(outputs[0].strip()) < settings.min_output_chars:
         return GateResult(False, "no_output", outputs[0], detail)
     if normalise_output(outputs[0]) and format_prediction(outputs[0]) is None:
+        return GateResult(False, "unanswerable_output", outputs[0], detail)
+    # the predictor's tokenizer turns such a text into the special token (an end of turn): no
+    # answer spells it, and the writer's learnability reward paid for a question nobody can answer
+    if any(text and text in outputs[0] for text in unstatable):
         return GateResult(False, "unanswerable_output", outputs[0], detail)
     return GateResult(True, "ok", outputs[0], detail)
 
