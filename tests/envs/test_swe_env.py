@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.envs.protocol import Action
-from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings
+from lit_codeRL.envs.swe.env import ContainerEnv, SWESettings, instance_image
 from lit_codeRL.envs.workspace_episodes import DUMP_TEXT_CHARS
 from lit_codeRL.problems.swe import SWETask, load_swe_tasks
 from lit_codeRL.sandbox.workspace import WorkspaceConfig
@@ -287,6 +287,38 @@ def test_no_network_and_no_host_secrets(env, task):
         assert final[1] == 0.0
     finally:
         del os.environ["LCRL_TEST_SECRET"]
+
+
+@pytest.mark.parametrize(
+    "instance_id",
+    ["../outside", "../../outside", "/abs/outside", "sub/../../outside", "./../outside", "sub//x"],
+)
+def test_a_task_id_cannot_pick_an_image_outside_the_sif_folder(tmp_path, instance_id):
+    folder, outside = tmp_path / "sifs", tmp_path / "outside.sif"
+    (folder / "sub").mkdir(parents=True)
+    for image in (
+        outside,
+        folder / "t-1.sif",
+        folder / "sub" / "t-2.sif",
+        folder / "py_3.11.sif",
+        tmp_path / "x.sif",
+    ):
+        image.write_text("image")
+    if instance_id == "/abs/outside":
+        instance_id = str(tmp_path / "outside")
+
+    def task(instance_id, image=None):
+        return SWETask(instance_id, "local/t", "0" * 40, "x", "", "", ("a",), (), "/nonexistent", image=image)
+
+    assert instance_image(str(folder), task(instance_id)) is None
+    assert instance_image(str(folder), task("t-1")) == folder / "t-1.sif"
+    assert instance_image(str(folder), task("sub/t-2")) == folder / "sub" / "t-2.sif"
+    # the image's file name only, whatever its path
+    assert (
+        instance_image(str(folder), task(instance_id, image="../../registry/py:3.11"))
+        == folder / "py_3.11.sif"
+    )
+    assert instance_image(None, task("t-1")) is None
 
 
 def test_a_task_source_row_is_loaded_as_shipped():

@@ -107,6 +107,23 @@ def swe_task(problem: Problem) -> SWETask:
     return task
 
 
+def instance_image(folder: str | None, task: SWETask) -> Path | None:
+    """The task's image in ``folder`` (:attr:`SWESettings.sif_folder`): ``<instance_id>.sif``, else
+    the file name of its ``image`` with ``:`` as ``_`` plus ``.sif``; ``None`` when neither is a file
+    there. An ``instance_id`` with ``/`` names a file in a subfolder; one that is absolute or has a
+    ``..`` part (a task file's text) names none: it must not pick an image outside the folder."""
+    if not folder:
+        return None
+    for name in (f"{task.instance_id}.sif", Path(task.image or "").name.replace(":", "_") + ".sif"):
+        parts = name.split("/")
+        if name == ".sif" or "\0" in name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            continue
+        image = Path(folder).expanduser().joinpath(*parts)
+        if image.is_file():
+            return image
+    return None
+
+
 class ContainerEnv(WorkspaceEpisodeEnv):
     """SWE tasks in isolated workspaces (see the module docstring; what every workspace env
     shares, the end of an episode and its grading, is ``envs/workspace_episodes.py``).
@@ -160,12 +177,9 @@ class ContainerEnv(WorkspaceEpisodeEnv):
             self.settings.workspace.plus_toolchain(task.test_deps),
             command_timeout_s=self.settings.command_timeout_s,
         )
-        folder = self.settings.sif_folder
-        if folder:
-            for name in (f"{task.instance_id}.sif", Path(task.image or "").name.replace(":", "_") + ".sif"):
-                image = Path(folder).expanduser() / name
-                if name != ".sif" and image.is_file():
-                    return dataclasses.replace(config, backend="apptainer", apptainer_image=str(image))
+        image = instance_image(self.settings.sif_folder, task)
+        if image is not None:
+            return dataclasses.replace(config, backend="apptainer", apptainer_image=str(image))
         return config
 
     def _open_workspace(self, task: SWETask) -> Workspace:
