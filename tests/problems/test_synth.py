@@ -7,13 +7,15 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import random
 import re
 import subprocess
 
 import pytest
 
 from lit_codeRL.errors import ConfigError
-from lit_codeRL.problems.synth.candidates import candidates_by_function, unified_diff
+from lit_codeRL.problems.synth.candidates import candidates_by_function, splice_diff, unified_diff
+from lit_codeRL.problems.synth.mutations import splice_into
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement, value_statement
 from lit_codeRL.problems.synth.validate import Baseline, SuiteRun, classify, failure_messages
 from tests.sandbox.conftest import require_bwrap
@@ -255,6 +257,29 @@ def test_unified_diff_of_one_change_is_difflibs_whole_file_diff_and_applies(tmp_
         subprocess.run(["git", "-C", str(tmp_path), "apply", "-"], input=diff, text=True, check=True)
         assert (tmp_path / "m.py").read_text() == new
     assert "@@ -43,7 +43,7 @@" in unified_diff("m.py", body, long[0][1])
+
+
+def test_the_diff_of_a_splice_is_the_diff_of_the_spliced_file():
+    """splice_diff (the candidates' diff, made without the new file) is unified_diff's text for
+    every splice: any place, deletions, insertions, at either end, changes that give equal lines
+    back, files with and without a final newline, CRLF and form feeds, short and long."""
+    rng = random.Random(0)
+    body = "".join(f"def f{i}(x):\n    if x:\n        y = x\n    return x + {i}\n\n\n" for i in range(60))
+    files = [body, body.rstrip("\n"), body[:300], "a\r\nb\r\n\x0cc\n" * 90, "x\n" * 250, "", "one line"]
+    pieces = ["", "\n", "z", "y = x\n", "\n\n", "    return x + 1\n", "\x0c", "q\r\n"]
+    checked = 0
+    for old in files:
+        for _ in range(150):
+            start = rng.randint(0, len(old))
+            end = min(len(old), start + rng.choice([0, 0, 1, 3, 12, 40, 200]))
+            text = rng.choice([old[start:end], *pieces]) + rng.choice(pieces)
+            if rng.random() < 0.3:  # the same text back around a change: runs of equal lines
+                text = old[start:end].replace("x", "w", 1)
+            splice = (start, end, text)
+            want = unified_diff("m.py", old, splice_into(old, splice))
+            assert splice_diff("m.py", old, splice) == want, (old[:40], splice)
+            checked += 1
+    assert checked == 150 * len(files)
 
 
 def test_candidates_are_grouped_by_function_deduplicated_and_skip_tests():

@@ -11,9 +11,11 @@ from lit_codeRL.problems.synth.mutations import (
     MUTATION_KINDS,
     MutationSite,
     apply_mutation,
+    mutant_splices,
     mutants,
     mutate,
     mutation_sites,
+    splice_into,
 )
 
 
@@ -555,6 +557,13 @@ SPLICE_CASES = {
     "realistic": REALISTIC,
     "odd syntax": ODD_SYNTAX,
     "no final newline": "class A:\n    def f(self, x):\n        return x + 1\n\n\ndef g(y):\n    return y < 2",
+    "no final newline, a class last": (
+        "def g(y):\n    return y < 2\n\n\nclass A:\n    def f(self, x):\n        total = x + 1\n"
+        "        self.n += 1\n        return total"
+    ),
+    "no final newline, a comment last": "def g(y):\n    y += 1\n    return y < 2\n# end",
+    "no final newline, a dropped last statement": "def g(y):\n    y = y * 2\n    print(y)",
+    "crlf, no final newline": "def f(x):\r\n    if x > 1:\r\n        return x - 1\r\n    return 0",
     "crlf": "def f(x):\r\n    if x > 1:\r\n        return x - 1\r\n    return 0\r\n",
     "tabs": "class A:\n\tdef f(self, x):\n\t\tif x:\n\t\t\treturn x * 2\n\t\treturn -1\n",
     "header and footer comments": (
@@ -583,6 +592,21 @@ def test_mutants_are_apply_mutation_of_every_site(name):
     assert pairs, "every case has sites"
     for site, mutant in pairs:
         assert mutant == apply_mutation(source, site), site
+
+
+def test_a_file_without_a_final_newline_is_spliced_per_function():
+    """Hole (fixed): without a final newline no statement's span was kept, and every site
+    rendered the whole module again: a module of 250 functions took 211 s of one core."""
+    functions = [
+        f"def f{i}(x):\n    if x > {i}:\n        return x - {i}\n    return x * 2\n" for i in range(60)
+    ]
+    source = "\n\n".join(functions).rstrip("\n")
+    splices = mutant_splices(source)
+    assert len(splices) > 5 * 60
+    assert max(end - start for _, (start, end, _) in splices) < 2 * len(functions[-1])
+    for site, splice in splices[::25] + splices[-3:]:
+        assert splice_into(source, splice) == apply_mutation(source, site), site
+        assert not splice_into(source, splice).endswith("\n")
 
 
 def test_mutants_of_the_shipped_sources_are_apply_mutation_of_every_site():
