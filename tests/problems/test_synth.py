@@ -1680,6 +1680,29 @@ def test_an_output_directory_that_cannot_hold_the_rows_is_a_one_line_error(tmp_p
     assert sorted(p.name for p in repo.iterdir()) == ["pkg", "tests"]
 
 
+def test_a_previous_output_is_removed_not_mixed_with_the_new_one(tmp_path):
+    """Written over, a previous output's bundles of repositories the new run does not synthesize
+    (and its rows, had the new run written none) stayed beside the new rows."""
+    from lit_codeRL.problems.synth.cli import _output_dir
+
+    out = tmp_path / "out"
+    (out / "swe" / "repos").mkdir(parents=True)
+    (out / "swe" / "repos" / "stale.bundle").write_text("old")
+    (out / "debug").mkdir()
+    (out / "debug" / "tasks.jsonl").write_text("{}")
+    (out / "report.json").write_text("{}")
+    outside = tmp_path / "keep"
+    outside.mkdir()
+    (outside / "data").write_text("mine")
+    (out / "swe" / "link").symlink_to(outside)
+    assert _output_dir(out) == out and list(out.iterdir()) == []
+    assert (outside / "data").read_text() == "mine"  # a link in it is removed, not followed
+    (out / "debug").symlink_to(outside)  # an output name that is a link: the link goes
+    (out / "report.json").write_text("{}")
+    _output_dir(out)
+    assert list(out.iterdir()) == [] and (outside / "data").read_text() == "mine"
+
+
 def test_every_candidate_of_an_odd_source_file_applies_with_git_apply(tmp_path):
     """Sources as real repositories have them: a BOM (Windows editors), CRLF and lone-CR line
     ends, a form feed between functions (Emacs' page breaks), U+2028 inside a string, tabs, and

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -162,8 +163,9 @@ _OUTPUTS = ("report.json", "swe", "debug")
 def _output_dir(out: Path) -> Path:
     """``out`` made and checked writable before any synthesis: a file, a path that cannot be made
     or written, or a non-empty directory holding no synth output (a user's repository, which the
-    rows would be scattered into) is a one-line ``ConfigError``. A previous output is written
-    over."""
+    rows would be scattered into) is a one-line ``ConfigError``. A previous output (its
+    ``report.json`` there) is removed first: written over, its bundles of repositories this run does not synthesize stayed beside
+    the new rows."""
     if out.is_file():
         raise ConfigError(f"synth: --out {out} is a file: name a directory")
     if (
@@ -176,6 +178,12 @@ def _output_dir(out: Path) -> Path:
             "name a new or empty directory"
         )
     try:
+        for name in _OUTPUTS if (out / "report.json").is_file() else ():
+            previous = out / name
+            if previous.is_dir() and not previous.is_symlink():
+                shutil.rmtree(previous)
+            elif previous.exists() or previous.is_symlink():
+                previous.unlink()
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
             pass
