@@ -39,3 +39,20 @@ def test_bench_synth_candidates_on_the_shipped_repositories(tmp_path: Path) -> N
     for row in rows:  # at most 4 sites of each file timed the old way
         assert row["sites"] > 10 and 0 < row["per_site_timed_sites"] <= 4 * row["files"]
     assert "| repository |" in result["table"] and result["cpu"]
+
+
+def test_bench_synth_candidates_scaling(tmp_path: Path) -> None:
+    out = tmp_path / "scaling.json"
+    script = str(REPO / "scripts" / "bench_synth_candidates.py")
+    subprocess.run([sys.executable, script, "--scaling", "10", "20", "--out", str(out)], check=True)
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["functions"], r["final_newline"]) for r in rows] == [
+        (10, True),
+        (10, False),
+        (20, True),
+        (20, False),
+    ]
+    # the same candidates with and without a final newline; twice the functions, twice the candidates
+    assert (
+        rows[0]["candidates"] == rows[1]["candidates"] and rows[2]["candidates"] == 2 * rows[0]["candidates"]
+    )
