@@ -282,6 +282,14 @@ def test_the_diff_of_a_splice_is_the_diff_of_the_spliced_file():
     assert checked == 150 * len(files)
 
 
+def test_a_source_file_that_does_not_compile_is_named_in_a_warning(caplog):
+    files = {"pkg/py2.py": "def f(x):\n    print x + 1\n", "pkg/ok.py": "def g(y):\n    return y + 1\n"}
+    with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth.candidates"):
+        groups = candidates_by_function(files)
+    assert set(groups) == {"pkg/ok.py::g"}
+    assert "do not compile" in caplog.text and "pkg/py2.py" in caplog.text and "pkg/ok.py" not in caplog.text
+
+
 def test_candidates_are_grouped_by_function_deduplicated_and_skip_tests():
     files = {
         "pkg/m.py": "def f(a, b):\n    if a < b:\n        return a + b\n    return a - b\n\n\n"

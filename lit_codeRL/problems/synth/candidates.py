@@ -13,6 +13,7 @@ import bisect
 import difflib
 import functools
 import hashlib
+import logging
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,8 @@ from lit_codeRL.problems.synth.mutations import (
     mutant_splices,
     splice_into,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,14 @@ class Candidate:
         changed = [re.sub(r"\s+", " ", line[1:]).strip() for line in _changed(self.diff)]
         data = "\0".join([self.path, *changed])
         return hashlib.sha256(data.encode()).hexdigest()[:12]
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<synth>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _changed(diff: str) -> list[str]:
@@ -244,12 +255,16 @@ def candidates_by_function(
         raise ValueError(f"unknown mutation kinds {unknown}; choose from {list(MUTATION_KINDS)}")
     groups: dict[str, list[Candidate]] = {}
     seen: set[str] = set()
+    unparsed: list[str] = []
     for path in source_files(files):
         source = files[path]
         assert isinstance(source, str)
         # a BOM (which compile() refuses in a str) stays where it is, before every splice
         bom = len("\ufeff") if source.startswith("\ufeff") else 0
-        for site, (start, end, text) in mutant_splices(source[bom:], kinds):
+        splices = mutant_splices(source[bom:], kinds)
+        if not splices and not _compiles(source[bom:]):
+            unparsed.append(path)
+        for site, (start, end, text) in splices:
             splice = (start + bom, end + bom, text)
             if source[splice[0] : splice[1]] == text:
                 continue  # no change
@@ -258,6 +273,12 @@ def candidates_by_function(
                 continue
             seen.add(candidate.key)
             groups.setdefault(candidate.function, []).append(candidate)
+    if unparsed:  # a Python 2 module, say: no bug can go into it, and the user should know why
+        log.warning(
+            "synth: %d source file(s) do not compile as this Python's code, no bugs go into them: %s",
+            len(unparsed),
+            unparsed[:5],
+        )
     for name, group in groups.items():
         digest = hashlib.sha256(f"{seed}\0{name}".encode()).digest()
         random.Random(int.from_bytes(digest[:8], "big")).shuffle(group)
