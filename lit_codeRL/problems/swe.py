@@ -384,6 +384,8 @@ def _resolve_repo_source(
                 candidates.append(base_dir / path)
     elif repos_dir is not None:
         key = row["repo"].strip().replace("/", "__")
+        if key in (".", ".."):  # repos_dir itself or its parent would pass for the repository
+            raise ConfigError(f"{where}: field repo {row['repo']!r} names no repository: write owner/name")
         candidates += [repos_dir / f"{key}.bundle", repos_dir / key, repos_dir / f"{key}.git"]
     else:
         raise ConfigError(

@@ -281,6 +281,18 @@ def test_hub_rows_find_repositories_in_repos_dir(tmp_path, git):
     )
 
 
+@pytest.mark.parametrize("repo", ["..", ".", " .. "])
+def test_a_repo_of_dots_is_not_the_repos_dir_or_its_parent(tmp_path, git, repo):
+    row = {k: v for k, v in _shipped_rows()[0].items() if k != "repo_source"}
+    path = tmp_path / "hub.jsonl"
+    path.write_text(json.dumps({**row, "repo": repo}) + "\n")
+    repos = tmp_path / "repos"
+    git("init", "--quiet", str(tmp_path), cwd=tmp_path)  # the parent is a git repository
+    repos.mkdir()
+    with pytest.raises(ConfigError, match="names no repository"):
+        load_swe_tasks(str(path), split="all", repos_dir=repos)
+
+
 def test_datasets_directory_and_hub_errors(tmp_path, monkeypatch, all_tasks):
     datasets = pytest.importorskip("datasets")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
