@@ -24,6 +24,7 @@ from lit_codeRL.problems.synth.mutations import (
     MUTATION_KINDS,
     MutationSite,
     Splice,
+    compiles,
     mutant_splices,
     splice_into,
 )
@@ -63,14 +64,6 @@ class Candidate:
         changed = [re.sub(r"\s+", " ", line[1:]).strip() for line in _changed(self.diff)]
         data = "\0".join([self.path, *changed])
         return hashlib.sha256(data.encode()).hexdigest()[:12]
-
-
-def _compiles(source: str) -> bool:
-    try:
-        compile(source, "<synth>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
 
 
 def _changed(diff: str) -> list[str]:
@@ -262,7 +255,7 @@ def candidates_by_function(
         # a BOM (which compile() refuses in a str) stays where it is, before every splice
         bom = len("\ufeff") if source.startswith("\ufeff") else 0
         splices = mutant_splices(source[bom:], kinds)
-        if not splices and not _compiles(source[bom:]):
+        if not splices and not compiles(source[bom:]):
             unparsed.append(path)
         for site, (start, end, text) in splices:
             splice = (start + bom, end + bom, text)

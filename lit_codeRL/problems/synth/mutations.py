@@ -489,11 +489,21 @@ class _Collector(cst.CSTVisitor):
                 self._add(kind, stmt, node, _without(node, i), (stmt.with_changes(leading_lines=()), None))
 
 
+def compiles(source: str) -> bool:
+    """Whether this Python compiles ``source``: libcst accepts some sources CPython rejects
+    (``return`` at module level), so compile decides which get bugs."""
+    try:
+        compile(source, "<mutations>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
 def _candidates(source: str, kinds: frozenset[str]) -> tuple[cst.Module, list[_Candidate]] | None:
     """The parsed module and its candidates of ``kinds`` in source order; None when it does not parse."""
+    if not compiles(source):
+        return None
     try:
-        # libcst accepts some sources CPython rejects (`return` at module level): compile decides
-        compile(source, "<mutations>", "exec", dont_inherit=True)
         module = cst.parse_module(source)
     except (SyntaxError, ValueError, cst.ParserSyntaxError, RecursionError):
         return None
