@@ -1836,7 +1836,8 @@ def test_a_clean_suite_that_hangs_stops_at_its_first_run_in_one_line(tmp_path, m
 def test_tests_that_fail_on_the_clean_repository_are_left_out_and_counted(tmp_path, monkeypatch, caplog):
     """The design leaves a test that fails or errors in a clean run out of both lists (a user's
     suite often has one); it did so silently. Now they are counted in the report
-    (``failing_at_base``) and named in a warning, and the other tests still give tasks."""
+    (``failing_at_base``) and named in a warning, and the other tests still give tasks. A test
+    module that collects no test (helpers named like tests) is named in a warning too."""
     require_bwrap()
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
     from lit_codeRL.cli import main
@@ -1848,6 +1849,11 @@ def test_tests_that_fail_on_the_clean_repository_are_left_out_and_counted(tmp_pa
         "def test_zero():\n    assert one(0) == 0\n\n\ndef test_broken():\n    assert one(5) == 2\n\n\n"
         "def test_error(no_such_fixture):\n    pass\n"
     )
+    # modules named like tests that collect none (helpers; a class pytest cannot instantiate)
+    (repo / "tests" / "test_helpers.py").write_text("def make(x):\n    return x\n")
+    (repo / "tests" / "test_klass.py").write_text(
+        "class TestK:\n    def __init__(self, x):\n        pass\n\n    def test_k(self):\n        pass\n"
+    )
     out = tmp_path / "out"
     with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth.repository"):
         main(["synth", str(repo), "--out", str(out), "--no-check", "--kinds", "drop_branch"])
@@ -1855,6 +1861,11 @@ def test_tests_that_fail_on_the_clean_repository_are_left_out_and_counted(tmp_pa
     assert (source["clean_tests"], source["failing_at_base"], source["kept"]) == (4, 2, 1), source
     assert "2 test(s) fail or error on the clean repository" in caplog.text
     assert "tests/test_lib.py::test_broken" in caplog.text
+    assert (
+        "2 test module(s) collect no test, none of theirs graded: tests/test_helpers.py, tests/test_klass.py"
+        in (caplog.text)
+    ), caplog.text
+    assert "not collected by the repository's pytest configuration" not in caplog.text, caplog.text
 
 
 def test_a_generated_source_file_gets_no_bugs_and_costs_no_time():
@@ -1982,3 +1993,63 @@ def test_a_src_layout_without_packaging_is_told_where_its_package_is_not_found(t
         synthesize_repository(repo, grader)
     assert "src/pkg is imported from src/ only beside a pyproject.toml" in str(err.value), str(err.value)
     assert "--test-deps" not in str(err.value)
+
+
+def test_one_broken_shipped_repository_is_its_own_failure_not_its_sources(tmp_path, capsys, monkeypatch):
+    """``synth swe`` read every shipped repository before synthesizing any, and one that could not
+    be read (a broken base, a ``repo.json`` that does not parse) or synthesized (no test) lost the
+    tasks of all of them. Each repository is now its own failure, named ``swe:<dir>``; only a
+    source none of whose repositories gave anything is the command's error."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.problems.synth import cli as synth_cli
+
+    data = tmp_path / "data"
+    src = data / "swe" / "src"
+    lib = "def one():\n    return 1\n\n\ndef add(a, b):\n    return a + b\n"
+    tests = "from pkg.lib import add, one\n\n\ndef test_one():\n    assert one() == 1\n\n\n"
+    tests += "def test_add():\n    assert add(2, 3) == 5\n"
+    _write_tree(src / "good" / "base", {"pkg/__init__.py": "", "pkg/lib.py": lib, "tests/test_lib.py": tests})
+    (src / "good" / "repo.json").write_text('{"repo": "org/good"}')
+    _small_repo(src / "badmeta" / "base", git=False)
+    (src / "badmeta" / "repo.json").write_text("{not json")
+    (src / "nobase").mkdir()
+    (src / "nobase" / "base").write_bytes(b"\x00not a bundle")  # a file: read as a git bundle
+    (src / "nobase" / "repo.json").write_text('{"repo": "org/nobase"}')
+    _write_tree(src / "notests" / "base", {"pkg/lib.py": "def one():\n    return 1\n"})
+    (src / "notests" / "repo.json").write_text('{"repo": "org/notests"}')
+    monkeypatch.setattr(synth_cli, "embedded_data_dir", lambda: data)
+
+    out = tmp_path / "out"
+    assert synth_cli.main(["swe", "--out", str(out), "--no-check", "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    assert [s["name"] for s in report["sources"]] == ["org/good"], report["sources"]
+    assert report["tasks"] >= 1, report
+    failed = report["failed_sources"]
+    assert sorted(failed) == ["swe:badmeta", "swe:nobase", "swe:notests"], failed
+    assert "repo.json" in failed["swe:badmeta"] and "no test module" in failed["swe:notests"], failed
+    err = capsys.readouterr().err
+    assert all(f"synth: {label}: skipped: " in err for label in failed), err
+
+    # nothing given at all: the first repository's reason is the command's one-line error
+    (src / "good" / "base" / "tests" / "test_lib.py").unlink()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["synth", "swe", "--out", str(tmp_path / "none"), "--no-check"])
+    assert exit_info.value.code == 2
+    assert "repo.json" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_repository_whose_test_modules_collect_no_test_says_so(tmp_path, capsys, monkeypatch):
+    """Only helpers named like tests: the error said its pytest configuration collects none of
+    its test modules, which sent the user to testpaths and python_files for nothing."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+
+    repo = _write_tree(tmp_path / "helpers", {"pkg/lib.py": "def one():\n    return 1\n",
+                                             "tests/test_util.py": "def make(x):\n    return x\n"})  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(["synth", str(repo), "--out", str(tmp_path / "out"), "--no-check"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "its test modules collect no test: tests/test_util.py" in err, err

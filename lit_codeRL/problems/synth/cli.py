@@ -22,7 +22,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,23 +47,49 @@ log = logging.getLogger(__name__)
 def shipped_swe_repositories() -> list[tuple[str, dict[str, str | bytes]]]:
     """The shipped SWE repositories' base trees (their suites pass; the hand-written tasks'
     bugs are only caught by the tests their test patches add)."""
-    out = []
-    for repo_dir in sorted((embedded_data_dir() / "swe" / "src").glob("*/base")):
-        meta = json.loads((repo_dir.parent / "repo.json").read_text(encoding="utf-8"))
-        _, files = read_repository(repo_dir)
-        out.append((str(meta.get("repo", repo_dir.parent.name)), files))
-    return out
+    return [read() for _, read in _shipped_swe_readers()]
 
 
 def shipped_debug_programs() -> list[tuple[str, dict[str, str | bytes]]]:
     """The shipped debugging programs with their reference fixes applied."""
-    from lit_codeRL.problems.debug import load_debug_tasks
+    return [read() for _, read in _shipped_debug_readers()]
 
-    return [
-        (task.task_id.replace("/", "-"), {**task.files, **(task.fix or {})})
-        for task in load_debug_tasks("embedded", "all")
-        if task.fix is not None
-    ]
+
+Reader = Callable[[], tuple[str, dict[str, str | bytes]]]
+"""Reads one repository: its name and files (path -> content)."""
+
+
+def _shipped_swe_readers() -> list[tuple[str, Reader]]:
+    def read(repo_dir: Path) -> tuple[str, dict[str, str | bytes]]:
+        try:
+            meta = json.loads((repo_dir.parent / "repo.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"synth: {repo_dir.parent / 'repo.json'}: {err}") from None
+        _, files = read_repository(repo_dir)
+        name = meta.get("repo") if isinstance(meta, dict) else None
+        return str(name or repo_dir.parent.name), files
+
+    found = sorted((embedded_data_dir() / "swe" / "src").glob("*/base"))
+    return [(f"swe:{repo_dir.parent.name}", partial(read, repo_dir)) for repo_dir in found]
+
+
+def _shipped_debug_readers() -> list[tuple[str, Reader]]:
+    tasks = [task for task in load_debug_tasks("embedded", "all") if task.fix is not None]
+
+    def read(task: Any) -> tuple[str, dict[str, str | bytes]]:
+        return slug(task.task_id), {**task.files, **(task.fix or {})}
+
+    return [(f"debug:{slug(task.task_id)}", partial(read, task)) for task in tasks]
+
+
+def _readers(source: str) -> list[tuple[str, Reader]]:
+    """Each repository of ``source`` as (its label in ``failed_sources``, its reader): read one
+    at a time, so one that cannot be read or synthesized is its own failure, not its source's."""
+    if source == "swe":
+        return _shipped_swe_readers()
+    if source == "debug":
+        return _shipped_debug_readers()
+    return [(source, partial(read_repository, source))]
 
 
 def mbpp_tasks(source: str, split: str, settings: MBPPBugSettings) -> tuple[list[SynthTask], dict[str, Any]]:
@@ -134,26 +162,36 @@ def _unique(name: str, taken: set[str]) -> str:
 
 def _synthesize_source(
     source: str, args: argparse.Namespace, settings: SynthSettings, grader: SWEGrader, taken: set[str]
-) -> list[tuple[str, list[SynthTask], dict[str, Any]]]:
-    """The tasks and report entries of one source (raises ``ConfigError`` when it gives none);
-    ``taken``: the names of the sources before it."""
+) -> Iterator[tuple[str, tuple[str, list[SynthTask], dict[str, Any]] | str]]:
+    """Each repository of one source as (its label, its name, tasks and report entry, or why it
+    gave none); ``taken``: the names of the repositories before it. A repository that cannot be
+    read or synthesized (a broken bundle, a suite that does not pass) is its own failure: the
+    tasks of the others of its source still count."""
     if source == "mbpp" or source.startswith("mbpp:"):
         mbpp = MBPPBugSettings(args.per_function, args.tries, settings.kinds, args.seed)
-        tasks, stats = mbpp_tasks(source, args.mbpp_split, mbpp)
-        return [("mbpp", tasks, stats)]
-    repos = (
-        shipped_swe_repositories()
-        if source == "swe"
-        else shipped_debug_programs()
-        if source == "debug"
-        else [read_repository(source)]
-    )
-    named = []
-    for name, files in repos:
-        name = _unique(name, taken)
-        result = synthesize_files(name, files, grader, settings)
-        named.append((name, result.tasks, result.stats))
-    return named
+        try:
+            tasks, stats = mbpp_tasks(source, args.mbpp_split, mbpp)
+        except (ConfigError, FileNotFoundError) as err:
+            yield source, str(err)
+            return
+        yield source, ("mbpp", tasks, stats)
+        return
+    try:
+        readers = _readers(source)
+    except (ConfigError, FileNotFoundError) as err:
+        yield source, str(err)
+        return
+    if not readers:
+        yield source, f"synth: {source}: no repository found"
+    for label, read in readers:
+        try:
+            name, files = read()
+            name = _unique(name, taken)
+            result = synthesize_files(name, files, grader, settings)
+        except (ConfigError, FileNotFoundError) as err:
+            yield label, str(err)
+            continue
+        yield label, (name, result.tasks, result.stats)
 
 
 _OUTPUTS = ("report.json", "swe", "debug")
@@ -264,21 +302,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-cache-") as cache:
         grader = SWEGrader(workspace, RepoCache(Path(cache) / "prepared"))
         for source in args.sources:
-            began = time.monotonic()
-            try:
-                named = _synthesize_source(source, args, settings, grader, taken)
-            except (ConfigError, FileNotFoundError) as err:  # the other sources still count
-                failed[source] = str(err)
-                if len(args.sources) > 1:
-                    print(f"synth: {source}: skipped: {failed[source]}", file=sys.stderr)
-                continue
-            for name, tasks, stats in named:
+            began, made, gave = time.monotonic(), 0, False
+            for label, result in _synthesize_source(source, args, settings, grader, taken):
+                if isinstance(result, str):  # the other repositories and sources still count
+                    failed[label] = result
+                    if len(args.sources) > 1 or label != source:  # else it is the error at the end
+                        print(f"synth: {label}: skipped: {result}", file=sys.stderr)
+                    continue
+                name, tasks, stats = result
                 swe += swe_rows(tasks, out / "swe", name)
                 debug += [debug_row(t) for t in tasks]
                 report["sources"].append({"source": source, "name": name, **stats})
-            print(
-                f"synth: {source}: {sum(len(t) for _, t, _ in named)} tasks in {time.monotonic() - began:.0f} s"
-            )
+                made, gave = made + len(tasks), True
+            if gave:
+                print(f"synth: {source}: {made} tasks in {time.monotonic() - began:.0f} s")
         write_jsonl(out / "swe" / "tasks.jsonl", swe)
         dropped: dict[str, str] = {}
         if not args.no_check and swe:
@@ -312,7 +349,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
     )
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    if failed and len(failed) == len(args.sources):
+    if failed and not report["sources"]:  # nothing synthesized: the first reason is the error
         raise ConfigError(next(iter(failed.values())))
     print(
         f"synth: {len(swe)} tasks ({report['train']} train, {report['eval']} eval) in {wall:.0f} s; "

@@ -48,7 +48,7 @@ sys.path.append(root)
 
 class Collected:
     def __init__(self):
-        self.modules, self.failed, self.addopts = set(), set(), []
+        self.modules, self.failed, self.reached, self.addopts = set(), set(), set(), []
 
     def _rel(self, path):
         rel = os.path.relpath(str(path), root)
@@ -57,6 +57,8 @@ class Collected:
     def pytest_collectreport(self, report):  # a module, or a directory whose conftest fails
         if report.failed:
             self.failed.add(report.nodeid.split("::", 1)[0])
+        elif report.nodeid.endswith(".py") and "::" not in report.nodeid:  # a module, with items or not
+            self.reached.add(report.nodeid)
 
     def pytest_load_initial_conftests(self, early_config):  # before an unknown option fails
         self.addopts = list(early_config.getini("addopts"))
@@ -87,7 +89,8 @@ if attempts[0] == 4:  # a usage error: an addopts option of a plugin this Python
     found = Collected()
     attempts.append(int(pytest.main([*base, "-o", "addopts=", *kept, "--maxfail=0"], plugins=[found])))
 with open(out_path, "w") as f:
-    json.dump({"exit": attempts, "modules": sorted(found.modules), "failed": sorted(found.failed)}, f)
+    data = {"modules": sorted(found.modules), "failed": sorted(found.failed), "reached": sorted(found.reached)}
+    json.dump({"exit": attempts, **data}, f)
 """
 _USABLE_EXITS = (0, 2, 5)
 """pytest's exit codes after which its collection is complete: ok, collection errors, no test."""
@@ -96,10 +99,12 @@ _USABLE_EXITS = (0, 2, 5)
 @dataclass(frozen=True)
 class Collection:
     """What pytest's collection reached: the modules it collected from or failed to collect, and
-    the paths of other nodes that failed (a directory whose ``conftest.py`` does not import)."""
+    the paths of other nodes that failed (a directory whose ``conftest.py`` does not import), and
+    the modules it collected without error and found no test in (helpers named like tests)."""
 
     modules: frozenset[str]
     failed: frozenset[str]
+    empty: frozenset[str] = frozenset()
 
     def holds(self, module: str) -> bool:
         """Did collection reach ``module`` (itself, or a directory above it that failed)?"""
@@ -129,7 +134,8 @@ def collected_modules(
     if not set(data.get("exit", [None])[-1:]) <= set(_USABLE_EXITS):
         return None
     failed = frozenset(map(str, data.get("failed", [])))
-    return Collection(frozenset(map(str, data.get("modules", []))) | failed, failed)
+    modules = frozenset(map(str, data.get("modules", []))) | failed
+    return Collection(modules, failed, frozenset(map(str, data.get("reached", []))) - modules)
 
 
 def _collect(grader: SWEGrader, task: SWETask) -> dict | None:

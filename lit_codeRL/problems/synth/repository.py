@@ -411,9 +411,19 @@ def synthesize_files(
             pass_to_pass=(),
             repo_source=str(clean_dir),
         )
-        modules, unconfigured = configured_modules(
-            modules, collected_modules(grader, task, files, settings.cache)
-        )
+        collection = collected_modules(grader, task, files, settings.cache)
+        modules, unconfigured = configured_modules(modules, collection)
+        empty = [
+            path
+            for path in unconfigured
+            if collection is not None and path in collection.empty and path not in renamed.values()
+        ]
+        unconfigured = [path for path in unconfigured if path not in empty]
+        if empty:  # helpers named like tests, or a test class pytest cannot instantiate
+            log.warning(
+                "synth: %s: %d test module(s) collect no test, none of theirs graded: %s",
+                repo_name, len(empty), listed(empty),
+            )  # fmt: skip
         # a renamed tests.py is a test module by its old name (jsonpatch's python_files names it);
         # grading runs it by path, which pytest collects whatever python_files says
         back = [path for path in unconfigured if path in renamed.values()]
@@ -431,11 +441,20 @@ def synthesize_files(
             raise ConfigError(
                 f"synth: {repo_name}: its pytest configuration collects none of its test modules "
                 f"(test_*.py or *_test.py): {unconfigured[:5]}"
+                if unconfigured
+                else f"synth: {repo_name}: its test modules collect no test: {listed(empty)}"
             )
         try:
             clean, modules, excluded = _baseline(repo_name, grader, task, files, modules, settings)
         except (ValueError, RuntimeError) as err:  # RuntimeError: the sandbox failed
             raise ConfigError(f"synth: {repo_name}: {err}{_missing_module_hint(str(err), files)}") from None
+        collected = {node.split("::", 1)[0] for node in [*clean.ids, *clean.unstable]}
+        empty = [m for m in modules if m not in collected]
+        if empty:  # as above, where the collection told nothing (a root conftest.py that fails it)
+            log.warning(
+                "synth: %s: %d test module(s) collect no test, none of theirs graded: %s",
+                repo_name, len(empty), listed(empty),
+            )  # fmt: skip
         if clean.failing:
             log.warning(
                 "synth: %s: %d test(s) fail or error on the clean repository, never graded: %s",
