@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from lit_codeRL.errors import listed
 from lit_codeRL.sandbox.workspace import (
     CPU_LIMIT_EXIT,
     Workspace,
@@ -666,7 +667,7 @@ class SWEGrader:
 
     def validate(self, task: GradedTask) -> str | None:
         """Why ``task`` cannot be trained on (``None``: it can): its reference patch must resolve
-        it and the unchanged base must not. The answer is cached beside the prepared repository,
+        it, and the unchanged base must not, failing every FAIL_TO_PASS test. The answer is cached beside the prepared repository,
         keyed by everything grading reads, so each task is validated once per machine."""
         if self.is_validated(task):
             return None
@@ -679,6 +680,10 @@ class SWEGrader:
         base = self.grade(task, "", run_empty=True)
         if base.resolved or base.infra_error:
             return f"the unchanged base commit is {base.verdict}"
+        # a test the base already passes is no FAIL_TO_PASS: a fix of the others would resolve it
+        passing = sorted(test for test, status in base.fail_to_pass.items() if status == "passed")
+        if passing:
+            return f"{len(passing)} FAIL_TO_PASS test(s) pass on the unchanged base commit: {listed(passing)}"
         cpu = None if gold.cpu_s is None else round(gold.cpu_s, 3)
         marker.write_text(json.dumps({"gold_s": round(gold.wall_s, 3), "gold_cpu_s": cpu}))
         return None
@@ -709,7 +714,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 13
+VALIDATION_VERSION = 14
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -725,7 +730,8 @@ file is tampering, and a debugging task's helpers of its tests are restored with
 child's report channel is checked at each write to hold its socket still (and a write that fails
 ends the child), the mirror run sends nothing of its own on it, and a mirror run that left no
 verdict is the grade; 12: the tests' own literals are compared with their text; 13: a name they
-assign a function of their own files to is one of their names)."""
+assign a function of their own files to is one of their names; 14: every FAIL_TO_PASS test fails
+on the base)."""
 
 
 def _task_key(task: GradedTask) -> str:
