@@ -65,6 +65,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     bytes,
     callable,
     classmethod,
+    dict,
     enumerate,
     frozenset,
     getattr,
@@ -101,6 +102,8 @@ _getcwd, _isfile, _join, _normpath = os.getcwd, os.path.isfile, os.path.join, os
 ROOTS = ("_pytest", "pytest", "pluggy")
 """The toolchain packages recorded: pytest's implementation, its public module, its hook system."""
 _CODE = attrgetter("__code__")
+_DEFAULTS, _KWDEFAULTS = attrgetter("__defaults__"), attrgetter("__kwdefaults__")
+_GRADER_DIR = os.path.dirname(os.path.abspath(__file__)) + "/"  # the runner's and these checks' own
 
 
 def in_toolchain(value: object, roots: tuple[str, ...] = ROOTS) -> bool:
@@ -230,11 +233,41 @@ class Guard:
                     where.append(i)
         self.functions, self.function_entries = tuple(functions), where
         self.codes = tuple(map(_CODE, functions))
+        # a function's defaults are its behaviour too: ``json.dumps.__kwdefaults__["cls"]`` set to an
+        # encoder of the diff's changes what every later call writes, the function and its code
+        # the same objects (a tuple of ``__defaults__`` is replaced whole, a dict changes in place)
+        self.defaults = tuple(map(_DEFAULTS, functions))
+        self.kwdefaults = [
+            (j, kw, tuple(kw.items())) for j, kw in enumerate(map(_KWDEFAULTS, functions)) if kw
+        ]
         self.class_spaces = tuple(self.proxies.values())
         self.class_sizes = list(map(len, self.class_spaces))
 
     def label(self, i: int) -> str:
         return f"{self.owners[i]}.{self.keys[i]}"
+
+    def _same_defaults(self) -> bool:
+        """Every recorded function's defaults as recorded (the usual case, mostly in C)."""
+        if not all(map(is_, map(_DEFAULTS, self.functions), self.defaults)):
+            return False
+        functions = self.functions
+        for j, kw, items in self.kwdefaults:
+            if _KWDEFAULTS(functions[j]) is not kw or len(kw) != len(items):
+                return False
+            for key, value in items:
+                if kw.get(key, _MISSING) is not value:
+                    return False
+        return True
+
+    def _changed_defaults(self) -> list[int]:
+        """The indexes (into :attr:`functions`) of those whose defaults changed."""
+        changed = {j for j, (f, was) in enumerate(zip(self.functions, self.defaults, strict=True))
+                   if _DEFAULTS(f) is not was}  # fmt: skip
+        for j, kw, items in self.kwdefaults:
+            now = _KWDEFAULTS(self.functions[j])
+            if now is not kw or len(kw) != len(items) or any(kw.get(k, _MISSING) is not v for k, v in items):
+                changed.add(j)
+        return sorted(changed)
 
     def _own(self, value: object) -> bool:
         """Does ``value`` run only functions of files allowed to change pytest?"""
@@ -254,7 +287,9 @@ class Guard:
         if (
             same
             and list(map(len, self.class_spaces)) == self.class_sizes
-            and (not codes or all(map(is_, map(_CODE, self.functions), self.codes)))
+            and (
+                not codes or (all(map(is_, map(_CODE, self.functions), self.codes)) and self._same_defaults())
+            )
         ):
             return []
         found = [
@@ -262,6 +297,9 @@ class Guard:
             for i, now, was in zip(self.function_entries, map(_CODE, self.functions), self.codes, strict=True)
             if now is not was
         ]
+        # as the codes above, whatever ``codes`` says: the record taken again below must not take
+        # in a change it did not name
+        found += [f"{self.label(self.function_entries[j])} (its defaults)" for j in self._changed_defaults()]
         # only the entries that changed run Python here; what is there now becomes the record:
         # each change is named once, and pytest's own (and the data it keeps on its classes) no
         # longer keeps the check off its one pass in C
@@ -832,6 +870,29 @@ class Watch:
         self.hooks_seen = -1
         self.tests_own = TestsOwn(is_tests_file, self._changed_file, tests_data)
         self.tests_data = tests_data  # ``_tests_data.TestsData``: the tests' literals, or None
+        self.objects: list[tuple[str, object, type, dict, dict]] = []  # record_objects
+        self.runners_seen: dict[int, object] = {}  # what runs pytest's hooks, found trusted before
+
+    def record_objects(self, objects: dict[str, object]) -> None:
+        """Record the grader's own objects in the child (its pytest plugin, its report channel, its
+        import finder): their class and what each attribute holds, by identity. The modules'
+        record (:func:`trusted_guard`) holds their classes' methods, not what an instance holds:
+        the reporter's ``send`` replaced on the instance (found through pytest's configuration)
+        changed every report before it was written, past every other check."""
+        self.objects = [(label, obj, type(obj), vars(obj), dict(vars(obj))) for label, obj in objects.items()]
+
+    def changed_objects(self) -> list[str]:
+        """``label.attr`` of each recorded object whose attribute no longer holds what it held
+        (replaced, added or removed), ``label`` whose class or attribute dictionary was replaced."""
+        found = []
+        for label, obj, cls, space, was in self.objects:
+            if type(obj) is not cls or vars(obj) is not space:
+                found.append(label)
+                continue
+            for key in sorted(set(space) | set(was)):
+                if space.get(key, _MISSING) is not was.get(key, _MISSING):
+                    found.append(f"{label}.{key}")
+        return found
 
     def record_trusted(self, toolchain: list[str]) -> None:
         """Take the standard library's and the grader's record (:func:`trusted_guard`): the last
@@ -868,6 +929,12 @@ class Watch:
             for name in changed:
                 self.claim(f"toolchain changed: {name}", nodeid)
             try:
+                ours = self.changed_objects()
+            except Exception as e:  # noqa: BLE001 - an object in an attribute's place that fights back
+                ours = [f"(the check failed: {type(e).__name__})"]
+            for name in ours:
+                self._tell(f"the grader changed: {name}", nodeid)
+            try:
                 rebound = self.tests_own.changed()
             except Exception as e:  # noqa: BLE001 - an object in a test module's place that fights back
                 rebound = [f"(the check failed: {type(e).__name__})"]
@@ -886,17 +953,86 @@ class Watch:
         it was registered (a plugin object found through the garbage collector, a hook
         implementation added to pluggy's list by hand)."""
         try:
+            for where in self._hook_runners(pluginmanager):
+                self._tell(f"pytest runs its hooks through {where}", nodeid)
+        except Exception as e:  # noqa: BLE001 - pluggy's objects replaced by something that fights back
+            self._tell(f"the hooks of pytest could not be read ({type(e).__name__})", nodeid)
+        try:
             relay = vars(pluginmanager.hook)  # type: ignore[attr-defined]
             if len(relay) != self.hooks_seen:  # plugins may add hooks as they load
                 self.hooks_seen = len(relay)
                 self.hook_callers = [c for n, c in relay.items() if n.startswith(HOOK_PREFIXES)]
             for caller in self.hook_callers:
                 for impl in caller.get_hookimpls():  # type: ignore[attr-defined]
-                    where = self._changed_file(impl.function)
+                    # a changed file's, or code of no trusted file (made by exec: ``<string>``)
+                    where = self._changed_file(impl.function) or self._untrusted(impl.function)
                     if where is not None:
                         self._tell(f"a hook of pytest implemented in {where} ({caller.name})", nodeid)  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001 - pluggy's objects replaced by something that fights back
             self._tell(f"the hooks of pytest could not be read ({type(e).__name__})", nodeid)
+
+    def _hook_runners(self, pluginmanager: object) -> list[str]:
+        """What runs pytest's hooks, where it is not pluggy's own code: a hook caller's
+        ``_hookexec`` (a slot, set on the instance: a wrapper of ``pytest_runtest_makereport``
+        that turns the report it returns "passed" is off the stack by the time the report is
+        logged), the plugin manager's ``_inner_hookexec`` with what it closes over (the
+        ``before``/``after`` of ``add_hookcall_monitoring``, pluggy's public API, whose ``after``
+        sees every hook's result), and a method of the plugin manager, the configuration or the
+        session replaced on the instance (``subset_hook_caller``, ``gethookproxy``), or the
+        configuration's ``hook`` not the plugin manager's. Trusted code is the standard library's,
+        the toolchain's and the repository's files the diff left alone (as the record's)."""
+        found = []
+        relay = pluginmanager.hook  # type: ignore[attr-defined]
+        for name, caller in list(vars(relay).items()):
+            run = getattr(caller, "_hookexec", None)
+            where = None if run is None else self._untrusted(run)
+            if where is not None:
+                found.append(f"{where} (the hook caller of {name})")
+        inner = vars(pluginmanager).get("_inner_hookexec")
+        where = None if inner is None else self._untrusted(inner)
+        if where is not None:
+            found.append(f"{where} (the plugin manager's _inner_hookexec)")
+        config = pluginmanager.get_plugin("pytestconfig")  # type: ignore[attr-defined]
+        session = pluginmanager.get_plugin("session")  # type: ignore[attr-defined]
+        if config is not None and vars(config).get("hook", relay) is not relay:
+            found.append("a hook relay of its own on the configuration (config.hook)")
+        for obj in (pluginmanager, config, session):
+            if obj is None:
+                continue
+            cls = type(obj)
+            for key, value in list(vars(obj).items()):
+                where = self._untrusted(value) if callable(getattr(cls, key, None)) else None
+                if where is not None:
+                    found.append(f"{where} ({cls.__name__}.{key} replaced on the instance)")
+        return found
+
+    def _untrusted(self, value: object, depth: int = 0) -> str | None:
+        """``None`` when calling ``value`` runs only trusted code (:meth:`_hook_runners`): a
+        function (or a bound method's, a ``partial``'s) of a trusted file, and so is every callable
+        it closes over or a ``partial`` binds, a few levels down; else where the first untrusted
+        code is (a changed file of the repository, ``<string>``, or the kind of object)."""
+        if depth > 4 or (depth == 0 and self.runners_seen.get(id(value)) is value):  # held: no id reused
+            return None
+        bound = list(value.args) + list(value.keywords.values()) if isinstance(value, partial) else []
+        target = _unbound(value)
+        if type(target) is not FunctionType:
+            return type(target).__name__
+        path = target.__code__.co_filename
+        if not (self.guard.allowed(path) or path.startswith(_GRADER_DIR)):  # the runner's own hooks
+            return _inside(path, self.prefix) or path
+        for cell in target.__closure__ or ():
+            try:
+                bound.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        for inner in bound:
+            if callable(inner) and not isinstance(inner, type):
+                where = self._untrusted(inner, depth + 1)
+                if where is not None:
+                    return where
+        if depth == 0:
+            self.runners_seen[id(value)] = value
+        return None
 
     def check_item(self, item: object, nodeid: str) -> None:
         """The test ``item`` runs what was collected: no ``runtest`` of its own set on the object,

@@ -103,6 +103,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
 )
 from collections.abc import Callable
 from importlib.machinery import PathFinder
+from json.encoder import encode_basestring_ascii  # C, where the interpreter has _json
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out the script's dir
 import _compare  # noqa: E402 - the comparison check of the child, bound beside it too
@@ -1032,6 +1033,37 @@ CHANNEL_TAKEN = 117
 not be written (pytest's own codes are 0 to 5): see :meth:`_Channel.send`."""
 
 
+def _json_line(  # noqa: ANN001
+    msg: dict,
+    _quote=encode_basestring_ascii,
+    _int=int.__repr__,
+    _isinstance=isinstance,
+    _type=type,
+    _join=",".join,
+    _list=list,
+    _str=str,
+    _int_type=int,
+    _bool=bool,
+) -> str:
+    """``msg`` (text, integer, boolean or ``None`` values: every message the child sends) as one
+    line of JSON, made by C functions bound when this was defined. ``json.dumps`` encodes through
+    ``json._default_encoder``, an instance whose ``encode`` the code under test could replace
+    (the records hold functions and classes, not what a module's data object holds): every report
+    forged as it was written, through the real socket."""
+    parts = _list()
+    for key, value in msg.items():
+        if value is None or _type(value) is _bool:
+            text = "null" if value is None else "true" if value else "false"
+        elif _isinstance(value, _int_type):
+            text = _int(value)
+        elif _isinstance(value, _str):
+            text = _quote(value)
+        else:  # not a value the child sends: nothing of it is read
+            text = "null"
+        parts.append(_quote(key) + ":" + text)
+    return "{" + _join(parts) + "}"
+
+
 class _Channel:
     """Newline-delimited JSON to the parent, one locked write per message."""
 
@@ -1042,9 +1074,9 @@ class _Channel:
         self.socket = _identity(fd)
 
     def send(  # noqa: ANN001
-        self, msg: dict, _dumps=json.dumps, _write=os.write, _view=memoryview, _exit=os._exit
+        self, msg: dict, _dumps=_json_line, _write=os.write, _view=memoryview, _exit=os._exit
     ) -> None:
-        # json.dumps, os.write bound when this was defined: the code under test may replace them
+        # the encoder, os.write bound when this was defined: the code under test may replace them
         data = _view((_dumps(msg) + "\n").encode("utf-8", "replace"))
         with self.lock:
             while data:
@@ -1336,6 +1368,9 @@ def child_main() -> None:
     )
     _Reporter.pytest_runtestloop = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.around_loop)
     reporter = _Reporter(channel, watch, compiled)
+    watch.record_objects(
+        {"__main__.reporter": reporter, "__main__.channel": channel, "__main__.finder": finder}
+    )
     # the standard library's and the grader's record: the last step before the repository's
     # first line (a conftest, a test module, the code they import) can run
     watch.record_trusted(trusted)

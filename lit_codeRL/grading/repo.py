@@ -731,7 +731,7 @@ child's report channel is checked at each write to hold its socket still (and a 
 ends the child), the mirror run sends nothing of its own on it, and a mirror run that left no
 verdict is the grade; 12: the tests' own literals are compared with their text; 13: a name they
 assign a function of their own files to is one of their names; 14: every FAIL_TO_PASS test fails
-on the base)."""
+on the base, and the child records functions' defaults and the grader's own objects)."""
 
 
 def _task_key(task: GradedTask) -> str:

@@ -41,7 +41,7 @@ def test_area_all():
 
 class TestGeom(unittest.TestCase):
     def test_area_case(self):
-        self.assertEqual(round(area(1), 2), 3.14)
+        self.assertEqual(round(area(2), 2), 12.57)  # area(1) is 3.14 with the bug too
 
 
 def test_sides():
@@ -298,7 +298,7 @@ def test_area_all(floor):
 class TestGeom(unittest.TestCase):
     def test_area_case(self):
         with mock.patch.object(unittest.TestCase, "maxDiff", None):
-            self.assertEqual(round(area(1), 2), 3.14)
+            self.assertEqual(round(area(2), 2), 12.57)  # area(1) is 3.14 with the bug too
 
 
 def test_sides():
