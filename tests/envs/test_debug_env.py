@@ -54,6 +54,27 @@ def test_a_pdb_command_is_its_first_line_as_the_terminal_reads_it(env, median):
     assert "SyntaxError" not in out.observation and "second line" not in out.observation
 
 
+def test_a_process_forked_at_the_prompt_does_not_answer_the_agents_commands(env, median):
+    """``!os.fork()``: both processes' debuggers read the one terminal, and each later command was
+    answered by either of them, at random (pids 7, 8, 7, 7, 8... in a row); on a loaded machine
+    the child's late prompt ended the next command before its answer. The child of a command
+    typed at the prompt now ends at once, silently, and every command is answered by the
+    debugger the agent started, in order."""
+    import re
+
+    _, state = start(env, median)
+    out = step(env, state, "<pdb>!import os; print('pid', os.getpid(), 'first')</pdb>")
+    (first,) = re.findall(r"pid (\d+) first", out.observation)
+    step(env, state, "<pdb>!os.fork()</pdb>")
+    answers, seen = [], []
+    for i in range(8):
+        out = step(env, state, f"<pdb>!print('pid', os.getpid(), 'turn', {i})</pdb>")
+        answers.append(re.findall(r"pid (\d+) turn (\d+)", out.observation))
+        seen.append(out.observation[-400:])
+    assert answers == [[(first, str(i))] for i in range(8)], (answers, seen)
+    assert state.pdb.restarts == 1
+
+
 def test_the_recursive_debugger_and_breakpoint_commands_answer_at_their_prompts(env, median):
     """``debug`` (prompt ``((Pdb))``) and ``commands`` (prompt ``(com)``) waited for ``(Pdb)``
     until the time limit killed the debugger: 10 s and the session for a pdb command."""

@@ -44,6 +44,45 @@ EXPR`` lets the agent print)."""
 REFUSED = {"interact": "`interact` opens a Python shell this tool cannot drive; use p EXPR or !STATEMENT."}
 
 
+# ``python -m pdb`` with one change: a process forked under it does not share its terminal. Both
+# processes' debuggers read the one terminal before, and which of them got each command was the
+# kernel's choice: the answers came from either process, at random, and the child's late prompt
+# ended the next command before its answer. A child forked by a command typed at the prompt
+# (``!os.fork()``: ``cmd.Cmd.onecmd`` is on its stack) ends there, silently; one the program forks
+# (a worker) runs on untraced, reading no terminal. ``sys.path[0]`` is the working directory, as
+# ``-m`` makes it.
+_LAUNCHER = """import cmd, os, runpy, sys
+
+
+def _forked():
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "onecmd" and frame.f_code.co_filename == cmd.__file__:
+            os._exit(0)
+        frame = frame.f_back
+    sys.settrace(None)
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(fd, 0)
+        os.close(fd)
+    except OSError:
+        pass
+
+
+os.register_at_fork(after_in_child=_forked)
+sys.path[0] = os.getcwd()
+runpy.run_module("pdb", run_name="__main__", alter_sys=True)
+"""
+
+
+def launched(argv: list[str]) -> list[str]:
+    """What runs for ``argv``: ``python -m pdb ARGS`` as ``python -c <launcher> ARGS``
+    (:data:`_LAUNCHER`), anything else as it is. The agent is shown ``argv``."""
+    if argv[1:3] == ["-m", "pdb"]:
+        return [argv[0], "-c", _LAUNCHER, *argv[3:]]
+    return list(argv)
+
+
 @dataclass
 class PdbResult:
     output: str
@@ -74,7 +113,7 @@ class PdbSession:
         self.live = False
 
     def _start(self, ws: Workspace) -> tuple[str, float]:
-        first = ws.pty_start(self.argv, PROMPT, timeout=self.timeout_s, max_output=self.max_output)
+        first = ws.pty_start(launched(self.argv), PROMPT, timeout=self.timeout_s, max_output=self.max_output)
         wall = first.wall_s
         if not first.alive:
             raise WorkspaceError(f"the debugger did not start: {first.output[-500:]}")
