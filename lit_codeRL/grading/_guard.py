@@ -992,8 +992,8 @@ class Watch:
         where = None if inner is None else self._untrusted(inner)
         if where is not None:
             found.append(f"{where} (the plugin manager's _inner_hookexec)")
-        config = pluginmanager.get_plugin("pytestconfig")  # type: ignore[attr-defined]
-        session = pluginmanager.get_plugin("session")  # type: ignore[attr-defined]
+        plugin = getattr(pluginmanager, "get_plugin", lambda name: None)
+        config, session = plugin("pytestconfig"), plugin("session")
         if config is not None and vars(config).get("hook", relay) is not relay:
             found.append("a hook relay of its own on the configuration (config.hook)")
         for obj in (pluginmanager, config, session):

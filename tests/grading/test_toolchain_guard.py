@@ -153,11 +153,13 @@ def test_the_stack_names_frames_of_changed_files_only() -> None:
 
 def test_items_and_hooks_running_the_diffs_code_are_named() -> None:
     """A collected test whose ``runtest`` was set on its item, or whose function (through its
-    decorators) is one of a changed file; a report hook implemented in a changed file."""
+    decorators) is one of a changed file; a report hook implemented in a changed file or in code
+    of no trusted file (made by exec); a hook caller that runs its hooks through the diff's code."""
     here = Path(__file__)
     repo, rel = str(here.parents[2]), str(here.relative_to(here.parents[2]))
     told: list[tuple[str, str]] = []
-    watch = Watch(repo, frozenset({rel}), lambda what, where: told.append((what, where)), [])
+    stdlib = [str(Path(textwrap.__file__).parent)]  # trusted, as the child's standard library
+    watch = Watch(repo, frozenset({rel}), lambda what, where: told.append((what, where)), stdlib)
 
     def mine():  # a function of the "changed file" (this one)
         return None
@@ -189,6 +191,20 @@ def test_items_and_hooks_running_the_diffs_code_are_named() -> None:
     )
     watch.check_hooks(types.SimpleNamespace(hook=relay), "t3")
     assert told == [(f"a hook of pytest implemented in {rel} (pytest_runtest_logreport)", "t3")]
+    told.clear()
+    # code of no trusted file (made by exec), and a hook caller that runs its hooks through it
+    space: dict = {}
+    exec(compile("def made(*a, **k):\n    return None\n", "<string>", "exec"), space)  # noqa: S102
+    runner = caller("pytest_runtest_logreport", textwrap.dedent)
+    runner._hookexec = mine
+    relay = types.SimpleNamespace(pytest_report_teststatus=caller("pytest_report_teststatus", space["made"]),
+                                  pytest_runtest_logreport=runner)  # fmt: skip
+    watch = Watch(repo, frozenset({rel}), lambda what, where: told.append((what, where)), stdlib)
+    watch.check_hooks(types.SimpleNamespace(hook=relay), "t5")
+    assert told == [
+        (f"pytest runs its hooks through {rel} (the hook caller of pytest_runtest_logreport)", "t5"),
+        ("a hook of pytest implemented in <string> (pytest_report_teststatus)", "t5"),
+    ], told
     told.clear()
     watch.check_hooks(object(), "t4")  # not a plugin manager: named, never raised
     assert told == [("the hooks of pytest could not be read (AttributeError)", "t4")]
