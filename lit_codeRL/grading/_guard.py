@@ -248,26 +248,21 @@ class Guard:
 
     def _same_defaults(self) -> bool:
         """Every recorded function's defaults as recorded (the usual case, mostly in C)."""
-        if not all(map(is_, map(_DEFAULTS, self.functions), self.defaults)):
-            return False
-        functions = self.functions
-        for j, kw, items in self.kwdefaults:
-            if _KWDEFAULTS(functions[j]) is not kw or len(kw) != len(items):
-                return False
-            for key, value in items:
-                if kw.get(key, _MISSING) is not value:
-                    return False
-        return True
+        return all(map(is_, map(_DEFAULTS, self.functions), self.defaults)) and not any(
+            self._kw_changed(j, kw, items) for j, kw, items in self.kwdefaults
+        )
 
     def _changed_defaults(self) -> list[int]:
         """The indexes (into :attr:`functions`) of those whose defaults changed."""
         changed = {j for j, (f, was) in enumerate(zip(self.functions, self.defaults, strict=True))
                    if _DEFAULTS(f) is not was}  # fmt: skip
-        for j, kw, items in self.kwdefaults:
-            now = _KWDEFAULTS(self.functions[j])
-            if now is not kw or len(kw) != len(items) or any(kw.get(k, _MISSING) is not v for k, v in items):
-                changed.add(j)
+        changed.update(j for j, kw, items in self.kwdefaults if self._kw_changed(j, kw, items))
         return sorted(changed)
+
+    def _kw_changed(self, j: int, kw: dict, items: tuple) -> bool:
+        """Are function ``j``'s keyword defaults no longer the dict ``kw`` holding ``items``?"""
+        now = _KWDEFAULTS(self.functions[j])
+        return now is not kw or len(kw) != len(items) or any(kw.get(k, _MISSING) is not v for k, v in items)
 
     def _own(self, value: object) -> bool:
         """Does ``value`` run only functions of files allowed to change pytest?"""
