@@ -75,6 +75,39 @@ def test_a_process_forked_at_the_prompt_does_not_answer_the_agents_commands(env,
     assert state.pdb.restarts == 1
 
 
+def test_processes_started_at_the_prompt_run_and_their_children_answer_nothing(env, median):
+    """The child of a typed command ended at the fork, so a process started at the prompt ran
+    nothing (``Process.start(); join()``: exit code 0, its work not done) and a process pool
+    executor broke (``BrokenProcessPool``). Now the child runs the command on and ends where it
+    would come back to the prompt: the processes work, their own output shows, the child of a
+    bare ``os.fork()`` shows nothing, and only the agent's debugger answers."""
+    import re
+
+    _, state = start(env, median)
+    out = step(env, state, "<pdb>!import os, multiprocessing as mp; print('pid', os.getpid(), 'first')</pdb>")
+    (first,) = re.findall(r"pid (\d+) first", out.observation)
+    out = step(
+        env, state, "<pdb>!p = mp.get_context('fork').Process(target=print, args=('from a worker',))</pdb>"
+    )
+    out = step(env, state, "<pdb>!p.start(); p.join(); print('exit', p.exitcode)</pdb>")
+    assert "from a worker" in out.observation and "exit 0" in out.observation, out.observation
+    pool = "concurrent.futures.ProcessPoolExecutor(2, mp_context=mp.get_context('fork'))"
+    out = step(
+        env,
+        state,
+        f"<pdb>!import concurrent.futures; print('mapped', list({pool}.map(abs, [-1, -2, -3])))</pdb>",
+    )
+    assert "mapped [1, 2, 3]" in out.observation and "did not return" not in out.observation, out.observation
+    out = step(env, state, "<pdb>os.fork()</pdb>")
+    (child,) = re.findall(r"^(\d+)\s*$", out.observation, re.M)  # the parent shows the child's pid
+    assert int(child) != int(first)
+    for i in range(4):
+        out = step(env, state, f"<pdb>!print('pid', os.getpid(), 'turn', {i})</pdb>")
+        assert re.findall(r"pid (\d+) turn (\d+)", out.observation) == [(first, str(i))], out.observation
+        assert not re.search(r"^0\s*$", out.observation, re.M), out.observation  # the child's value
+    assert state.pdb.restarts == 1
+
+
 def test_the_recursive_debugger_and_breakpoint_commands_answer_at_their_prompts(env, median):
     """``debug`` (prompt ``((Pdb))``) and ``commands`` (prompt ``(com)``) waited for ``(Pdb)``
     until the time limit killed the debugger: 10 s and the session for a pdb command."""

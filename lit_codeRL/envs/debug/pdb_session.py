@@ -47,18 +47,34 @@ REFUSED = {"interact": "`interact` opens a Python shell this tool cannot drive; 
 # ``python -m pdb`` with one change: a process forked under it does not share its terminal. Both
 # processes' debuggers read the one terminal before, and which of them got each command was the
 # kernel's choice: the answers came from either process, at random, and the child's late prompt
-# ended the next command before its answer. A child forked by a command typed at the prompt
-# (``!os.fork()``: ``cmd.Cmd.onecmd`` is on its stack) ends there, silently; one the program forks
-# (a worker) runs on untraced, reading no terminal. ``sys.path[0]`` is the working directory, as
+# ended the next command before its answer. Every forked child now runs on untraced, reading no
+# terminal (stdin is /dev/null). A child forked by a command typed at the prompt (``!os.fork()``,
+# ``!Pool(2).map(...)``: ``cmd.Cmd.onecmd`` is on its stack) runs that command on, shows no value
+# of it, and ends where it would come back to the debugger (``postcmd``): a process pool started
+# at the prompt works, and no second prompt answers. ``sys.path[0]`` is the working directory, as
 # ``-m`` makes it.
 _LAUNCHER = """import cmd, os, runpy, sys
+
+
+def _back_at_the_prompt(stop, line):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(0)
 
 
 def _forked():
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "onecmd" and frame.f_code.co_filename == cmd.__file__:
-            os._exit(0)
+            debugger = frame.f_locals.get("self")
+            if not isinstance(debugger, cmd.Cmd):
+                os._exit(0)
+            debugger.postcmd = _back_at_the_prompt
+            sys.displayhook = lambda value: None
+            break
         frame = frame.f_back
     sys.settrace(None)
     try:
