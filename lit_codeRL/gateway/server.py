@@ -899,7 +899,13 @@ class Gateway:
             logprobs = flag(body, "logprobs")
         else:
             logprobs_n = body.get("logprobs")
-            if logprobs_n not in (None, 0, False, True) and logprobs_n != 0:
+            # 0 (or a bool) asks for the chosen tokens' log-probs; ``1 in (0, True)`` holds, and a
+            # 1 (one top alternative) came back as the chosen tokens'
+            if not (
+                logprobs_n is None
+                or isinstance(logprobs_n, bool)
+                or (type(logprobs_n) is int and logprobs_n == 0)
+            ):
                 raise APIError(
                     400,
                     "logprobs > 0 (top alternatives) is not supported: send 0 for the chosen tokens'",
@@ -915,7 +921,7 @@ class Gateway:
                     )  # fmt: skip
                 return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-            prompts = completion_prompts(body.get("prompt"), encode)
+            prompts = completion_prompts(body.get("prompt"), encode, max(1, self.config.max_batch_rows // n))
             messages, tools, continued = [], None, False
             logprobs = logprobs_n is not None and logprobs_n is not False
         vocab = self.vocab

@@ -446,7 +446,12 @@ def test_normalise_output() -> None:
         ("3\n", "3\n", True),
         ("\n\n3   \n\n", "3\n", True),
         ("a\r\nb", "a\nb\n", True),
-        (" 3", "3", True),  # one line, a literal either way
+        # leading whitespace is output: literal_eval skips it, so "   5" and "5" were one value
+        (" 3", "3", False),
+        ("5", "   5\n", False),  # print('   5')
+        ("[1, 2]", "\t[1, 2]\n", False),
+        ("\t[1,2]", "\t[1, 2]\n", True),  # the same indent, then literals of one value
+        ("  'a'", '  "a"', True),
         ("A", "a", False),
         ("[1,2]", "[1, 2]", True),
         ('"a"', "'a'", True),

@@ -294,6 +294,7 @@ WRONG_TYPES = {
     "tools as a string": hi(tools="x"),
     "stop as a number": hi(stop=5),
     "stop as nested lists": hi(stop=[["a"]]),
+    "a stop string of 100,000 characters": hi(stop=["\x07" * 100_000]),
     "n as a string": hi(n="2"),
     "n as a float": hi(n=2.0),
     "max_tokens as a float": hi(max_tokens=5.0),
@@ -332,6 +333,53 @@ def test_a_field_of_the_wrong_type_is_a_one_line_400(served, body):
     assert status == 400, text[:300]
     message = json.loads(text)["error"]["message"]
     assert message and "\n" not in message
+
+
+def test_completions_logprobs_one_asks_for_alternatives_and_is_refused(served):
+    """Hole (fixed): ``1 in (0, True)`` holds, so ``"logprobs": 1`` (one top alternative a token)
+    was answered with the chosen tokens' log-probs and no alternatives; 0 and ``true`` still are."""
+    status, text = post(served[0], {"prompt": "hi", "max_tokens": 2, "logprobs": 1}, "/v1/completions")
+    assert status == 400 and json.loads(text)["error"]["param"] == "logprobs", text
+    for chosen in (0, True):
+        status, text = post(
+            served[0], {"prompt": "hi", "max_tokens": 2, "logprobs": chosen}, "/v1/completions"
+        )
+        assert status == 200 and len(json.loads(text)["choices"][0]["logprobs"]["token_logprobs"]) >= 1
+
+
+def test_a_null_max_completion_tokens_leaves_max_tokens_in_force(served):
+    """Hole (fixed): ``"max_completion_tokens": null`` beside ``"max_tokens": 2`` hid the second,
+    and the call generated the server's default length (24 here)."""
+    body = hi(temperature=1.0, max_tokens=2, max_completion_tokens=None, seed=3)
+    status, text = post(served[0], body)
+    assert status == 200 and len(json.loads(text)["choices"][0]["token_ids"]) <= 2, text[:300]
+
+
+def test_more_prompts_than_the_batch_are_refused_before_any_is_tokenized(served, monkeypatch):
+    """Hole (fixed): a completions call's prompts were all tokenized before the batch's bound
+    (prompts x n) refused them: 1,000 prompts of 64K characters (62.5 MiB, under the body cap)
+    held a parser thread 28 s and 700 MB, and stalled other episodes' calls 10 s."""
+    gateway, _, tokenizer = served
+    calls = []
+
+    class Counting:
+        def __call__(self, *args, **kwargs):
+            calls.append(1)
+            return tokenizer(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+    monkeypatch.setattr(gateway, "tokenizer", Counting())
+    rows = gateway.config.max_batch_rows
+    status, text = post(gateway, {"prompt": ["x" * 1000] * (rows + 1), "max_tokens": 2}, "/v1/completions")
+    assert status == 400 and json.loads(text)["error"]["param"] == "prompt" and calls == [], text
+    status, text = post(
+        gateway, {"prompt": ["x"] * (rows // 2 + 1), "n": 2, "max_tokens": 2}, "/v1/completions"
+    )
+    assert status == 400 and calls == [], text
+    status, text = post(gateway, {"prompt": ["x", "y"], "max_tokens": 2}, "/v1/completions")
+    assert status == 200 and len(json.loads(text)["choices"]) == 2 and len(calls) == 2
 
 
 def test_token_ids_are_not_booleans(served):

@@ -347,3 +347,23 @@ def test_tools_where_the_template_renders_them(tiny_policy):
     )
     assert content == "Sure." and calls[0]["function"] == {"name": "run", "arguments": '{"cmd": "pwd"}'}
     assert parse_tool_calls("<tool_call>not json</tool_call>") == ("<tool_call>not json</tool_call>", [])
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        '{"name": "run", "arguments": {"x": ' + "7" * 5000 + "}}",
+        '{"name": "run", "arguments": ' + "[" * 5000 + "]" * 5000 + "}",
+    ],
+    ids=["a 5,000-digit integer", "nested 5,000 deep"],
+)
+def test_a_tool_call_json_cannot_read_stays_text(block):
+    """Hole (fixed): only JSONDecodeError was caught, so a policy reply whose tool call held a
+    5,000-digit integer (ValueError) or nested deep (RecursionError) was a 500 that lost the call
+    (about 1,000 tokens of ``[`` in a reply with tools)."""
+    from lit_codeRL.gateway.requests import parse_tool_calls
+
+    text = f"<tool_call>{block}</tool_call>"
+    assert parse_tool_calls(text) == (text, [])
+    content, calls = parse_tool_calls(text + '<tool_call>{"name": "run", "arguments": {"x": 1}}</tool_call>')
+    assert content == text and [c["function"]["arguments"] for c in calls] == ['{"x": 1}']

@@ -74,7 +74,8 @@ def prediction_correct(predicted: str | None, actual: str) -> bool:
     """Whether ``predicted`` (from :func:`parse_prediction`; ``None`` is wrong) is ``actual``.
 
     1. Equal after :func:`normalise_output`: right.
-    2. Otherwise, when both are single lines that ``ast.literal_eval`` accepts (literals only:
+    2. Otherwise, when both are single lines with the same leading whitespace that
+       ``ast.literal_eval`` accepts (literals only:
        numbers, strings, bytes, tuples, lists, dicts, sets, ``True``/``False``/``None``, unary
        minus and complex ``+``; no names, calls or other operators), right when the two values
        are equal *and* of the same type at every level: ``[1, 2]`` is ``[1,2]``, ``'a'`` is
@@ -92,6 +93,8 @@ def prediction_correct(predicted: str | None, actual: str) -> bool:
         return True
     if "\n" in want or "\n" in got or not want or not got:
         return False
+    if want[: len(want) - len(want.lstrip())] != got[: len(got) - len(got.lstrip())]:
+        return False  # leading whitespace is output (``literal_eval`` skips it: "   5" read as 5)
     if len(want) > MAX_LITERAL_CHARS or len(got) > MAX_LITERAL_CHARS:
         return False
     missing = object()
