@@ -34,8 +34,9 @@ and ``unittest``'s equality, order and membership assertions.
 What it does not catch: a method written against these questions (one that answers yes only to
 the first value it is compared with, or only once armed by code the tests run, or a hedge whose
 candidate values it computes when asked and keeps nowhere), an object made
-outside the changed files (``unittest.mock.ANY``: importing ``unittest`` in the code under test
-is a static reason of its own, ``_scan.py``), a class of the diff's that names another module as
+outside the changed files where the test module names it or its class (``unittest.mock.ANY``
+beside ``from unittest import mock``: importing ``unittest`` in the code under test is a static
+reason of its own, ``_scan.py``; one the test module does not name is the code under test's), a class of the diff's that names another module as
 its ``__module__`` (its ``class`` line is looked for there; the mirror run, which arms every
 reached equality check of a failing test, catches it there), a chained comparison outside an ``assert``
 (``same = a == b == c``), and the
@@ -80,6 +81,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     zip,
 )
 
+_getframe = sys._getframe
 _modules = sys.modules  # and this: a check must not read through what it checks for
 _realpath = os.path.realpath
 _PARTIALS = (functools.partial, functools.partialmethod)
@@ -92,6 +94,7 @@ _ATOMS = frozenset({int, float, complex, str, bytes, bool, type(None)})
 _MRO = type.__dict__["__mro__"]
 _DICT = type.__dict__["__dict__"]
 _ATTRIBUTE = object.__getattribute__
+_MODULE = type(sys)
 # the methods a passing comparison may rest on, per operator (a list compares its items with ==)
 _METHODS = {
     "==": ("__eq__",),
@@ -189,17 +192,73 @@ class Checker:
         self.report = report
         self.told: set[str] = set()
         self.asked: dict[tuple[int, str], tuple[type, tuple[str, str] | None]] = {}
+        self.blanket: dict[int, tuple[type, bool]] = {}  # a class of no changed file: == anything?
+        self.named: dict[int, tuple[dict, set[int]]] = {}  # a test module's globals: what it names
         import inspect  # noqa: PLC0415 - the child's, made before the code under test runs
 
         self.getsourcelines = inspect.getsourcelines  # bound as the builtins: it may be replaced later
 
-    def passed(self, op: str, left: object, right: object) -> None:
-        """``left op right`` held: report any operand (or item) that says yes to anything. Never
-        raises into the test that compared."""
+    def passed(self, op: str, left: object, right: object, scope: dict | None = None) -> None:
+        """``left op right`` held: report any operand (or item) that says yes to anything.
+        ``scope``: the globals of the test module that compared. Never raises into the test
+        that compared."""
         try:
             self._passed(op, left, right)
+            if scope is not None and op in ("==", "in") and self.changed:
+                self._outside(left, right, scope)
         except Exception:  # noqa: BLE001, S110 - an object too odd to read is left unread
             pass
+
+    def _outside(self, left: object, right: object, scope: dict) -> None:
+        """An object equal to anything whose class no changed file wrote (``unittest.mock.ANY``,
+        fetched by ``pkgutil.resolve_name`` past the static scan) is the test's own only where the
+        test module names it or its class (its globals, or an attribute of a module they hold:
+        ``from unittest import mock``): otherwise the code under test returned it. One module
+        deep only: ``import unittest`` names ``unittest.mock`` once anything imported it, not
+        ``ANY``."""
+        for root in (left, right):
+            for item in _objects(root):
+                kind = type(item)
+                known = self.blanket.get(id(kind))
+                if known is None:
+                    method, _ = _lookup(kind, "__eq__")
+                    code = _code(method)
+                    ours = self._written(getattr(code, "co_filename", None))[0] is not None
+                    # a class or method of a changed file is the first check's (it names the line)
+                    yes = (
+                        code is not None
+                        and not ours
+                        and self._diffs_class(kind) is None
+                        and _answer(method, item, _unseen()) is True
+                    )
+                    known = self.blanket[id(kind)] = (kind, yes)
+                if known[1] and not {id(item), id(kind)} & self._names(scope):
+                    what = f"comparison: {getattr(kind, '__qualname__', '?')}.__eq__ says yes to anything"
+                    claim = f"{what}, and no test module names the object: the code under test returned it"
+                    if claim not in self.told:
+                        self.told.add(claim)
+                        self.report(claim, "outside the changed files")
+                    return
+
+    def _names(self, scope: dict) -> set[int]:
+        """The ids of what a test module's globals hold, and the attributes of the modules there."""
+        known = self.named.get(id(scope))
+        if known is not None and known[0] is scope:
+            return known[1]
+        ids: set[int] = set()
+        layer = [scope]
+        for _ in range(2):
+            following = []
+            for names in layer:
+                for value in list(dict.values(names))[:MAX_OBJECTS]:
+                    ids.add(id(value))
+                    if isinstance(value, _MODULE):
+                        attrs = _ATTRIBUTE(value, "__dict__")
+                        if type(attrs) is dict:
+                            following.append(attrs)
+            layer = following
+        self.named[id(scope)] = (scope, ids)
+        return ids
 
     def _passed(self, op: str, left: object, right: object) -> None:
         names = _METHODS.get(op)
@@ -522,11 +581,14 @@ def install(
 
     def compared(result: object, left: object, right: object, op: str) -> object:
         if result is not False and _truthy(result):
-            checker.passed(op, left, right)
+            checker.passed(op, left, right, _getframe(1).f_globals)
         return result
 
     def compare(left: object, right: object, op: str) -> object:
-        return compared(operators[op](left, right), left, right, op)
+        result = operators[op](left, right)
+        if result is not False and _truthy(result):
+            checker.passed(op, left, right, _getframe(1).f_globals)
+        return result
 
     setattr(rewrite, helper, compared)
     setattr(rewrite, evaluate, compare)
@@ -620,7 +682,7 @@ def _wrap(case: type, name: str, op: str, checker: Checker) -> None:
         out = original(self, *args, **kwargs)
         given = {**dict(zip(params, args, strict=False)), **kwargs}
         if all(p in given for p in params):  # it returned: the assertion held
-            checker.passed(op, given[params[0]], given[params[1]])
+            checker.passed(op, given[params[0]], given[params[1]], _getframe(1).f_globals)
         return out
 
     checked.__name__ = checked.__qualname__ = name
