@@ -714,7 +714,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 14
+VALIDATION_VERSION = 15
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -731,7 +731,9 @@ child's report channel is checked at each write to hold its socket still (and a 
 ends the child), the mirror run sends nothing of its own on it, and a mirror run that left no
 verdict is the grade; 12: the tests' own literals are compared with their text; 13: a name they
 assign a function of their own files to is one of their names; 14: every FAIL_TO_PASS test fails
-on the base, and the child records functions' defaults and the grader's own objects)."""
+on the base, and the child records functions' defaults and the grader's own objects; 15: the
+comparison check asks a loose ``__eq__`` of the diff's (values near a plain one, those it keeps, a
+built-in subclass's own equality) and names an object equal to anything that no test module names)."""
 
 
 def _task_key(task: GradedTask) -> str:
