@@ -415,6 +415,53 @@ def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
     return [tokenizer.decode([i]) for i in ids]
 
 
+def _byte_alphabet() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's ``bytes_to_unicode``), read backwards: the character a
+    token string holds for each byte -> that byte."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+_BYTES = _byte_alphabet()
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def token_bytes(tokenizer: Any, ids: list[int], texts: list[str]) -> list[bytes]:
+    """Each token's own bytes (the chat reply's ``logprobs.content[].bytes``): a byte-level BPE
+    token read back through its alphabet, a SentencePiece byte token (``<0xE6>``) as its byte, any
+    other as its text's UTF-8. A token that is part of a character decodes to U+FFFD alone, and
+    its text's bytes joined gave ``'\ufffd\ufffd本'`` for ``'日本'``."""
+    try:
+        pieces = tokenizer.convert_ids_to_tokens(ids)
+    except Exception:  # noqa: BLE001 - a tokenizer without the mapping: the texts' bytes
+        pieces = [None] * len(ids)
+    out = []
+    for piece, text in zip(pieces, texts, strict=True):
+        if isinstance(piece, str) and _BYTE_TOKEN.fullmatch(piece):
+            out.append(bytes([int(piece[3:5], 16)]))
+            continue
+        in_alphabet = isinstance(piece, str) and all(c in _BYTES for c in piece)
+        raw = bytes(_BYTES[c] for c in piece) if in_alphabet else b""
+        # the alphabet's reading where it is the text's, or where the text is part of a character
+        # (a SentencePiece piece "café" holds é as itself, not as a byte of the alphabet)
+        if raw and ("\ufffd" in text or raw.decode("utf-8", "replace") == text):
+            out.append(raw)
+        else:
+            out.append(text.encode("utf-8", "replace"))
+    return out
+
+
 def chat_reply(
     request: ParsedRequest, choices: list[Choice], prompt_ids: list[int], tokenizer: Any
 ) -> dict[str, Any]:
@@ -429,15 +476,13 @@ def chat_reply(
                 reason = "tool_calls"
         logprobs = None
         if request.logprobs:
+            texts = token_strings(tokenizer, c.token_ids)
             logprobs = {
                 "content": [
-                    {
-                        "token": t,
-                        "logprob": finite(lp),
-                        "bytes": list(t.encode("utf-8", "replace")),
-                        "top_logprobs": [],
-                    }
-                    for t, lp in zip(token_strings(tokenizer, c.token_ids), c.logprobs, strict=True)
+                    {"token": t, "logprob": finite(lp), "bytes": list(b), "top_logprobs": []}
+                    for t, lp, b in zip(
+                        texts, c.logprobs, token_bytes(tokenizer, c.token_ids, texts), strict=True
+                    )
                 ]
             }
         out.append(

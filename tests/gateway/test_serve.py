@@ -349,6 +349,37 @@ def test_tools_where_the_template_renders_them(tiny_policy):
     assert parse_tool_calls("<tool_call>not json</tool_call>") == ("<tool_call>not json</tool_call>", [])
 
 
+def test_logprob_bytes_are_each_tokens_own_and_join_to_the_text(served):
+    """Hole (fixed): a token that is part of a character decodes to U+FFFD alone, and its
+    ``bytes`` were U+FFFD's: joined, they gave '\ufffd\ufffd本' for '日本'. Each token's bytes
+    now come from the tokenizer's byte alphabet (a SentencePiece byte token as its byte)."""
+    from lit_codeRL.gateway.requests import token_bytes, token_strings
+
+    _, _, tokenizer = served
+    text = "日本😀 héllo\n\tx"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    texts = token_strings(tokenizer, ids)
+    assert "\ufffd" in "".join(texts)  # the byte-level tokens of 日 and 😀
+    assert b"".join(token_bytes(tokenizer, ids, texts)) == text.encode()
+
+    class Pieces:  # a SentencePiece-like tokenizer: byte tokens, and "é" as itself in a piece
+        def convert_ids_to_tokens(self, ids):
+            return ["<0xE6>", "<0x97>", "<0xA5>", "caf\u00e9"]
+
+    assert token_bytes(Pieces(), [0, 1, 2, 3], ["\ufffd", "\ufffd", "\ufffd", "café"]) == [
+        b"\xe6",
+        b"\x97",
+        b"\xa5",
+        "café".encode(),
+    ]
+    reply = client(served[0]).chat.completions.create(
+        model="tiny", messages=MESSAGES, temperature=1.0, seed=11, max_tokens=24, logprobs=True
+    )
+    content = reply.choices[0].logprobs.content
+    joined = b"".join(bytes(t.bytes) for t in content).decode("utf-8", "replace")
+    assert joined == tokenizer.decode(reply.choices[0].model_extra["token_ids"])
+
+
 @pytest.mark.parametrize(
     "block",
     [
