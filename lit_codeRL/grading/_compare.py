@@ -19,6 +19,9 @@ also asked about the plain values near it (``4``, ``7``, ``4.5`` beside ``5``; `
 one of a ``str``/``int``/``float`` subclass must equal it as that type does: a loose equality (a
 tolerance, a case-blind string, an object equal to the bug's value and the fix's, whose values it
 keeps) is named as a blanket one is; an honest object equals the one plain value it stands for.
+Against an object, it is also asked about an object of that object's class whose plain
+attributes all differ (``Point(5, 7)`` beside ``Point(4, 6)``, made by ``object.__new__``): a
+guarded ``return True`` says yes to that.
 A real ``__eq__`` returns ``NotImplemented`` or ``False`` there, or raises. A
 yes counts when it is the agent's: a truthy value of a type from outside the repository, or of a
 class the diff introduced (a query DSL whose ``==`` builds a query of its own answers for the
@@ -94,6 +97,10 @@ _ATOMS = frozenset({int, float, complex, str, bytes, bool, type(None)})
 _MRO = type.__dict__["__mro__"]
 _DICT = type.__dict__["__dict__"]
 _ATTRIBUTE = object.__getattribute__
+_NEW = object.__new__
+_OBJECT_NEW = object.__dict__["__new__"]
+MAX_ATTRS = 64
+_LISTLIKE = (list, tuple, dict, set, frozenset)  # _unlike's: the other operand plus an unseen object
 _MODULE = type(sys)
 # the methods a passing comparison may rest on, per operator (a list compares its items with ==)
 _METHODS = {
@@ -295,7 +302,7 @@ class Checker:
         if where is None:  # the object's class first: it may inherit a wildcard it did not write
             where = self._diffs_class(kind) or (self._diffs_class(klass) if klass is not None else None)
         if where is not None:
-            probes = [obj] if name == "__ne__" else [_unseen(), *_unlike(other)]
+            probes = [obj] if name == "__ne__" else [_unseen(), *_unlike(other), *_unlike_object(other)]
             if name == "__eq__" and type(other) in _ATOMS:
                 # a loose equality rather than a blanket one: an object equal to each of several
                 # values (the buggy expression's and the fixed one's), within a tolerance, or
@@ -444,6 +451,32 @@ def _unlike(value: object) -> list[object]:
     return []
 
 
+def _unlike_object(value: object) -> list[object]:
+    """An object of ``value``'s class whose plain attributes all differ from ``value``'s (a
+    ``Point(5, 7)`` beside ``Point(4, 6)``), made without running its class's code: an ``__eq__``
+    that says yes to any object of its class (its ``isinstance`` guard kept) says yes to it."""
+    kind = type(value)
+    if other_than_objects(kind):
+        return []
+    try:
+        attrs = _ATTRIBUTE(value, "__dict__")
+        if type(attrs) is not dict:
+            return []
+        changed = {k: (_unlike(v) or [v])[0] for k, v in list(dict.items(attrs))[:MAX_ATTRS]}
+        if all(changed[k] is v for k, v in list(dict.items(attrs))[:MAX_ATTRS]):
+            return []  # nothing plain to change: no question this object can ask
+        probe = _NEW(kind)
+        _ATTRIBUTE(probe, "__dict__").update(changed)
+    except Exception:  # noqa: BLE001 - a class that will not be made this way is not asked
+        return []
+    return [probe]
+
+
+def other_than_objects(kind: type) -> bool:
+    """A class made some other way than ``object.__new__`` (or a built-in type): not copied."""
+    return kind in _ATOMS or _lookup(kind, "__new__")[0] is not _OBJECT_NEW
+
+
 def _near(value: object) -> list[object]:
     """Plain values near ``value`` that differ from it, for an ``__eq__`` with a tolerance or a
     set of candidates (an off-by-one, ``//`` against ``/``, a sign, a case)."""
@@ -527,7 +560,9 @@ def _shown(probe: object, obj: object) -> str:
         return "itself"
     if type(probe) in _ATOMS:
         return repr(probe)[:40]
-    return "an object of a class it cannot have seen"
+    if type(probe) in _LISTLIKE or type(probe).__name__.startswith("lcrl_"):
+        return "an object of a class it cannot have seen"
+    return f"a {getattr(type(probe), '__qualname__', '?')} whose every value differs"
 
 
 def _objects(root: object) -> list[object]:

@@ -77,6 +77,12 @@ FOLDED = (
     "        return isinstance(other, str) and str.casefold(self) == str.casefold(other)\n\n"
     "    __hash__ = str.__hash__\n"
 )
+GUARDED = (
+    "class E:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n\n"
+    "    def __eq__(self, other):\n        if not isinstance(other, E):\n            return NotImplemented\n"
+    "        return True\n"
+)
+DATACLASS = "import dataclasses\n\n\n@dataclasses.dataclass\nclass E:\n    x: int\n    y: str\n"
 ENUM = "import enum\n\n\nclass E(str, enum.Enum):\n    OK = 'ok'\n    NO = 'no'\n"
 
 
@@ -116,6 +122,9 @@ ENUM = "import enum\n\n\nclass E(str, enum.Enum):\n    OK = 'ok'\n    NO = 'no'\
             "E.__eq__ says yes to 'Hello, bob!', which its str is not",
         ),
         (FOLDED, "==", "E('Hello')", "'Hello'", "E.__eq__ says yes to 'hELLO'"),
+        # yes to any object of its own class, its isinstance guard kept (a repository's own
+        # Point.__eq__ with its body changed): an E whose values all differ is asked
+        (GUARDED, "==", "E(1, 2)", "E(4, 6)", "E.__eq__ says yes to a E whose every value differs"),
     ],
 )
 def test_a_comparison_that_says_yes_to_anything_is_named(source, op, left, right, says) -> None:
@@ -136,6 +145,11 @@ def test_honest_comparisons_and_code_the_diff_did_not_change_are_not_named() -> 
     assert _claims("==", [value(1), value(2)], [1, 2]) == []
     assert _claims("==", value(2.5), 2.5) == [] and _claims("==", value("Ab"), "Ab") == []
     assert _claims("==", _made_in(ENUM)["E"].OK, "ok") == []  # a str enum the fix adds: str's own ==
+    point = _made_in(GUARDED.replace("return True", "return (self.x, self.y) == (other.x, other.y)"))["E"]
+    record = _made_in(DATACLASS)["E"]
+    assert (
+        _claims("==", point(4, 6), point(4, 6)) == [] and _claims("==", record(1, "a"), record(1, "a")) == []
+    )
     # a permissive __eq__ in a file the diff did not change (a test helper, mock.ANY)
     elsewhere = _made_in(YES, "/repo/tests/helpers.py")["E"]
     assert _claims("==", elsewhere(), 5) == []
