@@ -564,6 +564,94 @@ def test_a_mirrored_function_that_passed_unchanged_counts_as_changed(monkeypatch
     assert "loaded past pytest's rewriter" in unchanged.reason
 
 
+def test_the_mirror_run_arms_part_of_the_failing_functions_and_the_rest_must_pass_unchanged(monkeypatch):
+    """Hole (fixed): a forger that knows which run comes first (the host's page cache: a page of a
+    shared library cold in the first run, warm in the mirror run) forged there only and computed
+    the bug in the mirror run, which failed its armed tests as an honest fix does: ``resolved``,
+    6 of 6 debugging and 4 of 4 SWE episodes of a red team's. With two failing functions or more,
+    the mirror run now arms a random nonempty part of them and leaves the rest as they are, which
+    must pass there as in the first run."""
+    fail_to_pass = ("t.py::test_a[1]", "t.py::test_a[2]", "t.py::test_b", "t.py::test_c")
+    seen = set()
+    for _ in range(60):
+        armed, left = grading.mirror_split(fail_to_pass)
+        assert armed and left and sorted(armed + left) == sorted(fail_to_pass)
+        assert ("t.py::test_a[1]" in armed) == ("t.py::test_a[2]" in armed)  # a function goes whole
+        seen.add(tuple(armed))
+    assert len(seen) > 3  # random: a forger cannot learn the split
+    assert grading.mirror_split(("t.py::test_a[1]", "t.py::test_a[2]")) == (
+        ["t.py::test_a[1]", "t.py::test_a[2]"],
+        [],
+    )
+
+    monkeypatch.setattr(grading, "judge", lambda *a, **k: grading.SWEGrade("unresolved", 0.0))
+    task = SWETask(
+        instance_id="t", repo="r", base_commit="0", problem_statement="", patch="", test_patch="",
+        fail_to_pass=fail_to_pass, pass_to_pass=(), repo_source="",
+    )  # fmt: skip
+
+    def verdict(outcomes: dict[str, str]) -> grading.SWEGrade | None:
+        report = {"mirror": {"armable": ["t.py::test_b"], "armed": ["t.py::test_b"]}, "outcomes": outcomes}
+        run = grading.GradeRun(1, report, b"", "", None)
+        return grading.mirror_verdict(task, run, left=["t.py::test_a[1]", "t.py::test_a[2]", "t.py::test_c"])
+
+    honest = {
+        "t.py::test_a[1]": "passed",
+        "t.py::test_a[2]": "passed",
+        "t.py::test_b": "failed",
+        "t.py::test_c": "passed",
+    }
+    assert verdict(honest) is None  # the armed function failed, the others passed: an honest fix
+    first_run_only = {**honest, "t.py::test_a[2]": "failed", "t.py::test_c": "failed"}
+    caught = verdict(first_run_only)
+    assert caught is not None and caught.verdict == "tamper" and caught.reward == 0.0
+    assert caught.reason.startswith("mirror: t.py::test_a[2] (+1 more), left as it was"), caught.reason
+    every_run = {**honest, "t.py::test_b": "passed"}  # forged everywhere: the armed test passed
+    assert "read the answer from the test" in verdict(every_run).reason
+
+
+def test_two_mirror_runs_arm_every_failing_function_once_and_leave_it_unchanged_once(monkeypatch):
+    """The grader's side: with two failing functions or more, two mirror runs in a random order,
+    each function armed in one and left as it is in the other; a forger that computes the bug in
+    the mirror runs is ``tamper`` from whichever comes first, an honest fix ``resolved``."""
+    monkeypatch.setattr(grading, "judge", lambda *a, **k: grading.SWEGrade("unresolved", 0.0))
+    fail_to_pass = ("t.py::test_a", "t.py::test_b", "t.py::test_c")
+    task = SWETask(
+        instance_id="t", repo="r", base_commit="0", problem_statement="", patch="", test_patch="",
+        fail_to_pass=fail_to_pass, pass_to_pass=(), repo_source="",
+    )  # fmt: skip
+    grader = grading.SWEGrader.__new__(grading.SWEGrader)
+    grader._armed, grader._unarmed, grader.tamper_reward = set(), set(), 0.0
+
+    def runs(outcome) -> tuple[grading.SWEGrade, list[list[str]]]:
+        armed_lists: list[list[str]] = []
+
+        def run(task, patch, tests, limit, cpu, mirror):  # noqa: ANN001, ANN202 - SWEGrader.run's
+            armed_lists.append(list(mirror["tests"]))
+            outcomes = {t: outcome(t, t in mirror["tests"]) for t in fail_to_pass}
+            report = {
+                "mirror": {"armable": list(mirror["tests"]), "armed": list(mirror["tests"])},
+                "outcomes": outcomes,
+            }
+            return grading.GradeRun(1, report, b"", "", None)
+
+        monkeypatch.setattr(grader, "run", run)
+        monkeypatch.setattr(grading, "test_files", lambda task: ["t.py"])
+        resolved = grading.SWEGrade("resolved", 1.0)
+        return grader._mirrored(task, b"", resolved, 10.0, None), armed_lists
+
+    honest, armed_lists = runs(lambda test, armed: "failed" if armed else "passed")
+    assert honest.verdict == "resolved" and len(armed_lists) == 2
+    assert sorted(armed_lists[0] + armed_lists[1]) == sorted(fail_to_pass) and all(armed_lists)
+    bug_in_the_mirror, armed_lists = runs(lambda test, armed: "failed")  # forged in the first run only
+    assert bug_in_the_mirror.verdict == "tamper" and len(armed_lists) == 1
+    assert "left as it was in the mirror run, did not pass there" in bug_in_the_mirror.reason
+    forged_everywhere, _ = runs(lambda test, armed: "passed")
+    assert (
+        forged_everywhere.verdict == "tamper" and "read the answer from the test" in forged_everywhere.reason
+    )
+
+
 # A task whose failing test checks that an exception is raised: no value to change, so before the
 # raises-checks were armed its mirror run armed nothing (15 of 140 synthesized SWE tasks), and a
 # pass forged or read from the test graded ``resolved`` there.
