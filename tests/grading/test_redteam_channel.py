@@ -418,19 +418,48 @@ def test_a_mirror_run_without_a_verdict_is_the_grade():
         assert not grade.resolved and grade.reason.startswith("mirror run:"), grade
 
 
+# the report patch above, off wherever it tells the mirror run apart (here by the rewriter
+# wrapper's closure; on the host, by which run reads a page of a shared library first)
+TOLD_APART = MIRROR_TELL + BLIND_REPORTER_PATCH.replace(
+    '    if "--child" not in a:\n', '    if _lcrl_mirror_run() or "--child" not in a:\n', 1
+)
+
+
+def test_a_report_patch_that_tells_the_mirror_run_apart_gets_no_reward_with_two_failing_functions(
+    package_task,
+):
+    """Hole (fixed where a task has two failing test functions or more): the patch forged the
+    first run and computed the bug in the mirror run, whose armed tests an honest fix fails too:
+    ``resolved`` (the strict xfail below, before). Two mirror runs now each leave part of the
+    failing functions unchanged, which must pass: the bug fails them."""
+    tmp, task, grader = package_task
+    patch = diff(Path(task.repo_source), tmp / "tell-diff", {"pkg/__init__.py": TOLD_APART})
+    for _ in range(2):  # either order of the two mirror runs
+        grade = grader.grade(task, patch)
+        assert grade.verdict == "tamper" and grade.reward == 0.0, grade.to_dict()
+        assert "left as it was in the mirror run, did not pass there" in grade.reason, grade.reason
+
+
+@pytest.fixture(scope="module")
+def one_function_task(tmp_path_factory):
+    require_bwrap()
+    tmp = tmp_path_factory.mktemp("channel-one")
+    task, grader = validated_task(tmp, "channel-one", FILES, {"pkg/calc.py": FIXED}, F2P[:1], P2P)
+    return tmp, task, grader
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open: the mirror run is told apart in the process (the rewriter wrapper's closure, and "
-    "more: the shifted values are in the test module's code), and the grader's in-process records "
-    "can be changed by code that knows where they are; a report patch that blinds the record of the "
-    "grader's objects and leaves the mirror run alone forges the first run (docs/swe.md, the mirror run)",
+    "more: the shifted values are in the test module's code) or by the order of the runs (the host's "
+    "page cache), and the grader's in-process records can be changed by code that knows where they "
+    "are; where a task has one failing test function, its one mirror run arms it, and a report patch "
+    "that blinds the record of the grader's objects and computes the bug in the mirror run forges the "
+    "first run (docs/swe.md, the mirror run)",
 )
-def test_a_report_patch_that_tells_the_mirror_run_apart_gets_no_reward(package_task):
-    tmp, task, grader = package_task
-    relay = MIRROR_TELL + BLIND_REPORTER_PATCH.replace(
-        '    if "--child" not in a:\n', '    if _lcrl_mirror_run() or "--child" not in a:\n', 1
-    )
-    patch = diff(Path(task.repo_source), tmp / "tell-diff", {"pkg/__init__.py": relay})
+def test_a_report_patch_that_tells_the_mirror_run_apart_gets_no_reward(one_function_task):
+    tmp, task, grader = one_function_task
+    patch = diff(Path(task.repo_source), tmp / "tell-diff", {"pkg/__init__.py": TOLD_APART})
     grade = grader.grade(task, patch)
     assert not grade.resolved and grade.reward == 0.0, grade.to_dict()
 
