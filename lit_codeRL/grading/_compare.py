@@ -456,14 +456,15 @@ def _unlike_object(value: object) -> list[object]:
     ``Point(5, 7)`` beside ``Point(4, 6)``), made without running its class's code: an ``__eq__``
     that says yes to any object of its class (its ``isinstance`` guard kept) says yes to it."""
     kind = type(value)
-    if other_than_objects(kind):
+    if _made_otherwise(kind):
         return []
     try:
         attrs = _ATTRIBUTE(value, "__dict__")
         if type(attrs) is not dict:
             return []
-        changed = {k: (_unlike(v) or [v])[0] for k, v in list(dict.items(attrs))[:MAX_ATTRS]}
-        if all(changed[k] is v for k, v in list(dict.items(attrs))[:MAX_ATTRS]):
+        items = list(dict.items(attrs))[:MAX_ATTRS]
+        changed = {k: (_unlike(v) or [v])[0] for k, v in items}
+        if all(changed[k] is v for k, v in items):
             return []  # nothing plain to change: no question this object can ask
         probe = _NEW(kind)
         _ATTRIBUTE(probe, "__dict__").update(changed)
@@ -472,7 +473,7 @@ def _unlike_object(value: object) -> list[object]:
     return [probe]
 
 
-def other_than_objects(kind: type) -> bool:
+def _made_otherwise(kind: type) -> bool:
     """A class made some other way than ``object.__new__`` (or a built-in type): not copied."""
     return kind in _ATOMS or _lookup(kind, "__new__")[0] is not _OBJECT_NEW
 
@@ -614,16 +615,16 @@ def install(
         ">=": operator.ge, "in": lambda left, right: left in right,
     }  # fmt: skip
 
-    def compared(result: object, left: object, right: object, op: str) -> object:
+    def held(result: object, left: object, right: object, op: str, scope: dict) -> object:
         if result is not False and _truthy(result):
-            checker.passed(op, left, right, _getframe(1).f_globals)
+            checker.passed(op, left, right, scope)
         return result
 
+    def compared(result: object, left: object, right: object, op: str) -> object:
+        return held(result, left, right, op, _getframe(1).f_globals)  # the test module's globals
+
     def compare(left: object, right: object, op: str) -> object:
-        result = operators[op](left, right)
-        if result is not False and _truthy(result):
-            checker.passed(op, left, right, _getframe(1).f_globals)
-        return result
+        return held(operators[op](left, right), left, right, op, _getframe(1).f_globals)
 
     setattr(rewrite, helper, compared)
     setattr(rewrite, evaluate, compare)
