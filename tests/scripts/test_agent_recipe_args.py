@@ -1,6 +1,7 @@
 """The agent recipe's ``--score`` check, made before any stage runs: it names the stages scored,
 refuses one it does not know and a selection with nothing to score, and counts an RL stage that
-an earlier, interrupted call finished (``--resume``) as one to score."""
+an earlier, interrupted call finished (``--resume``) as one to score; and the RL stage's overrides
+(``--rl-tasks``, the budget to the second)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,17 @@ def test_score_rl_without_rl_stops_before_any_stage_unless_resume_finds_one(tmp_
     with pytest.raises(Scored) as scored:
         agent_recipe.main()
     assert scored.value.args == (str(rl / "hf_model"),)
+
+
+def test_rl_stage_args_limit_the_training_tasks_and_keep_the_budget_to_the_second() -> None:
+    src = "debug:mbpp:/d?per_problem=3"
+    assert agent_recipe.rl_stage_args(src, 3.5, 100, "--x 1") == [
+        "--model.init_args.problems.source", src,
+        "--trainer.max_time", "00:00:03:30",
+        "--model.init_args.problems.limit", "100",
+        "--x", "1",
+    ]  # fmt: skip
+    # 0 tasks: all of them (no limit); 90 minutes: an hour and a half
+    assert agent_recipe.rl_stage_args(src, 90, 0, "") == [
+        "--model.init_args.problems.source", src, "--trainer.max_time", "00:01:30:00"
+    ]  # fmt: skip

@@ -22,7 +22,7 @@ MBPP = REPO.parent / "shared" / "data" / "mbpp"
 TINY = "--trainer.max_steps 2 --trainer.accelerator cpu --trainer.devices 1"
 BC = f"{TINY} --model.init_args.demonstrations.limit 2 --model.init_args.batch_size 2"
 RL = (
-    "--trainer.max_steps 1 --trainer.accelerator cpu --trainer.devices 1 --model.init_args.problems.limit 2 "
+    "--trainer.max_steps 1 --trainer.accelerator cpu --trainer.devices 1 "
     "--model.init_args.sampling.max_new_tokens 8 --model.init_args.prompts_per_step 1 "
     "--model.init_args.num_generations 2 --model.init_args.env.max_turns 2"
 )
@@ -71,7 +71,9 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_every_heldout_se
     # --prepare (what scripts/gpu_stage.sh runs before a device session) plays the BC stage's
     # reference trajectories into the cache and trains nothing; the BC stage then plays none
     # and validates the RL stage's training tasks; the BC stage then plays none, RL validates none
+    # --rl-tasks 2: the RL stage trains on (and --prepare validates) the first 2 of 12 training tasks
     recipe = ("--rl-minutes", "1", "--bc-args", BC, "--rl-args", RL, "--train-per-problem", "2")
+    recipe += ("--rl-tasks", "2")
     prepared = run_recipe(tmp_path, data, "--prepare", *recipe)
     assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-3000:]
     assert "playing the debug reference trajectories" in prepared.stderr
