@@ -216,11 +216,18 @@ def reference_demonstrations(
     of recovery trajectories whose wrong edit is of another line. ``misquotes``: the fraction of
     tasks that also get a misquote trajectory (both envs)."""
     debug = "debug_task" in problems[0].metadata
+    # A reference trajectory's final diff is the task's own fix, written by no policy: the mirror
+    # runs (a second and third grading run of each resolved episode, looking for code that forged
+    # the first) have nothing to catch there, and they were 60% of the time playing took (71 of
+    # 119 s of grading for 12 MBPP tasks' 21 trajectories). Whether a task's fix survives the
+    # mirror is validation's question, asked of the tasks RL trains on. The cache key keeps the
+    # settings as given: the trajectories played are the same.
+    unmirrored = {"mirror_check": False}
     if debug:
         from lit_codeRL.envs.debug.env import DebugEnv
         from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes
 
-        environment: Any = DebugEnv(env.debug)
+        environment: Any = DebugEnv(replace(env.debug, **unmirrored))
         mix: dict[str, Any] = dict(
             recoveries=recoveries,
             explain=explain,
@@ -232,7 +239,7 @@ def reference_demonstrations(
         from lit_codeRL.envs.swe.env import ContainerEnv
         from lit_codeRL.envs.swe.reference import reference_episodes as swe_episodes
 
-        environment = ContainerEnv(data_name_or_path=None, settings=env.swe)
+        environment = ContainerEnv(data_name_or_path=None, settings=replace(env.swe, **unmirrored))
         mix = dict(explain=explain, misquotes=misquotes)
         reference_episodes = partial(swe_episodes, **mix)
 

@@ -341,6 +341,26 @@ def test_a_wrong_fix_plays_does_not_resolve_and_is_dropped(debug_settings, debug
     assert message.startswith("1 of 2 debug reference trajectories") and "test/two-places-wrong" in message
 
 
+def test_reference_trajectories_are_graded_without_the_mirror_runs(debug_settings, chat, monkeypatch):
+    """A reference trajectory's diff is the task's own fix: its resolved grade is not graded again
+    with the failing tests' values changed (the mirror runs, about half of what playing cost),
+    and the user's settings, which keep the check for the policy's episodes, are left as given."""
+    from lit_codeRL.grading import SWEGrader
+
+    runs: list[bool] = []
+    real_run = SWEGrader.run
+
+    def counted(self, *args, **kwargs):
+        runs.append(kwargs.get("mirror") is not None)
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(SWEGrader, "run", counted)
+    assert debug_settings.mirror_check
+    rows = reference_demonstrations([debug_problem(two_places_task())], chat, EnvSettings(debug=debug_settings))
+    assert len(rows) == 1 and runs and not any(runs), runs
+    assert debug_settings.mirror_check
+
+
 def test_a_wrong_swe_patch_does_not_resolve(swe_env):
     task = SWE_TASKS["lit-coderl__numkit-1"].metadata["swe_task"]
     wrong = dataclasses.replace(task, patch=task.patch.replace("ordered[mid]) / 2", "ordered[mid]) / 3"))
