@@ -210,6 +210,38 @@ def heldout_ids(source: str, split: str, limit: int | None) -> list[str]:
     return [p.task_id for p in load_problems(source, split=split)[:limit]]
 
 
+def measure_heldout(source: str, split: str, limit: int | None) -> dict[str, Any]:
+    """Open every held-out debugging task an evaluation of ``source``/``split`` scores (the first
+    ``limit``) as the evaluation's env does: the first open of a task on a machine runs its tests at
+    the base (FAIL_TO_PASS measured, ``DebugTask.to_swe_task``) and caches the record, which
+    ``scripts/gpu_stage.sh`` ships, so that a device's first evaluation runs none of them."""
+    import yaml
+
+    from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
+    from lit_codeRL.problems import load_problems
+    from lit_codeRL.problems.debug import DebugTaskInvalid
+
+    block = yaml.safe_load((REPO / "configs" / "agent_recipe_eval.yaml").read_text())["model"]["init_args"]
+    problems = load_problems(source, split=split)[:limit]
+    start, invalid = time.time(), 0
+    with DebugEnv(DebugSettings(**block["debug"])) as env:
+
+        def open_task(problem: Any) -> bool:
+            try:
+                env.task_of(problem)
+            except DebugTaskInvalid:  # scored as the evaluation finds it: unresolved
+                return False
+            return True
+
+        with ThreadPoolExecutor(max(1, env.settings.parallel)) as pool:
+            invalid = sum(not ok for ok in pool.map(open_task, problems))
+    wall = time.time() - start
+    print(
+        f"[agent_recipe] measured {len(problems)} held-out debugging tasks in {wall:.0f} s ({invalid} invalid)"
+    )
+    return {"tasks": len(problems), "invalid": invalid, "wall_s": round(wall, 1)}
+
+
 def debug_behaviour(source: str, split: str, problems: list[dict[str, Any]]) -> dict[str, int]:
     """What the first edit of every episode did against its task's fix (``envs/debug/behaviour.py``:
     on the buggy line, the right line, the bug named): the skill a resolve rate hides."""
@@ -363,7 +395,8 @@ def main() -> None:
     parser.add_argument(
         "--prepare",
         action="store_true",
-        help="only make what the stages read from caches (tasks, played reference trajectories), "
+        help="only make what the stages read from caches (tasks, played reference trajectories, "
+        "the held-out debugging tasks measured at their base), "
         "train nothing: scripts/gpu_stage.sh runs this so a GPU session plays no trajectory",
     )
     parser.add_argument(
@@ -461,6 +494,9 @@ def main() -> None:
             rl_setup = [*rl_extra, "--model.init_args.model.name_or_path", args.base_model]
             rl_setup += ["--trainer.max_steps", "0"]
             wall += train_stage("prepare_rl", rl_config, out_dir / "prepare_rl", rl_setup)["wall_s"]
+        if "debug" in sets:
+            synth_report["debug_heldout"] = measure_heldout(*sets["debug"][:3])
+            wall += synth_report["debug_heldout"]["wall_s"]
         print(f"[agent_recipe] prepared in {wall:.0f} s: {json.dumps(synth_report)[:300]}")
         return
     if args.bc_run:

@@ -146,8 +146,9 @@ if [ -z "${NO_AGENT_RECIPE:-}" ]; then
   # again (about 200 s of its 15 minutes). `--prepare` plays only what is missing, then only the
   # files it read or wrote travel. It also validates the RL stage's training tasks (about 70 s on
   # the GPU machine otherwise; since the stop-95 grading checks about an hour for all 1,050 on a
-  # 2-core CPU: `--rl-tasks 200` trains on, and validates, the first 200). AGENT_RECIPE_ARGS: as the
-  # device call will pass them.
+  # 2-core CPU: `--rl-tasks 200` trains on, and validates, the first 200), and opens the held-out
+  # debugging tasks the evaluations score (each measured at its base once: their records travel
+  # below). AGENT_RECIPE_ARGS: as the device call will pass them.
   STAMP="$CACHE/prepare.stamp"
   touch "$STAMP"
   # shellcheck disable=SC2086  # AGENT_RECIPE_ARGS is a list of arguments

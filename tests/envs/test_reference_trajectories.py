@@ -356,7 +356,9 @@ def test_reference_trajectories_are_graded_without_the_mirror_runs(debug_setting
 
     monkeypatch.setattr(SWEGrader, "run", counted)
     assert debug_settings.mirror_check
-    rows = reference_demonstrations([debug_problem(two_places_task())], chat, EnvSettings(debug=debug_settings))
+    rows = reference_demonstrations(
+        [debug_problem(two_places_task())], chat, EnvSettings(debug=debug_settings)
+    )
     assert len(rows) == 1 and runs and not any(runs), runs
     assert debug_settings.mirror_check
 

@@ -50,7 +50,11 @@ def run_recipe(tmp_path: Path, data: Path, *extra: str) -> subprocess.CompletedP
         capture_output=True,
         text=True,
         timeout=1200,
-        env={**__import__("os").environ, "LIT_CODERL_SYNTH_CACHE": str(tmp_path / "synth-cache")},
+        env={
+            **__import__("os").environ,
+            "LIT_CODERL_SYNTH_CACHE": str(tmp_path / "synth-cache"),
+            "LIT_CODERL_DEBUG_CACHE": str(tmp_path / "debug-cache"),
+        },
     )
 
 
@@ -79,6 +83,11 @@ def test_agent_recipe_runs_bc_and_rl_and_scores_every_policy_on_every_heldout_se
     assert "playing the debug reference trajectories" in prepared.stderr
     assert "playing the swe reference trajectories" in prepared.stderr
     assert "validated 2 debug tasks" in prepared.stderr
+    # the held-out debugging tasks measured at their base (records gpu_stage.sh ships): a device's
+    # first evaluation runs no test to open them
+    assert "measured 2 held-out debugging tasks" in prepared.stdout
+    records = [json.loads(p.read_text()) for p in (tmp_path / "debug-cache").glob("*.json")]
+    assert sum(r["task_id"].startswith("mbpp-debug/1") for r in records) == 2, records
     assert not (tmp_path / "runs" / "bc").exists() and not (tmp_path / "recipe.json").exists()
     for stage in ("prepare", "prepare_rl"):
         assert not (tmp_path / "runs" / stage / "run" / "hf_model").exists(), "no optimizer step"
