@@ -437,9 +437,14 @@ def main() -> None:
     train_source = debug_source + (
         f"?per_problem={args.train_per_problem}" if args.train_per_problem > 1 else ""
     )
+    envs = {e.strip() for e in args.envs.split(",") if e.strip()}
+    if not envs or envs - {"debug", "swe"}:
+        sys.exit(f"--envs {args.envs!r}: name debug, swe or both")
     if args.swe_tasks:
         synth_report: dict[str, Any] = {"reused": str(Path(args.swe_tasks).resolve())}
         swe_source = f"swe:{Path(args.swe_tasks).resolve()}"
+    elif "swe" not in envs:  # no SWE task is trained on or scored: stage 0 is a quarter hour for nothing
+        synth_report, swe_source = {"skipped": f"--envs {args.envs}"}, ""
     else:
         synth_report = synth(out_dir / "synth", shlex.split(args.synth_args))
         swe_source = f"swe:{out_dir / 'synth' / 'swe' / 'tasks.jsonl'}"
@@ -447,9 +452,6 @@ def main() -> None:
         "debug": (debug_source, "test", args.debug_heldout or None, "MBPP debugging (held out)"),
         "swe": (swe_source, "eval", args.swe_heldout or None, "synthesized SWE (held out)"),
     }
-    envs = {e.strip() for e in args.envs.split(",") if e.strip()}
-    if not envs or envs - set(sets):
-        sys.exit(f"--envs {args.envs!r}: name debug, swe or both")
     sets = {key: value for key, value in sets.items() if key in envs}
     if args.swe_mbpp_test_tasks and "swe" in envs:
         synth_report["mbpp_swe_heldout"] = {"reused": str(Path(args.swe_mbpp_test_tasks).resolve())}

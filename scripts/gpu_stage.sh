@@ -156,7 +156,8 @@ if [ -z "${NO_AGENT_RECIPE:-}" ]; then
     "${SWE_ARGS[@]}" ${AGENT_RECIPE_ARGS:-} >"$CACHE/recipe_prepare.log" 2>&1 \
     || { tail -20 "$CACHE/recipe_prepare.log" >&2; exit 1; }
   mkdir -p "$G1/agent_recipe/synth_cache/reference"
-  cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"
+  # (none with `--envs debug`: no SWE task is trained on or scored, stage 0 is skipped)
+  if [ -d "$RECIPE_SYNTH" ]; then cp -r "$RECIPE_SYNTH" "$G1/agent_recipe/synth"; fi
   # MBPP-train bugs as one-file SWE repositories (more SWE demonstrations; 1.2 MB), made by stage 0b
   if [ -f "$CACHE/recipe_prepare/synth_mbpp/swe/tasks.jsonl" ]; then
     cp -r "$CACHE/recipe_prepare/synth_mbpp" "$G1/agent_recipe/synth_mbpp"

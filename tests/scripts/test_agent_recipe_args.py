@@ -92,3 +92,35 @@ def test_rl_stage_args_limit_the_training_tasks_and_keep_the_budget_to_the_secon
     assert agent_recipe.rl_stage_args(src, 90, 0, "") == [
         "--model.init_args.problems.source", src, "--trainer.max_time", "00:01:30:00"
     ]  # fmt: skip
+
+
+class Started(Exception):
+    """Raised by the stand-ins for stage 0 and a training stage: what the recipe started first."""
+
+
+@pytest.mark.parametrize("envs", ["debug", "swe", "debug,swe"])
+def test_stage_0_synthesizes_swe_tasks_only_where_an_swe_env_is_trained_or_scored(
+    envs, tmp_path, monkeypatch
+) -> None:
+    """``--envs debug`` trains on and scores MBPP debugging tasks alone: synthesizing the shipped
+    repositories' SWE tasks (stage 0, about 15 minutes of a 2-core staging) is skipped and BC starts
+    with no SWE demonstration; an SWE env still gets them."""
+
+    def synth(out_dir: Path, extra: list[str]) -> dict:
+        raise Started("synth")
+
+    def train_stage(name: str, config: str, run_dir: Path, extra: list[str]) -> dict:
+        raise Started(name, extra)
+
+    monkeypatch.setattr(agent_recipe, "synth", synth)
+    monkeypatch.setattr(agent_recipe, "train_stage", train_stage)
+    argv = ["agent_recipe.py", "--out-dir", str(tmp_path / "runs"), "--envs", envs, "--rl-minutes", "0"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--swe-mbpp-per-problem", "0", "--swe-mbpp-heldout", "0"])
+    with pytest.raises(Started) as started:
+        agent_recipe.main()
+    if "swe" in envs:
+        assert started.value.args == ("synth",)
+        return
+    name, extra = started.value.args
+    also = extra[extra.index("--model.init_args.demonstrations.also") + 1]
+    assert name == "bc" and also == "[]" and "swe:" not in " ".join(extra), extra
