@@ -15,6 +15,9 @@
 #                              none of it)
 #   .gpu2/  gguf.part2 (+ any wheels moved over so that both folders fit)
 #
+# A debug-only staging (AGENT_RECIPE_ARGS="--skip-base --envs debug --rl-tasks 200") from empty
+# caches took 49 min on a 2-core AMD EPYC (docs/synth.md).
+#
 # Then, from the dev machine, two consecutive device calls:
 #   run(command="python3 scripts/gpu_check.py stage .gpu1", carry=[".gpu1"])
 #   run(command="python3 scripts/gpu_check.py run .gpu2", carry=[".gpu2"])
@@ -145,8 +148,8 @@ if [ -z "${NO_AGENT_RECIPE:-}" ]; then
   # holds a digest of the env code, so a cache from older code misses and the GPU plays them all
   # again (about 200 s of its 15 minutes). `--prepare` plays only what is missing, then only the
   # files it read or wrote travel. It also validates the RL stage's training tasks (about 70 s on
-  # the GPU machine otherwise; since the stop-95 grading checks about an hour for all 1,050 on a
-  # 2-core CPU: `--rl-tasks 200` trains on, and validates, the first 200), and opens the held-out
+  # the GPU machine otherwise; about an hour for all 1,050 on a 2-core CPU, 402 s for the 200 of
+  # `--rl-tasks 200`, which trains on, and validates, the first 200), and opens the held-out
   # debugging tasks the evaluations score (each measured at its base once: their records travel
   # below). AGENT_RECIPE_ARGS: as the device call will pass them.
   STAMP="$CACHE/prepare.stamp"
