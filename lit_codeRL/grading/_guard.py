@@ -175,6 +175,10 @@ class Guard:
             # and the attributes of the classes they define (unittest.TestCase.assertEqual)
             self.keep, self.names = callable, set()
         self.reported: set[str] = set()
+        self.functions: tuple[object, ...] = ()  # index(): the recorded functions, their code, defaults
+        self.codes: tuple[object, ...] = ()
+        self.defaults: tuple[object, ...] = ()
+        self.kwdefaults: list[tuple[int, dict, tuple]] = []
         self.extend(modules)
 
     def add(self, owner: str, space: object, key: object, value: object) -> None:
@@ -219,10 +223,16 @@ class Guard:
             values.extend(space.values())
         self.index()
 
-    def index(self) -> None:
+    def index(self, fresh: bool = False) -> None:
         """The functions recorded, their code objects and the classes' sizes, for the one pass in
         C of the usual case (the objects are kept: no id is reused while recorded). Found in C
-        too: only the few ``classmethod``/``staticmethod``/``property`` entries run Python here."""
+        too: only the few ``classmethod``/``staticmethod``/``property`` entries run Python here.
+        A function recorded before keeps the code and defaults recorded then, unless ``fresh``
+        (:meth:`changed`, which has named every change it takes in): a record extended by the
+        modules imported since (:meth:`extend`) read them all again, and so took in, unnamed, a
+        code swapped between two checks that compare codes (from a thread: no frame of a changed
+        file on the stack for the audit hook; ``assertTrue`` made a no-op, the bug ``resolved``)."""
+        was = None if fresh else (self.functions, self.codes, self.defaults, self.kwdefaults)
         values, n = self.values, len(self.values)
         where = list(compress(range(n), map(is_, map(type, values), _REPEAT_FUNCTION)))
         functions = list(map(values.__getitem__, where))
@@ -232,16 +242,43 @@ class Guard:
                     functions.append(f)
                     where.append(i)
         self.functions, self.function_entries = tuple(functions), where
-        self.codes = tuple(map(_CODE, functions))
-        # a function's defaults are its behaviour too: ``json.dumps.__kwdefaults__["cls"]`` set to an
-        # encoder of the diff's changes what every later call writes, the function and its code
-        # the same objects (a tuple of ``__defaults__`` is replaced whole, a dict changes in place)
-        self.defaults = tuple(map(_DEFAULTS, functions))
-        self.kwdefaults = [
-            (j, kw, tuple(kw.items())) for j, kw in enumerate(map(_KWDEFAULTS, functions)) if kw
-        ]
+        if not was or not was[0]:  # a new record, or one taken again whole
+            self.codes = tuple(map(_CODE, functions))
+            # a function's defaults are its behaviour too: ``json.dumps.__kwdefaults__["cls"]`` set to
+            # an encoder of the diff's changes what every later call writes, the function and its
+            # code the same objects (a tuple of ``__defaults__`` is replaced whole, a dict changes
+            # in place)
+            self.defaults = tuple(map(_DEFAULTS, functions))
+            self.kwdefaults = [
+                (j, kw, tuple(kw.items())) for j, kw in enumerate(map(_KWDEFAULTS, functions)) if kw
+            ]
+        else:
+            self._keep_recorded(functions, *was)
         self.class_spaces = tuple(self.proxies.values())
         self.class_sizes = list(map(len, self.class_spaces))
+
+    def _keep_recorded(
+        self, functions: list, old: tuple, old_codes: tuple, old_defaults: tuple, old_kw: list
+    ) -> None:
+        """:meth:`index` of a record extended: what was recorded of each function it held, read
+        only for the functions new to it."""
+        position = {id(f): j for j, f in enumerate(old)}  # the old record keeps its functions alive
+        kw_was = {j: (kw, items) for j, kw, items in old_kw}
+        codes, defaults, kwdefaults = [], [], []
+        for k, f in enumerate(functions):
+            j = position.get(id(f))
+            if j is not None and old[j] is f:
+                codes.append(old_codes[j])
+                defaults.append(old_defaults[j])
+                if j in kw_was:
+                    kwdefaults.append((k, *kw_was[j]))
+                continue
+            codes.append(_CODE(f))
+            defaults.append(_DEFAULTS(f))
+            kw = _KWDEFAULTS(f)
+            if kw:
+                kwdefaults.append((k, kw, tuple(kw.items())))
+        self.codes, self.defaults, self.kwdefaults = tuple(codes), tuple(defaults), kwdefaults
 
     def label(self, i: int) -> str:
         return f"{self.owners[i]}.{self.keys[i]}"
@@ -332,7 +369,7 @@ class Guard:
                 if _runs_code(value) and not self.may_replace(label, value):
                     found.append(label)
                 self.add(owner, space, key, value)
-        self.index()
+        self.index(fresh=True)
         new = [f for f in found if f not in self.reported]
         self.reported.update(new)
         return new
