@@ -1101,13 +1101,16 @@ class Watch:
         """The standard library and the grader's own modules as recorded (:func:`trusted_guard`):
         checked between tests, where neither pytest's per-test patches (warnings, unraisable
         hooks) nor the tests' own (``monkeypatch``, ``mock.patch``) are in place; all of it
-        (``whole``, and the functions' code) after the collection and at the end, the modules of
-        :data:`HOT_ROOTS` after each test (a patch the code under test made in a test and took
-        back in a later one)."""
+        (``whole``) after the collection and at the end, the modules of :data:`HOT_ROOTS` after
+        each test (a patch the code under test made in a test and took back in a later one), and
+        each time the functions' code and defaults too."""
         if self.trusted is None or self.trusted_hot is None:
             return
         try:
-            found = self.trusted.changed(codes=True) if whole else self.trusted_hot.changed(codes=False)
+            # the hot modules' functions' code too: a swap made from a thread as the failing test
+            # ran (no changed file's frame for the audit hook) and taken back as the next test ran
+            # was seen by no check that compares codes (``assertTrue`` a no-op, the bug ``resolved``)
+            found = (self.trusted if whole else self.trusted_hot).changed(codes=True)
             found += self.trusted_new_modules()
         except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
             found = [f"(the check failed: {type(e).__name__})"]
