@@ -176,6 +176,7 @@ class Guard:
             self.keep, self.names = callable, set()
         self.reported: set[str] = set()
         self.functions: tuple[object, ...] = ()  # index(): the recorded functions, their code, defaults
+        self._ids: tuple[tuple[object, ...], frozenset[int]] = ((), frozenset())  # holds(): of which
         self.codes: tuple[object, ...] = ()
         self.defaults: tuple[object, ...] = ()
         self.kwdefaults: list[tuple[int, dict, tuple]] = []
@@ -280,6 +281,14 @@ class Guard:
                 kwdefaults.append((k, kw, tuple(kw.items())))
         self.codes, self.defaults, self.kwdefaults = tuple(codes), tuple(defaults), kwdefaults
 
+    def holds(self, value: object) -> bool:
+        """Is ``value`` one of the recorded functions? (The ids are taken when first asked after
+        :meth:`index`, which runs often: the audit hook asks only of a code or defaults set.)"""
+        functions, ids = self._ids
+        if functions is not self.functions:
+            self._ids = functions, ids = self.functions, frozenset(map(id, self.functions))
+        return id(value) in ids
+
     def label(self, i: int) -> str:
         return f"{self.owners[i]}.{self.keys[i]}"
 
@@ -375,6 +384,100 @@ class Guard:
         return new
 
 
+def _class_dict(cls: type) -> dict[str, object]:
+    """``cls``'s own attributes, as they are now."""
+    return dict(_TYPE_DICT(cls))
+
+
+def _same_state(now: dict, was: dict) -> bool:
+    """A dictionary whole as it was (each key holds the same object)."""
+    return now.keys() == was.keys() and all(now[k] is v for k, v in was.items())
+
+
+def _same_code(now: dict, was: dict) -> bool:
+    """A class's attributes as they were where any runs code (its data may have changed); read
+    only for a class written to, so that taking a state is a copy in C."""
+    return all(
+        not (_runs_code(was.get(k)) or _runs_code(now.get(k)))
+        for k in was.keys() | now.keys()
+        if now.get(k, _MISSING) is not was.get(k, _MISSING)
+    )
+
+
+class Written:
+    """Objects (the hot modules' classes, their dictionaries) written to as a test ran whose
+    ``state`` is as it was before (``same``: a class's methods, a dictionary whole): a method or a function
+    swapped and put back before the test ended (by the no-op itself, as the test called it),
+    which no comparison between tests can see. ``tags``: their version tags (``_version_tags``).
+    A state still changed is the record's to name, or to take in (a file of the repository the
+    diff left alone), and waits in :attr:`pending` with what it was before: put back by the end of
+    the test, it is named. The tests' own writes (``TestsPatches``) are bracketed: :meth:`before`
+    looks, :meth:`after` takes in what they wrote. ``bases``: a class's MRO, whose write drops its
+    subclasses' tags too (the base is named)."""
+
+    def __init__(
+        self,
+        tags: object,
+        state: Callable[[object], dict],
+        label: Callable[[object], str],
+        bases: Callable[[object], tuple] | None = None,
+        same: Callable[[dict, dict], bool] = _same_state,
+    ) -> None:
+        self.tags, self.state, self.label, self.bases, self.same = tags, state, label, bases, same
+        self.seen: dict[int, tuple[object, dict]] = {}  # an object's id: it, its state as last seen
+        self.pending: dict[int, tuple[object, dict]] = {}
+        self.named: list[str] = []  # seen before one of the tests' own writes, told by found()
+
+    def watch(self, objects: list) -> None:
+        self.tags.watch(objects)  # type: ignore[attr-defined]
+        for obj in objects:
+            self.seen[id(obj)] = (obj, self.state(obj))
+
+    def reset(self) -> None:
+        """Watch everything again from here (the tests start)."""
+        self.watch([obj for obj, _ in self.seen.values()])
+        self.named, self.pending = [], {}
+
+    def _look(self) -> list[str]:
+        found = []
+        written = self.tags.changed()  # type: ignore[attr-defined]
+        ids = {id(obj) for obj in written}
+        for obj in written:
+            now = self.state(obj)
+            held = self.seen.get(id(obj))
+            was = held[1] if held is not None and held[0] is obj else None
+            self.seen[id(obj)] = (obj, now)
+            if self.bases is not None and any(id(base) in ids for base in self.bases(obj)[1:]):
+                continue
+            if was is None or self.same(now, was):
+                found.append(f"{self.label(obj)} (written to as the test ran)")
+            else:
+                self.pending.setdefault(id(obj), (obj, was))
+        return found
+
+    def found(self) -> list[str]:
+        """What was written to and put back since the last call."""
+        found = self.named + self._look()
+        for obj, was in self.pending.values():
+            if self.same(self.state(obj), was):
+                found.append(f"{self.label(obj)} (written to as the test ran)")
+        self.named, self.pending = [], {}
+        return list(dict.fromkeys(found))
+
+    def before(self) -> None:
+        try:
+            self.named += self._look()
+        except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
+            self.named.append(f"(the check failed: {type(e).__name__})")
+
+    def after(self) -> None:
+        try:
+            for obj in self.tags.changed():  # type: ignore[attr-defined]
+                self.seen[id(obj)] = (obj, self.state(obj))
+        except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
+            self.named.append(f"(the check failed: {type(e).__name__})")
+
+
 _WRAPPERS = (classmethod, staticmethod, property)
 _REPEAT_FUNCTION = repeat(FunctionType)
 _REPEAT_WRAPPERS = repeat(_WRAPPERS)
@@ -414,6 +517,93 @@ def foreign_frames(frame: FrameType | None, repo: str, changed: frozenset[str]) 
     return found
 
 
+class TestsPatches:
+    """The tests' own patchers told apart from the diff's writes to the watched classes
+    (:meth:`Watch.written`): ``monkeypatch.setattr``/``delattr`` and their undo,
+    ``unittest.mock.patch`` entered and exited. A patch is the tests' own when the nearest frame
+    of the repository is a file of the tests (``is_tests_file``; for ``mock.patch``, where the
+    patch was made: a decorator is entered by ``mock``'s own wrapper) and no frame of a changed
+    file is on the stack; one made from the diff's code, or from a thread (no frame of the
+    repository), is not. Each of the tests' own writes is bracketed: the watch names what was
+    written before it (:attr:`before`) and takes in what it wrote (:attr:`after`), so that the
+    tests' patch of ``TestCase`` covers no write of the diff's in the same test. :meth:`install`
+    wraps the patchers before any record is taken: the wrappers are the record."""
+
+    def __init__(self, repo: str, changed: frozenset[str], is_tests_file: Callable[[str], bool]) -> None:
+        self.prefix, self.changed, self.is_tests_file = repo.rstrip("/") + "/", changed, is_tests_file
+        self.before: Callable[[], None] = lambda: None  # set by the Watch
+        self.after: Callable[[], None] = lambda: None
+
+    def tests_own(self, frame: FrameType | None) -> bool:
+        """Is the nearest repository frame from ``frame`` outward a test file's, with no frame of
+        a changed file on the stack?"""
+        nearest = None
+        while frame is not None:
+            inside = _inside(frame.f_code.co_filename, self.prefix)
+            if inside is not None:
+                if inside in self.changed:
+                    return False
+                nearest = nearest or frame.f_code.co_filename
+            frame = frame.f_back
+        return nearest is not None and self.is_tests_file(nearest)
+
+    def _bracketed(self, write: Callable, *args: object, **kwargs: object) -> object:
+        self.before()
+        try:
+            return write(*args, **kwargs)
+        finally:
+            self.after()
+
+    def install(self) -> None:
+        """Wrap ``_pytest.monkeypatch.MonkeyPatch`` and ``unittest.mock._patch``."""
+        import unittest.mock as mock  # noqa: PLC0415
+
+        from _pytest.monkeypatch import MonkeyPatch  # noqa: PLC0415
+
+        ours, bracketed, getframe = self.tests_own, self._bracketed, _getframe
+
+        def by_the_tests(original: Callable) -> Callable:
+            def patched(mp, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+                if ours(getframe(1)):
+                    vars(mp)["_lcrl_tests"] = True
+                    return bracketed(original, mp, *args, **kwargs)
+                return original(mp, *args, **kwargs)
+
+            return patched
+
+        original_undo = MonkeyPatch.undo
+
+        def undo(mp):  # noqa: ANN001, ANN202
+            if vars(mp).get("_lcrl_tests"):
+                return bracketed(original_undo, mp)
+            return original_undo(mp)
+
+        MonkeyPatch.setattr = by_the_tests(MonkeyPatch.setattr)  # type: ignore[method-assign]
+        MonkeyPatch.delattr = by_the_tests(MonkeyPatch.delattr)  # type: ignore[method-assign]
+        MonkeyPatch.undo = undo  # type: ignore[method-assign]
+        patch_init, patch_enter, patch_exit = (
+            mock._patch.__init__,
+            mock._patch.__enter__,
+            mock._patch.__exit__,
+        )
+
+        def init(patch, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            patch_init(patch, *args, **kwargs)
+            patch._lcrl_tests = ours(getframe(1))
+
+        def enter(patch):  # noqa: ANN001, ANN202
+            if getattr(patch, "_lcrl_tests", False):
+                return bracketed(patch_enter, patch)
+            return patch_enter(patch)
+
+        def exit_(patch, *exc_info):  # noqa: ANN001, ANN002, ANN202
+            if getattr(patch, "_lcrl_tests", False):
+                return bracketed(patch_exit, patch, *exc_info)
+            return patch_exit(patch, *exc_info)
+
+        mock._patch.__init__, mock._patch.__enter__, mock._patch.__exit__ = init, enter, exit_  # type: ignore[method-assign]
+
+
 def patched_from(
     event: str,
     args: tuple,
@@ -441,6 +631,42 @@ def patched_from(
         return None
     name = getattr(target, "__qualname__", type(target).__name__)
     return f"{event} ({name}.{attr})", found[0]
+
+
+FUNCTION_SLOTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+"""What a function does, set or deleted in place: the same object, another behaviour."""
+
+
+def swapped_recorded(
+    event: str,
+    args: tuple,
+    frame: FrameType | None,
+    repo: str,
+    changed: frozenset[str],
+    recorded: Callable[[object], bool],
+) -> tuple[str, str] | None:
+    """For the audit hook: ``(what, where)`` when ``event`` sets or deletes the code or defaults
+    of a function the toolchain's or the standard library's record holds (``recorded``), from
+    wherever: a swap from a thread (``Thread(target=setattr, ...)``, an executor) has no frame of
+    a changed file on the stack, and one put back before the test ends leaves the record nothing
+    to compare. Nothing in the standard library or the toolchain gives a recorded function other
+    code as tests run (``types.coroutine`` and Hypothesis do it to functions they have just
+    made). ``where``: the nearest frame of a changed file, else of the repository, else none."""
+    if event not in ("object.__setattr__", "object.__delattr__") or not changed:
+        return None
+    target, attr = args[0], args[1]
+    if attr not in FUNCTION_SLOTS or not recorded(target):
+        return None
+    found = foreign_frames(frame, repo, changed)
+    where = found[0] if found else None
+    prefix = repo.rstrip("/") + "/"
+    while where is None and frame is not None:
+        inside = _inside(frame.f_code.co_filename, prefix)
+        if inside is not None:
+            where = f"{inside}:{frame.f_lineno}"
+        frame = frame.f_back
+    name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
+    return f"{event} ({name}.{attr})", where or "no frame of the repository (a thread)"
 
 
 def _opened(args: tuple) -> str | None:
@@ -516,7 +742,16 @@ def read_by_tests(
     return None
 
 
-GRADER_MODULES = ("__main__", "_guard", "_compare", "_scan", "_fswatch", "_mirror", "_tests_data")
+GRADER_MODULES = (
+    "__main__",
+    "_guard",
+    "_compare",
+    "_scan",
+    "_fswatch",
+    "_mirror",
+    "_tests_data",
+    "_version_tags",
+)
 """The grader's own modules in the child (the runner runs as ``__main__``): how a report and a
 finding reach the parent."""
 
@@ -884,6 +1119,9 @@ class Watch:
         trusted: list[str],
         is_tests_file: Callable[[str], bool] = lambda path: False,
         tests_data: object = None,
+        tags: object = None,
+        dict_tags: object = None,
+        patches: TestsPatches | None = None,
     ) -> None:
         prefix, trusted_dirs = repo.rstrip("/") + "/", _prefixes(trusted)
 
@@ -904,6 +1142,12 @@ class Watch:
         self.tests_data = tests_data  # ``_tests_data.TestsData``: the tests' literals, or None
         self.objects: list[tuple[str, object, type, dict, dict]] = []  # record_objects
         self.runners_seen: dict[int, object] = {}  # what runs pytest's hooks, found trusted before
+        # ``_version_tags.TypeTags`` and ``DictTags``: which of the hot modules' classes and
+        # dictionaries were written to as a test ran (``written``)
+        self.tags, self.dict_tags = tags, dict_tags
+        self.writes: list[Written] = []
+        if patches is not None:
+            patches.before, patches.after = self._before_tests_write, self._after_tests_write
 
     def record_objects(self, objects: dict[str, object]) -> None:
         """Record the grader's own objects in the child (its pytest plugin, its report channel, its
@@ -933,6 +1177,50 @@ class Watch:
         self.trusted_hot = trusted_guard(self.repo, self.changed, toolchain, HOT_ROOTS)
         self.trusted_names = set(self.trusted.names or ())
         self.modules_seen = len(_modules)
+        # not the toolchain's: pytest writes to its own classes as a test runs a session in process
+        # (``pytester``: ``legacypath``'s properties, ``pytestPDB``'s state), and puts them back
+        if self.tags is not None and self.dict_tags is not None:
+            hot = self.trusted_hot
+            modules = {id(space): space for space in hot.spaces if type(space) is dict}
+            names = {id(space): owner for owner, space in zip(hot.owners, hot.spaces, strict=True)}
+            self.writes = [
+                Written(
+                    self.tags,
+                    _class_dict,
+                    lambda cls: f"{cls.__module__}.{cls.__qualname__}",
+                    _TYPE_MRO,
+                    _same_code,
+                ),
+                Written(self.dict_tags, dict, lambda space: names.get(id(space), "?")),
+            ]
+            self.writes[0].watch(list(hot.classes.values()))
+            self.writes[1].watch(list(modules.values()))
+
+    def recorded_function(self, value: object) -> bool:
+        """Is ``value`` a function the toolchain's or the standard library's record holds (the
+        audit hook names a swap of its code or defaults made from anywhere: ``__code__`` set from
+        a thread has no frame of a changed file on the stack, and put back before the test ends
+        leaves no record to compare)?"""
+        return self.guard.holds(value) or (self.trusted is not None and self.trusted.holds(value))
+
+    def written(self) -> list[str]:
+        """The hot modules' classes and dictionaries (:class:`Written`) written to and put back since
+        the last check."""
+        found = []
+        for written in self.writes:
+            try:
+                found += written.found()
+            except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
+                found.append(f"(the check failed: {type(e).__name__})")
+        return found
+
+    def _before_tests_write(self) -> None:
+        for written in self.writes:
+            written.before()
+
+    def _after_tests_write(self) -> None:
+        for written in self.writes:
+            written.after()
 
     def _changed_file(self, function: object) -> str | None:
         """The first file of a changed file's code ``function`` runs (:func:`code_files`)."""
@@ -1112,6 +1400,11 @@ class Watch:
             # was seen by no check that compares codes (``assertTrue`` a no-op, the bug ``resolved``)
             found = (self.trusted if whole else self.trusted_hot).changed(codes=True)
             found += self.trusted_new_modules()
+            if where == "the collection":  # pytest has configured its classes: the tests run now
+                for written in self.writes:
+                    written.reset()
+            else:
+                found += self.written()
         except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
             found = [f"(the check failed: {type(e).__name__})"]
         for name in found:

@@ -112,6 +112,7 @@ import _guard  # noqa: E402 - the child's record of the toolchain, bound beside 
 import _mirror  # noqa: E402 - the mirror run's change of the expected values, bound beside it too
 import _scan  # noqa: E402 - the scanner lives beside this file, bound read-only with it
 import _tests_data  # noqa: E402 - the tests' own literals kept, bound beside it too
+import _version_tags  # noqa: E402 - which classes were written to, bound beside it too
 
 HASH_SEED = "0"
 """``PYTHONHASHSEED`` of the pytest child (and of the workspace's commands: what the agent runs
@@ -1220,6 +1221,7 @@ def _install_monitor(
     data: frozenset[str],
     in_tests: Callable[[str], bool],
     known: frozenset[str] = frozenset(),
+    recorded: Callable[[object], bool] = lambda value: False,
 ) -> None:
     """The audit hook (see the module docstring). Calls made directly from ``watched`` files
     count: the non-test source files the diff changed whose base version used none of these
@@ -1230,7 +1232,9 @@ def _install_monitor(
     files the diff changed that are neither source nor restored (``_guard.read_by_tests``), and
     a Python file among the test files, not one of ``known`` (the restored files as the run
     started), opened (``_guard.made_among_tests``). It reports; it does not refuse (the report
-    is what decides, and it is out of this process before the call returns)."""
+    is what decides, and it is out of this process before the call returns). The code or
+    defaults of a function of the toolchain's or the standard library's record (``recorded``)
+    set or deleted count from anywhere (``_guard.swapped_recorded``)."""
     prefix = repo.rstrip("/") + "/"
     busy = []
     send = channel.send  # bound now, as the reporter's
@@ -1274,6 +1278,10 @@ def _install_monitor(
                     checks.append(lambda: (event, f"{where[len(prefix) :]}:{frame.f_lineno}"))
                 else:
                     checks.append(lambda: _guard.patched_from(event, args, frame, repo, changed, guarded))
+                if len(args) > 1 and args[1] in _guard.FUNCTION_SLOTS:  # a function's code or defaults
+                    checks.append(
+                        lambda: _guard.swapped_recorded(event, args, frame, repo, changed, recorded)
+                    )
             for check in checks:
                 try:
                     found = check()
@@ -1356,10 +1364,26 @@ def child_main() -> None:
     # rewriter), before the first line of the repository runs (conftests, test modules)
     with open(os.path.join(results, "restored.json")) as f:
         known = frozenset(os.path.normpath(os.path.join(repo, p)) for p in json.load(f))
+
     # the tests' own modules: test paths, and every file restored (a graded file, a helper of the
     # tests whatever its name)
+    def tests_file(path: str) -> bool:
+        return in_tests(path) or _normpath(path) in known
+
+    # the tests' own monkeypatch and mock.patch, told apart from the diff's writes to the classes the
+    # tests check with: wrapped before the toolchain's record is taken, which holds the wrappers
+    patches = _guard.TestsPatches(repo, changed, tests_file)
+    patches.install()
     watch = _guard.Watch(
-        repo, changed, claim, trusted, lambda p: in_tests(p) or _normpath(p) in known, tests_data
+        repo,
+        changed,
+        claim,
+        trusted,
+        tests_file,
+        tests_data,
+        _version_tags.TypeTags(),  # before the audit hook: the probes' reads through ctypes are ours
+        _version_tags.DictTags(),
+        patches,
     )
     dirs = watch.guard.package_dirs  # pytest's and pluggy's own files, not all trusted ones
     data = frozenset(os.path.join(repo, p) for p in changes["data"])
@@ -1373,6 +1397,7 @@ def child_main() -> None:
         data,
         in_tests,
         known,
+        watch.recorded_function,
     )
     _Reporter.pytest_runtest_call = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.after_call)
     _Reporter.pytest_runtest_protocol = pytest.hookimpl(hookwrapper=True, tryfirst=True)(

@@ -47,7 +47,16 @@ TOOLCHAIN_NAMES = frozenset(
 """Top-level names of the grading toolchain (pytest and its dependencies) besides the stdlib."""
 ALWAYS_PROTECTED = frozenset(
     {"sitecustomize", "usercustomize", "__main__"}
-    | {"_runner", "_scan", "_compare", "_guard", "_fswatch", "_mirror", "_tests_data"}  # repo.RUNNER_FILES
+    | {
+        "_runner",
+        "_scan",
+        "_compare",
+        "_guard",
+        "_fswatch",
+        "_mirror",
+        "_tests_data",
+        "_version_tags",
+    }  # repo.RUNNER_FILES
 )
 NOT_PROTECTED = frozenset({"test", "tests", "idlelib", "turtledemo"})
 """Stdlib names a repository may legitimately use for its own top-level test directories."""

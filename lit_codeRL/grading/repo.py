@@ -65,7 +65,8 @@ GUARD = Path(__file__).with_name("_guard.py")
 FSWATCH = Path(__file__).with_name("_fswatch.py")
 MIRROR = Path(__file__).with_name("_mirror.py")
 TESTS_DATA = Path(__file__).with_name("_tests_data.py")
-RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR, TESTS_DATA)
+VERSION_TAGS = Path(__file__).with_name("_version_tags.py")
+RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR, TESTS_DATA, VERSION_TAGS)
 """The trusted runner and what it imports, bound read-only side by side in every grading run."""
 RUNNER_MOUNT = "/opt/lcrl-grade"
 RESULTS_MOUNT = "/opt/lcrl-results"

@@ -1,0 +1,144 @@
+"""Which classes and module dictionaries were written to since last seen: CPython's version tags.
+
+Runs in the pytest child beside ``_runner.py``. The record's checks compare what a class holds
+between tests; a method swapped for the diff's no-op while a test runs and put back before it ends
+(by the no-op itself, as the test calls it) leaves nothing to compare, and CPython 3.11 raises no
+audit event for a class attribute set. But every write to a class's dictionary through the type
+(``setattr``, ``del``, ``mock.patch.object``) calls ``PyType_Modified``, which drops the class's
+version tag (the key of the interpreter's method cache); the next lookup gives it a new one from a
+counter that only grows. A tag that differs from the one read before the test says the class was
+written to, whatever put it back after.
+
+A module attribute set raises no audit event either (``math.isclose`` swapped for a no-op that
+puts the original back as the test calls it); a dictionary's version (PEP 509, ``ma_version_tag``,
+CPython 3.6 to 3.13) takes a new value from a global counter each time a key is given another
+value, added or removed (:class:`DictTags`).
+
+Each is read through ``ctypes`` at an offset proved at run time on an object made for it (a
+class's tag: the field after ``tp_del``, located from ``tp_flags``, whose value ``__flags__``
+gives; a dictionary's version: the word after ``ma_used``, its length): on an interpreter where
+the probe does not behave as described, the reader reads nothing (``working`` is false) and the
+record's other checks stand alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterable
+
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+_TAG_AFTER_FLAGS = 27  # words from ``tp_flags`` to ``tp_version_tag`` (CPython 3.8 to 3.13)
+_LOOKUP = "__lcrl_version_probe__"  # a name no class has: its lookup assigns a tag
+
+
+def _tag_offset() -> int | None:
+    """The offset of ``tp_version_tag`` in a type object, proved on a class made for it."""
+
+    class Probe:
+        pass
+
+    base = id(Probe)
+    flags = next(
+        (
+            o
+            for o in range(0, 64 * _WORD, _WORD)
+            if ctypes.c_ulong.from_address(base + o).value == Probe.__flags__
+        ),
+        None,
+    )
+    if flags is None:
+        return None
+    offset = flags + _TAG_AFTER_FLAGS * _WORD
+    tag = ctypes.c_uint.from_address(base + offset)
+    getattr(Probe, _LOOKUP, None)
+    first = tag.value
+    Probe.attribute = 1
+    dropped = tag.value
+    getattr(Probe, _LOOKUP, None)
+    again = tag.value
+    getattr(Probe, _LOOKUP, None)
+    kept = tag.value
+    ok = first != 0 and dropped == 0 and again not in (0, first) and kept == again
+    return offset if ok else None
+
+
+class TypeTags:
+    """The version tags of the classes given to :meth:`watch`, and which of them changed."""
+
+    def __init__(self) -> None:
+        try:
+            self.offset = _tag_offset()
+        except Exception:  # noqa: BLE001 - an interpreter laid out otherwise: no tags
+            self.offset = None
+        self.working = self.offset is not None
+        self.views: dict[int, tuple[type, ctypes.c_uint, int]] = {}  # a class's id: it, its tag, as read
+
+    def watch(self, classes: Iterable[type]) -> None:
+        """Read (again) the tags of ``classes``: they are the ones compared from now on."""
+        if not self.working:
+            return
+        for cls in classes:
+            held = self.views.get(id(cls))
+            view = held[1] if held is not None and held[0] is cls else None
+            if view is None:
+                view = ctypes.c_uint.from_address(id(cls) + self.offset)  # type: ignore[operator]
+            getattr(cls, _LOOKUP, None)  # a tag dropped by a write is given again by a lookup
+            self.views[id(cls)] = (cls, view, view.value)
+
+    def changed(self) -> list[type]:
+        """The watched classes written to since their tags were read (read again for the next
+        call: each write is reported once)."""
+        if not self.working:
+            return []
+        found = [cls for cls, view, was in self.views.values() if view.value != was]
+        self.watch(found)
+        return found
+
+
+def _dict_version_offset() -> int | None:
+    """The offset of ``ma_version_tag`` in a dictionary, proved on a dictionary made for it."""
+    probe = {"a": 1, "b": 2}
+    base = id(probe)
+    if ctypes.c_ssize_t.from_address(base + 2 * _WORD).value != len(probe):  # ``ma_used``
+        return None
+    version = ctypes.c_uint64.from_address(base + 3 * _WORD)
+    first = version.value
+    probe["a"] = 3
+    second = version.value
+    _ = probe["a"], len(probe), list(probe)
+    read = version.value
+    del probe["b"]
+    third = version.value
+    ok = second not in (0, first) and read == second and third not in (0, second)
+    return 3 * _WORD if ok else None
+
+
+class DictTags:
+    """The versions of the dictionaries given to :meth:`watch`, and which of them changed."""
+
+    def __init__(self) -> None:
+        try:
+            self.offset = _dict_version_offset()
+        except Exception:  # noqa: BLE001 - an interpreter laid out otherwise: no versions
+            self.offset = None
+        self.working = self.offset is not None
+        self.views: dict[int, tuple[dict, ctypes.c_uint64, int]] = {}
+
+    def watch(self, spaces: Iterable[dict]) -> None:
+        """Read (again) the versions of ``spaces``: they are the ones compared from now on."""
+        if not self.working:
+            return
+        for space in spaces:
+            held = self.views.get(id(space))
+            view = held[1] if held is not None and held[0] is space else None
+            if view is None:
+                view = ctypes.c_uint64.from_address(id(space) + self.offset)  # type: ignore[operator]
+            self.views[id(space)] = (space, view, view.value)
+
+    def changed(self) -> list[dict]:
+        """The watched dictionaries written to since their versions were read (read again)."""
+        if not self.working:
+            return []
+        found = [space for space, view, was in self.views.values() if view.value != was]
+        self.watch(found)
+        return found
