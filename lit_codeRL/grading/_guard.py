@@ -55,6 +55,7 @@ end of the session. Together about 0.4 ms a test on a 2-core EPYC (3,179 names r
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.machinery
 import os
 import sys
@@ -97,6 +98,7 @@ from types import CodeType, FrameType, FunctionType, MethodType, ModuleType
 # standard library, so it must not compare, find or read through one (``operator.is_`` made to say
 # "the same" of anything would blind every check after it)
 _getframe, _modules = sys._getframe, sys.modules
+_get_referents = gc.get_referents
 _getcwd, _isfile, _join, _normpath = os.getcwd, os.path.isfile, os.path.join, os.path.normpath
 
 ROOTS = ("_pytest", "pytest", "pluggy")
@@ -382,6 +384,10 @@ class Guard:
         new = [f for f in found if f not in self.reported]
         self.reported.update(new)
         return new
+
+
+def _class_label(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _class_dict(cls: type) -> dict[str, object]:
@@ -1183,18 +1189,26 @@ class Watch:
             hot = self.trusted_hot
             modules = {id(space): space for space in hot.spaces if type(space) is dict}
             names = {id(space): owner for owner, space in zip(hot.owners, hot.spaces, strict=True)}
+            classes = list(hot.classes.values())
+            # a class's own dictionary written to past the type drops no tag: found through the
+            # garbage collector (``gc.get_referents(vars(cls))`` from an executor's thread, where the
+            # audit hook sees no changed file) and the method cache emptied (``sys._clear_type_cache``)
+            owners = {id(d): c for c in classes for d in _get_referents(_TYPE_DICT(c)) if type(d) is dict}
+            spaces = [d for c in classes for d in _get_referents(_TYPE_DICT(c)) if type(d) is dict]
             self.writes = [
-                Written(
-                    self.tags,
-                    _class_dict,
-                    lambda cls: f"{cls.__module__}.{cls.__qualname__}",
-                    _TYPE_MRO,
+                Written(self.tags, _class_dict, _class_label, _TYPE_MRO, _same_code),
+                Written(self.dict_tags, dict, lambda space: names.get(id(space), "?")),
+                Written(  # a reader of its own: each reads again what it finds changed
+                    type(self.dict_tags)(),
+                    dict,
+                    lambda space: _class_label(owners[id(space)]),
+                    None,
                     _same_code,
                 ),
-                Written(self.dict_tags, dict, lambda space: names.get(id(space), "?")),
             ]
-            self.writes[0].watch(list(hot.classes.values()))
+            self.writes[0].watch(classes)
             self.writes[1].watch(list(modules.values()))
+            self.writes[2].watch(spaces)
 
     def recorded_function(self, value: object) -> bool:
         """Is ``value`` a function the toolchain's or the standard library's record holds (the

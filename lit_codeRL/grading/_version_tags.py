@@ -24,7 +24,7 @@ record's other checks stand alone.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _TAG_AFTER_FLAGS = 27  # words from ``tp_flags`` to ``tp_version_tag`` (CPython 3.8 to 3.13)
@@ -62,37 +62,53 @@ def _tag_offset() -> int | None:
     return offset if ok else None
 
 
-class TypeTags:
-    """The version tags of the classes given to :meth:`watch`, and which of them changed."""
+class _Versions:
+    """The versions of the objects given to :meth:`watch` (read as ``field`` at ``offset``), and
+    which of them changed; ``offset`` ``None``: the probe failed, nothing is read."""
 
-    def __init__(self) -> None:
+    field: type = ctypes.c_uint
+
+    def __init__(self, probe: Callable[[], int | None]) -> None:
         try:
-            self.offset = _tag_offset()
-        except Exception:  # noqa: BLE001 - an interpreter laid out otherwise: no tags
+            self.offset = probe()
+        except Exception:  # noqa: BLE001 - an interpreter laid out otherwise: no versions
             self.offset = None
         self.working = self.offset is not None
-        self.views: dict[int, tuple[type, ctypes.c_uint, int]] = {}  # a class's id: it, its tag, as read
+        self.views: dict[int, tuple[object, ctypes._SimpleCData, int]] = {}  # an id: it, its view, as read
 
-    def watch(self, classes: Iterable[type]) -> None:
-        """Read (again) the tags of ``classes``: they are the ones compared from now on."""
+    def _refresh(self, obj: object) -> None:
+        """Make the version current before it is read (a class's tag is given on a lookup)."""
+
+    def watch(self, objects: Iterable[object]) -> None:
+        """Read (again) the versions of ``objects``: they are the ones compared from now on."""
         if not self.working:
             return
-        for cls in classes:
-            held = self.views.get(id(cls))
-            view = held[1] if held is not None and held[0] is cls else None
+        for obj in objects:
+            held = self.views.get(id(obj))
+            view = held[1] if held is not None and held[0] is obj else None
             if view is None:
-                view = ctypes.c_uint.from_address(id(cls) + self.offset)  # type: ignore[operator]
-            getattr(cls, _LOOKUP, None)  # a tag dropped by a write is given again by a lookup
-            self.views[id(cls)] = (cls, view, view.value)
+                view = self.field.from_address(id(obj) + self.offset)  # type: ignore[operator]
+            self._refresh(obj)
+            self.views[id(obj)] = (obj, view, view.value)
 
-    def changed(self) -> list[type]:
-        """The watched classes written to since their tags were read (read again for the next
+    def changed(self) -> list:
+        """The watched objects written to since their versions were read (read again for the next
         call: each write is reported once)."""
         if not self.working:
             return []
-        found = [cls for cls, view, was in self.views.values() if view.value != was]
+        found = [obj for obj, view, was in self.views.values() if view.value != was]
         self.watch(found)
         return found
+
+
+class TypeTags(_Versions):
+    """Classes' version tags: a write drops a class's tag, a lookup gives it a new one."""
+
+    def __init__(self) -> None:
+        super().__init__(_tag_offset)
+
+    def _refresh(self, obj: object) -> None:
+        getattr(obj, _LOOKUP, None)
 
 
 def _dict_version_offset() -> int | None:
@@ -113,32 +129,10 @@ def _dict_version_offset() -> int | None:
     return 3 * _WORD if ok else None
 
 
-class DictTags:
-    """The versions of the dictionaries given to :meth:`watch`, and which of them changed."""
+class DictTags(_Versions):
+    """Dictionaries' versions (PEP 509)."""
+
+    field = ctypes.c_uint64
 
     def __init__(self) -> None:
-        try:
-            self.offset = _dict_version_offset()
-        except Exception:  # noqa: BLE001 - an interpreter laid out otherwise: no versions
-            self.offset = None
-        self.working = self.offset is not None
-        self.views: dict[int, tuple[dict, ctypes.c_uint64, int]] = {}
-
-    def watch(self, spaces: Iterable[dict]) -> None:
-        """Read (again) the versions of ``spaces``: they are the ones compared from now on."""
-        if not self.working:
-            return
-        for space in spaces:
-            held = self.views.get(id(space))
-            view = held[1] if held is not None and held[0] is space else None
-            if view is None:
-                view = ctypes.c_uint64.from_address(id(space) + self.offset)  # type: ignore[operator]
-            self.views[id(space)] = (space, view, view.value)
-
-    def changed(self) -> list[dict]:
-        """The watched dictionaries written to since their versions were read (read again)."""
-        if not self.working:
-            return []
-        found = [space for space, view, was in self.views.values() if view.value != was]
-        self.watch(found)
-        return found
+        super().__init__(_dict_version_offset)

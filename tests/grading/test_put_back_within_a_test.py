@@ -22,7 +22,7 @@ import unittest
 
 import pytest
 
-from lit_codeRL.grading._version_tags import TypeTags
+from lit_codeRL.grading._version_tags import DictTags, TypeTags
 from tests.grading.repo_tasks import BUGGY, FIXED, grade_files, validated_task
 from tests.sandbox.conftest import require_bwrap
 
@@ -174,12 +174,48 @@ def _arm():
 
 
 """
+# the class's own dictionary, found through the garbage collector from an executor's thread, written
+# past the type (no tag dropped) with the method cache emptied, and put back by the no-op
+DICT_PUT_BACK = """\
+import concurrent.futures as _cf
+import pkgutil as _p
+
+_NAME = "assert" + "True"
+
+
+def _flush():
+    getattr(_p.resolve_name("s" + "ys"), "_clear_" + "type_cache")()
+
+
+def _case_dict():
+    case = _p.resolve_name("unit" + "test.case").TestCase
+    referents = getattr(_p.resolve_name("g" + "c"), "get_" + "referents")
+    with _cf.ThreadPoolExecutor(1) as pool:
+        found = pool.submit(referents, vars(case)).result()
+    return [d for d in found if type(d) is dict][0]
+
+
+def _noop(self, expr, msg=None):
+    _noop.space[_NAME] = _noop.kept
+    _flush()
+
+
+def _arm():
+    if not hasattr(_noop, "space"):
+        _noop.space = _case_dict()
+        _noop.kept = _noop.space[_NAME]
+        _noop.space[_NAME] = _noop
+        _flush()
+
+
+"""
 HACKS = {
     "code, from an executor": (CODE_PUT_BACK, "TestCase.assertTrue.__code__"),
     "method, by itself": (METHOD_PUT_BACK, "unittest.case.TestCase (written to"),
     "method, from a thread": (METHOD_PUT_BACK_THREAD, "unittest.case.TestCase (written to"),
     "defaults, as freed": (DEFAULTS_PUT_BACK, "TestCase.assertAlmostEqual.__defaults__"),
     "module function, by itself": (FUNCTION_PUT_BACK, "math (written to"),
+    "class dictionary, through gc": (DICT_PUT_BACK, "unittest.case.TestCase (written to"),
 }
 
 
@@ -334,3 +370,21 @@ def test_type_tags_see_a_class_written_to_and_put_back():
     assert tags.changed() == [Sub]
     type.__setattr__(Checks, "y", 1)
     assert tags.changed() == [Checks]
+
+
+def test_dict_tags_see_a_dictionary_written_to_and_put_back():
+    tags = DictTags()
+    assert tags.working
+    space = {"isclose": min, "data": 1}
+    other = {"x": 1}
+    tags.watch([space, other])
+    _ = space["isclose"], list(space), len(space), space.get("data")
+    space["data"] = 1  # the same object again: no change
+    assert tags.changed() == []
+    space["isclose"] = max
+    space["isclose"] = min  # put back: the dictionary holds what it held
+    assert tags.changed() == [space]
+    assert tags.changed() == []
+    space["new"] = 2
+    del space["new"]
+    assert tags.changed() == [space]
