@@ -1193,22 +1193,21 @@ class Watch:
             # a class's own dictionary written to past the type drops no tag: found through the
             # garbage collector (``gc.get_referents(vars(cls))`` from an executor's thread, where the
             # audit hook sees no changed file) and the method cache emptied (``sys._clear_type_cache``)
-            owners = {id(d): c for c in classes for d in _get_referents(_TYPE_DICT(c)) if type(d) is dict}
-            spaces = [d for c in classes for d in _get_referents(_TYPE_DICT(c)) if type(d) is dict]
+            owned = {id(d): (d, c) for c in classes for d in _get_referents(_TYPE_DICT(c)) if type(d) is dict}
             self.writes = [
                 Written(self.tags, _class_dict, _class_label, _TYPE_MRO, _same_code),
                 Written(self.dict_tags, dict, lambda space: names.get(id(space), "?")),
                 Written(  # a reader of its own: each reads again what it finds changed
                     type(self.dict_tags)(),
                     dict,
-                    lambda space: _class_label(owners[id(space)]),
+                    lambda space: _class_label(owned[id(space)][1]),
                     None,
                     _same_code,
                 ),
             ]
             self.writes[0].watch(classes)
             self.writes[1].watch(list(modules.values()))
-            self.writes[2].watch(spaces)
+            self.writes[2].watch([space for space, _ in owned.values()])
 
     def recorded_function(self, value: object) -> bool:
         """Is ``value`` a function the toolchain's or the standard library's record holds (the
