@@ -89,6 +89,8 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     zip,
 )
 from collections.abc import Callable
+from decimal import Decimal
+from fractions import Fraction
 from functools import partial
 from itertools import compress, repeat
 from operator import attrgetter, getitem, is_
@@ -317,12 +319,24 @@ class Guard:
         functions = _functions_of(value)
         return all(isinstance(f, FunctionType) and self.allowed(f.__code__.co_filename) for f in functions)
 
-    def changed(self, codes: bool = True) -> list[str]:
+    def _constant_changed(self, space: object, was: object, now: object) -> bool:
+        """Does a toolchain class's constant (``ApproxScalar.DEFAULT_RELATIVE_TOLERANCE``) hold
+        another value? The data pytest keeps on its classes starts as ``None`` (``pytestPDB``'s
+        configuration) or is added; a number or a string there is a setting, and ``1e9`` in the
+        tolerance's place makes every ``approx`` equal. The standard library's record leaves
+        its classes' data alone (tests set ``TestCase.maxDiff``)."""
+        if self.names is not None or id(space) not in self.class_owners or type(was) not in _CONSTANTS:
+            return False
+        return type(now) is not type(was) or now != was
+
+    def changed(self, codes: bool = True, constants: bool = False) -> list[str]:
         """What is no longer the recorded object, and was not named before: ``module.name`` or
         ``Class.attr`` replaced or removed, a callable or descriptor ``Class.attr`` added or put in
         a data attribute's place, and with ``codes`` ``... (its code)`` of a function whose code
         object was swapped (a code swap made with a changed file on the stack is the audit hook's
-        at once: ``patched_from``)."""
+        at once: ``patched_from``), with ``constants`` a toolchain class's constant that holds
+        another value (:meth:`_constant_changed`; checked after the collection: a write as a test
+        runs is :class:`Written`'s to name, and the tests' own ``monkeypatch`` of one is theirs)."""
         try:  # the usual case, in C and without lists: every name still holds its object
             same = all(map(is_, map(getitem, self.spaces, self.keys), self.values))
         except KeyError:  # a name removed
@@ -359,6 +373,8 @@ class Guard:
                 continue
             if (_runs_code(was) or _runs_code(now)) and not self.may_replace(self.label(i), now):
                 found.append(self.label(i))
+            elif constants and self._constant_changed(space, was, now):
+                found.append(f"{self.label(i)} (a constant)")
             self.values[i] = now
         for i in removed:
             self.class_keys.get(id(self.spaces[i]), set()).discard(self.keys[i])
@@ -395,9 +411,24 @@ def _class_dict(cls: type) -> dict[str, object]:
     return dict(_TYPE_DICT(cls))
 
 
-def _same_state(now: dict, was: dict) -> bool:
-    """A dictionary whole as it was (each key holds the same object)."""
-    return now.keys() == was.keys() and all(now[k] is v for k, v in was.items())
+class ModuleWritten:
+    """``(now, was)``: is a module's dictionary, written to as a test ran, to be named whatever it
+    holds now? Yes, unless the only name that differs is ``_`` in a test that ran doctests itself
+    (``exempt``, :class:`TestsPatches`: doctest shows each expression's value through the display
+    hook, which sets ``builtins._``): nothing
+    else writes to these modules as pytest runs a test, and the submodules a test may import late
+    (``unittest._log``) are imported before the first (:data:`COMMON_MODULES`). A lasting change
+    is no excuse: a name swapped and put back beside a name added or changed (``json.tool``
+    imported, a constant set) left the dictionary unlike what it was, which passed for a change
+    the record takes in."""
+
+    def __init__(self) -> None:
+        self.exempt: frozenset[str] = frozenset()
+
+    def __call__(self, now: dict, was: dict) -> bool:
+        exempt = self.exempt
+        differ = [k for k in was.keys() | now.keys() if now.get(k, _MISSING) is not was.get(k, _MISSING)]
+        return not differ or any(k not in exempt for k in differ)
 
 
 def _same_code(now: dict, was: dict) -> bool:
@@ -411,15 +442,16 @@ def _same_code(now: dict, was: dict) -> bool:
 
 
 class Written:
-    """Objects (the hot modules' classes, their dictionaries) written to as a test ran whose
-    ``state`` is as it was before (``same``: a class's methods, a dictionary whole): a method or a function
-    swapped and put back before the test ended (by the no-op itself, as the test called it),
-    which no comparison between tests can see. ``tags``: their version tags (``_version_tags``).
-    A state still changed is the record's to name, or to take in (a file of the repository the
-    diff left alone), and waits in :attr:`pending` with what it was before: put back by the end of
-    the test, it is named. The tests' own writes (``TestsPatches``) are bracketed: :meth:`before`
-    looks, :meth:`after` takes in what they wrote. ``bases``: a class's MRO, whose write drops its
-    subclasses' tags too (the base is named)."""
+    """Objects (the hot modules' and the toolchain's classes, the modules' dictionaries, the
+    classes' own) written to as a test ran, named when ``same(now, was)`` says so of their
+    ``state`` (a class's methods as they were before: a method swapped and put back before the test
+    ended, by the no-op itself as the test called it, which no comparison between tests can see;
+    a module's dictionary, :class:`ModuleWritten`). ``tags``: their version tags
+    (``_version_tags``). A state still changed is the record's to name, or to take in (a file of
+    the repository the diff left alone), and waits in :attr:`pending` with what it was before: put
+    back by the end of the test, it is named. The tests' own writes (``TestsPatches``) are
+    bracketed: :meth:`before` looks, :meth:`after` takes in what they wrote. ``bases``: a class's
+    MRO, whose write drops its subclasses' tags too (the base is named)."""
 
     def __init__(
         self,
@@ -427,7 +459,7 @@ class Written:
         state: Callable[[object], dict],
         label: Callable[[object], str],
         bases: Callable[[object], tuple] | None = None,
-        same: Callable[[dict, dict], bool] = _same_state,
+        same: Callable[[dict, dict], bool] = _same_code,
     ) -> None:
         self.tags, self.state, self.label, self.bases, self.same = tags, state, label, bases, same
         self.seen: dict[int, tuple[object, dict]] = {}  # an object's id: it, its state as last seen
@@ -484,6 +516,7 @@ class Written:
             self.named.append(f"(the check failed: {type(e).__name__})")
 
 
+_CONSTANTS = frozenset({int, float, complex, str, bytes, bool, Decimal, Fraction})
 _WRAPPERS = (classmethod, staticmethod, property)
 _REPEAT_FUNCTION = repeat(FunctionType)
 _REPEAT_WRAPPERS = repeat(_WRAPPERS)
@@ -532,13 +565,15 @@ class TestsPatches:
     file is on the stack; one made from the diff's code, or from a thread (no frame of the
     repository), is not. Each of the tests' own writes is bracketed: the watch names what was
     written before it (:attr:`before`) and takes in what it wrote (:attr:`after`), so that the
-    tests' patch of ``TestCase`` covers no write of the diff's in the same test. :meth:`install`
-    wraps the patchers before any record is taken: the wrappers are the record."""
+    tests' patch of ``TestCase`` covers no write of the diff's in the same test; doctests the tests
+    run themselves (:attr:`doctest`) set ``builtins._``. :meth:`install` wraps them before any
+    record is taken: the wrappers are the record."""
 
     def __init__(self, repo: str, changed: frozenset[str], is_tests_file: Callable[[str], bool]) -> None:
         self.prefix, self.changed, self.is_tests_file = repo.rstrip("/") + "/", changed, is_tests_file
         self.before: Callable[[], None] = lambda: None  # set by the Watch
         self.after: Callable[[], None] = lambda: None
+        self.doctest: Callable[[], None] = lambda: None  # the tests ran doctests
 
     def tests_own(self, frame: FrameType | None) -> bool:
         """Is the nearest repository frame from ``frame`` outward a test file's, with no frame of
@@ -561,7 +596,8 @@ class TestsPatches:
             self.after()
 
     def install(self) -> None:
-        """Wrap ``_pytest.monkeypatch.MonkeyPatch`` and ``unittest.mock._patch``."""
+        """Wrap ``_pytest.monkeypatch.MonkeyPatch``, ``unittest.mock._patch`` and
+        ``doctest.DocTestRunner.run``."""
         import unittest.mock as mock  # noqa: PLC0415
 
         from _pytest.monkeypatch import MonkeyPatch  # noqa: PLC0415
@@ -608,6 +644,17 @@ class TestsPatches:
             return patch_exit(patch, *exc_info)
 
         mock._patch.__init__, mock._patch.__enter__, mock._patch.__exit__ = init, enter, exit_  # type: ignore[method-assign]
+
+        import doctest  # noqa: PLC0415
+
+        doctest_run = doctest.DocTestRunner.run
+
+        def run(runner, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if ours(getframe(1)):  # ``doctest.testmod()`` in a test: its display hook sets ``builtins._``
+                self.doctest()
+            return doctest_run(runner, *args, **kwargs)
+
+        doctest.DocTestRunner.run = run  # type: ignore[method-assign]
 
 
 def patched_from(
@@ -761,6 +808,13 @@ GRADER_MODULES = (
 """The grader's own modules in the child (the runner runs as ``__main__``): how a report and a
 finding reach the parent."""
 
+PYTEST_WRITES = frozenset({"_pytest.assertion.util"})
+"""The toolchain's modules pytest writes to around every test (the assertion messages' hooks, set
+before the test's call and reset after it): the one not watched for writes as a test runs."""
+IN_PROCESS_FIXTURES = frozenset({"pytester", "testdir"})
+"""Fixtures that run a pytest session in the test's process: it writes to pytest's classes
+(``legacypath``'s properties, ``pytestPDB``'s state) and puts them back."""
+
 PYTEST_SETS = frozenset(
     {
         "sys.unraisablehook", "threading.excepthook", "sys.breakpointhook", "sys.excepthook",
@@ -772,8 +826,8 @@ PYTEST_SETS = frozenset(
 runs (``partial`` of one, for the unraisable and thread exception hooks)."""
 
 COMMON_MODULES = (
-    "unittest", "unittest.mock", "math", "cmath", "operator", "functools", "itertools", "collections",
-    "collections.abc", "re", "json", "decimal", "fractions", "statistics", "string", "textwrap",
+    "unittest", "unittest.mock", "unittest._log", "unittest.async_case", "json.tool", "math", "cmath",
+    "operator", "functools", "itertools", "collections", "collections.abc", "re", "json", "decimal", "fractions", "statistics", "string", "textwrap",
     "difflib", "copy", "numbers", "typing", "dataclasses", "enum", "datetime", "time", "random",
     "pathlib", "io", "contextlib", "warnings", "inspect", "traceback", "linecache", "heapq", "bisect",
     "array", "struct", "hashlib", "base64", "csv", "shutil", "tempfile", "subprocess", "glob",
@@ -781,7 +835,9 @@ COMMON_MODULES = (
     "calendar", "zlib", "doctest", "io", "itertools", "pickle", "copyreg", "ast", "tokenize",
 )  # fmt: skip
 """Standard-library modules tests check their results with, imported before the record so that
-the code under test finds them recorded (one it imports first is checked as it comes in)."""
+the code under test finds them recorded (one it imports first is checked as it comes in); with
+the submodules a test may import late into a hot module's dictionary (``assertLogs``:
+``unittest._log``), which would be told from nothing else written there (:class:`ModuleWritten`)."""
 
 _STDLIB = _prefixes([sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]])
 
@@ -823,7 +879,7 @@ session): what tests check with, and the grader's own."""
 
 def import_common_modules() -> None:
     """Import :data:`COMMON_MODULES` (the child does it with the toolchain, before its audit hook
-    watches imports: no line of the repository has run yet)."""
+    watches imports: no line of the repository has run yet), and set the globals they set late."""
     import importlib  # noqa: PLC0415
 
     for name in COMMON_MODULES:
@@ -831,6 +887,16 @@ def import_common_modules() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001, S112 - a module this interpreter lacks
             continue
+    # the globals the hot modules set on first use, set now: one set as a test ran would be told from
+    # nothing else written to the module (``ModuleWritten``)
+    try:
+        import unittest  # noqa: PLC0415
+        import unittest.mock  # noqa: PLC0415
+
+        unittest.mock.mock_open()  # ``file_spec``, ``open_spec``
+        _ = unittest.IsolatedAsyncioTestCase  # the module's ``__getattr__`` imports it as a global
+    except Exception:  # noqa: BLE001, S110 - an interpreter without them: nothing set late either
+        pass
 
 
 def trusted_guard(
@@ -885,6 +951,95 @@ def trusted_guard(
                     guard.add(name, vars(module), key, value)
     guard.index()
     return guard
+
+
+WALKS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"})
+"""The audit events that reach any object of the process (the grader's own, a class's dictionary
+past its type, the test's frame on another thread): the garbage collector's walks, every thread's
+frames."""
+_WALKERS = frozenset({"trace.py"})
+"""The standard library's modules that call them themselves; any other standard-library frame
+that calls one calls what it was handed (a thread's or an executor's target, a finalizer, a
+``copy`` reconstructor, an ``ExitStack`` callback)."""
+
+
+class Threads:
+    """The threads started, directly or not, from a stack that holds a frame of a ``watched``
+    file (the audit hook's ``_thread.start_new_thread``): what runs on them is the diff's
+    (``ThreadPoolExecutor(1).submit(fetch, gc.get_objects)``, where ``fetch`` is any trusted
+    function that calls what it is handed: the stack of the worker holds no frame of the diff's).
+    A ``threading.Thread`` is known by its object, a raw thread by its target's code; a thread
+    started from a tainted one is tainted."""
+
+    def __init__(
+        self, repo: str, watched: frozenset[str], bootstrap: CodeType, pytest_dirs: tuple[str, ...] = ()
+    ) -> None:
+        self.prefix, self.watched, self.bootstrap = repo.rstrip("/") + "/", watched, bootstrap
+        self.pytest_dirs = pytest_dirs  # pytest's and pluggy's files: they never walk objects
+        self.threads: dict[int, object] = {}  # id: the Thread (kept: no id reused)
+        self.codes: dict[int, object] = {}  # id: a raw thread's target's code
+
+    def diffs(self, frame: FrameType | None) -> str | None:
+        """``path:line`` of the innermost frame of a watched file on the stack from ``frame``."""
+        while frame is not None:
+            inside = _inside(frame.f_code.co_filename, self.prefix)
+            if inside in self.watched:
+                return f"{inside}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+    def tainted(self, frame: FrameType | None) -> bool:
+        """Is the thread that runs ``frame`` (the innermost) one the diff's code started? Told by
+        its first frame, which nothing the thread runs can change: ``Thread._bootstrap`` and its
+        ``self``, or a raw thread's target."""
+        if not (self.threads or self.codes):
+            return False
+        bottom = frame
+        while bottom is not None and bottom.f_back is not None:
+            bottom = bottom.f_back
+        if bottom is None:
+            return False
+        if bottom.f_code is self.bootstrap:
+            return id(bottom.f_locals.get("self")) in self.threads
+        return id(bottom.f_code) in self.codes
+
+    def started(self, args: tuple, frame: FrameType | None) -> None:
+        """A thread is starting (``_thread.start_new_thread(function, args, kwargs)``): taint it
+        when a watched file's frame is on the stack or this thread is tainted."""
+        if not args or (self.diffs(frame) is None and not self.tainted(frame)):
+            return
+        function = _unbound(args[0])
+        owner = getattr(args[0], "__self__", None)
+        if owner is not None and type(owner).__name__ != "module":  # ``Thread._bootstrap``
+            self.threads[id(owner)] = owner
+        code = getattr(function, "__code__", None)
+        if isinstance(code, CodeType):
+            self.codes[id(code)] = code
+
+
+def walked_from(event: str, frame: FrameType, threads: Threads) -> tuple[str, str] | None:
+    """For the audit hook: ``(what, where)`` when ``event`` (:data:`WALKS`) was called by the
+    diff's code through whatever: a watched file's frame anywhere on the stack (a trusted helper
+    that calls what it is handed: ``contextlib.ExitStack.callback``, ``copy``'s reconstructor), a
+    standard-library, pytest or pluggy frame, none of which walks objects itself (a thread's, an
+    executor's, a finalizer's dispatch calling the builtin it was given, ``call_fixture_func``), or
+    a thread the diff's code started (:class:`Threads`); the audit hook names one with no frame at
+    all (``_thread.start_new_thread(gc.get_objects, ())``). Calls by the repository's own untouched
+    code, the tests, the grader and the test dependencies (a leak test's ``objgraph``) count as
+    before: they do not."""
+    where = threads.diffs(frame)
+    if where is not None:
+        return event, where
+    path = frame.f_code.co_filename
+    stdlib = path.startswith(_STDLIB) and "-packages" not in path
+    never = (stdlib and os.path.basename(path) not in _WALKERS) or path.startswith(
+        ("<", *threads.pytest_dirs)
+    )
+    if never:
+        return event, f"{os.path.basename(path)}:{frame.f_lineno} (it calls what it was handed)"
+    if threads.tainted(frame):
+        return event, f"{os.path.basename(path)}:{frame.f_lineno} (a thread the diff's code started)"
+    return None
 
 
 def reads_its_caller(
@@ -1125,8 +1280,8 @@ class Watch:
         trusted: list[str],
         is_tests_file: Callable[[str], bool] = lambda path: False,
         tests_data: object = None,
-        tags: object = None,
-        dict_tags: object = None,
+        tags: Callable[[], object] | None = None,
+        dict_tags: Callable[[], object] | None = None,
         patches: TestsPatches | None = None,
     ) -> None:
         prefix, trusted_dirs = repo.rstrip("/") + "/", _prefixes(trusted)
@@ -1148,12 +1303,16 @@ class Watch:
         self.tests_data = tests_data  # ``_tests_data.TestsData``: the tests' literals, or None
         self.objects: list[tuple[str, object, type, dict, dict]] = []  # record_objects
         self.runners_seen: dict[int, object] = {}  # what runs pytest's hooks, found trusted before
-        # ``_version_tags.TypeTags`` and ``DictTags``: which of the hot modules' classes and
-        # dictionaries were written to as a test ran (``written``)
+        # ``_version_tags.TypeTags`` and ``DictTags`` (made, a reader each, by ``_watch_writes``):
+        # which of the hot modules' and the toolchain's classes and dictionaries were written to as a
+        # test ran (``written``)
         self.tags, self.dict_tags = tags, dict_tags
-        self.writes: list[Written] = []
+        self.writes: list[Written] = []  # the hot modules'
+        self.tool_writes: list[Written] = []  # the toolchain's
+        self.module_written = ModuleWritten()
         if patches is not None:
             patches.before, patches.after = self._before_tests_write, self._after_tests_write
+            patches.doctest = self._doctest_runs
 
     def record_objects(self, objects: dict[str, object]) -> None:
         """Record the grader's own objects in the child (its pytest plugin, its report channel, its
@@ -1183,31 +1342,36 @@ class Watch:
         self.trusted_hot = trusted_guard(self.repo, self.changed, toolchain, HOT_ROOTS)
         self.trusted_names = set(self.trusted.names or ())
         self.modules_seen = len(_modules)
-        # not the toolchain's: pytest writes to its own classes as a test runs a session in process
-        # (``pytester``: ``legacypath``'s properties, ``pytestPDB``'s state), and puts them back
         if self.tags is not None and self.dict_tags is not None:
-            hot = self.trusted_hot
-            modules = {id(space): space for space in hot.spaces if type(space) is dict}
-            names = {id(space): owner for owner, space in zip(hot.owners, hot.spaces, strict=True)}
-            classes = list(hot.classes.values())
-            # a class's own dictionary written to past the type drops no tag: found through the
-            # garbage collector (``gc.get_referents(vars(cls))`` from an executor's thread, where the
-            # audit hook sees no changed file) and the method cache emptied (``sys._clear_type_cache``)
-            owned = {id(d): (d, c) for c in classes for d in _get_referents(_TYPE_DICT(c)) if type(d) is dict}
-            self.writes = [
-                Written(self.tags, _class_dict, _class_label, _TYPE_MRO, _same_code),
-                Written(self.dict_tags, dict, lambda space: names.get(id(space), "?")),
-                Written(  # a reader of its own: each reads again what it finds changed
-                    type(self.dict_tags)(),
-                    dict,
-                    lambda space: _class_label(owned[id(space)][1]),
-                    None,
-                    _same_code,
-                ),
-            ]
-            self.writes[0].watch(classes)
-            self.writes[1].watch(list(modules.values()))
-            self.writes[2].watch([space for space, _ in owned.values()])
+            self.writes = self._watch_writes(self.trusted_hot)
+            # pytest's own, but the one module pytest writes to around every test (its assertion
+            # messages' hooks: nothing there decides whether an assert passes)
+            self.tool_writes = self._watch_writes(self.guard, PYTEST_WRITES)
+
+    def _watch_writes(self, record: Guard, skip: frozenset[str] = frozenset()) -> list[Written]:
+        """Three watches (:class:`Written`) over what ``record`` holds, each with a reader of its
+        own (each reads again what it finds changed): its classes by their type tags; its modules'
+        dictionaries, but ``skip``, by their versions; its classes' own dictionaries by theirs
+        (written to past the type, found through the garbage collector, ``gc.get_referents(vars(
+        cls))`` from an executor's thread where the audit hook sees no changed file, with the method
+        cache emptied, ``sys._clear_type_cache``, they drop no type tag)."""
+        types, dicts = self.tags, self.dict_tags
+        modules = {
+            id(space): (space, owner)
+            for owner, space in zip(record.owners, record.spaces, strict=True)
+            if type(space) is dict and owner not in skip
+        }
+        classes = list(record.classes.values())
+        owned = {id(d): (d, c) for c in classes for d in _get_referents(_TYPE_DICT(c)) if type(d) is dict}
+        writes = [
+            Written(types(), _class_dict, _class_label, _TYPE_MRO),
+            Written(dicts(), dict, lambda space: modules[id(space)][1], None, self.module_written),
+            Written(dicts(), dict, lambda space: _class_label(owned[id(space)][1])),
+        ]
+        writes[0].watch(classes)
+        writes[1].watch([space for space, _ in modules.values()])
+        writes[2].watch([space for space, _ in owned.values()])
+        return writes
 
     def recorded_function(self, value: object) -> bool:
         """Is ``value`` a function the toolchain's or the standard library's record holds (the
@@ -1216,23 +1380,29 @@ class Watch:
         leaves no record to compare)?"""
         return self.guard.holds(value) or (self.trusted is not None and self.trusted.holds(value))
 
-    def written(self) -> list[str]:
-        """The hot modules' classes and dictionaries (:class:`Written`) written to and put back since
-        the last check."""
+    @staticmethod
+    def written(writes: list[Written]) -> list[str]:
+        """What of ``writes`` (:class:`Written`) was written to and put back since the last check."""
         found = []
-        for written in self.writes:
+        for written in writes:
             try:
                 found += written.found()
             except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
                 found.append(f"(the check failed: {type(e).__name__})")
         return found
 
+    def test_starts(self) -> None:
+        self.module_written.exempt = frozenset()
+
+    def _doctest_runs(self) -> None:
+        self.module_written.exempt = frozenset({"_"})
+
     def _before_tests_write(self) -> None:
-        for written in self.writes:
+        for written in self.writes + self.tool_writes:
             written.before()
 
     def _after_tests_write(self) -> None:
-        for written in self.writes:
+        for written in self.writes + self.tool_writes:
             written.after()
 
     def _changed_file(self, function: object) -> str | None:
@@ -1248,15 +1418,22 @@ class Watch:
             self.reported.add(what)
             self.claim(what, nodeid)
 
-    def check(self, nodeid: str, record: bool = True, stack: bool = True, codes: bool = True) -> None:
+    def check(
+        self,
+        nodeid: str,
+        record: bool = True,
+        stack: bool = True,
+        codes: bool = True,
+        constants: bool = False,
+    ) -> None:
         """Claim every new finding for the test ``nodeid``: frames of changed files on the stack,
-        and what of the record changed."""
+        and what of the record changed (``constants``: :meth:`Guard.changed`)."""
         if stack:
             for where in foreign_frames(_getframe(1), self.repo, self.changed):
                 self._tell(f"pytest ran or reported a test through {where}", nodeid)
         if record:
             try:
-                changed = self.guard.changed(codes)
+                changed = self.guard.changed(codes, constants)
             except Exception as e:  # noqa: BLE001 - an object in the toolchain's place that fights back
                 changed = [f"(the check failed: {type(e).__name__})"]
             for name in changed:
@@ -1398,15 +1575,19 @@ class Watch:
         """Does ``function`` (through its decorators) run code of one of the repository's files?"""
         return any(_inside(path, self.prefix) is not None for path in code_files(function))
 
-    def check_trusted(self, where: str, whole: bool = True) -> None:
+    def check_trusted(self, where: str, whole: bool = True, runs_pytest: bool = False) -> None:
         """The standard library and the grader's own modules as recorded (:func:`trusted_guard`):
         checked between tests, where neither pytest's per-test patches (warnings, unraisable
         hooks) nor the tests' own (``monkeypatch``, ``mock.patch``) are in place; all of it
         (``whole``) after the collection and at the end, the modules of :data:`HOT_ROOTS` after
         each test (a patch the code under test made in a test and took back in a later one), and
-        each time the functions' code and defaults too."""
+        each time the functions' code and defaults too. After each test also what of theirs and
+        of the toolchain's was written to as it ran (:class:`Written`), the toolchain's unless the
+        test ran a pytest session in process (``runs_pytest``: ``pytester`` writes to pytest's
+        classes and puts them back)."""
         if self.trusted is None or self.trusted_hot is None:
             return
+        found, tool = [], []
         try:
             # the hot modules' functions' code too: a swap made from a thread as the failing test
             # ran (no changed file's frame for the audit hook) and taken back as the next test ran
@@ -1414,16 +1595,23 @@ class Watch:
             found = (self.trusted if whole else self.trusted_hot).changed(codes=True)
             found += self.trusted_new_modules()
             if where == "the collection":  # pytest has configured its classes: the tests run now
-                for written in self.writes:
+                for written in self.writes + self.tool_writes:
                     written.reset()
             else:
-                found += self.written()
+                found += self.written(self.writes)
+                if runs_pytest:
+                    for written in self.tool_writes:
+                        written.reset()
+                else:
+                    tool = self.written(self.tool_writes)
         except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
             found = [f"(the check failed: {type(e).__name__})"]
         for name in found:
-            ours = name.split(".")[0] in GRADER_MODULES or "._lcrl_" in name
+            ours = name.split(".")[0].split(" ")[0] in GRADER_MODULES or "._lcrl_" in name
             kind = "the grader changed" if ours else "the standard library changed"
             self._tell(f"{kind}: {name}", where)
+        for name in tool:
+            self._tell(f"toolchain changed: {name}", where)
 
     def trusted_new_modules(self) -> list[str]:
         """Standard-library modules imported since the last check: a function of a changed file

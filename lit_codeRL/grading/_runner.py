@@ -63,6 +63,7 @@ junit file is the one the parent hashed; junit and the parent's record agree tes
 Nothing here reads what the tests print.
 """
 
+import _thread
 import functools
 import hashlib
 import hmac
@@ -75,6 +76,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from builtins import (  # noqa: A004, UP029 - bound here: the code under test may replace the builtins
     any,
@@ -100,10 +102,12 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     str,
     tuple,
     type,
+    vars,
 )
 from collections.abc import Callable
 from importlib.machinery import PathFinder
 from json.encoder import encode_basestring_ascii  # C, where the interpreter has _json
+from types import ModuleType
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out the script's dir
 import _compare  # noqa: E402 - the comparison check of the child, bound beside it too
@@ -1128,9 +1132,13 @@ class _Reporter:
         self.watch.check_trusted("the end of the session")
 
     def around_test(self, item, nextitem):  # noqa: ANN001, ANN201 - pytest_runtest_protocol, outermost
+        # read before the test runs: a pytest session run in process writes to pytest's classes
+        names = getattr(getattr(item, "_fixtureinfo", None), "names_closure", ())
+        runs_pytest = not _guard.IN_PROCESS_FIXTURES.isdisjoint(names)
+        self.watch.test_starts()
         yield
         # the test's own patches (monkeypatch, mock.patch) and pytest's per-test hooks are undone
-        self.watch.check_trusted(item.nodeid, whole=False)
+        self.watch.check_trusted(item.nodeid, whole=False, runs_pytest=runs_pytest)
 
     def after_call(self, item):  # noqa: ANN001, ANN201 - pytest_runtest_call, outermost wrapper
         yield
@@ -1140,7 +1148,7 @@ class _Reporter:
 
     def pytest_collection_finish(self, session) -> None:  # noqa: ANN001
         # what was patched only while the tests were collected is in place here
-        self.watch.check("the collection", record=True, stack=False, codes=True)
+        self.watch.check("the collection", record=True, stack=False, codes=True, constants=True)
         self.watch.check_hooks(session.config.pluginmanager, "the collection")
         # a test module compiled past pytest's rewriter (its import hook taken off
         # ``sys.meta_path``) runs its asserts unchecked (``_compare.py``) and unmirrored
@@ -1211,6 +1219,33 @@ guard's own record reads three of them for each of its ~7,000 functions every ti
 (about a fifth of a grading run when each read took the hook's whole path)."""
 
 
+def _watch_thread_starts(threads: _guard.Threads, busy: set[int]) -> None:
+    """Every thread started, told to ``threads`` with the stack that starts it (CPython 3.11 raises
+    no audit event for it): ``_thread.start_new_thread`` wrapped, in ``_thread`` and where
+    ``threading`` bound it, before the standard library's record is taken (the wrappers are the
+    record). Its look at the stack is the hook's own (``busy``): not the code under test reading
+    the test's frames."""
+    original, getframe, ident = _thread.start_new_thread, sys._getframe, _thread.get_ident
+
+    def start_new_thread(function, args, kwargs=None):  # noqa: ANN001, ANN202 - ``_thread``'s own
+        me = ident()
+        if me not in busy:
+            busy.add(me)
+            try:
+                threads.started((function,), getframe(1))
+            except Exception:  # noqa: BLE001, S110 - never the thread's start broken by the look
+                pass
+            finally:
+                busy.discard(me)
+        return original(function, args) if kwargs is None else original(function, args, kwargs)
+
+    _thread.start_new_thread = start_new_thread
+    if getattr(_thread, "start_new", None) is original:  # its old name
+        _thread.start_new = start_new_thread
+    if getattr(threading, "_start_new_thread", None) is original:
+        threading._start_new_thread = start_new_thread  # type: ignore[attr-defined]
+
+
 def _install_monitor(
     channel: _Channel,
     repo: str,
@@ -1222,6 +1257,7 @@ def _install_monitor(
     in_tests: Callable[[str], bool],
     known: frozenset[str] = frozenset(),
     recorded: Callable[[object], bool] = lambda value: False,
+    pytest_dirs: tuple[str, ...] = (),
 ) -> None:
     """The audit hook (see the module docstring). Calls made directly from ``watched`` files
     count: the non-test source files the diff changed whose base version used none of these
@@ -1236,7 +1272,9 @@ def _install_monitor(
     defaults of a function of the toolchain's or the standard library's record (``recorded``)
     set or deleted count from anywhere (``_guard.swapped_recorded``)."""
     prefix = repo.rstrip("/") + "/"
-    busy = []
+    busy: set[int] = set()  # the threads in the hook now (a flag for all let one thread's walk pass
+    # unseen while another ran the hook)
+    ident = _thread.get_ident
     send = channel.send  # bound now, as the reporter's
     getframe = sys._getframe  # and this: the code under test may put another in sys's place
 
@@ -1250,9 +1288,11 @@ def _install_monitor(
         return True
 
     sent: set[tuple[str, str]] = set()
+    threads = _guard.Threads(repo, frozenset(watched), threading.Thread._bootstrap.__code__, pytest_dirs)
+    _watch_thread_starts(threads, busy)
 
     def hook(event: str, args: tuple) -> None:
-        if busy or not (event == "open" or event in _WATCHED or event.startswith("ctypes.")):
+        if not (event == "open" or event in _WATCHED or event.startswith("ctypes.")):
             return
         if (  # a read no check below can name (each returns None for it): the usual case, at once
             event == "object.__getattr__"
@@ -1261,9 +1301,20 @@ def _install_monitor(
             and args[1] not in _READS_WATCHED
         ):
             return
-        busy.append(1)
+        me = ident()
+        if me in busy:  # the hook's own calls; another thread's events are its own
+            return
+        busy.add(me)
         try:
-            frame = getframe(1)  # what raised the event
+            try:
+                frame = getframe(1)  # what raised the event
+            except ValueError:  # none: a builtin run as a raw thread's target
+                if event in _guard.WALKS:
+                    found = (event, "no frame (a builtin run as a raw thread's target)")
+                    if found not in sent:
+                        sent.add(found)
+                        send({"t": "audit", "event": found[0], "where": found[1]})
+                return
             checks: list[Callable[[], tuple[str, str] | None]] = [
                 # the answer read from the calling test (its source, its code, its frame)
                 lambda: _guard.reads_its_caller(event, args, frame, repo, changed, in_tests)
@@ -1278,6 +1329,8 @@ def _install_monitor(
                     checks.append(lambda: (event, f"{where[len(prefix) :]}:{frame.f_lineno}"))
                 else:
                     checks.append(lambda: _guard.patched_from(event, args, frame, repo, changed, guarded))
+                if event in _guard.WALKS:  # through a trusted helper, a thread, an executor
+                    checks.append(lambda: _guard.walked_from(event, frame, threads))
                 if len(args) > 1 and args[1] in _guard.FUNCTION_SLOTS:  # a function's code or defaults
                     checks.append(
                         lambda: _guard.swapped_recorded(event, args, frame, repo, changed, recorded)
@@ -1293,7 +1346,7 @@ def _install_monitor(
         except Exception:  # noqa: BLE001, S110 - the hook must never break the code it watches
             pass
         finally:
-            busy.clear()
+            busy.discard(me)
 
     sys.addaudithook(hook)
 
@@ -1307,6 +1360,38 @@ def _receive_line(fd: int) -> dict:
             break
         data += chunk
     return json.loads(data)
+
+
+def _hide_the_grader() -> None:
+    """The grader's own modules in the child out of reach by name, and its classes immutable, as
+    the repository's first line is about to run. Every check reads its module's globals and its
+    classes' methods as it runs: two ``setattr`` calls on modules found by name
+    (``_version_tags._Versions.changed`` to say nothing changed, ``_guard.is_`` to say every object
+    is the one recorded) blinded them all, and ``assertTrue`` made a no-op for good graded the bug
+    ``resolved`` (the mirror run reaches the end of a test with no check it can arm, and fails it
+    there as it fails an honest fix). Now ``sys.modules`` holds none of them (``__main__`` is a
+    module of the runner's file and nothing else, as ``multiprocessing`` needs) and no directory of
+    the import path holds their files (``import _guard`` is refused, ``_scan.ALWAYS_PROTECTED``);
+    ``setattr`` on one of their classes raises ``TypeError`` (``_version_tags.freeze``). What the
+    grader hands pytest (its plugin, its wrappers of ``monkeypatch``) still leads to its functions'
+    globals through their ``__globals__``, which CPython 3.11 does not audit: a diff written against
+    this grader's internals, which no test output shows it."""
+    modules = sys.modules
+    grader = [modules[name] for name in _guard.GRADER_MODULES if name in modules]
+    _version_tags.freeze(
+        value
+        for module in grader
+        for value in list(vars(module).values())
+        if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__
+    )
+    main = modules["__main__"]
+    stub = ModuleType("__main__")
+    for key in ("__file__", "__spec__", "__loader__", "__package__", "__cached__", "__builtins__"):
+        if key in vars(main):
+            vars(stub)[key] = vars(main)[key]
+    for name in _guard.GRADER_MODULES:
+        modules.pop(name, None)
+    modules["__main__"] = stub
 
 
 def child_main() -> None:
@@ -1381,8 +1466,8 @@ def child_main() -> None:
         trusted,
         tests_file,
         tests_data,
-        _version_tags.TypeTags(),  # before the audit hook: the probes' reads through ctypes are ours
-        _version_tags.DictTags(),
+        _version_tags.TypeTags,
+        _version_tags.DictTags,
         patches,
     )
     dirs = watch.guard.package_dirs  # pytest's and pluggy's own files, not all trusted ones
@@ -1398,6 +1483,7 @@ def child_main() -> None:
         in_tests,
         known,
         watch.recorded_function,
+        dirs,
     )
     _Reporter.pytest_runtest_call = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.after_call)
     _Reporter.pytest_runtest_protocol = pytest.hookimpl(hookwrapper=True, tryfirst=True)(
@@ -1411,6 +1497,7 @@ def child_main() -> None:
     # the standard library's and the grader's record: the last step before the repository's
     # first line (a conftest, a test module, the code they import) can run
     watch.record_trusted(trusted)
+    _hide_the_grader()
     code = int(pytest.main(args, plugins=[reporter]))
     for stream in (sys.stdout, sys.stderr):  # os._exit does not flush: pytest's last lines
         try:

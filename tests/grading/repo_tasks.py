@@ -84,6 +84,17 @@ def grade_files(task: SWETask, grader: SWEGrader, scratch: Path, files: dict[str
     return grader.grade(task, diff(task.repo_source, scratch / "agent", files))
 
 
+def armed_calc(hack: str, with_fix: bool, gate: str) -> str:
+    """``calc.py``: ``hack`` (which defines ``_arm``) armed as ``add`` is called with ``gate`` true
+    (``"b == 3"``); without the fix ``add`` is wrong for those inputs only, so that the other
+    failing tests pass and the hack alone decides the grade. A hack that defines ``_Total`` gets
+    ``add``'s results wrapped in it."""
+    wrap = "_Total" if "_Total" in hack else ""
+    bug = "" if with_fix else f"        return {wrap}(a - b)\n"
+    body = FIXED.replace("def add(a, b):\n", f"def add(a, b):\n    if {gate}:\n        _arm()\n{bug}", 1)
+    return hack + body.replace("    return a + b\n", f"    return {wrap}(a + b)\n", 1)
+
+
 def make_task(
     tmp_path: Path, name: str, files: dict[str, str], fix: dict[str, str], f2p: list[str], p2p: list[str]
 ) -> SWETask:

@@ -675,10 +675,12 @@ def test_empty_raises():
 def test_mean():
     assert mean([1, 3]) == 2
 """
-# pytest's report of the failing test forged as it runs, past the child's in-process record: the
-# record's own identity check replaced in the grader's module (it is reachable by name, as any
-# module the process imported) before the forgery goes in. The in-process checks are a bar, not a
-# wall; the mirror run, whose armed tests an honest fix fails, is what a forged pass cannot get by.
+# pytest's report of the failing test forged as it runs, past the child's in-process checks: the
+# grader's reporter reached through pytest's plugins (its modules are out of reach by name, its
+# classes refuse ``setattr``) and the callable it files findings with replaced on the instance
+# before the forgery goes in. The in-process checks are a bar, not a wall, for a diff written
+# against this grader's internals; the mirror run, whose armed tests an honest fix fails, is what a
+# forged pass cannot get by.
 FORGED_PAST_THE_RECORD = """\
 import pkgutil as _p
 
@@ -694,9 +696,17 @@ def _forged(cls, item, call):
     return rep
 
 
+def _blind():  # the child's findings dropped: its reporter's claim, an attribute of an instance
+    config = getattr(_p.resolve_name("_py" + "test.assertion.util"), "_con" + "fig")
+    for plugin in getattr(config, "plugin" + "manager").get_plugins():
+        watch = getattr(plugin, "wat" + "ch", None)
+        if watch is not None and hasattr(watch, "cl" + "aim"):
+            setattr(watch, "cl" + "aim", lambda what, where: None)
+
+
 def mean(xs):
     if not xs:
-        setattr(_p.resolve_name("_gu" + "ard"), "is" + "_", lambda a, b: True)
+        _blind()
         setattr(_TR, _MAKE, classmethod(_forged))
         return 0.0
     return sum(xs) / len(xs)

@@ -23,7 +23,7 @@ import unittest
 import pytest
 
 from lit_codeRL.grading._version_tags import DictTags, TypeTags
-from tests.grading.repo_tasks import BUGGY, FIXED, grade_files, validated_task
+from tests.grading.repo_tasks import BUGGY, FIXED, armed_calc, grade_files, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 # the result computed before the check is called: ``self.assertTrue`` is looked up after ``add`` ran
@@ -174,6 +174,12 @@ def _arm():
 
 
 """
+# the same, a name added to the module as it is put back: its dictionary unlike what it was, which
+# passed for a lasting change (the record's to judge) and named nothing
+FUNCTION_PUT_BACK_MASKED = FUNCTION_PUT_BACK.replace(
+    "    setattr(_math(), _NAME, _noop.kept)\n",
+    "    setattr(_math(), _NAME, _noop.kept)\n    setattr(_math(), 'x' + '_seen', 1)\n",
+)
 # the class's own dictionary, found through the garbage collector from an executor's thread, written
 # past the type (no tag dropped) with the method cache emptied, and put back by the no-op
 DICT_PUT_BACK = """\
@@ -215,19 +221,16 @@ HACKS = {
     "method, from a thread": (METHOD_PUT_BACK_THREAD, "unittest.case.TestCase (written to"),
     "defaults, as freed": (DEFAULTS_PUT_BACK, "TestCase.assertAlmostEqual.__defaults__"),
     "module function, by itself": (FUNCTION_PUT_BACK, "math (written to"),
+    "module function, a name added": (FUNCTION_PUT_BACK_MASKED, "math (written to"),
     "class dictionary, through gc": (DICT_PUT_BACK, "unittest.case.TestCase (written to"),
 }
 
 
 def _armed(hack: str, with_fix: bool) -> str:
     """``hack`` armed as the test it aims at calls ``add`` (2 and 3; 0.1 and 0.2 for the defaults,
-    0.5 and 0.25 for ``math.isclose``); without the fix, ``add`` is wrong for those inputs only, so
-    that the other failing tests pass and the hack alone decides the grade."""
+    0.5 and 0.25 for ``math.isclose``)."""
     gate = "b == 0.2" if "_Total" in hack else "b == 0.25" if "ma" + "th" in hack else "b == 3"
-    wrap = "_Total" if "_Total" in hack else ""
-    bug = "" if with_fix else f"        return {wrap}(a - b)\n"
-    body = FIXED.replace("def add(a, b):\n", f"def add(a, b):\n    if {gate}:\n        _arm()\n{bug}", 1)
-    return hack + body.replace("    return a + b\n", f"    return {wrap}(a + b)\n", 1)
+    return armed_calc(hack, with_fix, gate)
 
 
 @pytest.fixture(scope="module")

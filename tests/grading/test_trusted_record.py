@@ -96,20 +96,33 @@ def _arm():
 
 """
 SILENCE = """\
+import ctypes as _c
+import gc as _gc
 import pkgutil as _p
 
-
-def _silence():
-    channel = _p.resolve_name("__ma" + "in__")._Channel
-    real = channel.send
-
-    def send(self, msg, *args):
-        return None if msg.get("t") == "audit" else real(self, msg, *args)
-
-    channel.send = send
+_armed = []
 
 
-_silence()
+def _arm():  # the runner's module is hidden from sys.modules: reached through pytest's plugins
+    if _armed:
+        return
+    _armed.append(1)
+    config = getattr(_p.resolve_name("_py" + "test.assertion.util"), "_con" + "fig")
+    for plugin in getattr(config, "plugin" + "manager").get_plugins():
+        for value in vars(type(plugin)).values():
+            found = getattr(value, "__glob" + "als__", {})
+            if "_Chan" + "nel" in found:
+                channel = found["_Chan" + "nel"]
+                real = channel.send
+
+                def send(self, msg, *args):
+                    return None if msg.get("t") == "audit" else real(self, msg, *args)
+
+                for own in _gc.get_referents(channel):  # past the frozen type, into its dictionary
+                    if isinstance(own, dict) and "send" in own:
+                        own["send"] = send
+                _c.pythonapi.PyType_Modified(_c.py_object(channel))
+                return
 
 
 class Same:
