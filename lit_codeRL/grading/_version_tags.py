@@ -145,6 +145,7 @@ class DictTags(_Versions):
 
 
 _IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (CPython 3.10 and later): ``type.__setattr__`` refuses
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not a static type
 
 
 def _flags_offset() -> int | None:
@@ -180,6 +181,6 @@ def freeze(classes: Iterable[type]) -> bool:
     if offset is None:
         return False
     for cls in classes:
-        if isinstance(cls, type) and cls.__flags__ & (1 << 9):  # a heap type: a class statement's
+        if isinstance(cls, type) and cls.__flags__ & _HEAPTYPE:
             ctypes.c_ulong.from_address(id(cls) + offset).value |= _IMMUTABLE
     return True
