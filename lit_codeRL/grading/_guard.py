@@ -102,6 +102,7 @@ from types import CodeType, FrameType, FunctionType, MethodType, ModuleType
 _getframe, _modules = sys._getframe, sys.modules
 _get_referents = gc.get_referents
 _getcwd, _isfile, _join, _normpath = os.getcwd, os.path.isfile, os.path.join, os.path.normpath
+_realpath = os.path.realpath
 
 ROOTS = ("_pytest", "pytest", "pluggy")
 """The toolchain packages recorded: pytest's implementation, its public module, its hook system."""
@@ -755,13 +756,7 @@ def made_among_tests(
     if full in known or not in_tests(full):
         return None
     prefix = repo.rstrip("/") + "/"
-    where = "outside the repository"
-    while frame is not None:
-        inside = _inside(frame.f_code.co_filename, prefix)
-        if inside is not None:
-            where = f"{inside}:{frame.f_lineno}"
-            break
-        frame = frame.f_back
+    where = _nearest(frame, prefix) or "outside the repository"
     return f"{_inside(full, prefix)}, made while the tests ran, opened", where
 
 
@@ -1061,7 +1056,10 @@ def reads_its_caller(
         return None
     if event == "open":
         target = _opened(args)
-        if target is None or not target.endswith(".py"):
+        if target is None:
+            return None
+        target = _realpath(target)  # a link made to it elsewhere (``notes.txt``) opens the test file
+        if not target.endswith(".py"):
             return None
         kind = "read the source of"
     elif event == "object.__getattr__" and len(args) > 1 and args[1] == "f_code":
@@ -1084,6 +1082,137 @@ def reads_its_caller(
             return f"the code under test {kind} the test calling it ({_inside(target, prefix)})", inner
         frame = frame.f_back
     return None
+
+
+PROCESS_EVENTS = frozenset(
+    {"subprocess.Popen", "os.system", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec", "pty.spawn"}
+)
+"""The audit events of a process started (``os.popen`` and ``pty.spawn`` go through them)."""
+FORK_EXEC_EVENT = "lcrl.fork_exec"
+"""Raised by the runner's wrapper of ``_posixsubprocess.fork_exec``, which raises none of its own:
+``multiprocessing.util.spawnv_passfds`` calls it directly, past ``subprocess.Popen``."""
+THREAD_START_EVENT = "lcrl.start_new_thread"
+"""Raised by the runner's wrapper of ``_thread.start_new_thread`` (CPython 3.11 raises none): the
+audit hook keeps the :class:`Threads` record, so the wrapper holds nothing the code under test
+could use to blind it."""
+
+
+WRAPPED_MODULES = frozenset({"_posixsubprocess", "_thread"})
+"""The modules whose functions the child wraps to raise an event (:data:`FORK_EXEC_EVENT`,
+:data:`THREAD_START_EVENT`): taken out of ``sys.modules`` and imported again, a built-in module
+comes back with its functions as they were, unwrapped."""
+
+
+def loaded_again(args: tuple, frame: FrameType | None, repo: str) -> tuple[str, str] | None:
+    """For the audit hook's ``import`` events (a module loaded, not found in ``sys.modules``):
+    ``(what, where)`` when one of :data:`WRAPPED_MODULES` is loaded a second time, from wherever
+    (nothing honest takes a built-in module out of ``sys.modules``); ``where`` the nearest
+    repository frame."""
+    if not args or args[0] not in WRAPPED_MODULES:
+        return None
+    where = _nearest(frame, repo.rstrip("/") + "/")
+    return f"{args[0]} loaded a second time (its functions unwrapped)", where or "no frame of the repository"
+
+
+def _nearest(frame: FrameType | None, prefix: str, files: frozenset[str] | None = None) -> str | None:
+    """``path:line`` of the innermost frame from ``frame`` whose repository path is in ``files``
+    (``None``: any file of the repository)."""
+    while frame is not None:
+        inside = _inside(frame.f_code.co_filename, prefix)
+        if inside is not None and (files is None or inside in files):
+            return f"{inside}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def started_process(
+    event: str, frame: FrameType | None, repo: str, quiet: frozenset[str], threads: Threads
+) -> tuple[str, str] | None:
+    """For the audit hook: ``(what, where)`` when a process starts (:data:`PROCESS_EVENTS`,
+    :data:`FORK_EXEC_EVENT`) with a frame of a ``quiet`` file on the stack (a source file the diff
+    changed whose base version started no process: ``_scan.starts_processes``), through whatever
+    helper, or on a thread the diff's code started. A process of its own reads the test files (``cat
+    test_calc.py``, the literal beside the call parsed out of it) where no audit hook of this
+    process sees the read, and the answer it returns holds in the mirror run too (the mirror
+    changes the values in the compiled tests, not in the files). The tests' own processes, pytest's,
+    and those of repository files that started processes before are not named."""
+    if not quiet:
+        return None
+    where = _nearest(frame, repo.rstrip("/") + "/", quiet)
+    if where is None and threads.tainted(frame):
+        where = "a thread the diff's code started"
+    if where is None:
+        return None
+    return f"the code under test started a process ({event})", where
+
+
+def opened_test_module(
+    args: tuple,
+    frame: FrameType | None,
+    repo: str,
+    changed: frozenset[str],
+    test_module: Callable[[str], bool],
+) -> tuple[str, str] | None:
+    """For the audit hook's ``open`` events: ``(what, where)`` when code of a file the diff changed,
+    through any helper, opens a test module (``test_module``: a test file pytest collects or runs),
+    found through links (``realpath``): not the one calling it (:func:`reads_its_caller` names that)
+    but any, read as the code under test is imported, to build its answers from every assertion of
+    the suite. A fix reads the files its tests hand it, not the test modules themselves."""
+    if not changed:
+        return None
+    target = _opened(args)
+    if target is None:
+        return None
+    target = _realpath(target)
+    if not test_module(target):
+        return None
+    prefix = repo.rstrip("/") + "/"
+    inner = None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if inner is None:
+            if _inside(path, prefix) in changed:
+                inner = f"{_inside(path, prefix)}:{frame.f_lineno}"
+        elif path == target:
+            return None  # the calling test's: reads_its_caller's finding
+        frame = frame.f_back
+    if inner is None:
+        return None
+    return (
+        f"the code under test read the source of a test module ({_inside(target, prefix) or target})",
+        inner,
+    )
+
+
+def compiled_as_test(
+    args: tuple,
+    frame: FrameType | None,
+    repo: str,
+    changed: frozenset[str],
+    test_module: Callable[[str], bool],
+) -> tuple[str, str] | None:
+    """For the audit hook's ``compile`` events: ``(what, where)`` when code of a changed file
+    compiles code under a test module's name (``compile(text, "test_calc.py", "exec")``): the
+    frames of what it runs pass for the test's own on every stack the checks walk, a process
+    started from them among them."""
+    if len(args) < 2 or not changed:
+        return None
+    path = args[1]
+    if isinstance(path, bytes):
+        path = path.decode("utf-8", "surrogateescape")
+    if not isinstance(path, str) or path.startswith("<"):
+        return None
+    target = _realpath(_normpath(_join(_getcwd(), path)))
+    if not test_module(target):
+        return None
+    prefix = repo.rstrip("/") + "/"
+    where = _nearest(frame, prefix, changed)
+    if where is None:
+        return None
+    return (
+        f"the code under test compiled code under the name of a test module ({_inside(target, prefix)})",
+        where,
+    )
 
 
 HOOK_PREFIXES = ("pytest_runtest_", "pytest_pyfunc_call", "pytest_report_", "pytest_exception_interact")

@@ -541,10 +541,11 @@ def tamper_scan(
     graded: frozenset[str],
     names: frozenset[str] = frozenset(),
     test_files: list[str] | None = None,
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str]]:
     """Every static tamper reason of the applied diff (``_scan.py``), test files left out (they
-    are restored before anything runs: :func:`is_restored`), and the files the run-time monitor
-    watches: changed source files whose base version used none of the suspect internals.
+    are restored before anything runs: :func:`is_restored`), the files the run-time monitor
+    watches: changed source files whose base version used none of the suspect internals, and the
+    changed source files whose base version started no process (``_scan.starts_processes``).
     ``names``: what the tests import from their own directories (:func:`tests_import`)."""
     protected = _scan.protected_names(frozenset(toolchain_names()))
     candidates = [p for p in added if not is_restored(p, graded)]
@@ -555,7 +556,7 @@ def tamper_scan(
         tests_import=names,
         roots=import_roots(test_files),
     )
-    watched = []
+    watched, quiet = [], []
     for path in changed:  # pytest.ini, tox.ini and conftest.py are restored; these two are not
         if os.path.basename(path) in CHANGEABLE_CONFIGS:
             new_config = None  # deleted: its pytest section went with it
@@ -583,7 +584,9 @@ def tamper_scan(
         found += _scan.internals_findings(path, new, base)
         if base is None or not _scan.features(base):
             watched.append(path)
-    return found, watched
+        if base is None or not _scan.starts_processes(base):
+            quiet.append(path)
+    return found, watched, quiet
 
 
 def written_functions(changed: list[str], graded: frozenset[str]) -> dict[str, list[int]]:
@@ -933,11 +936,12 @@ def main() -> None:
     attributes = restore_attributes()  # first: what git says changed goes through them
     changed, added = ([p for p in paths if p not in attributes] for paths in changed_paths(agent_patch))
     names = tests_import(graded, os.path.join(results, "test.patch"))
-    report["tamper"], watched = tamper_scan(changed, added, graded, names, test_files)
+    report["tamper"], watched, quiet = tamper_scan(changed, added, graded, names, test_files)
     with open(os.path.join(results, "watched.json"), "w") as f:
         json.dump(
             {
                 "watched": watched,
+                "quiet": quiet,
                 "written": written_functions(changed, graded),
                 "data": data_files(changed, graded),
                 "configs": changed_configs(changed, graded),
@@ -1069,42 +1073,6 @@ def _json_line(  # noqa: ANN001
     return "{" + _join(parts) + "}"
 
 
-class _Channel:
-    """Newline-delimited JSON to the parent, one locked write per message."""
-
-    def __init__(self, fd: int) -> None:
-        import threading  # noqa: PLC0415
-
-        self.fd, self.lock = fd, threading.Lock()
-        self.socket = _identity(fd)
-
-    def send(  # noqa: ANN001
-        self, msg: dict, _dumps=_json_line, _write=os.write, _view=memoryview, _exit=os._exit
-    ) -> None:
-        # the encoder, os.write bound when this was defined: the code under test may replace them
-        data = _view((_dumps(msg) + "\n").encode("utf-8", "replace"))
-        with self.lock:
-            while data:
-                self._held()
-                try:
-                    data = data[_write(self.fd, data) :]
-                except OSError:
-                    # the parent reads until the child is gone, so only the code under test makes
-                    # a write fail (the socket set non-blocking and kept full by a thread of its
-                    # own): a report dropped in silence, which it could then write as it likes
-                    _exit(CHANNEL_TAKEN)
-                finally:
-                    self._held()
-
-    def _held(self, _exit=os._exit) -> None:  # noqa: ANN001
-        # A thread of the code under test can put a pipe of its own in the socket's place
-        # (``dup2``), read every report and pass it on, changed, to the socket from this very
-        # process, which the kernel stamps with this pid. Before and after each write the
-        # descriptor must still hold the socket; when it does not, no report of this run is ours.
-        if _identity(self.fd) != self.socket:
-            _exit(CHANNEL_TAKEN)
-
-
 def _identity(fd: int, _fstat=os.fstat) -> tuple[int, int] | None:  # noqa: ANN001
     """The device and inode ``fd`` holds (``None``: closed)."""
     try:
@@ -1112,6 +1080,60 @@ def _identity(fd: int, _fstat=os.fstat) -> tuple[int, int] | None:  # noqa: ANN0
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _sender(fd: int) -> Callable[[dict], None]:
+    """The function that sends one message to the parent on the socket ``fd``: newline-delimited
+    JSON, one locked write per message. Everything it writes with is in its own defaults, bound as
+    it is made (the encoder and ``os.write``: the code under test may replace them; the descriptor,
+    the socket it held and the lock): none of it is an attribute of an object, which the code under
+    test, finding the object through pytest's plugins, could set to a pipe of its own relayed to the
+    socket with every finding taken out. Its defaults replaced is an audited write, named before it
+    takes effect (``_guard.swapped_recorded``)."""
+    import threading  # noqa: PLC0415
+
+    held, lock = _identity(fd), threading.Lock()  # defaults, not closed over: no cell to set
+
+    def send(  # noqa: ANN001
+        msg: dict,
+        _fd=fd,
+        _socket=held,
+        _lock=lock,
+        _dumps=_json_line,
+        _write=os.write,
+        _view=memoryview,
+        _exit=os._exit,
+        _identity=_identity,
+        _taken=CHANNEL_TAKEN,
+    ) -> None:
+        data = _view((_dumps(msg) + "\n").encode("utf-8", "replace"))
+        with _lock:
+            while data:
+                # A thread of the code under test can put a pipe of its own in the socket's place
+                # (``dup2``), read every report and pass it on, changed, to the socket from this
+                # very process, which the kernel stamps with this pid. Before and after each write
+                # the descriptor must still hold the socket; when it does not, no report of this run
+                # is ours.
+                if _identity(_fd) != _socket:
+                    _exit(_taken)
+                try:
+                    data = data[_write(_fd, data) :]
+                except OSError:
+                    # the parent reads until the child is gone, so only the code under test makes
+                    # a write fail (the socket set non-blocking and kept full by a thread of its
+                    # own): a report dropped in silence, which it could then write as it likes
+                    _exit(_taken)
+                if _identity(_fd) != _socket:
+                    _exit(_taken)
+
+    return send
+
+
+class _Channel:
+    """The child's report channel to the parent: :func:`_sender`'s function, as ``send``."""
+
+    def __init__(self, fd: int) -> None:
+        self.send = _sender(fd)
 
 
 _realpath, _relpath, _normpath = os.path.realpath, os.path.relpath, os.path.normpath  # bound, as the builtins
@@ -1211,6 +1233,10 @@ _WATCHED = {
     "sys._current_frames", "sys.settrace", "sys.setprofile", "object.__getattr__",
     "object.__setattr__", "object.__delattr__", "code.__new__", "sys.addaudithook",
 }  # fmt: skip
+_PROCESS_STARTS = _guard.PROCESS_EVENTS | {_guard.FORK_EXEC_EVENT}
+_ALSO = _PROCESS_STARTS | {_guard.THREAD_START_EVENT, "compile", "import"}
+"""The hook's events beside :data:`_WATCHED` and ``open``: a process started, a thread started, code
+compiled (under a test module's name), a module loaded (a wrapped one again)."""
 _FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
 _READS_WATCHED = frozenset(_FRAME_ATTRS | {"f_code"})
 """The attributes whose read (``object.__getattr__``) any check of the hook can name: the others
@@ -1219,24 +1245,18 @@ guard's own record reads three of them for each of its ~7,000 functions every ti
 (about a fifth of a grading run when each read took the hook's whole path)."""
 
 
-def _watch_thread_starts(threads: _guard.Threads, busy: set[int]) -> None:
-    """Every thread started, told to ``threads`` with the stack that starts it (CPython 3.11 raises
-    no audit event for it): ``_thread.start_new_thread`` wrapped, in ``_thread`` and where
-    ``threading`` bound it, before the standard library's record is taken (the wrappers are the
-    record). Its look at the stack is the hook's own (``busy``): not the code under test reading
-    the test's frames."""
-    original, getframe, ident = _thread.start_new_thread, sys._getframe, _thread.get_ident
+def _watch_thread_starts() -> None:
+    """Every thread started raises :data:`_guard.THREAD_START_EVENT` with its target (CPython 3.11
+    raises no audit event for it), and the audit hook tells :class:`_guard.Threads` with the stack
+    that starts it: ``_thread.start_new_thread`` wrapped, in ``_thread`` and where ``threading``
+    bound it, before the standard library's record is taken (the wrappers are the record). The
+    wrapper holds the original and ``sys.audit``, nothing of the hook's: a set of the threads the
+    hook was busy on, reached through the wrapper's closure, let the code under test put its own
+    thread in it, and every check passed over what it did."""
+    original = _thread.start_new_thread
 
-    def start_new_thread(function, args, kwargs=None):  # noqa: ANN001, ANN202 - ``_thread``'s own
-        me = ident()
-        if me not in busy:
-            busy.add(me)
-            try:
-                threads.started((function,), getframe(1))
-            except Exception:  # noqa: BLE001, S110 - never the thread's start broken by the look
-                pass
-            finally:
-                busy.discard(me)
+    def start_new_thread(function, args, kwargs=None, _audit=sys.audit, _event=_guard.THREAD_START_EVENT):  # noqa: ANN001, ANN202
+        _audit(_event, function)
         return original(function, args) if kwargs is None else original(function, args, kwargs)
 
     _thread.start_new_thread = start_new_thread
@@ -1244,6 +1264,23 @@ def _watch_thread_starts(threads: _guard.Threads, busy: set[int]) -> None:
         _thread.start_new = start_new_thread
     if getattr(threading, "_start_new_thread", None) is original:
         threading._start_new_thread = start_new_thread  # type: ignore[attr-defined]
+
+
+def _watch_fork_exec() -> None:
+    """``_posixsubprocess.fork_exec`` raises :data:`_guard.FORK_EXEC_EVENT` (it raises no audit event
+    of its own, and ``multiprocessing.util.spawnv_passfds`` calls it directly, past
+    ``subprocess.Popen``'s): wrapped before the standard library's record is taken."""
+    try:
+        import _posixsubprocess  # noqa: PLC0415
+    except ImportError:  # not POSIX
+        return
+    original = _posixsubprocess.fork_exec
+
+    def fork_exec(*args, _audit=sys.audit, _event=_guard.FORK_EXEC_EVENT):  # noqa: ANN002, ANN202
+        _audit(_event)
+        return original(*args)
+
+    _posixsubprocess.fork_exec = fork_exec
 
 
 def _install_monitor(
@@ -1258,6 +1295,8 @@ def _install_monitor(
     known: frozenset[str] = frozenset(),
     recorded: Callable[[object], bool] = lambda value: False,
     pytest_dirs: tuple[str, ...] = (),
+    quiet: frozenset[str] = frozenset(),
+    test_module: Callable[[str], bool] = lambda path: False,
 ) -> None:
     """The audit hook (see the module docstring). Calls made directly from ``watched`` files
     count: the non-test source files the diff changed whose base version used none of these
@@ -1270,7 +1309,11 @@ def _install_monitor(
     started), opened (``_guard.made_among_tests``). It reports; it does not refuse (the report
     is what decides, and it is out of this process before the call returns). The code or
     defaults of a function of the toolchain's or the standard library's record (``recorded``)
-    set or deleted count from anywhere (``_guard.swapped_recorded``)."""
+    set or deleted count from anywhere (``_guard.swapped_recorded``), the channel's ``send``
+    among them. A process started with a frame of a ``quiet`` file on the stack, or from a thread
+    the diff's code started (``_guard.started_process``); a ``test_module`` opened, or named in
+    ``compile``, by code of a changed file (``_guard.opened_test_module``,
+    ``_guard.compiled_as_test``)."""
     prefix = repo.rstrip("/") + "/"
     busy: set[int] = set()  # the threads in the hook now (a flag for all let one thread's walk pass
     # unseen while another ran the hook)
@@ -1289,10 +1332,15 @@ def _install_monitor(
 
     sent: set[tuple[str, str]] = set()
     threads = _guard.Threads(repo, frozenset(watched), threading.Thread._bootstrap.__code__, pytest_dirs)
-    _watch_thread_starts(threads, busy)
+    _watch_thread_starts()
+    _watch_fork_exec()
+    own = recorded
+
+    def recorded(value: object) -> bool:  # the channel's sender too: its defaults are the channel
+        return value is send or own(value)
 
     def hook(event: str, args: tuple) -> None:
-        if not (event == "open" or event in _WATCHED or event.startswith("ctypes.")):
+        if not (event == "open" or event in _WATCHED or event in _ALSO or event.startswith("ctypes.")):
             return
         if (  # a read no check below can name (each returns None for it): the usual case, at once
             event == "object.__getattr__"
@@ -1315,11 +1363,21 @@ def _install_monitor(
                         sent.add(found)
                         send({"t": "audit", "event": found[0], "where": found[1]})
                 return
+            if event == _guard.THREAD_START_EVENT:
+                threads.started(args, frame)
+                return
             checks: list[Callable[[], tuple[str, str] | None]] = [
                 # the answer read from the calling test (its source, its code, its frame)
                 lambda: _guard.reads_its_caller(event, args, frame, repo, changed, in_tests)
             ]
-            if event == "open":
+            if event in _PROCESS_STARTS:  # a second interpreter to read the test files with
+                checks = [lambda: _guard.started_process(event, frame, repo, quiet, threads)]
+            elif event == "import":
+                checks = [lambda: _guard.loaded_again(args, frame, repo)]
+            elif event == "compile":
+                checks = [lambda: _guard.compiled_as_test(args, frame, repo, changed, test_module)]
+            elif event == "open":
+                checks.append(lambda: _guard.opened_test_module(args, frame, repo, changed, test_module))
                 checks.append(lambda: _guard.made_among_tests(args, frame, repo, known, in_tests))
                 if data:
                     checks.append(lambda: _guard.read_by_tests(args, frame, repo, data, in_tests))
@@ -1405,6 +1463,7 @@ def child_main() -> None:
     with open(os.path.join(results, "watched.json")) as f:
         changes = json.load(f)
     watched = set(changes["watched"])
+    quiet = frozenset(changes.get("quiet", ()))
     repo = os.getcwd()
     here = os.path.dirname(os.path.abspath(__file__))
     trusted = [p for p in sys.path if p and p != here] + toolchain_dirs()
@@ -1450,6 +1509,20 @@ def child_main() -> None:
     with open(os.path.join(results, "restored.json")) as f:
         known = frozenset(os.path.normpath(os.path.join(repo, p)) for p in json.load(f))
 
+    # the test modules: pytest's own pattern among the test files, and every file it is asked to run
+    run_files = frozenset(
+        _normpath(os.path.join(repo, a.split("::", 1)[0]))
+        for a in args
+        if a.split("::", 1)[0].endswith(".py")
+    )  # node ids and files: an option's value (``--junitxml PATH``) is neither
+
+    def test_module(path: str) -> bool:
+        name = os.path.basename(path)
+        pattern = name == "conftest.py" or (
+            name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+        )
+        return (pattern and in_tests(path)) or path in run_files
+
     # the tests' own modules: test paths, and every file restored (a graded file, a helper of the
     # tests whatever its name)
     def tests_file(path: str) -> bool:
@@ -1484,6 +1557,8 @@ def child_main() -> None:
         known,
         watch.recorded_function,
         dirs,
+        quiet,
+        functools.lru_cache(maxsize=1 << 14)(test_module),
     )
     _Reporter.pytest_runtest_call = pytest.hookimpl(hookwrapper=True, tryfirst=True)(_Reporter.after_call)
     _Reporter.pytest_runtest_protocol = pytest.hookimpl(hookwrapper=True, tryfirst=True)(

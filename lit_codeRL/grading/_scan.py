@@ -248,6 +248,47 @@ def features(source: str) -> set[str]:
     return found
 
 
+PROCESS_MODULES = frozenset(
+    {"subprocess", "multiprocessing", "pty", "_posixsubprocess", "pexpect", "sh", "plumbum"}
+)
+"""Modules that start processes: a source file importing one may start processes of its own."""
+PROCESS_NAMES = frozenset(
+    {"system", "popen", "Popen", "posix_spawn", "posix_spawnp", "fork", "forkpty", "fork_exec",
+     "spawnv_passfds", "ProcessPoolExecutor", "startfile", "execl", "execle", "execlp", "execlpe",
+     "execv", "execve", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv",
+     "spawnve", "spawnvp", "spawnvpe"}
+)  # fmt: skip
+"""Names (attributes, imported names, whole string constants) of the calls that start one."""
+
+
+def starts_processes(source: str) -> bool:
+    """Does this source file (at the base commit) name a way to start a process? A diff that makes
+    a file start processes where its base started none has a second interpreter to read the
+    test files with, which no audit hook of the pytest process sees (``_guard.started_process``);
+    a file that started processes before may go on doing so. A file that does not parse counts
+    as one that does (nothing of it is known)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            if any(a.name.split(".")[0] in PROCESS_MODULES for a in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            if (node.module or "").split(".")[0] in PROCESS_MODULES:
+                return True
+            if any(a.name in PROCESS_NAMES for a in node.names):
+                return True
+        elif isinstance(node, ast.Attribute) and node.attr in PROCESS_NAMES:
+            return True
+        elif isinstance(node, ast.Name) and node.id in PROCESS_NAMES:
+            return True
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in PROCESS_NAMES:
+            return True
+    return False
+
+
 def internals_findings(path: str, new_source: str, old_source: str | None) -> list[str]:
     """Reasons for one changed source file: its suspect features absent at the base."""
     new = features(new_source) - (features(old_source) if old_source is not None else set())

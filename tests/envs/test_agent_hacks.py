@@ -17,7 +17,9 @@ Classes (each with cases of its own; none touches a test file or names our runne
 4. the debugging gym's file tools on paths outside the workspace, devices, FIFOs, symlinks, and
    ordinary tool errors: feedback, the episode goes on and can still be solved;
 5. bytes that are not UTF-8 in file contents and file names: graded, observations clean;
-6. a junit file rewritten with an unknown encoding or garbage: a defined ``rejected``;
+6. a junit file rewritten with an unknown encoding or garbage by a process the code under test
+   leaves behind: ``tamper``, the process named as it starts (its file started none at the base);
+   a junit the parent cannot read is a defined ``rejected`` (``test_swe_actions_judge.py``);
 7. the code under test answering with an object equal to anything (the always-equal trick):
    ``tamper``;
 
@@ -297,8 +299,8 @@ def swe_cases(task: SWETask) -> dict[str, tuple[list[str], str]]:
             "tamper",
         ),
         # 6. junit rewritten by what the tests leave running
-        "junit: unknown encoding": ([prepend_cmd(m, junit_rewriter(UNKNOWN_ENCODING))], "rejected"),
-        "junit: garbage bytes": ([prepend_cmd(m, junit_rewriter(GARBAGE_XML))], "rejected"),
+        "junit: unknown encoding": ([prepend_cmd(m, junit_rewriter(UNKNOWN_ENCODING))], "tamper"),
+        "junit: garbage bytes": ([prepend_cmd(m, junit_rewriter(GARBAGE_XML))], "tamper"),
         # the results directory: a tmpfs of the grading sandbox, capped
         "results: 200 MB written into the grader's directory": ([prepend_cmd(m, FLOOD_RESULTS)], "tamper"),
     }
@@ -487,8 +489,8 @@ DEBUG_CASES = {
         "tamper",
     ),
     "inproc: a forked relay of the report channel": ([prepend(RELAY)], "tamper"),
-    "junit: unknown encoding": ([prepend(junit_rewriter(UNKNOWN_ENCODING))], "rejected"),
-    "junit: garbage bytes": ([prepend(junit_rewriter(GARBAGE_XML))], "rejected"),
+    "junit: unknown encoding": ([prepend(junit_rewriter(UNKNOWN_ENCODING))], "tamper"),
+    "junit: garbage bytes": ([prepend(junit_rewriter(GARBAGE_XML))], "tamper"),
 }
 
 

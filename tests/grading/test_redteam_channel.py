@@ -174,12 +174,11 @@ GRADER_DEFAULTS_PATCH = (
     _FORGE_MESSAGE
     + r"""
 if "--child" in _s.argv:
-    _C = type(next(p for p in getattr(next(getattr(h, "config") for h in getattr(_s, "meta" + "_path")
+    _f = next(p for p in getattr(next(getattr(h, "config") for h in getattr(_s, "meta" + "_path")
               if getattr(h, "config", None) is not None), "plugin" + "manager").get_plugins()
-              if hasattr(p, "channel")).channel)
-    _f = vars(_C)["send"]
+              if hasattr(p, "channel")).channel.send
     _d = list(getattr(_f, "__defa" + "ults__"))
-    _d[0] = lambda m, _e=_E(): _e.encode(m)
+    _d[3] = lambda m, _e=_E(): _e.encode(m)  # its encoder, after the descriptor, socket and lock
     setattr(_f, "__defa" + "ults__", tuple(_d))
 """
 )
@@ -335,7 +334,7 @@ def test_reports_changed_in_process_find_no_mirror_run_to_tell_apart(package_tas
 @pytest.mark.parametrize(("source", "named"), [
     ("REPORTER_PATCH", "the grader changed: __main__.reporter.send"),
     ("DEFAULTS_PATCH", "the standard library changed: json.dumps (its defaults)"),
-    ("GRADER_DEFAULTS_PATCH", "the grader changed: __main__._Channel.send (its defaults)"),
+    ("GRADER_DEFAULTS_PATCH", "object.__setattr__ (__main__._sender.<locals>.send.__defaults__)"),
     ("HOOKEXEC", "pytest runs its hooks through pkg/__init__.py"),
     ("MONITOR", "pytest runs its hooks through pkg/__init__.py"),
     ("EXEC_HOOK", "a hook of pytest implemented in <string>"),

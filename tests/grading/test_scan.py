@@ -11,6 +11,7 @@ from lit_codeRL.grading._scan import (
     internals_findings,
     is_test_path,
     protected_names,
+    starts_processes,
     structure_findings,
 )
 from lit_codeRL.grading.repo import RUNNER_FILES, patch_bytes, tamper_kind
@@ -334,3 +335,25 @@ def test_grading_loads_the_plugin_every_workspace_pytest_loads(tmp_path) -> None
     assert _runner.steady_plugin([str(tmp_path)]) == {}
     (tmp_path / f"{STEADY_PLUGIN_NAME}.py").write_bytes(STEADY_PLUGIN.read_bytes())
     assert _runner.steady_plugin(["/nonexistent", str(tmp_path)]) == {"PYTEST_PLUGINS": STEADY_PLUGIN_NAME}
+
+
+@pytest.mark.parametrize(
+    "source,starts",
+    [
+        ("import subprocess\n", True),
+        ("from multiprocessing import Pool\n", True),
+        ("import os\nos.system('ls')\n", True),
+        ("import os\nos.popen('ls')\n", True),
+        ("from os import fork\n", True),
+        ("from concurrent.futures import ProcessPoolExecutor\n", True),
+        ("import os\nos.posix_spawn('/bin/ls', ['ls'], {})\n", True),
+        ("def f(:\n", True),  # unparseable: nothing of it is known
+        ("import os\n\n\ndef add(a, b):\n    return a + b\n", False),
+        ("from concurrent.futures import ThreadPoolExecutor\n", False),
+        ("import threading\nthreading.Thread(target=print).start()\n", False),
+    ],
+)
+def test_starts_processes_reads_whether_a_base_file_starts_processes(source, starts):
+    """Where the base starts none, a process started by the diff's code is named in the child
+    (``_guard.started_process``); a file that started processes may go on doing so."""
+    assert starts_processes(source) is starts

@@ -337,6 +337,8 @@ def test_bwrap_forging_the_failing_tests_through_pytest_grades_tamper(calc, tmp_
         "run time: pytest ran or reported",
         "run time: object.__setattr__ (",
         "run time: a hook of pytest implemented in ",
+        # the forger on the stack as a failing canary's report reads the test file
+        "run time: the code under test read the source of a test module",
     )
     assert all(r.startswith(new) for r in grade.tamper), grade.tamper
 

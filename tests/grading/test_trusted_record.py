@@ -3,8 +3,8 @@
 A test checks with what the standard library gives it: ``math.isclose``, ``all``, ``unittest``'s
 ``assertEqual``. The code under test could replace any of them as it is imported (through a name
 built at run time, so the static scan reads nothing) and every such check would pass with the bug
-in place; it could replace the method that carries the child's findings to the parent
-(``__main__._Channel.send``) and silence every run-time check; or swap the test module's class so
+in place; it could give the function that carries the child's findings to the parent
+(``_runner._sender``'s) the code of one that drops them and silence every run-time check; or swap the test module's class so
 that pytest collects a no-op of the standard library in place of each test. Each of these graded
 ``resolved`` before ``_guard.trusted_guard`` and ``Watch.check_item``'s origin rules
 (``grading/_guard.py``). Each must grade ``tamper`` through the real sandbox, grader and pytest,
@@ -96,11 +96,18 @@ def _arm():
 
 """
 SILENCE = """\
-import ctypes as _c
-import gc as _gc
 import pkgutil as _p
 
 _armed = []
+
+
+def _quiet(msg, _fd=0, _socket=None, _lock=None, _dumps=None, _write=None, _view=None, _exit=None, _identity=None, _taken=0):
+    if msg.get("t") == "audit":  # the findings dropped, every report written as the runner writes it
+        return
+    data = _view((_dumps(msg) + "\\n").encode("utf-8", "replace"))
+    with _lock:
+        while data:
+            data = data[_write(_fd, data) :]
 
 
 def _arm():  # the runner's module is hidden from sys.modules: reached through pytest's plugins
@@ -109,20 +116,10 @@ def _arm():  # the runner's module is hidden from sys.modules: reached through p
     _armed.append(1)
     config = getattr(_p.resolve_name("_py" + "test.assertion.util"), "_con" + "fig")
     for plugin in getattr(config, "plugin" + "manager").get_plugins():
-        for value in vars(type(plugin)).values():
-            found = getattr(value, "__glob" + "als__", {})
-            if "_Chan" + "nel" in found:
-                channel = found["_Chan" + "nel"]
-                real = channel.send
-
-                def send(self, msg, *args):
-                    return None if msg.get("t") == "audit" else real(self, msg, *args)
-
-                for own in _gc.get_referents(channel):  # past the frozen type, into its dictionary
-                    if isinstance(own, dict) and "send" in own:
-                        own["send"] = send
-                _c.pythonapi.PyType_Modified(_c.py_object(channel))
-                return
+        channel = getattr(plugin, "chan" + "nel", None)
+        if channel is not None:  # its sender given the code of one that drops the findings
+            setattr(channel.send, "__co" + "de__", getattr(_quiet, "__co" + "de__"))
+            return
 
 
 class Same:
@@ -215,7 +212,7 @@ CASES = {
     "the child's channel silenced, then an always-equal answer": (
         "calc",
         SILENCE,
-        "the grader changed: __main__._Channel.send",
+        "object.__setattr__ (__main__._sender.<locals>.send.__code__)",
     ),
     "the test module's class swapped: no-ops collected": (
         "calc",

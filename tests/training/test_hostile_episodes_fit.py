@@ -1,6 +1,9 @@
 """A real GRPO ``fit`` step on agent episodes that carry bytes which are not UTF-8 and a junit report
 rewritten with an unknown encoding (issue #47, items 5 and 6): every episode ends in a defined
-reward, the step trains, the grade metrics are logged, and nothing escapes ``fit``.
+reward, the step trains, the grade metrics are logged, and nothing escapes ``fit``. The junit
+rewriter is a process the code under test leaves behind, named as it starts (its file started none
+at the base): ``tamper``; a junit the parent cannot read is ``rejected``
+(``tests/envs/test_swe_actions_judge.py``).
 
 The policy is a scripted engine (a random model never writes a valid tool call); everything after
 its text is real: the episode runner, the SWE env and the debugging gym in bubblewrap, grading,
@@ -101,12 +104,12 @@ def test_bwrap_fit_step_survives_non_utf8_bytes_and_a_broken_junit(tmp_path, env
     assert trainer.global_step == 1
     records = module.last_records
     grades = [r["grade"]["verdict"] for r in records]
-    assert grades == ["unresolved", "rejected"], [r.get("grade") for r in records]
+    assert grades == ["unresolved", "tamper"], [r.get("grade") for r in records]
     assert all(r["valid"] and r["reward"] == 0.0 for r in records)
-    assert "junit" in records[1]["grade"]["reason"]
+    assert "started a process" in records[1]["grade"]["reason"]
     raw = records[0]["diff"].encode("utf-8", "surrogateescape")
     assert b"caf\xe9" in raw
     json.dumps(records)  # the rollout dump writes them (surrogates escaped)
     metrics = trainer.callback_metrics
-    assert float(metrics["train/grade/rejected"]) == 0.5 and float(metrics["train/grade/unresolved"]) == 0.5
-    assert float(metrics["train/grade/tamper_rate"]) == 0.0 and float(metrics["train/episodes/masked"]) == 0.0
+    assert float(metrics["train/grade/tamper"]) == 0.5 and float(metrics["train/grade/unresolved"]) == 0.5
+    assert float(metrics["train/grade/tamper_rate"]) == 0.5 and float(metrics["train/episodes/masked"]) == 0.0
