@@ -545,6 +545,17 @@ def _inside(path: str, prefix: str) -> str | None:
     return path[len(prefix) :] if path.startswith(prefix) else None
 
 
+def _nearest(frame: FrameType | None, prefix: str, files: frozenset[str] | None = None) -> str | None:
+    """``path:line`` of the innermost frame from ``frame`` whose repository path is in ``files``
+    (``None``: any file of the repository)."""
+    while frame is not None:
+        inside = _inside(frame.f_code.co_filename, prefix)
+        if inside is not None and (files is None or inside in files):
+            return f"{inside}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
 def foreign_frames(frame: FrameType | None, repo: str, changed: frozenset[str]) -> list[str]:
     """``path:line (function)`` of every frame from ``frame`` outward whose code is in a file
     of ``changed`` (repository-relative paths of the source files the diff changed)."""
@@ -712,13 +723,7 @@ def swapped_recorded(
     if attr not in FUNCTION_SLOTS or not recorded(target):
         return None
     found = foreign_frames(frame, repo, changed)
-    where = found[0] if found else None
-    prefix = repo.rstrip("/") + "/"
-    while where is None and frame is not None:
-        inside = _inside(frame.f_code.co_filename, prefix)
-        if inside is not None:
-            where = f"{inside}:{frame.f_lineno}"
-        frame = frame.f_back
+    where = found[0] if found else _nearest(frame, repo.rstrip("/") + "/")
     name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
     return f"{event} ({name}.{attr})", where or "no frame of the repository (a thread)"
 
@@ -976,12 +981,7 @@ class Threads:
 
     def diffs(self, frame: FrameType | None) -> str | None:
         """``path:line`` of the innermost frame of a watched file on the stack from ``frame``."""
-        while frame is not None:
-            inside = _inside(frame.f_code.co_filename, self.prefix)
-            if inside in self.watched:
-                return f"{inside}:{frame.f_lineno}"
-            frame = frame.f_back
-        return None
+        return _nearest(frame, self.prefix, self.watched)
 
     def tainted(self, frame: FrameType | None) -> bool:
         """Is the thread that runs ``frame`` (the innermost) one the diff's code started? Told by
@@ -1044,6 +1044,7 @@ def reads_its_caller(
     repo: str,
     changed: frozenset[str],
     in_tests: Callable[[str], bool],
+    test_module: Callable[[str], bool] = lambda path: False,
 ) -> tuple[str, str] | None:
     """For the audit hook: ``(what, where)`` when code of a file the diff changed, directly or
     through any helper (``traceback.extract_stack``, ``inspect.stack``, ``linecache``), opens the
@@ -1051,14 +1052,17 @@ def reads_its_caller(
     constants hold ``5`` of ``assert add(2, 3) == 5``) or takes that frame (``_getframe(1)``,
     then its locals): an answer read from the test instead of computed. ``where`` is the changed
     file's innermost frame. Only a test file on the stack outside that frame counts, so a fix that
-    reads fixture files the tests hand it, or logs, is not named."""
+    reads fixture files the tests hand it, or logs, is not named; but for an ``open``, any
+    ``test_module`` (a test file pytest collects or runs) counts, calling or not: read as the code
+    under test is imported, to build its answers from every assertion of the suite. An opened path
+    is followed through links (``realpath``: a link ``notes.txt`` to the test file)."""
     if not changed:
         return None
     if event == "open":
         target = _opened(args)
         if target is None:
             return None
-        target = _realpath(target)  # a link made to it elsewhere (``notes.txt``) opens the test file
+        target = _realpath(target)
         if not target.endswith(".py"):
             return None
         kind = "read the source of"
@@ -1070,7 +1074,9 @@ def reads_its_caller(
         target, kind = args[0].f_code.co_filename, "took the frame of"
     else:
         return None
-    if not in_tests(target):
+    calling = in_tests(target)
+    any_module = event == "open" and test_module(target)
+    if not (calling or any_module):
         return None
     prefix, inner = repo.rstrip("/") + "/", None
     while frame is not None:
@@ -1079,9 +1085,16 @@ def reads_its_caller(
             if _inside(path, prefix) in changed:
                 inner = f"{_inside(path, prefix)}:{frame.f_lineno}"
         elif path == target:
+            if not calling:
+                return None
             return f"the code under test {kind} the test calling it ({_inside(target, prefix)})", inner
         frame = frame.f_back
-    return None
+    if inner is None or not any_module:
+        return None
+    return (
+        f"the code under test read the source of a test module ({_inside(target, prefix) or target})",
+        inner,
+    )
 
 
 PROCESS_EVENTS = frozenset(
@@ -1114,17 +1127,6 @@ def loaded_again(args: tuple, frame: FrameType | None, repo: str) -> tuple[str, 
     return f"{args[0]} loaded a second time (its functions unwrapped)", where or "no frame of the repository"
 
 
-def _nearest(frame: FrameType | None, prefix: str, files: frozenset[str] | None = None) -> str | None:
-    """``path:line`` of the innermost frame from ``frame`` whose repository path is in ``files``
-    (``None``: any file of the repository)."""
-    while frame is not None:
-        inside = _inside(frame.f_code.co_filename, prefix)
-        if inside is not None and (files is None or inside in files):
-            return f"{inside}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
-
-
 def started_process(
     event: str, frame: FrameType | None, repo: str, quiet: frozenset[str], threads: Threads
 ) -> tuple[str, str] | None:
@@ -1146,44 +1148,6 @@ def started_process(
     return f"the code under test started a process ({event})", where
 
 
-def opened_test_module(
-    args: tuple,
-    frame: FrameType | None,
-    repo: str,
-    changed: frozenset[str],
-    test_module: Callable[[str], bool],
-) -> tuple[str, str] | None:
-    """For the audit hook's ``open`` events: ``(what, where)`` when code of a file the diff changed,
-    through any helper, opens a test module (``test_module``: a test file pytest collects or runs),
-    found through links (``realpath``): not the one calling it (:func:`reads_its_caller` names that)
-    but any, read as the code under test is imported, to build its answers from every assertion of
-    the suite. A fix reads the files its tests hand it, not the test modules themselves."""
-    if not changed:
-        return None
-    target = _opened(args)
-    if target is None:
-        return None
-    target = _realpath(target)
-    if not test_module(target):
-        return None
-    prefix = repo.rstrip("/") + "/"
-    inner = None
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if inner is None:
-            if _inside(path, prefix) in changed:
-                inner = f"{_inside(path, prefix)}:{frame.f_lineno}"
-        elif path == target:
-            return None  # the calling test's: reads_its_caller's finding
-        frame = frame.f_back
-    if inner is None:
-        return None
-    return (
-        f"the code under test read the source of a test module ({_inside(target, prefix) or target})",
-        inner,
-    )
-
-
 def compiled_as_test(
     args: tuple,
     frame: FrameType | None,
@@ -1195,14 +1159,14 @@ def compiled_as_test(
     compiles code under a test module's name (``compile(text, "test_calc.py", "exec")``): the
     frames of what it runs pass for the test's own on every stack the checks walk, a process
     started from them among them."""
-    if len(args) < 2 or not changed:
+    if len(args) < 2 or not changed or not isinstance(args[1], str | bytes):
         return None
-    path = args[1]
-    if isinstance(path, bytes):
-        path = path.decode("utf-8", "surrogateescape")
-    if not isinstance(path, str) or path.startswith("<"):
+    if args[1][:1] in ("<", b"<"):  # ``<string>``, ``<frozen ...>``: no file
         return None
-    target = _realpath(_normpath(_join(_getcwd(), path)))
+    target = _opened(args[1:2])
+    if target is None:
+        return None
+    target = _realpath(target)
     if not test_module(target):
         return None
     prefix = repo.rstrip("/") + "/"

@@ -1090,8 +1090,6 @@ def _sender(fd: int) -> Callable[[dict], None]:
     test, finding the object through pytest's plugins, could set to a pipe of its own relayed to the
     socket with every finding taken out. Its defaults replaced is an audited write, named before it
     takes effect (``_guard.swapped_recorded``)."""
-    import threading  # noqa: PLC0415
-
     held, lock = _identity(fd), threading.Lock()  # defaults, not closed over: no cell to set
 
     def send(  # noqa: ANN001
@@ -1312,7 +1310,7 @@ def _install_monitor(
     set or deleted count from anywhere (``_guard.swapped_recorded``), the channel's ``send``
     among them. A process started with a frame of a ``quiet`` file on the stack, or from a thread
     the diff's code started (``_guard.started_process``); a ``test_module`` opened, or named in
-    ``compile``, by code of a changed file (``_guard.opened_test_module``,
+    ``compile``, by code of a changed file (``_guard.reads_its_caller``,
     ``_guard.compiled_as_test``)."""
     prefix = repo.rstrip("/") + "/"
     busy: set[int] = set()  # the threads in the hook now (a flag for all let one thread's walk pass
@@ -1334,10 +1332,9 @@ def _install_monitor(
     threads = _guard.Threads(repo, frozenset(watched), threading.Thread._bootstrap.__code__, pytest_dirs)
     _watch_thread_starts()
     _watch_fork_exec()
-    own = recorded
 
-    def recorded(value: object) -> bool:  # the channel's sender too: its defaults are the channel
-        return value is send or own(value)
+    def recorded_or_sender(value: object) -> bool:  # the sender's defaults are the channel itself
+        return value is send or recorded(value)
 
     def hook(event: str, args: tuple) -> None:
         if not (event == "open" or event in _WATCHED or event in _ALSO or event.startswith("ctypes.")):
@@ -1368,7 +1365,7 @@ def _install_monitor(
                 return
             checks: list[Callable[[], tuple[str, str] | None]] = [
                 # the answer read from the calling test (its source, its code, its frame)
-                lambda: _guard.reads_its_caller(event, args, frame, repo, changed, in_tests)
+                lambda: _guard.reads_its_caller(event, args, frame, repo, changed, in_tests, test_module)
             ]
             if event in _PROCESS_STARTS:  # a second interpreter to read the test files with
                 checks = [lambda: _guard.started_process(event, frame, repo, quiet, threads)]
@@ -1377,7 +1374,6 @@ def _install_monitor(
             elif event == "compile":
                 checks = [lambda: _guard.compiled_as_test(args, frame, repo, changed, test_module)]
             elif event == "open":
-                checks.append(lambda: _guard.opened_test_module(args, frame, repo, changed, test_module))
                 checks.append(lambda: _guard.made_among_tests(args, frame, repo, known, in_tests))
                 if data:
                     checks.append(lambda: _guard.read_by_tests(args, frame, repo, data, in_tests))
@@ -1391,7 +1387,7 @@ def _install_monitor(
                     checks.append(lambda: _guard.walked_from(event, frame, threads))
                 if len(args) > 1 and args[1] in _guard.FUNCTION_SLOTS:  # a function's code or defaults
                     checks.append(
-                        lambda: _guard.swapped_recorded(event, args, frame, repo, changed, recorded)
+                        lambda: _guard.swapped_recorded(event, args, frame, repo, changed, recorded_or_sender)
                     )
             for check in checks:
                 try:
@@ -1463,7 +1459,7 @@ def child_main() -> None:
     with open(os.path.join(results, "watched.json")) as f:
         changes = json.load(f)
     watched = set(changes["watched"])
-    quiet = frozenset(changes.get("quiet", ()))
+    quiet = frozenset(changes["quiet"])
     repo = os.getcwd()
     here = os.path.dirname(os.path.abspath(__file__))
     trusted = [p for p in sys.path if p and p != here] + toolchain_dirs()
@@ -1518,9 +1514,7 @@ def child_main() -> None:
 
     def test_module(path: str) -> bool:
         name = os.path.basename(path)
-        pattern = name == "conftest.py" or (
-            name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
-        )
+        pattern = name == "conftest.py" or _scan.is_test_module_name(name)
         return (pattern and in_tests(path)) or path in run_files
 
     # the tests' own modules: test paths, and every file restored (a graded file, a helper of the

@@ -105,6 +105,11 @@ def is_test_path(path: str) -> bool:
     name = parts[-1]
     if name in TEST_CONFIG_FILES or any(p in TEST_DIRS for p in parts[:-1]) or name in TEST_DIRS:
         return True
+    return is_test_module_name(name)
+
+
+def is_test_module_name(name: str) -> bool:
+    """A file name pytest collects tests from by default (``test_*.py``, ``*_test.py``)."""
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 

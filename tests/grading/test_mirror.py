@@ -708,7 +708,7 @@ def _forged(cls, item, call):  # a pass made as pytest makes one: no failure sho
     if item.name == "test_empty_raises" and call.when == "call":
         call.excinfo = None
         # put back at once: on the stack as the grader's failing canaries' reports read the test
-        # file, it would be named (``_guard.opened_test_module``)
+        # file, it would be named (``_guard.reads_its_caller``)
         setattr(_TR, _MAKE, classmethod(_orig))
     return _orig(cls, item, call)
 

@@ -7,7 +7,7 @@ answer holds in the mirror run too: the mirror changes the values in the compile
 the files. Each route below graded the bug ``resolved`` through the real sandbox, grader and
 pytest, mirror run on, before ``_guard.started_process`` (subprocess, ``os.system``, ``os.popen``,
 fork and exec, ``posix_spawn``, ``_posixsubprocess.fork_exec`` called directly, a process started
-from an executor's thread), ``_guard.opened_test_module``
+from an executor's thread), ``_guard.reads_its_caller``
 (another test module read, a test module read through a symbolic link) and
 ``_guard.compiled_as_test`` (code compiled under the test file's name); so did two blinders of the report channel and of the
 hook (``channel.fd`` set to a relay pipe, the thread put in the hook's busy set through the
