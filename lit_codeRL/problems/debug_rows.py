@@ -35,6 +35,7 @@ _DEBUG_ROW_FIELDS = (
     "id",
     "files",
     "fix",
+    "hidden_files",
     "entry_point",
     "entrypoint",
     "description",
@@ -64,7 +65,8 @@ def load_debug_tasks(
             ``all`` or ``None`` for every row. Rows without a ``split`` field belong to every split.
             For ``mbpp:<MBPP file, directory or hub id>`` (single-file tasks made at run time
             from MBPP's reference solutions, ``problems/synth/mbpp.py``; ``?per_problem=3`` for
-            three bugs a problem, with ``tries`` and ``seed``) MBPP's own splits: ``train``,
+            three bugs a problem, with ``tries``, ``seed`` and ``held_out``, the hidden checks a task
+            gets, ``problems/synth/held_out.py``) MBPP's own splits: ``train``,
             ``test`` (``eval``), ``validation``, ``all``.
         limit: Keep the first ``limit`` tasks.
 
@@ -104,8 +106,8 @@ def load_debug_tasks(
     return tasks
 
 
-MBPP_BUG_OPTIONS = ("per_problem", "tries", "seed")
-"""``mbpp:<path>?per_problem=3&tries=12&seed=1``: fields of ``MBPPBugSettings``."""
+MBPP_BUG_OPTIONS = ("per_problem", "tries", "seed", "held_out")
+"""``mbpp:<path>?per_problem=3&tries=12&seed=1&held_out=5``: fields of ``MBPPBugSettings``."""
 
 
 def _mbpp_tasks(source: str, split: str | None, limit: int | None) -> list[DebugTask]:
@@ -120,10 +122,14 @@ def _mbpp_tasks(source: str, split: str | None, limit: int | None) -> list[Debug
     options: dict[str, int] = {}
     for part in filter(None, query.split("&")):
         key, _, value = part.partition("=")
-        if key not in MBPP_BUG_OPTIONS or not value.isdigit() or int(value) < (key != "seed"):
+        if (
+            key not in MBPP_BUG_OPTIONS
+            or not value.isdigit()
+            or int(value) < (key in ("per_problem", "tries"))
+        ):
             raise ConfigError(
-                f"debug:{source}: {part!r} is not an option; give per_problem=N and tries=N (N >= 1) "
-                "or seed=N, joined by '&'"
+                f"debug:{source}: {part!r} is not an option; give per_problem=N and tries=N (N >= 1), "
+                "seed=N or held_out=N (N >= 0), joined by '&'"
             )
         options[key] = int(value)
     settings = MBPPBugSettings(**options)
@@ -204,6 +210,9 @@ def _from_debug_row(row: Mapping[str, Any], where: str, split: str) -> DebugTask
         raise ConfigError(f"{where}: missing field task_name (or id)")
     files = _file_list(row["files"], "files", where)
     fix = _file_list(row["fix"], "fix", where) if row.get("fix") is not None else None
+    hidden = (
+        _file_list(row["hidden_files"], "hidden_files", where) if row.get("hidden_files") is not None else {}
+    )
     entry_point = _optional_str(row, ("entry_point", "entrypoint"), where)
     description = _optional_str(row, ("description", "question"), where)
     files, entry_point, renamed = _protect_tests(files, entry_point, where)
@@ -232,6 +241,7 @@ def _from_debug_row(row: Mapping[str, Any], where: str, split: str) -> DebugTask
         fail_to_pass=graded[0],
         pass_to_pass=graded[1],
         metadata=metadata,
+        hidden_files=hidden,
     )
 
 

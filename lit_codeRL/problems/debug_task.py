@@ -92,6 +92,11 @@ class DebugTask:
     locale or another version of a dependency, would make the task unsolvable)."""
     metadata: dict = field(default_factory=dict)
     """The row's other fields (``bug_kind``, KodCode's ``question_id``/``subset``/``style``...)."""
+    hidden_files: dict[str, str] = field(default_factory=dict)
+    """Test modules graded but never in the workspace (the row's ``hidden_files``): the grader
+    adds them after the agent's diff, as an SWE task's ``test_patch`` (MBPP tasks' held-out
+    calls, ``problems/synth/held_out.py``: code that answers only the visible asserts fails
+    them). Their tests count for FAIL_TO_PASS and PASS_TO_PASS like the visible ones."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.task_id, str) or not self.task_id.strip():
@@ -113,6 +118,13 @@ class DebugTask:
                     f"{where}: the fix changes test file(s) {', '.join(tests)}; grading restores every "
                     "test file from the base, so a fix must change the program only"
                 )
+        hidden = _checked_files(self.hidden_files, "hidden_files", where)
+        for path, content in hidden.items():
+            if not isinstance(content, str) or not (_is_test_path(path) and _is_test_module(path)):
+                raise ConfigError(f"{where}: hidden file {path!r} must be a test module (test_*.py) of text")
+            if path in self.files:
+                raise ConfigError(f"{where}: hidden file {path!r} is also among the task's files")
+        self.hidden_files = {path: str(content) for path, content in hidden.items()}
         if not self.test_modules:
             raise ConfigError(
                 f"{where}: no test module among its files (test_*.py or *_test.py): {sorted(self.files)}"
@@ -197,6 +209,8 @@ class DebugTask:
             data["test_deps"] = list(self.test_deps)
         if self.fail_to_pass:
             data["graded"] = [list(self.fail_to_pass), list(self.pass_to_pass)]
+        if self.hidden_files:
+            data["hidden"] = self.hidden_files
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_swe_task(self, root: str | Path | None = None, grader: SWEGrader | None = None) -> SWETask:
@@ -240,6 +254,7 @@ class DebugTask:
             record["patch"],
             tuple(record["fail_to_pass"]),
             tuple(record["pass_to_pass"]),
+            record.get("test_patch", ""),
         )
 
     def _rebuild(
@@ -266,7 +281,13 @@ class DebugTask:
         return record
 
     def _swe_task(
-        self, repo: Path, base: str, patch: str, fail_to_pass: tuple[str, ...], pass_to_pass: tuple[str, ...]
+        self,
+        repo: Path,
+        base: str,
+        patch: str,
+        fail_to_pass: tuple[str, ...],
+        pass_to_pass: tuple[str, ...],
+        test_patch: str = "",
     ) -> SWETask:
         return SWETask(
             instance_id=self.task_id,
@@ -274,7 +295,7 @@ class DebugTask:
             base_commit=base,
             problem_statement=self.description,
             patch=patch,
-            test_patch="",
+            test_patch=test_patch,
             fail_to_pass=fail_to_pass,
             pass_to_pass=pass_to_pass,
             repo_source=str(repo),
@@ -294,11 +315,16 @@ class DebugTask:
             env = git_environment(env_home)
             base = run_git(["-C", str(repo), "rev-parse", "HEAD"], env).strip()
             patch = _fix_diff(self.files, self.fix, repo, env) if self.fix is not None else ""
+            # the hidden modules as new files over the base: the grader applies this after the diff
+            hidden = _fix_diff(self.files, self.hidden_files, repo, env) if self.hidden_files else ""
         finally:
             shutil.rmtree(env_home, ignore_errors=True)
-        probe = self._swe_task(repo, base, patch, (), ())
+        probe = self._swe_task(repo, base, patch, (), (), hidden)
         record: dict[str, Any] = {"task_id": self.task_id, "base_commit": base, "patch": patch}
-        at_base = _run_tests(grader, probe, "", self.test_modules)
+        if hidden:
+            record["test_patch"] = hidden
+        modules = [*self.test_modules, *sorted(self.hidden_files)]
+        at_base = _run_tests(grader, probe, "", modules)
         if at_base.verdict == "timeout":
             # Not cached: a machine busy with other work may be to blame, not the task.
             raise DebugTaskInvalid(f"{self.task_id}: the tests at the base did not finish in time")
@@ -311,7 +337,7 @@ class DebugTask:
         if at_base.collect_errors and patch:
             # A test file that does not import at the base (the bug breaks the import) has no
             # node ids there; with the fix it collects, and every test of it fails at the base.
-            with_fix = _run_tests(grader, probe, patch, self.test_modules)
+            with_fix = _run_tests(grader, probe, patch, modules)
             ids += [node for node in with_fix.fail_to_pass if node not in statuses]
         record["fail_to_pass"] = [node for node in ids if statuses.get(node, "absent") in FAILING]
         record["pass_to_pass"] = [node for node in ids if statuses.get(node) == "passed"]

@@ -773,3 +773,21 @@ def test_played_trajectories_are_cached_and_played_again_when_what_they_depend_o
     assert reference_cache.cache_key("swe", [swe], SWESettings(), mix) == reference_cache.cache_key(
         "swe", [moved], elsewhere, mix
     ), "the GPU machine's interpreter and caches lie elsewhere"
+
+
+def test_the_first_run_names_the_first_failing_test_unless_the_hidden_patch_writes_its_file():
+    """An MBPP task's held-out checks come in a module of their own (its ``test_patch``): the
+    first failing test, the one its statement names, is at the base and runs by its node id; a
+    SWE-bench test patch that changes that test's file means the test is not there yet as graded."""
+    from lit_codeRL.envs.swe.reference import tests_to_run
+
+    task = SWE_TASKS["lit-coderl__numkit-1"].metadata["swe_task"]
+    added = "diff --git a/test_held_out.py b/test_held_out.py\nnew file mode 100644\n--- /dev/null\n"
+    added += "+++ b/test_held_out.py\n@@ -0,0 +1 @@\n+X = 1\n"
+    held_out = dataclasses.replace(
+        task, fail_to_pass=("tests/test_a.py::test_x", "test_held_out.py::test_held_out_1"), test_patch=added
+    )
+    at_base = lambda path: path == "tests/test_a.py"  # noqa: E731
+    assert tests_to_run(held_out, at_base) == (["tests/test_a.py::test_x"], ["tests/test_a.py"])
+    changed = dataclasses.replace(held_out, test_patch=added.replace("test_held_out.py", "tests/test_a.py"))
+    assert tests_to_run(changed, at_base) == (["tests/test_a.py"], ["tests/test_a.py"])

@@ -5,7 +5,8 @@ applied to its text at the base, then the changed line ranges by difflib, ``envs
 one shell command per turn in ``<execute>``, each after a one-sentence lead-in:
 
 1. ``{test_command} -q TARGET``: the first FAIL_TO_PASS node id (the one a synthesized issue
-   names) when the task has no ``test_patch``, else the FAIL_TO_PASS tests' files that exist at the
+   names) when its file is at the base and the ``test_patch`` leaves it alone (an MBPP task's
+   held-out checks are a file of their own), else the FAIL_TO_PASS tests' files that exist at the
    base (the hidden tests are not there yet), else the whole suite;
 2. ``sed -n 'A,Bp' PATH``: the code around the change (``SITE_CONTEXT`` lines above and below; one
    view per site, nearby changes share one); with the ``edit`` tool bundle, ``view PATH A-B`` (the
@@ -343,7 +344,13 @@ def _file_actions(
 def tests_to_run(task: SWETask, exists: Callable[[str], bool]) -> tuple[list[str], list[str]]:
     """What the first and the second test run name (see the module docstring, steps 1 and 4)."""
     files = [f for f in dict.fromkeys(node.split("::")[0] for node in task.fail_to_pass) if exists(f)]
-    if not task.test_patch and task.fail_to_pass:
+    if not task.fail_to_pass:
+        return files, files
+    first = task.fail_to_pass[0].split("::")[0]
+    # a test of a file the hidden patch adds or changes is not there yet (or not as graded)
+    if not task.test_patch or (
+        exists(first) and first not in re.findall(r"^\+\+\+ b/(.+)$", task.test_patch, re.M)
+    ):
         return [task.fail_to_pass[0]], files
     return files, files
 

@@ -103,8 +103,16 @@ def mbpp_tasks(source: str, split: str, settings: MBPPBugSettings) -> tuple[list
     tasks = []
     for row in rows:
         files = {f["path"]: f["content"] for f in row["files"]}
-        failing = tuple(row["extra_info"]["failing_tests"])
+        hidden = {f["path"]: f["content"] for f in row.get("hidden_files", ())}
+        # the held-out checks the bug fails come first in their module (``held_out.choose``)
+        failing = (
+            tuple(row["extra_info"]["failing_tests"])
+            + tuple(f"{path}::{name}" for path, text in hidden.items() for name in _test_names(text))[
+                : row["extra_info"].get("held_out_failing", 0)
+            ]
+        )
         tests = sorted(f"test_solution.py::{name}" for name in _test_names(files["test_solution.py"]))
+        tests += [f"{path}::{name}" for path, text in hidden.items() for name in _test_names(text)]
         tasks.append(
             SynthTask(
                 task_id=row["task_name"],
@@ -115,6 +123,7 @@ def mbpp_tasks(source: str, split: str, settings: MBPPBugSettings) -> tuple[list
                 pass_to_pass=tuple(t for t in tests if t not in failing),
                 split=row["split"],
                 info={k: v for k, v in row["extra_info"].items() if k != "failing_tests"},
+                hidden_files=hidden,
             )
         )
     return tasks, stats
@@ -168,7 +177,7 @@ def _synthesize_source(
     read or synthesized (a broken bundle, a suite that does not pass) is its own failure: the
     tasks of the others of its source still count."""
     if source == "mbpp" or source.startswith("mbpp:"):
-        mbpp = MBPPBugSettings(args.per_function, args.tries, settings.kinds, args.seed)
+        mbpp = MBPPBugSettings(args.per_function, args.tries, settings.kinds, args.seed, args.held_out)
         try:
             tasks, stats = mbpp_tasks(source, args.mbpp_split, mbpp)
         except (ConfigError, FileNotFoundError) as err:
@@ -264,6 +273,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "workspace.toolchain (pytest plus these)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--held-out",
+        type=int,
+        default=MBPPBugSettings.held_out,
+        help="MBPP: hidden checks a task gets at most (the visible calls with changed arguments, "
+        "answered by the reference; the SWE row's test_patch); 0: none",
+    )
     parser.add_argument(
         "--no-check",
         action="store_true",

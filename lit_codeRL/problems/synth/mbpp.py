@@ -34,6 +34,7 @@ from lit_codeRL.problems.mbpp import HUB_ID, SPLITS, load_mbpp
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.synth.cache_dir import cache_root
 from lit_codeRL.problems.synth.candidates import Candidate, candidates_by_function
+from lit_codeRL.problems.synth.held_out import HELD_OUT_TESTS, HeldOutJob, HeldOutModule, held_out_modules
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
 from lit_codeRL.problems.synth.statements import assertion_statement, leaked_lines, value_statement
 from lit_codeRL.sandbox import SandboxConfig, make_sandbox
@@ -44,7 +45,7 @@ SOLUTION = "solution.py"
 TESTS = "test_solution.py"
 SCREEN_TIMEOUT_S = 2.0
 """A mutant whose asserts take longer (an off-by-one that never ends a loop) is dropped."""
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 """Part of the cache key: bump when what is generated for the same settings changes."""
 
 
@@ -60,6 +61,10 @@ class MBPPBugSettings:
     """Mutation kinds to draw from."""
     seed: int = 0
     """Seeds the order in which each problem's candidates are tried."""
+    held_out: int = 5
+    """Held-out checks a task gets at most (``held_out.py``): the visible asserts' calls with
+    changed arguments, answered by the reference, graded but never in the workspace, so that
+    hard-coded answers to the visible asserts fail. 0: none."""
 
 
 def private_names(source: str) -> list[str]:
@@ -79,9 +84,8 @@ def private_names(source: str) -> list[str]:
     return sorted({n for n in names if n.startswith("_") and not n.startswith("__")})
 
 
-def test_module(problem: Problem) -> str:
-    """``test_solution.py``: every name of the solution, the setup code, then one test function
-    per assert."""
+def test_header(problem: Problem) -> str:
+    """What a test module of the task starts with: every name of the solution, then the setup code."""
     lines = ["from solution import *  # noqa: F403"]
     private = private_names(solution_source(problem))
     if private:
@@ -89,6 +93,12 @@ def test_module(problem: Problem) -> str:
     lines.append("")
     if problem.setup_code.strip():
         lines += [problem.setup_code.strip(), ""]
+    return "\n".join(lines)
+
+
+def test_module(problem: Problem) -> str:
+    """``test_solution.py``: :func:`test_header`, then one test function per assert."""
+    lines = [test_header(problem)]
     for index, test in enumerate(problem.tests, 1):
         body = "\n".join(f"    {line}" for line in test.strip().splitlines())
         lines += ["", f"def test_{index}():", body, ""]
@@ -194,21 +204,41 @@ def bug_rows(
                     kept[task_id].append((candidate, failing))
                     continue
                 rejected[reason] = rejected.get(reason, 0) + 1
-        for task_id, bugs in kept.items():
+        jobs = [
+            HeldOutJob(
+                by_id[t], solution_source(by_id[t]), test_header(by_id[t]), tuple(c.content for c, _ in bugs)
+            )
+            for t, bugs in kept.items()
+        ]
+        hidden = held_out_modules(sandbox, jobs, settings.held_out, settings.seed)
+        for (task_id, bugs), modules in zip(kept.items(), hidden, strict=True):
             problem = by_id[task_id]
-            for candidate, failing in bugs:
+            for (candidate, failing), module in zip(bugs, modules, strict=True):
                 statement = _statement(sandbox, problem, candidate, failing[0])
                 if leaked_lines(statement, candidate.diff):
                     rejected["statement leaks the change"] = rejected.get("statement leaks the change", 0) + 1
                     continue
-                rows.append(_row(problem, candidate, failing, statement, (split_of or {}).get(task_id)))
+                rows.append(
+                    _row(problem, candidate, failing, statement, (split_of or {}).get(task_id), module)
+                )
     stats["kept"] = len(rows)
+    checks = [row["extra_info"].get("held_out_checks", 0) for row in rows]
+    stats["held_out"] = {
+        "tasks_with_checks": sum(1 for n in checks if n),
+        "tasks_with_a_failing_check": sum(1 for row in rows if row["extra_info"].get("held_out_failing", 0)),
+        "checks": sum(checks),
+    }
     stats["kinds"] = dict(sorted(Counter(row["extra_info"]["bug_kind"] for row in rows).items()))
     return rows, stats
 
 
 def _row(
-    problem: Problem, candidate: Candidate, failing: list[int], statement: str, split: str | None
+    problem: Problem,
+    candidate: Candidate,
+    failing: list[int],
+    statement: str,
+    split: str | None,
+    held_out: HeldOutModule | None = None,
 ) -> dict[str, Any]:
     number = problem.metadata.get("mbpp_task_id", problem.task_id)
     task_id = f"mbpp-debug/{number}-{candidate.site.kind}-{candidate.key[:6]}"
@@ -221,6 +251,7 @@ def _row(
             {"path": TESTS, "content": test_module(problem)},
         ],
         "fix": [{"path": SOLUTION, "content": solution_source(problem)}],
+        **({"hidden_files": [{"path": HELD_OUT_TESTS, "content": held_out.text}]} if held_out else {}),
         "split": "train" if mbpp_split == "train" else "eval",
         "extra_info": {
             "bug_kind": candidate.site.kind,
@@ -229,6 +260,8 @@ def _row(
             "function": candidate.function,
             "line": candidate.site.line,
             "failing_tests": [f"{TESTS}::test_{i + 1}" for i in failing],
+            "held_out_checks": held_out.checks if held_out else 0,
+            "held_out_failing": held_out.failing if held_out else 0,
         },
     }
 
@@ -269,6 +302,7 @@ def mbpp_bug_rows(
                 settings.tries,
                 list(settings.kinds),
                 settings.seed,
+                settings.held_out,
             ]
         ).encode()
     ).hexdigest()[:16]

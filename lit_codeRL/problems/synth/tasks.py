@@ -59,6 +59,9 @@ class SynthTask:
     """The test modules the task's tests were measured on, when not every file named like a test
     is one (the repository's configuration does not collect some): the debugging row's entry
     point names them, and its grading runs those. Empty: every ``test_*.py``/``*_test.py``."""
+    hidden_files: dict[str, str] = field(default_factory=dict)
+    """Test modules graded but never in the workspace (MBPP tasks' held-out checks): the
+    debugging row's ``hidden_files``, the SWE row's ``test_patch``."""
 
 
 def _entry_point(task: SynthTask) -> dict[str, str]:
@@ -77,6 +80,11 @@ def debug_row(task: SynthTask) -> dict[str, Any]:
         "description": task.statement,
         "files": [_file_entry(p, c) for p, c in sorted(task.files.items()) if p not in task.uncollectable],
         "fix": [{"path": p, "content": c} for p, c in sorted(task.fix.items())],
+        **(
+            {"hidden_files": [{"path": p, "content": c} for p, c in sorted(task.hidden_files.items())]}
+            if task.hidden_files
+            else {}
+        ),
         "split": task.split,
         # graded on the tests measured on the clean repository, as its SWE row: not on one this
         # machine breaks (a locale, another version of a dependency), which no fix makes pass
@@ -123,6 +131,22 @@ def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[
                 ["--git-dir", str(git_dir), "diff", "--binary", "--no-color", "--no-ext-diff", base, fixed],
                 env,
             )
+            test_patch = ""
+            if task.hidden_files:  # SWE-bench's hidden tests: new files over the base, added at grading
+                tested = _commit(git_dir, env, {**task.files, **task.hidden_files}, "held out", Path(tmp))
+                test_patch = run_git(
+                    [
+                        "--git-dir",
+                        str(git_dir),
+                        "diff",
+                        "--binary",
+                        "--no-color",
+                        "--no-ext-diff",
+                        base,
+                        tested,
+                    ],
+                    env,
+                )
             ref = f"refs/heads/task/{slug(task.task_id)}"
             run_git(["--git-dir", str(git_dir), "update-ref", ref, base], env)
             refs.append(ref)
@@ -132,7 +156,7 @@ def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[
                     "repo": repo,
                     "base_commit": base,
                     "patch": patch,
-                    "test_patch": "",
+                    "test_patch": test_patch,
                     "FAIL_TO_PASS": list(task.fail_to_pass),
                     "PASS_TO_PASS": list(task.pass_to_pass),
                     "problem_statement": task.statement,

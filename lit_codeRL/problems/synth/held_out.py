@@ -1,0 +1,432 @@
+"""Held-out checks for MBPP debugging tasks: the visible asserts' calls with their arguments
+changed, each answered by the reference solution, graded but never shown to the agent.
+
+A debugging task's tests are in its workspace, so a policy can pass them without fixing anything:
+``if (a, b) == (2, 3): return 5`` for each assert it reads (hard-coded answers to the visible
+tests). The class is closed the way EvalPlus extends HumanEval and MBPP: more inputs, made by
+type-aware mutation of the visible ones (a number moved by a little, a character or an element
+dropped, doubled or swapped, one element of a container changed the same way), their expected
+values computed by the ground truth. Here the ground truth is the reference solution the bug was
+injected into, so the fix a task asks for (the reference again) agrees on every input, while code
+that answers only the visible calls runs the bug on the others.
+
+An input is kept when the reference answers it the same in two runs in opposite orders (no state
+carried between calls, no randomness), within :data:`CALL_TIMEOUT_S`, with a value that is a
+Python literal of at most :data:`MAX_REPR` characters (no float inside a container: an exact
+comparison of computed floats is not the task's standard). For each bug the checks chosen are
+first those on which the buggy program answers otherwise (they fail at the base, so a hard-coded
+answer to the visible calls fails them), then some on which it agrees; an input on which the bug
+does not finish is dropped (the test would hang at the base). The checks go into
+:data:`HELD_OUT_TESTS`, a test module the grader adds after the agent's diff (``DebugTask.
+hidden_files``; the SWE row's ``test_patch``): the debugging env measures their FAIL_TO_PASS and
+PASS_TO_PASS with the visible tests, and the mirror run arms them like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lit_codeRL import pyparse
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.sandbox.grading import split_value_test
+from lit_codeRL.sandbox.types import Program, Verdict
+
+HELD_OUT_TESTS = "test_held_out.py"
+"""The module of held-out checks: a test path (restored and graded), absent from the workspace."""
+CALL_TIMEOUT_S = 0.5
+"""Per call, inside the program that runs them all (an interval timer raises in the call)."""
+PROGRAM_TIMEOUT_S = 20.0
+MAX_REPR = 400
+"""Longest argument list or answer written into a check (longer ones are dropped)."""
+VARIANTS_PER_CALL = 8
+"""Changed argument lists tried per visible call."""
+_MARK = "@lcrl-held-out@ "
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One held-out call: the visible assert's compared expression with changed arguments."""
+
+    expression: str
+    """Source of the expression (``sorted(f([3, 1], 2))``), evaluated in the solution's namespace."""
+    site: int
+    """Which visible assert it came from (round-robin over them keeps the checks varied)."""
+
+
+def solution_functions(source: str) -> frozenset[str]:
+    """Names of the solution's top-level functions: the calls whose arguments are changed."""
+    try:
+        tree = pyparse.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return frozenset()
+    return frozenset(n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+
+
+def _compared(test: str) -> str | None:
+    """The expression an assert checks: the non-literal side of ``==``, else the assert's own
+    test when it is a call (``assert is_even(4)``), ``not`` stripped."""
+    split = split_value_test(test)
+    if split is not None:
+        return " ".join(split[0].split()) if "\n" not in split[0].strip() else split[0].strip()
+    try:
+        tree = pyparse.parse(test.strip())
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        return None
+    node = tree.body[0].test
+    while isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        node = node.operand
+    return ast.unparse(node) if isinstance(node, ast.Call) else None
+
+
+def _literal_call(expression: str, functions: frozenset[str]) -> tuple[ast.Expression, ast.Call] | None:
+    """The expression's tree and its first call of a solution function whose arguments are all
+    literals (``f(*xs)`` and ``f(**kw)`` are not)."""
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions):
+            continue
+        args = [*node.args, *(k.value for k in node.keywords)]
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            continue
+        try:
+            for arg in args:
+                ast.literal_eval(arg)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            continue
+        return tree, node
+    return None
+
+
+def mutate(value: Any, rng: random.Random, depth: int = 0) -> Any:
+    """``value`` changed a little, its type kept (EvalPlus's type-aware mutation): a number moved
+    by 1 to 3 (never below 0 if it was not), a bool negated, a character or an element dropped,
+    doubled, swapped with the next or (recursively) changed. ``value`` itself when nothing can be
+    changed (``None``, an empty container)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        step = rng.choice((-2, -1, 1, 1, 2, 3))
+        return abs(value + step) if value >= 0 else value + step
+    if isinstance(value, float):
+        return rng.choice((value + 1.0, value - 1.0, value * 1.5, value + 0.5))
+    if isinstance(value, str):
+        return _mutate_sequence(list(value), rng, depth, letters=True, fresh="".join) if value else "a"
+    if isinstance(value, list | tuple):
+        return _mutate_sequence(list(value), rng, depth, letters=False, fresh=type(value)) if value else value
+    if isinstance(value, set | frozenset):
+        items = sorted(value, key=repr)
+        if len(items) > 1 and rng.random() < 0.5:
+            items.pop(rng.randrange(len(items)))
+        elif depth < 3:
+            items.append(mutate(rng.choice(items), rng, depth + 1))
+        return type(value)(items)
+    if isinstance(value, dict):
+        if not value:
+            return value
+        out = dict(value)
+        key = rng.choice(sorted(out, key=repr))
+        if len(out) > 1 and rng.random() < 0.3:
+            del out[key]
+        elif depth < 3:
+            out[key] = mutate(out[key], rng, depth + 1)
+        return out
+    return value
+
+
+def _mutate_sequence(items: list, rng: random.Random, depth: int, letters: bool, fresh: Any) -> Any:
+    """One element (character) dropped, doubled, swapped with the next or changed; doubled when
+    the others would leave the sequence as it was (equal neighbours, an element nothing changes)."""
+    original = fresh(list(items))
+    out = _changed_sequence(list(items), rng, depth, letters, fresh)
+    if out == original:
+        at = rng.randrange(len(items))
+        out = fresh(items[: at + 1] + items[at:])
+    return out
+
+
+def _changed_sequence(items: list, rng: random.Random, depth: int, letters: bool, fresh: Any) -> Any:
+    at = rng.randrange(len(items))
+    ops = ["double", "change"] + (["drop"] if len(items) > 1 else []) + (["swap"] if len(items) > 1 else [])
+    op = rng.choice(ops)
+    if op == "drop":
+        items.pop(at)
+    elif op == "double":
+        items.insert(at, items[at])
+    elif op == "swap":
+        at = min(at, len(items) - 2)
+        items[at], items[at + 1] = items[at + 1], items[at]
+    elif letters:  # another character of the string's own in this one's place
+        others = sorted(set(items) - {items[at]})
+        items[at] = rng.choice(others) if others else ("b" if items[at] == "a" else "a")
+    elif depth < 3:
+        items[at] = mutate(items[at], rng, depth + 1)
+    return fresh(items)
+
+
+def variants(problem: Problem, seed: int = 0) -> list[Variant]:
+    """Changed calls of every visible assert that compares a solution call with literal
+    arguments, :data:`VARIANTS_PER_CALL` tries each, none a visible call, none repeated."""
+    functions = solution_functions(problem.reference_solution or "")
+    seen: set[str] = set()
+    found: list[Variant] = []
+    sites = []
+    for test in problem.tests:
+        expression = _compared(test)
+        parsed = _literal_call(expression, functions) if expression else None
+        if parsed is not None:
+            sites.append(parsed)
+            seen.add(ast.unparse(parsed[0]))
+    digest = hashlib.sha256(f"{seed}\0{problem.task_id}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    for index, (tree, call) in enumerate(sites):
+        originals = [ast.literal_eval(a) for a in call.args]
+        keywords = [ast.literal_eval(k.value) for k in call.keywords]
+        values = originals + keywords
+        for _ in range(VARIANTS_PER_CALL):
+            changed = list(values)
+            for _ in range(1 if rng.random() < 0.7 else 2):
+                at = rng.randrange(len(changed)) if changed else None
+                if at is not None:
+                    changed[at] = mutate(changed[at], rng)
+            if not changed or changed == values:
+                continue
+            try:
+                nodes = [ast.parse(repr(v), mode="eval").body for v in changed]
+            except (SyntaxError, ValueError, RecursionError, MemoryError):  # inf, nan: no literal
+                continue
+            source = _with_arguments(tree, call, nodes[: len(originals)], nodes[len(originals) :])
+            if source in seen or len(source) > MAX_REPR:
+                continue
+            seen.add(source)
+            found.append(Variant(source, index))
+    return found
+
+
+def _with_arguments(tree: ast.Expression, call: ast.Call, args: list, values: list) -> str:
+    """The expression's source with ``call`` given ``args`` and its keywords ``values``."""
+    before = call.args, [k.value for k in call.keywords]
+    call.args = args
+    for keyword, value in zip(call.keywords, values, strict=True):
+        keyword.value = value
+    try:
+        return ast.unparse(tree)
+    finally:
+        call.args = before[0]
+        for keyword, value in zip(call.keywords, before[1], strict=True):
+            keyword.value = value
+
+
+def answers_program(code: str, setup_code: str, expressions: Sequence[tuple[int, str]]) -> Program:
+    """A program that evaluates each ``(index, expression)`` in ``code``'s namespace, each under its own
+    interval timer, and prints one marked JSON line per expression: ``[i, "ok", repr]``, ``[i,
+    "raise", type]``, ``[i, "big", ""]`` or ``[i, "timeout", ""]``."""
+    driver = f"""
+import json as _lcrl_json, signal as _lcrl_signal
+def _lcrl_alarm(*_):
+    raise TimeoutError
+_lcrl_signal.signal(_lcrl_signal.SIGALRM, _lcrl_alarm)
+for _lcrl_i, _lcrl_src in {list(expressions)!r}:
+    try:
+        _lcrl_signal.setitimer(_lcrl_signal.ITIMER_REAL, {CALL_TIMEOUT_S})
+        try:
+            _lcrl_r = repr(eval(_lcrl_src))
+        finally:
+            _lcrl_signal.setitimer(_lcrl_signal.ITIMER_REAL, 0)
+        _lcrl_out = ["ok", _lcrl_r] if len(_lcrl_r) <= {MAX_REPR} else ["big", ""]
+    except TimeoutError:
+        _lcrl_out = ["timeout", ""]
+    except BaseException as _lcrl_e:
+        _lcrl_out = ["raise", type(_lcrl_e).__name__]
+    print({_MARK!r} + _lcrl_json.dumps([_lcrl_i, *_lcrl_out]), flush=True)
+"""
+    return Program(code=code, setup_code=f"{setup_code}\n{driver}", timeout_s=PROGRAM_TIMEOUT_S)
+
+
+def read_answers(result: Any) -> dict[int, tuple[str, str]]:
+    """The marked lines of a run of :func:`answers_program`: index -> ``(status, text)``."""
+    if result.verdict not in (Verdict.PASSED, Verdict.FAILED, Verdict.RUNTIME_ERROR):
+        return {}
+    answers: dict[int, tuple[str, str]] = {}
+    for line in result.stdout.split("\n"):
+        if not line.startswith(_MARK):
+            continue
+        try:
+            index, status, text = json.loads(line[len(_MARK) :])
+        except (ValueError, TypeError):
+            continue
+        if isinstance(index, int) and isinstance(status, str) and isinstance(text, str):
+            answers[index] = (status, text)
+    return answers
+
+
+def _value(text: str) -> tuple[bool, Any]:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return False, None
+    return True, value
+
+
+def _floats(value: Any) -> bool:
+    if isinstance(value, float | complex):
+        return True
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(_floats(v) for v in value)
+    if isinstance(value, dict):
+        return any(_floats(k) or _floats(v) for k, v in value.items())
+    return False
+
+
+def expected_values(
+    candidates: Sequence[Variant], first: dict[int, tuple[str, str]], second: dict[int, tuple[str, str]]
+) -> dict[int, Any]:
+    """Index -> the reference's answer, for the calls it answered alike in both runs with a
+    literal (a float only at the top: compared with a tolerance)."""
+    kept: dict[int, Any] = {}
+    for index in range(len(candidates)):
+        a, b = first.get(index), second.get(index)
+        if a is None or b is None or a[0] != "ok" or b[0] != "ok":
+            continue
+        ok_a, value_a = _value(a[1])
+        ok_b, value_b = _value(b[1])
+        if not (ok_a and ok_b) or value_a != value_b or value_a != value_a:  # NaN: never equal
+            continue
+        if _floats(value_a) and not (isinstance(value_a, float) and math.isfinite(value_a)):
+            continue
+        kept[index] = value_a
+    return kept
+
+
+def _agrees(answer: tuple[str, str] | None, expected: Any) -> bool | None:
+    """Does the buggy program's answer equal the expected value (``None``: it did not finish)?"""
+    if answer is None or answer[0] == "timeout":
+        return None
+    if answer[0] != "ok":
+        return False
+    ok, value = _value(answer[1])
+    if not ok:
+        return False
+    if isinstance(expected, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        return math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-9)
+    return bool(value == expected)
+
+
+def choose(
+    candidates: Sequence[Variant], expected: dict[int, Any], buggy: dict[int, tuple[str, str]], count: int
+) -> tuple[list[int], int]:
+    """Up to ``count`` checks for one bug, and how many of them it fails: those the bug answers
+    otherwise first (at most all but one of ``count`` when some agree), round-robin over the
+    visible asserts, then agreeing ones. A call on which the bug did not finish is left out."""
+    differ: list[int] = []
+    agree: list[int] = []
+    for index in expected:
+        verdict = _agrees(buggy.get(index), expected[index])
+        if verdict is not None:
+            (agree if verdict else differ).append(index)
+    chosen = _round_robin(candidates, differ, max(count - 1, 1) if agree else count)
+    return chosen + _round_robin(candidates, agree, count - len(chosen)), len(chosen)
+
+
+def _round_robin(candidates: Sequence[Variant], indices: list[int], count: int) -> list[int]:
+    by_site: dict[int, list[int]] = {}
+    for index in indices:
+        by_site.setdefault(candidates[index].site, []).append(index)
+    out: list[int] = []
+    while len(out) < count and any(by_site.values()):
+        for site in sorted(by_site):
+            if by_site[site] and len(out) < count:
+                out.append(by_site[site].pop(0))
+    return out
+
+
+def test_module_text(
+    header: str, candidates: Sequence[Variant], expected: dict[int, Any], chosen: Sequence[int]
+) -> str:
+    """The held-out test module: ``header`` (the visible module's imports and setup code), then
+    one test function per chosen call."""
+    floats = any(isinstance(expected[index], float) for index in chosen)
+    lines = [header.rstrip("\n"), *(["import math as _lcrl_math"] if floats else []), ""]
+    for number, index in enumerate(chosen, 1):
+        expression, value = candidates[index].expression, expected[index]
+        if isinstance(value, float):
+            check = f"_lcrl_math.isclose({expression}, {value!r}, rel_tol=1e-9, abs_tol=1e-9)"
+        else:
+            check = f"{expression} == {value!r}"
+        lines += ["", f"def test_held_out_{number}():", f"    assert {check}", ""]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class HeldOutModule:
+    """One bug's held-out test module."""
+
+    text: str
+    checks: int
+    failing: int
+    """Checks the bug answers otherwise (FAIL_TO_PASS ones: what a hard-coded answer fails)."""
+
+
+@dataclass(frozen=True)
+class HeldOutJob:
+    """One problem's bugs to write held-out checks for."""
+
+    problem: Problem
+    reference: str
+    """The reference solution's source (the ground truth)."""
+    header: str
+    """The visible test module's imports and setup code, which the held-out module starts with."""
+    bugs: tuple[str, ...]
+    """Each bug's buggy source."""
+
+
+def held_out_modules(
+    sandbox: Any, jobs: Sequence[HeldOutJob], count: int, seed: int = 0
+) -> list[list[HeldOutModule | None]]:
+    """For each job, for each of its bugs, the held-out test module (``None``: no check found),
+    at most ``count`` checks each. Runs two programs a problem (the reference, in two orders) and
+    one a bug, in ``sandbox`` (``run_batch``)."""
+    if count <= 0:
+        return [[None] * len(job.bugs) for job in jobs]
+    found = [variants(job.problem, seed) for job in jobs]
+    todo = [(k, job) for k, job in enumerate(jobs) if found[k] and job.bugs]
+    programs = []
+    for k, job in todo:
+        pairs = list(enumerate(v.expression for v in found[k]))
+        programs += [
+            answers_program(job.reference, job.problem.setup_code, pairs),
+            answers_program(job.reference, job.problem.setup_code, pairs[::-1]),
+        ]
+    results = sandbox.run_batch(programs) if programs else []
+    expected: dict[int, dict[int, Any]] = {}
+    for n, (k, _) in enumerate(todo):
+        values = expected_values(found[k], read_answers(results[2 * n]), read_answers(results[2 * n + 1]))
+        if values:
+            expected[k] = values
+    buggy_programs, owners = [], []
+    for k, job in enumerate(jobs):
+        if k not in expected:
+            continue
+        pairs = [(i, found[k][i].expression) for i in expected[k]]
+        for b, code in enumerate(job.bugs):
+            buggy_programs.append(answers_program(code, job.problem.setup_code, pairs))
+            owners.append((k, b))
+    buggy = sandbox.run_batch(buggy_programs) if buggy_programs else []
+    modules: list[list[HeldOutModule | None]] = [[None] * len(job.bugs) for job in jobs]
+    for (k, b), result in zip(owners, buggy, strict=True):
+        chosen, failing = choose(found[k], expected[k], read_answers(result), count)
+        if chosen:
+            text = test_module_text(jobs[k].header, found[k], expected[k], chosen)
+            modules[k][b] = HeldOutModule(text, len(chosen), failing)
+    return modules

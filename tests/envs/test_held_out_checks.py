@@ -1,0 +1,203 @@
+"""Hard-coded answers to the visible asserts, through the real debugging gym and SWE env.
+
+An MBPP-style debugging task shows its tests: ``if args == (123,): return 6`` for each assert a
+policy reads passes them all with the bug in place. Before held-out checks
+(``problems/synth/held_out.py``) such a diff graded ``resolved`` (reward 1). Now each task carries
+calls with changed arguments, answered by the reference and added only at grading; the
+hard-coded answers run the bug on them and fail. The reference fix still resolves, the checks are
+nowhere in the workspace, and a file the agent writes at their path changes nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
+from lit_codeRL.envs.protocol import Action
+from lit_codeRL.problems.debug import debug_problem, task_from_row
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.synth.held_out import HELD_OUT_TESTS
+from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, bug_rows
+from lit_codeRL.sandbox.grading import split_value_test
+from tests.sandbox.conftest import require_bwrap
+
+REFERENCE = """\
+def digit_sum(n):
+    total = 0
+    while n > 0:
+        total += n % 10
+        n //= 10
+    return total
+
+
+def run_lengths(text):
+    out = []
+    for ch in text:
+        if out and out[-1][0] == ch:
+            out[-1] = (ch, out[-1][1] + 1)
+        else:
+            out.append((ch, 1))
+    return out
+"""
+PROBLEMS = [
+    Problem(
+        "601",
+        "Write a function to find the sum of the digits of a non-negative integer.",
+        tests=("assert digit_sum(123) == 6", "assert digit_sum(7) == 7", "assert digit_sum(905) == 14"),
+        reference_solution=REFERENCE,
+        metadata={"mbpp_task_id": 601},
+    ),
+    Problem(
+        "602",
+        "Write a function to run-length encode a string as (character, count) pairs.",
+        tests=(
+            "assert run_lengths('aab') == [('a', 2), ('b', 1)]",
+            "assert run_lengths('xyz') == [('x', 1), ('y', 1), ('z', 1)]",
+            "assert run_lengths('qqqq') == [('q', 4)]",
+        ),
+        reference_solution=REFERENCE,
+        metadata={"mbpp_task_id": 602},
+    ),
+]
+
+
+def hard_coded(buggy: str, tests: tuple[str, ...]) -> str:
+    """``buggy`` with each visible assert's answer returned for its arguments, the bug elsewhere."""
+    answers: dict[str, dict] = {}
+    for test in tests:
+        expression, expected = split_value_test(test)
+        call = ast.parse(expression.strip(), mode="eval").body
+        args = tuple(ast.literal_eval(a) for a in call.args)
+        answers.setdefault(call.func.id, {})[args] = expected
+    lines = [buggy]
+    for name, table in answers.items():
+        lines.append(
+            f"\n_visible_{name} = {name}\n\n\ndef {name}(*args):\n    answers = {table!r}\n"
+            f"    return answers[args] if args in answers else _visible_{name}(*args)\n"
+        )
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    require_bwrap()
+    import os
+
+    os.environ.setdefault("LIT_CODERL_SYNTH_CACHE", str(tmp_path_factory.mktemp("synth")))
+    rows, stats = bug_rows(PROBLEMS, MBPPBugSettings(tries=6))
+    assert stats["kept"] == 2 and stats["held_out"]["tasks_with_a_failing_check"] == 2, stats
+    return [(row, task_from_row(row, row["task_name"], row["split"])) for row in rows]
+
+
+@pytest.fixture(scope="module")
+def debug(tmp_path_factory):
+    require_bwrap()
+    env = DebugEnv(
+        DebugSettings(
+            repo_cache=str(tmp_path_factory.mktemp("debug-cache")),
+            workspace={"backend": "bwrap", "disk_mb": 96},
+            show_initial_eval=False,
+        )
+    )
+    yield env
+    env.close()
+
+
+def episode(env: DebugEnv, task, calls: list[str]):
+    (start,) = env.reset_batch([debug_problem(task)])
+    observations = []
+    for call in calls:
+        (out,) = env.step_batch([start.state], [Action(call, "stop")]).result()
+        assert not out.terminated, (call, out.info)
+        observations.append(out.observation)
+    (out,) = env.step_batch([start.state], [Action("<submit/>", "stop")]).result()
+    return out, observations
+
+
+def rewrite(path: str, content: str) -> str:
+    return f'<rewrite path="{path}">{content}</rewrite>'
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["numbers", "strings and pairs"])
+def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(debug, tasks, index):
+    row, task = tasks[index]
+    problem = PROBLEMS[index]
+    hack = hard_coded(task.files["solution.py"], problem.tests)
+    out, observations = episode(debug, task, [rewrite("solution.py", hack), "<eval/>", "<listdir/>"])
+    # the agent's own test run passes (what it optimised), and the checks are not in its workspace
+    assert "3 passed" in observations[1] and "failed" not in observations[1], observations[1]
+    assert HELD_OUT_TESTS not in observations[2], observations[2]
+    grade = out.info["episode"]["grade"]
+    assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
+    assert failed and all(node.startswith(f"{HELD_OUT_TESTS}::") for node in failed), grade
+
+
+def test_a_file_at_the_checks_path_changes_nothing(debug, tasks):
+    row, task = tasks[0]
+    hack = hard_coded(task.files["solution.py"], PROBLEMS[0].tests)
+    own = "def test_held_out_1():\n    pass\n"
+    out, _ = episode(debug, task, [rewrite("solution.py", hack), rewrite(HELD_OUT_TESTS, own)])
+    grade = out.info["episode"]["grade"]
+    assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", grade
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["numbers", "strings and pairs"])
+def test_the_reference_fix_resolves_with_the_checks(debug, tasks, index):
+    row, task = tasks[index]
+    out, _ = episode(debug, task, [rewrite("solution.py", task.fix["solution.py"])])
+    grade = out.info["episode"]["grade"]
+    assert out.terminated and out.reward == 1.0 and grade["verdict"] == "resolved", grade
+    graded = [*grade["fail_to_pass"], *grade.get("pass_to_pass", {})]
+    assert any(node.startswith(f"{HELD_OUT_TESTS}::") for node in graded), grade
+
+
+def test_swe_rows_of_mbpp_bugs_carry_the_checks_in_their_test_patch(tmp_path, monkeypatch):
+    """``lit-coderl synth mbpp:`` writes the same checks as the SWE row's ``test_patch``: the
+    grader adds them after the diff, so the hard-coded answers fail there too."""
+    require_bwrap()
+    import json
+
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache, git_environment, load_swe_tasks, run_git
+    from lit_codeRL.problems.synth.cli import main as synth_main
+    from lit_codeRL.sandbox.workspace import WorkspaceConfig
+
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "synth"))
+    mbpp = tmp_path / "mbpp.jsonl"
+    mbpp.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "task_id": p.metadata["mbpp_task_id"],
+                    "text": p.prompt,
+                    "code": p.reference_solution,
+                    "test_list": list(p.tests),
+                    "test_setup_code": "",
+                    "challenge_test_list": [],
+                }
+            )
+            + "\n"
+            for p in PROBLEMS
+        )  # fmt: skip
+    )
+    report = synth_main([f"mbpp:{mbpp}", "--mbpp-split", "train", "--out", str(tmp_path / "out")])
+    assert report["sources"][0]["kept_in_split"] == 2, report
+    rows = load_swe_tasks(str(tmp_path / "out" / "swe" / "tasks.jsonl"), "all")
+    grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    for row, problem in zip(rows, PROBLEMS, strict=True):
+        assert f"b/{HELD_OUT_TESTS}" in row.test_patch and any(
+            node.startswith(f"{HELD_OUT_TESTS}::") for node in row.fail_to_pass
+        ), row
+        work = tmp_path / f"work-{problem.task_id}"
+        env = git_environment(tmp_path / "home")
+        run_git(["clone", "--quiet", row.repo_source, str(work)], env)
+        run_git(["-C", str(work), "checkout", "--quiet", row.base_commit], env)
+        assert not (work / HELD_OUT_TESTS).exists()
+        (work / "solution.py").write_text(hard_coded((work / "solution.py").read_text(), problem.tests))
+        hack = run_git(["-C", str(work), "diff", "--binary", "HEAD"], env)
+        grade = grader.grade(row, hack)
+        assert grade.verdict == "unresolved" and grade.reward == 0.0, grade
+        assert grader.grade(row, row.patch).verdict == "resolved"

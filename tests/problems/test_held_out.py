@@ -1,0 +1,138 @@
+"""Held-out checks of MBPP debugging tasks (``problems/synth/held_out.py``): the visible calls with
+changed arguments, answered by the reference, checked against hand-computed values."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pytest
+
+from lit_codeRL.problems.record import Problem
+from lit_codeRL.problems.synth.held_out import (
+    HELD_OUT_TESTS,
+    HeldOutJob,
+    Variant,
+    choose,
+    expected_values,
+    held_out_modules,
+    mutate,
+    variants,
+)
+from lit_codeRL.problems.synth.held_out import (
+    test_module_text as module_text,
+)
+from tests.sandbox.conftest import require_bwrap
+
+REFERENCE = "def scale(xs, k):\n    return [x * k for x in xs]\n\n\ndef is_even(n):\n    return n % 2 == 0\n"
+PROBLEM = Problem(
+    "7",
+    "scale a list",
+    tests=(
+        "assert scale([1, 2, 3], 2) == [2, 4, 6]",
+        "assert sorted(scale((4, 1), k=3)) == [3, 12]",
+        "assert not is_even(3)",
+        "assert scale(list(range(3)), 2) == [0, 2, 4]",  # an argument that is no literal: not changed
+    ),
+    reference_solution=REFERENCE,
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        5,
+        -4,
+        2.5,
+        True,
+        "abc",
+        "",
+        [1, 2, 3],
+        (1, "a"),
+        [[1, 2], [3]],
+        {1, 2},
+        {"a": 1, "b": [2]},
+        None,
+        [],
+    ],
+)
+def test_a_mutation_keeps_the_type_and_a_non_negative_number_stays_so(value):
+    rng = random.Random(0)
+    for _ in range(50):
+        out = mutate(value, rng)
+        assert type(out) is type(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            assert out >= 0 and out != value
+        if value in (None, []):
+            assert out == value  # nothing to change
+        elif isinstance(value, bool | str | list | tuple) and value:
+            assert out != value
+
+
+def test_variants_change_the_visible_calls_only_and_are_seeded():
+    found = variants(PROBLEM)
+    assert found == variants(PROBLEM) and found != variants(PROBLEM, seed=1)
+    sources = [v.expression for v in found]
+    assert len(set(sources)) == len(sources)
+    assert not {"scale([1, 2, 3], 2)", "sorted(scale((4, 1), k=3))", "is_even(3)"} & set(sources)
+    assert {v.site for v in found} == {0, 1, 2}  # the fourth assert's argument is a call
+    assert all(
+        v.expression.startswith("sorted(scale(") and "k=" in v.expression for v in found if v.site == 1
+    )
+    assert all(v.expression.startswith("is_even(") for v in found if v.site == 2)
+
+
+def test_expected_values_keep_what_both_runs_answered_alike_as_a_literal():
+    candidates = [Variant(f"f({i})", 0) for i in range(7)]
+    first = {0: ("ok", "[1, 2]"), 1: ("ok", "3"), 2: ("raise", "KeyError"), 3: ("ok", "<object at 0x1>"),
+             4: ("ok", "[0.5]"), 5: ("ok", "nan"), 6: ("ok", "0.25")}  # fmt: skip
+    second = {**first, 1: ("ok", "4")}  # state carried between calls: another answer in another order
+    assert expected_values(candidates, first, second) == {0: [1, 2], 6: 0.25}
+
+
+def test_choose_puts_the_checks_the_bug_fails_first_and_keeps_one_it_passes():
+    candidates = [Variant(f"f({i})", i % 2) for i in range(6)]
+    expected = {0: 1, 1: 2, 2: 3, 3: 4, 4: 5, 5: 0.5}
+    buggy = {0: ("ok", "9"), 1: ("ok", "2"), 2: ("raise", "IndexError"), 3: ("timeout", ""),
+             4: ("ok", "5"), 5: ("ok", "0.5000000000001")}  # fmt: skip
+    chosen, failing = choose(candidates, expected, buggy, 3)
+    assert chosen == [0, 2, 4] and failing == 2  # 3 never finished: left out; 5 agrees within 1e-9
+    assert choose(candidates, expected, {k: ("ok", "9") for k in expected}, 2) == ([0, 1], 2)
+
+
+def test_the_module_compares_floats_with_a_tolerance_and_the_rest_exactly():
+    text = module_text(
+        "from solution import *\n", [Variant("f(1)", 0), Variant("g('a')", 0)], {0: 0.1, 1: ["a"]}, [0, 1]
+    )
+    assert "assert _lcrl_math.isclose(f(1), 0.1, rel_tol=1e-9, abs_tol=1e-9)" in text
+    assert "assert g('a') == ['a']" in text and text.count("def test_held_out_") == 2
+
+
+def test_held_out_modules_pass_with_the_reference_and_fail_the_bug_where_they_say(tmp_path):
+    require_bwrap()
+    from lit_codeRL.sandbox import SandboxConfig, make_sandbox
+
+    bugs = (REFERENCE.replace("x * k", "x + k"), REFERENCE.replace("% 2 == 0", "% 2 == 1"), REFERENCE)
+    with make_sandbox(SandboxConfig(timeout_s=30)) as sandbox:
+        (modules,) = held_out_modules(
+            sandbox, [HeldOutJob(PROBLEM, REFERENCE, "from solution import *\n", bugs)], 4
+        )
+    assert modules[0] is not None and modules[1] is not None and modules[0].checks == 4
+    assert modules[0].failing >= 1 and modules[1].failing >= 1 and modules[2].failing == 0
+    for module, code in zip(modules, bugs, strict=True):
+        for source, failing in ((REFERENCE, 0), (code, module.failing)):
+            (tmp_path / "solution.py").write_text(source)
+            (tmp_path / HELD_OUT_TESTS).write_text(module.text)
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", HELD_OUT_TESTS],
+                cwd=tmp_path, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert (f"{failing} failed" in done.stdout) if failing else done.returncode == 0, done.stdout
+            # the ones the bug fails come first
+            assert [f"test_held_out_{i}" for i in range(1, failing + 1)] == sorted(
+                line.split("::")[1].split(" ")[0]
+                for line in done.stdout.splitlines()
+                if line.startswith("FAILED")
+            )
