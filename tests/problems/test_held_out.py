@@ -43,6 +43,7 @@ PROBLEM = Problem(
     "value",
     [
         0,
+        1,
         5,
         -4,
         2.5,

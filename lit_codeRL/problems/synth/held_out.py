@@ -74,7 +74,7 @@ def _compared(test: str) -> str | None:
     test when it is a call (``assert is_even(4)``), ``not`` stripped."""
     split = split_value_test(test)
     if split is not None:
-        return " ".join(split[0].split()) if "\n" not in split[0].strip() else split[0].strip()
+        return split[0].strip()  # parenthesized on lines of its own: parsed whole
     try:
         tree = pyparse.parse(test.strip())
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -118,7 +118,8 @@ def mutate(value: Any, rng: random.Random, depth: int = 0) -> Any:
         return not value
     if isinstance(value, int):
         step = rng.choice((-2, -1, 1, 1, 2, 3))
-        return abs(value + step) if value >= 0 else value + step
+        moved = abs(value + step) if value >= 0 else value + step
+        return moved if moved != value else value + 1  # 1 - 2 kept at or above 0 is 1 again
     if isinstance(value, float):
         return rng.choice((value + 1.0, value - 1.0, value * 1.5, value + 0.5))
     if isinstance(value, str):
