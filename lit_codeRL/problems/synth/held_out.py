@@ -91,7 +91,7 @@ def _literal_call(expression: str, functions: frozenset[str]) -> tuple[ast.Expre
     """The expression's tree and its first call of a solution function whose arguments are all
     literals (``f(*xs)`` and ``f(**kw)`` are not)."""
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = pyparse.parse(expression.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for node in ast.walk(tree):
@@ -204,7 +204,7 @@ def variants(problem: Problem, seed: int = 0) -> list[Variant]:
             if not changed or changed == values:
                 continue
             try:
-                nodes = [ast.parse(repr(v), mode="eval").body for v in changed]
+                nodes = [pyparse.parse(repr(v), mode="eval").body for v in changed]
             except (SyntaxError, ValueError, RecursionError, MemoryError):  # inf, nan: no literal
                 continue
             source = _with_arguments(tree, call, nodes[: len(originals)], nodes[len(originals) :])
@@ -274,7 +274,7 @@ def read_answers(result: Any) -> dict[int, tuple[str, str]]:
 
 def _value(text: str) -> tuple[bool, Any]:
     try:
-        value = ast.literal_eval(text)
+        value = ast.literal_eval(pyparse.parse(text, mode="eval"))
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         return False, None
     return True, value
