@@ -104,15 +104,14 @@ def mbpp_tasks(source: str, split: str, settings: MBPPBugSettings) -> tuple[list
     for row in rows:
         files = {f["path"]: f["content"] for f in row["files"]}
         hidden = {f["path"]: f["content"] for f in row.get("hidden_files", ())}
+        held_out = [f"{path}::{name}" for path, text in hidden.items() for name in _test_names(text)]
         # the held-out checks the bug fails come first in their module (``held_out.choose``)
         failing = (
-            tuple(row["extra_info"]["failing_tests"])
-            + tuple(f"{path}::{name}" for path, text in hidden.items() for name in _test_names(text))[
-                : row["extra_info"].get("held_out_failing", 0)
-            ]
+            *row["extra_info"]["failing_tests"],
+            *held_out[: row["extra_info"].get("held_out_failing", 0)],
         )
         tests = sorted(f"test_solution.py::{name}" for name in _test_names(files["test_solution.py"]))
-        tests += [f"{path}::{name}" for path, text in hidden.items() for name in _test_names(text)]
+        tests += held_out
         tasks.append(
             SynthTask(
                 task_id=row["task_name"],
