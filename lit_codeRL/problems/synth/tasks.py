@@ -127,26 +127,11 @@ def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[
         for task in tasks:
             base = _commit(git_dir, env, task.files, f"{repo}: snapshot", Path(tmp))
             fixed = _commit(git_dir, env, {**task.files, **task.fix}, "fixed", Path(tmp))
-            patch = run_git(
-                ["--git-dir", str(git_dir), "diff", "--binary", "--no-color", "--no-ext-diff", base, fixed],
-                env,
-            )
+            patch = _diff(git_dir, env, base, fixed)
             test_patch = ""
             if task.hidden_files:  # SWE-bench's hidden tests: new files over the base, added at grading
                 tested = _commit(git_dir, env, {**task.files, **task.hidden_files}, "held out", Path(tmp))
-                test_patch = run_git(
-                    [
-                        "--git-dir",
-                        str(git_dir),
-                        "diff",
-                        "--binary",
-                        "--no-color",
-                        "--no-ext-diff",
-                        base,
-                        tested,
-                    ],
-                    env,
-                )
+                test_patch = _diff(git_dir, env, base, tested)
             ref = f"refs/heads/task/{slug(task.task_id)}"
             run_git(["--git-dir", str(git_dir), "update-ref", ref, base], env)
             refs.append(ref)
@@ -176,6 +161,13 @@ def swe_rows(tasks: Sequence[SynthTask], out_dir: Path, repo: str) -> list[dict[
             )
             shutil.move(str(tmp_bundle), bundle)
     return rows
+
+
+def _diff(git_dir: Path, env: Mapping[str, str], old: str, new: str) -> str:
+    """``git diff --binary`` from commit ``old`` to commit ``new``."""
+    return run_git(
+        ["--git-dir", str(git_dir), "diff", "--binary", "--no-color", "--no-ext-diff", old, new], env
+    )
 
 
 def _commit(
