@@ -5,7 +5,10 @@ Each task is a directory ``data/debug/src/<name>/``:
 - ``task.json``: ``description`` (what the program should do, never where the bug is),
   ``difficulty``, ``split`` (``train``/``eval``), ``bug_kind`` (for the README and logs);
 - ``buggy/``: every starting file, the program with its bug and the pytest file(s);
-- ``fixed/``: the reference fix, the new contents of the program files it changes.
+- ``fixed/``: the reference fix, the new contents of the program files it changes;
+- ``held_out/`` (optional): test modules graded but never shown, the row's ``hidden_files``
+  (``scripts/add_held_out_checks.py --write-src`` makes them: the tests' calls with changed
+  arguments, answered by the fix, so hard-coded answers to the visible tests fail).
 
 The output rows are debugging rows in the SWE-PDB layout (``task_name``, ``files: [{path,
 content}]``, ``fix``, ``entry_point``, ``extra_info``) that ``lit_codeRL.problems.debug`` loads.
@@ -59,6 +62,7 @@ def build_row(task_dir: Path) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"{task_dir}: fixed/ has files that buggy/ lacks: {unknown}")
     tests = sorted(path for path in files if Path(path).name.startswith("test_"))
+    hidden = read_tree(task_dir / "held_out") if (task_dir / "held_out").is_dir() else {}
     return {
         "task_name": f"debug/{task_dir.name}",
         "description": meta["description"],
@@ -68,6 +72,7 @@ def build_row(task_dir: Path) -> dict[str, Any]:
         "files": [{"path": path, "content": content} for path, content in files.items()],
         "fix": [{"path": path, "content": content} for path, content in fix.items()],
         "extra_info": {"bug_kind": meta["bug_kind"]},
+        **({"hidden_files": [{"path": p, "content": c} for p, c in hidden.items()]} if hidden else {}),
     }
 
 
@@ -114,18 +119,33 @@ def run_pytest(files: Mapping[str, str], tests: Sequence[str]) -> dict[str, str]
 
 def verify(row: Mapping[str, Any]) -> str:
     """A one-line summary of the task's tests, or SystemExit saying what is wrong with it."""
+    hidden = {f["path"]: f["content"] for f in row.get("hidden_files", ())}
     files = {f["path"]: f["content"] for f in row["files"]}
     fixed = {**files, **{f["path"]: f["content"] for f in row["fix"]}}
     tests = sorted(path for path in files if Path(path).name.startswith("test_"))
-    before, after = run_pytest(files, tests), run_pytest(fixed, tests)
     name = row["task_name"]
+    if hidden:  # the held-out checks: every one passes with the fix, and the bug fails some
+        before = run_pytest({**files, **hidden}, sorted(hidden))
+        after = run_pytest({**fixed, **hidden}, sorted(hidden))
+        if (
+            not before
+            or all(s == "passed" for s in before.values())
+            or any(s != "passed" for s in after.values())
+        ):
+            raise SystemExit(
+                f"{name}: its held-out checks must fail at the bug and pass with the fix: {before} {after}"
+            )
+    before, after = run_pytest(files, tests), run_pytest(fixed, tests)
     failing = sorted(t for t, s in before.items() if s != "passed")
     passing = sorted(t for t, s in before.items() if s == "passed")
     if len(before) < 4 or not failing or not passing:
         raise SystemExit(f"{name}: the buggy program must fail some tests and pass others: {before}")
     if set(after) != set(before) or any(s != "passed" for s in after.values()):
         raise SystemExit(f"{name}: with the fix every test must pass: {after}")
-    return f"{name}: {len(failing)} failing, {len(passing)} passing at the base; all pass with the fix"
+    checks = f", {len(hidden)} held-out module(s)" if hidden else ""
+    return (
+        f"{name}: {len(failing)} failing, {len(passing)} passing at the base; all pass with the fix{checks}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

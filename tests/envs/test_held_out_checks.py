@@ -14,13 +14,12 @@ import ast
 
 import pytest
 
-from lit_codeRL.envs.debug.env import DebugEnv, DebugSettings
-from lit_codeRL.envs.protocol import Action
-from lit_codeRL.problems.debug import debug_problem, task_from_row
+from lit_codeRL.problems.debug import task_from_row
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.synth.held_out import HELD_OUT_TESTS
 from lit_codeRL.problems.synth.mbpp import MBPPBugSettings, bug_rows
 from lit_codeRL.sandbox.grading import split_value_test
+from tests.envs.conftest import answering, debug_episode
 from tests.sandbox.conftest import require_bwrap
 
 REFERENCE = """\
@@ -70,14 +69,8 @@ def hard_coded(buggy: str, tests: tuple[str, ...]) -> str:
         expression, expected = split_value_test(test)
         call = ast.parse(expression.strip(), mode="eval").body
         args = tuple(ast.literal_eval(a) for a in call.args)
-        answers.setdefault(call.func.id, {})[args] = expected
-    lines = [buggy]
-    for name, table in answers.items():
-        lines.append(
-            f"\n_visible_{name} = {name}\n\n\ndef {name}(*args):\n    answers = {table!r}\n"
-            f"    return answers[args] if args in answers else _visible_{name}(*args)\n"
-        )
-    return "\n".join(lines)
+        answers.setdefault(call.func.id, {})[repr(args)] = expected
+    return answering(buggy, answers)
 
 
 @pytest.fixture(scope="module")
@@ -91,41 +84,18 @@ def tasks(tmp_path_factory):
     return [(row, task_from_row(row, row["task_name"], row["split"])) for row in rows]
 
 
-@pytest.fixture(scope="module")
-def debug(tmp_path_factory):
-    require_bwrap()
-    env = DebugEnv(
-        DebugSettings(
-            repo_cache=str(tmp_path_factory.mktemp("debug-cache")),
-            workspace={"backend": "bwrap", "disk_mb": 96},
-            show_initial_eval=False,
-        )
-    )
-    yield env
-    env.close()
-
-
-def episode(env: DebugEnv, task, calls: list[str]):
-    (start,) = env.reset_batch([debug_problem(task)])
-    observations = []
-    for call in calls:
-        (out,) = env.step_batch([start.state], [Action(call, "stop")]).result()
-        assert not out.terminated, (call, out.info)
-        observations.append(out.observation)
-    (out,) = env.step_batch([start.state], [Action("<submit/>", "stop")]).result()
-    return out, observations
-
-
 def rewrite(path: str, content: str) -> str:
     return f'<rewrite path="{path}">{content}</rewrite>'
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=["numbers", "strings and pairs"])
-def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(debug, tasks, index):
+def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(bwrap_gym, tasks, index):
     row, task = tasks[index]
     problem = PROBLEMS[index]
     hack = hard_coded(task.files["solution.py"], problem.tests)
-    out, observations = episode(debug, task, [rewrite("solution.py", hack), "<eval/>", "<listdir/>"])
+    out, observations = debug_episode(
+        bwrap_gym, task, [rewrite("solution.py", hack), "<eval/>", "<listdir/>"]
+    )
     # the agent's own test run passes (what it optimised), and the checks are not in its workspace
     assert "3 passed" in observations[1] and "failed" not in observations[1], observations[1]
     assert HELD_OUT_TESTS not in observations[2], observations[2]
@@ -135,19 +105,19 @@ def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(deb
     assert failed and all(node.startswith(f"{HELD_OUT_TESTS}::") for node in failed), grade
 
 
-def test_a_file_at_the_checks_path_changes_nothing(debug, tasks):
+def test_a_file_at_the_checks_path_changes_nothing(bwrap_gym, tasks):
     row, task = tasks[0]
     hack = hard_coded(task.files["solution.py"], PROBLEMS[0].tests)
     own = "def test_held_out_1():\n    pass\n"
-    out, _ = episode(debug, task, [rewrite("solution.py", hack), rewrite(HELD_OUT_TESTS, own)])
+    out, _ = debug_episode(bwrap_gym, task, [rewrite("solution.py", hack), rewrite(HELD_OUT_TESTS, own)])
     grade = out.info["episode"]["grade"]
     assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", grade
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=["numbers", "strings and pairs"])
-def test_the_reference_fix_resolves_with_the_checks(debug, tasks, index):
+def test_the_reference_fix_resolves_with_the_checks(bwrap_gym, tasks, index):
     row, task = tasks[index]
-    out, _ = episode(debug, task, [rewrite("solution.py", task.fix["solution.py"])])
+    out, _ = debug_episode(bwrap_gym, task, [rewrite("solution.py", task.fix["solution.py"])])
     grade = out.info["episode"]["grade"]
     assert out.terminated and out.reward == 1.0 and grade["verdict"] == "resolved", grade
     graded = [*grade["fail_to_pass"], *grade.get("pass_to_pass", {})]

@@ -403,8 +403,14 @@ def test_every_shipped_task_validates(shipped, validated, debug_sandbox):
     for task in shipped:
         swe = task.to_swe_task(root, grader)
         assert swe.fail_to_pass and swe.pass_to_pass, task.task_id
-        assert {n.split("::")[0] for n in (*swe.fail_to_pass, *swe.pass_to_pass)} <= set(task.test_modules)
-        assert swe.problem_statement == task.description and swe.test_patch == ""
+        graded = {n.split("::")[0] for n in (*swe.fail_to_pass, *swe.pass_to_pass)}
+        assert graded <= {*task.test_modules, *task.hidden_files}
+        # the held-out checks (``held_out/`` of its source): graded, some failing at the base, and
+        # added only by the grader (the SWE task's test_patch)
+        assert bool(task.hidden_files) == bool(swe.test_patch) == bool(graded & set(task.hidden_files))
+        assert all(f"b/{p}" in swe.test_patch for p in task.hidden_files)
+        assert not task.hidden_files or any(n.split("::")[0] in task.hidden_files for n in swe.fail_to_pass)
+        assert swe.problem_statement == task.description
         assert swe.patch.startswith("diff --git") and all(f"b/{p}" in swe.patch for p in task.fix)
 
 

@@ -493,7 +493,13 @@ def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_p
     assert len(tasks) == report["tasks"] >= 1
     grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
     for task in tasks:
-        assert task.fail_to_pass and task.pass_to_pass and task.test_patch == ""
+        assert task.fail_to_pass and task.pass_to_pass
+        # held-out checks (``repo_held_out.py``) beside the test module, graded after the visible tests
+        hidden = [node for node in task.fail_to_pass if node.startswith("tests/test_held_out_lib.py::")]
+        assert task.fail_to_pass[0].startswith("tests/test_lib.py::")
+        assert (hidden and "b/tests/test_held_out_lib.py" in task.test_patch) or not (
+            hidden or task.test_patch
+        )
         assert set(task.fail_to_pass).isdisjoint(task.pass_to_pass)
         assert "tests/test_lib.py::" in task.problem_statement and "diff" not in task.problem_statement
         assert grader.grade(task, task.patch).resolved
@@ -559,7 +565,7 @@ def test_synth_command_writes_swe_and_debugging_tasks_that_grade_both_ways(tmp_p
 
 
 def test_a_function_sample_is_seeded_stable_and_not_the_held_out_split():
-    from lit_codeRL.problems.synth.repository import _held_out, _sample_functions
+    from lit_codeRL.problems.synth.repository import _eval_function, _sample_functions
 
     groups = {f"m.py::f{i}": [] for i in range(40)}
     assert _sample_functions(groups, None, 0) is groups and _sample_functions(groups, 40, 0) is groups
@@ -568,7 +574,7 @@ def test_a_function_sample_is_seeded_stable_and_not_the_held_out_split():
     assert _sample_functions(dict(groups), 10, 0) == ten and set(_sample_functions(groups, 10, 1)) != set(ten)
     more = _sample_functions({**groups, "m.py::extra": []}, 10, 0)
     assert len(set(more) & set(ten)) >= 9  # one function more changes the sample by one at most
-    held = [name for name in ten if _held_out(name, 0.3, 0)]
+    held = [name for name in ten if _eval_function(name, 0.3, 0)]
     assert 0 < len(held) < 10  # a hash of its own: not the held-out functions first
 
 
@@ -1307,7 +1313,8 @@ def test_tests_the_repositorys_addopts_leave_out_are_left_out_of_every_run(tmp_p
     assert report["debug_tasks"] == report["tasks"] and not report["debug_dropped_by_check"], report
     assert report["sources"][0]["clean_tests"] == 3, report
     (task, *_) = load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")
-    assert sorted([*task.fail_to_pass, *task.pass_to_pass]) == [
+    visible = [n for n in [*task.fail_to_pass, *task.pass_to_pass] if "test_held_out_" not in n]
+    assert sorted(visible) == [
         "tests/test_calc.py::test_add",
         "tests/test_calc.py::test_add_zero",
         "tests/test_calc.py::test_double",

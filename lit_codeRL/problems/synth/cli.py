@@ -276,8 +276,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--held-out",
         type=int,
         default=MBPPBugSettings.held_out,
-        help="MBPP: hidden checks a task gets at most (the visible calls with changed arguments, "
-        "answered by the reference; the SWE row's test_patch); 0: none",
+        help="hidden checks a task gets at most: the tests' calls with changed literal arguments, "
+        "answered by the reference (MBPP) or the clean repository, graded and never in the workspace "
+        "(the debugging row's hidden_files, the SWE row's test_patch); 0: none",
     )
     parser.add_argument(
         "--no-check",
@@ -304,6 +305,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         eval_fraction=args.eval_fraction,
         workers=args.workers,
         seed=args.seed,
+        held_out=args.held_out,
         cache=not args.no_cache,
     )
     out = _output_dir(args.out)

@@ -229,28 +229,38 @@ def _with_arguments(tree: ast.Expression, call: ast.Call, args: list, values: li
             keyword.value = value
 
 
-def answers_program(code: str, setup_code: str, expressions: Sequence[tuple[int, str]]) -> Program:
-    """A program that evaluates each ``(index, expression)`` in ``code``'s namespace, each under its own
-    interval timer, and prints one marked JSON line per expression: ``[i, "ok", repr]``, ``[i,
-    "raise", type]``, ``[i, "big", ""]`` or ``[i, "timeout", ""]``."""
-    driver = f"""
+ANSWER_FUNCTION = f"""
 import json as _lcrl_json, signal as _lcrl_signal
+
+
 def _lcrl_alarm(*_):
     raise TimeoutError
-_lcrl_signal.signal(_lcrl_signal.SIGALRM, _lcrl_alarm)
-for _lcrl_i, _lcrl_src in {list(expressions)!r}:
+
+
+def _lcrl_answer(thunk):
+    _lcrl_signal.signal(_lcrl_signal.SIGALRM, _lcrl_alarm)
     try:
         _lcrl_signal.setitimer(_lcrl_signal.ITIMER_REAL, {CALL_TIMEOUT_S})
         try:
-            _lcrl_r = repr(eval(_lcrl_src))
+            _lcrl_r = repr(thunk())
         finally:
             _lcrl_signal.setitimer(_lcrl_signal.ITIMER_REAL, 0)
-        _lcrl_out = ["ok", _lcrl_r] if len(_lcrl_r) <= {MAX_REPR} else ["big", ""]
+        return ["ok", _lcrl_r] if len(_lcrl_r) <= {MAX_REPR} else ["big", ""]
     except TimeoutError:
-        _lcrl_out = ["timeout", ""]
+        return ["timeout", ""]
     except BaseException as _lcrl_e:
-        _lcrl_out = ["raise", type(_lcrl_e).__name__]
-    print({_MARK!r} + _lcrl_json.dumps([_lcrl_i, *_lcrl_out]), flush=True)
+        return ["raise", type(_lcrl_e).__name__]
+"""
+"""``_lcrl_answer(thunk)``: ``["ok", repr]``, ``["raise", type]``, ``["big", ""]`` or ``["timeout",
+""]`` of one call, under its own interval timer (the MBPP programs' and the repository runs' alike)."""
+
+
+def answers_program(code: str, setup_code: str, expressions: Sequence[tuple[int, str]]) -> Program:
+    """A program that evaluates each ``(index, expression)`` in ``code``'s namespace with
+    :data:`ANSWER_FUNCTION` and prints one marked JSON line per expression: ``[i, status, text]``."""
+    driver = f"""{ANSWER_FUNCTION}
+for _lcrl_i, _lcrl_src in {list(expressions)!r}:
+    print({_MARK!r} + _lcrl_json.dumps([_lcrl_i, *_lcrl_answer(lambda: eval(_lcrl_src))]), flush=True)
 """
     return Program(code=code, setup_code=f"{setup_code}\n{driver}", timeout_s=PROGRAM_TIMEOUT_S)
 

@@ -41,6 +41,7 @@ from lit_codeRL.problems.synth.discover import collected_modules, configured_mod
 from lit_codeRL.problems.synth.installed import installed_copies
 from lit_codeRL.problems.synth.metadata import project_metadata
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
+from lit_codeRL.problems.synth.repo_held_out import repository_held_out
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
 from lit_codeRL.problems.synth.validate import (
@@ -102,6 +103,10 @@ class SynthSettings:
     workers: int = 2
     """Validations run at a time (each a sandboxed workspace)."""
     seed: int = 0
+    held_out: int = 5
+    """Held-out checks a task gets at most (``repo_held_out.py``): the test modules' calls with
+    their literal arguments changed, answered by the clean repository, graded and never in the
+    workspace, so hard-coded answers to the visible tests fail. 0: none."""
     cache: bool = True
     """Read and write the suite runs in the synthesis cache (:mod:`.run_cache`): synthesizing the
     same repository again runs no test it already ran."""
@@ -261,7 +266,7 @@ def _name_test_modules(files: dict[str, str | bytes]) -> tuple[dict[str, str | b
     return {renamed.get(path, path): content for path, content in files.items()}, renamed
 
 
-def _held_out(function: str, fraction: float, seed: int) -> bool:
+def _eval_function(function: str, fraction: float, seed: int) -> bool:
     digest = hashlib.sha256(f"{seed}\0{function}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
@@ -348,6 +353,26 @@ def _refuse_installed_copies(repo_name: str, files: dict[str, str | bytes], grad
         )
 
 
+def clean_task(name: str, files: Mapping[str, str | bytes], tmp: Path, **fields: Any) -> SWETask:
+    """The clean repository of ``files`` built in ``tmp/clean`` (one commit), as a task whose base
+    is that commit and which asks nothing (its runs are synthesis's: the clean suite, candidates)."""
+    _build_repo(files, tmp / "clean")
+    (tmp / "home").mkdir(exist_ok=True)
+    head = run_git(["-C", str(tmp / "clean"), "rev-parse", "HEAD"], git_environment(tmp / "home")).strip()
+    return SWETask(
+        instance_id=f"{name}.synth-clean-{head[:8]}",
+        repo=name,
+        base_commit=head,
+        problem_statement="",
+        patch="",
+        test_patch="",
+        fail_to_pass=(),
+        pass_to_pass=(),
+        repo_source=str(tmp / "clean"),
+        **fields,
+    )
+
+
 def synthesize_repository(
     source: str | Path,
     grader: SWEGrader,
@@ -395,22 +420,7 @@ def synthesize_files(
         )  # fmt: skip
     _refuse_installed_copies(repo_name, files, grader)
     with tempfile.TemporaryDirectory(prefix="lcrl-synth-") as tmp:
-        clean_dir = Path(tmp) / "clean"
-        _build_repo(files, clean_dir)
-        env_home = Path(tmp) / "home"
-        env_home.mkdir()
-        head = run_git(["-C", str(clean_dir), "rev-parse", "HEAD"], git_environment(env_home)).strip()
-        task = SWETask(
-            instance_id=f"{repo_name}.synth-clean-{head[:8]}",
-            repo=repo_name,
-            base_commit=head,
-            problem_statement="",
-            patch="",
-            test_patch="",
-            fail_to_pass=(),
-            pass_to_pass=(),
-            repo_source=str(clean_dir),
-        )
+        task = clean_task(repo_name, files, Path(tmp))
         collection = collected_modules(grader, task, files, settings.cache)
         modules, unconfigured = configured_modules(modules, collection)
         empty = [
@@ -491,28 +501,44 @@ def synthesize_files(
                 "synth: %s: %d test(s) passed and failed in two runs of one bug (flaky), never graded: %s",
                 repo_name, len(flaky), listed(flaky),
             )  # fmt: skip
+        validated = sum(rejected.values()) + len(bugs)  # a bug dropped by its second run: in `rejected`
+        statements = {}
+        for bug in bugs:
+            statement = repository_statement(bug.fail_to_pass, bug.messages, len(bug.pass_to_pass))
+            if leaked_lines(statement, bug.candidate.diff):
+                rejected["statement leaks the change"] = rejected.get("statement leaks the change", 0) + 1
+            else:
+                statements[bug.candidate.key] = statement
+        bugs = [bug for bug in bugs if bug.candidate.key in statements]
+        hidden = repository_held_out(
+            grader,
+            task,
+            files,
+            modules,
+            [bug.candidate.diff for bug in bugs],
+            settings.held_out,
+            settings.seed,
+            settings.workers,
+            cache,
+        )
         shutil.rmtree(grader.repos.path_for(task), ignore_errors=True)
-    validated = sum(rejected.values()) + len(bugs)  # a bug dropped by its second run: in `rejected`
     # the toolchain beyond the default: the rows carry it, so a run with the default one grades them alike
     default = WorkspaceConfig().toolchain
     test_deps = tuple(name for name in grader.workspace.toolchain if name not in default)
     tasks: list[SynthTask] = []
-    for bug in bugs:
+    for bug, checks in zip(bugs, hidden, strict=True):
         candidate = bug.candidate
-        statement = repository_statement(bug.fail_to_pass, bug.messages, len(bug.pass_to_pass))
-        if leaked_lines(statement, candidate.diff):
-            rejected["statement leaks the change"] = rejected.get("statement leaks the change", 0) + 1
-            continue
         tasks.append(
             SynthTask(
                 task_id=f"{repo_name}.synth__{candidate.site.kind}__{candidate.key[:8]}",
                 files={**files, candidate.path: candidate.content},
                 fix={candidate.path: files[candidate.path]},
-                statement=statement,
-                fail_to_pass=bug.fail_to_pass,
-                pass_to_pass=bug.pass_to_pass,
+                statement=statements[candidate.key],
+                # the held-out checks after the visible tests: a trajectory runs the first failing one
+                fail_to_pass=bug.fail_to_pass + (checks.failing if checks else ()),
+                pass_to_pass=bug.pass_to_pass + (checks.passing if checks else ()),
                 split="eval"
-                if _held_out(candidate.function, settings.eval_fraction, settings.seed)
+                if _eval_function(candidate.function, settings.eval_fraction, settings.seed)
                 else "train",
                 uncollectable=tuple(excluded),
                 test_deps=test_deps,
@@ -522,7 +548,10 @@ def synthesize_files(
                     "function": candidate.function,
                     "line": candidate.site.line,
                     "source": repo_name,
+                    "held_out_checks": len(checks.failing + checks.passing) if checks else 0,
+                    "held_out_failing": len(checks.failing) if checks else 0,
                 },
+                hidden_files=checks.files if checks else {},
             )
         )
     stats = {
@@ -542,6 +571,11 @@ def synthesize_files(
         "failing_at_base": len(clean.failing),
         "unstable_test_ids": len(clean.unstable),
         "flaky_tests": list(flaky),
+        "held_out": {
+            "tasks_with_checks": sum(1 for t in tasks if t.hidden_files),
+            "checks": sum(t.info["held_out_checks"] for t in tasks),
+            "failing_checks": sum(t.info["held_out_failing"] for t in tasks),
+        },
         "wall_s": round(time.monotonic() - start, 2),
     }
     stats["kept_fraction"] = round(len(tasks) / validated, 3) if validated else 0.0

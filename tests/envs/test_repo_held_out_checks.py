@@ -1,0 +1,272 @@
+"""Hard-coded answers to a repository's visible tests, through the real debugging gym and grader.
+
+A task synthesized from a repository shows its tests: in the bugged function, ``if args ==
+(200, 15): return 170`` for each call the tests make passes them all with the bug in place.
+Before held-out checks (``problems/synth/repo_held_out.py``) such a diff graded ``resolved``
+(reward 1). Now ``lit-coderl synth <repo>`` gives each task the test modules' calls with changed
+literal arguments, answered by the clean repository and added only at grading, beside the test
+module they came from (pytest asserts and unittest's ``assertEqual`` alike): the hard-coded
+answers run the bug on them and fail, in the debugging gym and through the SWE row's
+``test_patch``. The reference fix still resolves, and the checks are nowhere in the workspace.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from lit_codeRL.problems.debug import load_debug_tasks
+from lit_codeRL.problems.synth.repo_held_out import HELD_OUT_PREFIX
+from tests.envs.conftest import answering, debug_episode
+from tests.sandbox.conftest import require_bwrap
+
+PRICES = '''"""Prices."""
+
+
+def discount(price, percent):
+    """``price`` less ``percent`` per cent, rounded down."""
+    return price - price * percent // 100
+
+
+def bulk_total(unit, count):
+    """``count`` units; a tenth off from ten of them."""
+    total = unit * count
+    if count >= 10:
+        total -= total // 10
+    return total
+'''
+TEXT = '''"""Text."""
+
+
+def slug(title):
+    """The title's alphanumeric words, lower-cased and joined by dashes."""
+    words = [w.lower() for w in title.split() if w.isalnum()]
+    return "-".join(words)
+'''
+TEST_PRICES = """from shop.prices import bulk_total, discount
+
+
+def test_discount():
+    assert discount(200, 15) == 170
+
+
+def test_discount_none():
+    assert discount(99, 0) == 99
+
+
+def test_bulk_small():
+    assert bulk_total(3, 4) == 12
+
+
+def test_bulk_large():
+    assert bulk_total(5, 12) == 54
+"""
+TEST_TEXT = """import unittest
+
+from shop.text import slug
+
+
+class SlugTest(unittest.TestCase):
+    def test_words(self):
+        self.assertEqual(slug("Hello Big World"), "hello-big-world")
+
+    def test_symbols(self):
+        self.assertEqual(slug("a & b"), "a-b")
+"""
+FILES = {
+    "pyproject.toml": '[project]\nname = "shop"\nversion = "1.0"\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+    "shop/__init__.py": "",
+    "shop/prices.py": PRICES,
+    "shop/text.py": TEXT,
+    "tests/test_prices.py": TEST_PRICES,
+    "tests/test_text.py": TEST_TEXT,
+}
+
+
+def visible_answers(files: dict[str, str]) -> dict[str, dict[str, object]]:
+    """Function name -> {repr of the visible arguments: expected answer}, read from the test
+    modules' ``assert f(...) == x`` and ``self.assertEqual(f(...), x)`` with literals."""
+    table: dict[str, dict[str, object]] = {}
+    for path, text in files.items():
+        if not path.rsplit("/", 1)[-1].startswith("test_"):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare):
+                call, expected = node.test.left, node.test.comparators[0]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "assertEqual":
+                call, expected = node.args[:2]
+            else:
+                continue
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.keywords):
+                continue
+            try:
+                args = tuple(ast.literal_eval(a) for a in call.args)
+                table.setdefault(call.func.id, {})[repr(args)] = ast.literal_eval(expected)
+            except ValueError:  # not literals: no table a policy could write from the text alone
+                continue
+    return table
+
+
+def hard_coded(buggy: str, files: dict[str, str]) -> str:
+    """The bugged module answering each visible call as its test expects, the bug elsewhere."""
+    return answering(buggy, visible_answers(files))
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory):
+    require_bwrap()
+    import os
+
+    from lit_codeRL.cli import main
+
+    tmp = tmp_path_factory.mktemp("repo-held-out")
+    os.environ.setdefault("LIT_CODERL_SYNTH_CACHE", str(tmp / "synth-cache"))
+    os.environ.setdefault("LIT_CODERL_DEBUG_CACHE", str(tmp / "debug-cache"))
+    repo = tmp / "shop"
+    for path, text in FILES.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    out = tmp / "out"
+    main(["synth", str(repo), "--out", str(out), "--tries", "8", "--eval-fraction", "0"])
+    report = json.loads((out / "report.json").read_text())
+    # the final check graded every SWE row both ways and validated every debugging row
+    assert not report["dropped_by_check"] and not report["debug_dropped_by_check"], report
+    swe = [json.loads(line) for line in (out / "swe" / "tasks.jsonl").read_text().splitlines()]
+    debug = {t.task_id: t for t in load_debug_tasks(str(out / "debug" / "tasks.jsonl"))}
+    checked = [row for row in swe if row["test_patch"]]
+    # a bug in each function, and each shows on a changed call, in either test style
+    assert {row["function"].split("::")[-1] for row in checked} == {"discount", "bulk_total", "slug"}, report
+    return out, checked, debug, report
+
+
+def test_the_report_counts_the_checks(synthesized):
+    _, checked, _, report = synthesized
+    (source,) = report["sources"]
+    held = source["held_out"]
+    assert held["tasks_with_checks"] == len(checked) and held["failing_checks"] >= len(checked), held
+    for row in checked:
+        hidden = [n for n in row["FAIL_TO_PASS"] if f"/{HELD_OUT_PREFIX}" in n]
+        # the visible failing tests first (a reference trajectory runs the first), the checks after
+        assert hidden and row["FAIL_TO_PASS"][0].split("::")[0] in (
+            "tests/test_prices.py",
+            "tests/test_text.py",
+        )
+        assert "held_out" not in row["problem_statement"] and HELD_OUT_PREFIX not in row["problem_statement"]
+
+
+@pytest.mark.parametrize("function", ["discount", "bulk_total", "slug"])
+def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(
+    synthesized, bwrap_gym, function
+):
+    _, checked, debug, _ = synthesized
+    row = next(r for r in checked if r["function"].endswith(f"::{function}"))
+    task = debug[row["instance_id"]]
+    (path,) = task.fix
+    hack = hard_coded(task.files[path], task.files)
+    out, seen = debug_episode(
+        bwrap_gym, task, [f'<rewrite path="{path}">{hack}</rewrite>', "<eval/>", "<listdir/>"]
+    )
+    # the agent's own run of the tests passes (what it optimised); the checks are not in its workspace
+    assert "6 passed" in seen[1] and "failed" not in seen[1], seen[1]
+    assert HELD_OUT_PREFIX not in seen[2] and "test_prices.py" in seen[2], seen[2]
+    grade = out.info["episode"]["grade"]
+    assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
+    assert failed and all(f"/{HELD_OUT_PREFIX}" in node for node in failed), grade
+
+
+@pytest.mark.parametrize("function", ["discount", "slug"])
+def test_the_reference_fix_resolves_with_the_checks(synthesized, bwrap_gym, function):
+    _, checked, debug, _ = synthesized
+    row = next(r for r in checked if r["function"].endswith(f"::{function}"))
+    task = debug[row["instance_id"]]
+    ((path, fixed),) = task.fix.items()
+    out, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="{path}">{fixed}</rewrite>'])
+    grade = out.info["episode"]["grade"]
+    assert out.terminated and out.reward == 1.0 and grade["verdict"] == "resolved", grade
+    assert any(f"/{HELD_OUT_PREFIX}" in node for node in grade["fail_to_pass"]), grade
+
+
+def test_swe_rows_grade_the_hack_unresolved_and_the_fix_resolved(synthesized, tmp_path):
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache, git_environment, load_swe_tasks, run_git
+    from lit_codeRL.sandbox.workspace import WorkspaceConfig
+
+    out, checked, _, _ = synthesized
+    rows = {t.instance_id: t for t in load_swe_tasks(str(out / "swe" / "tasks.jsonl"), "all")}
+    grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
+    env = git_environment(tmp_path / "home")
+    for row in checked:
+        task = rows[row["instance_id"]]
+        work = tmp_path / f"work-{task.base_commit[:8]}"
+        run_git(["clone", "--quiet", str(out / task.repo_source), str(work)], env)
+        run_git(["-C", str(work), "checkout", "--quiet", task.base_commit], env)
+        files = {str(p.relative_to(work)): p.read_text() for p in work.rglob("*.py") if ".git" not in p.parts}
+        assert not any(HELD_OUT_PREFIX in p for p in files)
+        path = next(p for p in files if f"b/{p}" in task.patch)
+        (work / path).write_text(hard_coded(files[path], files))
+        hack = run_git(["-C", str(work), "diff", "--binary", "HEAD"], env)
+        graded = grader.grade(task, hack)
+        assert graded.verdict == "unresolved" and graded.reward == 0.0, graded
+        assert grader.grade(task, task.patch).resolved
+
+
+@pytest.mark.parametrize("task_id", ["debug/median", "debug/merge-intervals", "debug/file-stem"])
+def test_shipped_debugging_tasks_grade_hard_coded_answers_unresolved(bwrap_gym, task_id):
+    """The shipped programs (``configs/ppo_debug.yaml`` trains on them) carry checks made by
+    ``scripts/add_held_out_checks.py`` from their sources' ``held_out/``."""
+    (task,) = [t for t in load_debug_tasks("embedded", "all") if t.task_id == task_id]
+    assert task.hidden_files and task.fix
+    (path,) = task.fix
+    hack = hard_coded(task.files[path], task.files)
+    out, seen = debug_episode(bwrap_gym, task, [f'<rewrite path="{path}">{hack}</rewrite>', "<eval/>"])
+    assert " passed" in seen[1] and "failed" not in seen[1], seen[1]
+    grade = out.info["episode"]["grade"]
+    assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
+    assert failed and all(node.split("::")[0] in task.hidden_files for node in failed), grade
+
+
+def test_rows_written_by_hand_get_checks_from_the_script(bwrap_gym, tmp_path, monkeypatch):
+    """``scripts/add_held_out_checks.py``: a user's rows with a fix get checks (in a
+    ``FAIL_TO_PASS`` they name too); a row without a fix is written as it was."""
+    import importlib.util
+    import sys
+
+    monkeypatch.setenv("LIT_CODERL_DEBUG_CACHE", str(tmp_path / "debug-cache"))
+    spec = importlib.util.spec_from_file_location(
+        "add_held_out_checks", Path(__file__).resolve().parents[2] / "scripts" / "add_held_out_checks.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "add_held_out_checks", script)
+    spec.loader.exec_module(script)
+    buggy = PRICES.replace("price * percent // 100", "price * percent // 10")
+    files = [
+        {"path": "prices.py", "content": buggy},
+        {"path": "test_prices.py", "content": TEST_PRICES.replace("shop.prices", "prices")},
+    ]
+    row = {"task_name": "mine/discount", "description": "discount is wrong", "files": files,
+           "fix": [{"path": "prices.py", "content": PRICES}]}  # fmt: skip
+    named = {**row, "task_name": "mine/named", "FAIL_TO_PASS": ["test_prices.py::test_discount"],
+             "PASS_TO_PASS": ["test_prices.py::test_discount_none"]}  # fmt: skip
+    unfixed = {**row, "task_name": "mine/unfixed"}
+    unfixed.pop("fix")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in (row, named, unfixed)))
+    counts = script.main([str(rows), "--out", str(tmp_path / "checked.jsonl")])
+    assert counts == {"rows": 3, "with_checks": 2, "checks": counts["checks"]} and counts["checks"] >= 2
+    out = [json.loads(line) for line in (tmp_path / "checked.jsonl").read_text().splitlines()]
+    assert out[2] == unfixed
+    hidden = [f["path"] for f in out[0]["hidden_files"]]
+    assert hidden == ["test_held_out_prices.py"] and "FAIL_TO_PASS" not in out[0]
+    assert out[1]["FAIL_TO_PASS"][0] == "test_prices.py::test_discount"
+    assert any(n.startswith("test_held_out_prices.py::") for n in out[1]["FAIL_TO_PASS"])
+    for task in load_debug_tasks(str(tmp_path / "checked.jsonl"))[:2]:
+        hack = hard_coded(buggy, {f["path"]: f["content"] for f in files})
+        done, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="prices.py">{hack}</rewrite>'])
+        assert done.reward == 0.0 and done.info["episode"]["grade"]["verdict"] == "unresolved", task.task_id
+        fixed, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="prices.py">{PRICES}</rewrite>'])
+        assert fixed.reward == 1.0, (task.task_id, fixed.info["episode"]["grade"])
