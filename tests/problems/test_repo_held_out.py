@@ -136,7 +136,7 @@ def test_a_module_that_does_not_parse_or_is_bytes_gives_no_call():
 
 def test_checks_go_beside_their_test_module():
     assert held_out_path("tests/test_parser.py") == "tests/test_held_out_parser.py"
-    assert held_out_path("pkg/parser_test.py") == "pkg/test_held_out_parser.py"
+    assert held_out_path("pkg/parser_test.py") == "pkg/test_held_out_parser_test.py"
     assert held_out_path("test_.py") == "test_held_out_tests.py"
 
 
@@ -241,3 +241,28 @@ def test_the_standard_librarys_calls_are_not_the_code_under_test():
     files["tests/test_s.py"] += "    assert f(os.sep, 2) == 4\n"
     variants, _ = repo_variants(files, list(files))
     assert variants and all(v.variant.expression.startswith("f(os.sep, ") for v in variants)
+
+
+def test_a_compared_side_that_binds_looser_than_equality_is_parenthesized():
+    from lit_codeRL.problems.synth.held_out import test_module_text
+
+    plain = [Variant("f(2) != 2", 0), Variant("f(3)", 0), Variant("g(1) + 1", 0)]
+    text = test_module_text("from m import f, g", plain, {0: True, 1: 4, 2: 3}, [0, 1, 2])
+    # unparenthesized, ``f(2) != 2 == True`` chains: ``f(2) != 2 and 2 == True``, false for every f
+    assert "assert (f(2) != 2) == True" in text and "assert f(3) == 4" in text
+    assert "assert (g(1) + 1) == 3" in text
+    namespace: dict = {"f": lambda n: n + 1, "g": lambda n: n + 1}
+    exec(compile(text.split("\n", 1)[1], "t.py", "exec"), namespace)
+    for name in ("test_held_out_1", "test_held_out_2", "test_held_out_3"):
+        namespace[name]()
+
+
+def test_an_ordering_assert_gives_each_side_to_check():
+    files = {
+        "tests/test_o.py": "from pkg import f\n\n\ndef test_o():\n    assert f(3) > 2\n    assert 1 < f(5, 1) <= 9\n"
+    }
+    variants, _ = repo_variants(files, list(files))
+    expressions = {v.variant.expression for v in variants}
+    assert any(e.startswith("f(") and "," not in e for e in expressions)  # from f(3) > 2
+    assert any(e.startswith("f(") and "," in e for e in expressions)  # from the chained comparison
+    assert all(">" not in e and "<" not in e for e in expressions)

@@ -370,13 +370,34 @@ def test_module_text(
     floats = any(isinstance(expected[index], float) for index in chosen)
     lines = [header.rstrip("\n"), *(["import math as _lcrl_math"] if floats else []), ""]
     for number, index in enumerate(chosen, 1):
-        expression, value = candidates[index].expression, expected[index]
+        expression, value = _operand(candidates[index].expression), expected[index]
         if isinstance(value, float):
             check = f"_lcrl_math.isclose({expression}, {value!r}, rel_tol=1e-9, abs_tol=1e-9)"
         else:
             check = f"{expression} == {value!r}"
         lines += ["", f"def test_held_out_{number}():", f"    assert {check}", ""]
     return "\n".join(lines)
+
+
+def _operand(expression: str) -> str:
+    """``expression`` as the left operand of ``==``: parenthesized unless it binds tighter (``f(2)
+    != 2 == True`` would chain the comparisons)."""
+    try:
+        node = pyparse.parse(expression, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return f"({expression})"
+    tight = (
+        ast.Call,
+        ast.Attribute,
+        ast.Subscript,
+        ast.Name,
+        ast.Constant,
+        ast.List,
+        ast.Tuple,
+        ast.Dict,
+        ast.Set,
+    )
+    return expression if isinstance(node, tight) else f"({expression})"
 
 
 @dataclass(frozen=True)

@@ -138,8 +138,8 @@ def _compared(node: ast.AST) -> list[ast.expr]:
         test = node.test
         while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             test = test.operand
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
-            return [test.left, test.comparators[0]]
+        if isinstance(test, ast.Compare):  # each side's value is checked (``f(3) > 2``: ``f(4) == 7``)
+            return [test.left, *test.comparators]
         return [test]
     if (
         isinstance(node, ast.Call)
@@ -259,9 +259,11 @@ def _changed(tree: ast.Expression, call: ast.Call, rng: random.Random, seen: set
 
 
 def held_out_path(module: str) -> str:
-    """Where the checks read from ``module`` are graded: beside it, as ``test_held_out_<name>.py``."""
+    """Where the checks read from ``module`` are graded: beside it, as ``test_held_out_<name>.py``
+    (``x_test.py``'s as ``test_held_out_x_test.py``: never the name of a ``test_x.py``'s beside
+    it in another directory, which pytest's default import mode would take for the same module)."""
     pure = PurePosixPath(module)
-    name = pure.stem.removeprefix("test_").removesuffix("_test") or "tests"
+    name = pure.stem.removeprefix("test_") or "tests"
     return str(pure.with_name(f"{HELD_OUT_PREFIX}{name}.py"))
 
 
