@@ -93,6 +93,12 @@ class RepoHeldOut:
     """Node ids of those it passes (PASS_TO_PASS)."""
 
 
+def held_out_counts(checks: RepoHeldOut | None) -> dict[str, int]:
+    """A task's ``extra_info`` counts of its checks (zeros when it has none)."""
+    failing, passing = (checks.failing, checks.passing) if checks else ((), ())
+    return {"held_out_checks": len(failing) + len(passing), "held_out_failing": len(failing)}
+
+
 def module_header(tree: ast.Module) -> tuple[str, frozenset[str], frozenset[str]]:
     """A test module's top-level imports (and the ``sys.path`` changes among them), as source;
     the names they bind; and those of them that are not the standard library's or pytest's (the

@@ -41,7 +41,7 @@ from lit_codeRL.problems.synth.discover import collected_modules, configured_mod
 from lit_codeRL.problems.synth.installed import installed_copies
 from lit_codeRL.problems.synth.metadata import project_metadata
 from lit_codeRL.problems.synth.mutations import MUTATION_KINDS
-from lit_codeRL.problems.synth.repo_held_out import repository_held_out
+from lit_codeRL.problems.synth.repo_held_out import held_out_counts, repository_held_out
 from lit_codeRL.problems.synth.statements import leaked_lines, repository_statement
 from lit_codeRL.problems.synth.tasks import SynthTask
 from lit_codeRL.problems.synth.validate import (
@@ -548,8 +548,7 @@ def synthesize_files(
                     "function": candidate.function,
                     "line": candidate.site.line,
                     "source": repo_name,
-                    "held_out_checks": len(checks.failing + checks.passing) if checks else 0,
-                    "held_out_failing": len(checks.failing) if checks else 0,
+                    **held_out_counts(checks),
                 },
                 hidden_files=checks.files if checks else {},
             )

@@ -17,7 +17,7 @@ from typing import Any
 from lit_codeRL.problems.debug_repo import _fix_diff
 from lit_codeRL.problems.debug_task import DebugTask
 from lit_codeRL.problems.swe import git_environment
-from lit_codeRL.problems.synth.repo_held_out import RepoHeldOut, repository_held_out
+from lit_codeRL.problems.synth.repo_held_out import RepoHeldOut, held_out_counts, repository_held_out
 from lit_codeRL.problems.synth.repository import clean_task
 
 
@@ -34,7 +34,7 @@ def row_checks(task: DebugTask, grader: Any, count: int = 5, seed: int = 0) -> R
         repo = Path(swe.repo_source)
         bug = _fix_diff(
             clean, {path: task.files[path] for path in task.fix}, repo, git_environment(Path(tmp) / "home")
-        )  # type: ignore[misc]
+        )
         try:
             (checks,) = repository_held_out(
                 grader, swe, clean, task.test_modules, [bug], count, seed, workers=1
@@ -52,9 +52,5 @@ def with_checks(row: Mapping[str, Any], checks: RepoHeldOut) -> dict[str, Any]:
     if row.get("FAIL_TO_PASS"):
         out["FAIL_TO_PASS"] = [*row["FAIL_TO_PASS"], *checks.failing]
         out["PASS_TO_PASS"] = [*row.get("PASS_TO_PASS", ()), *checks.passing]
-    out["extra_info"] = {
-        **(row.get("extra_info") or {}),
-        "held_out_checks": len(checks.failing) + len(checks.passing),
-        "held_out_failing": len(checks.failing),
-    }
+    out["extra_info"] = {**(row.get("extra_info") or {}), **held_out_counts(checks)}
     return out
