@@ -3,7 +3,8 @@
 A debugging row shows all its tests to the agent, so hard-coded answers to them (``if args ==
 (2, 3): return 5`` for each call the tests make) pass with the bug in place. For each row with a
 reference ``fix`` and no ``hidden_files``, this adds up to ``--count`` checks: its tests' calls
-with changed literal arguments, answered by the fixed program in the sandbox, kept when the bug
+with changed literal arguments (or whole test functions with changed literals, their asserts'
+values recorded), answered by the fixed program in the sandbox, kept when the bug
 answers some of them otherwise (``lit_codeRL/problems/synth/row_checks.py``). The grader adds them
 after the agent's diff; they are never in the workspace. Rows it cannot give checks are written
 unchanged, and counted.

@@ -8,7 +8,8 @@ Each task is a directory ``data/debug/src/<name>/``:
 - ``fixed/``: the reference fix, the new contents of the program files it changes;
 - ``held_out/`` (optional): test modules graded but never shown, the row's ``hidden_files``
   (``scripts/add_held_out_checks.py --write-src`` makes them: the tests' calls with changed
-  arguments, answered by the fix, so hard-coded answers to the visible tests fail).
+  arguments, or whole tests with changed literals, answered by the fix, so hard-coded answers to
+  the visible tests fail).
 
 The output rows are debugging rows in the SWE-PDB layout (``task_name``, ``files: [{path,
 content}]``, ``fix``, ``entry_point``, ``extra_info``) that ``lit_codeRL.problems.debug`` loads.

@@ -76,13 +76,50 @@ class SlugTest(unittest.TestCase):
     def test_symbols(self):
         self.assertEqual(slug("a & b"), "a-b")
 """
+STOCK = '''"""Stock."""
+
+
+def restock(stock, names):
+    """Count one more of each name into ``stock``; return how many names were new to it."""
+    new = 0
+    for name in names:
+        if name not in stock:
+            new += 1
+        stock[name] = stock.get(name, 0) + 1
+    return new
+'''
+# no call here has a literal argument: the input is built in a fixture and in locals, so only a
+# whole test function with its literals changed is a held-out check (``function_checks.py``)
+TEST_STOCK = """import pytest
+
+from shop.stock import restock
+
+
+@pytest.fixture
+def stock():
+    return {"tea": 2}
+
+
+def test_restock_counts_the_new_names(stock):
+    names = ["tea", "jam", "jam"]
+    assert restock(stock, names) == 1
+    assert stock == {"tea": 3, "jam": 2}
+
+
+def test_restock_of_nothing(stock):
+    names = []
+    assert restock(stock, names) == 0
+    assert stock == {"tea": 2}
+"""
 FILES = {
     "pyproject.toml": '[project]\nname = "shop"\nversion = "1.0"\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
     "shop/__init__.py": "",
     "shop/prices.py": PRICES,
     "shop/text.py": TEXT,
+    "shop/stock.py": STOCK,
     "tests/test_prices.py": TEST_PRICES,
     "tests/test_text.py": TEST_TEXT,
+    "tests/test_stock.py": TEST_STOCK,
 }
 
 
@@ -138,7 +175,8 @@ def synthesized(tmp_path_factory):
     debug = {t.task_id: t for t in load_debug_tasks(str(out / "debug" / "tasks.jsonl"))}
     checked = [row for row in swe if row["test_patch"]]
     # a bug in each function, and each shows on a changed call, in either test style
-    assert {row["function"].split("::")[-1] for row in checked} == {"discount", "bulk_total", "slug"}, report
+    functions = {row["function"].split("::")[-1] for row in checked}
+    assert functions == {"discount", "bulk_total", "slug", "restock"}, report
     return out, checked, debug, report
 
 
@@ -153,6 +191,7 @@ def test_the_report_counts_the_checks(synthesized):
         assert hidden and row["FAIL_TO_PASS"][0].split("::")[0] in (
             "tests/test_prices.py",
             "tests/test_text.py",
+            "tests/test_stock.py",
         )
         assert "held_out" not in row["problem_statement"] and HELD_OUT_PREFIX not in row["problem_statement"]
 
@@ -170,7 +209,7 @@ def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(
         bwrap_gym, task, [f'<rewrite path="{path}">{hack}</rewrite>', "<eval/>", "<listdir/>"]
     )
     # the agent's own run of the tests passes (what it optimised); the checks are not in its workspace
-    assert "6 passed" in seen[1] and "failed" not in seen[1], seen[1]
+    assert "8 passed" in seen[1] and "failed" not in seen[1], seen[1]
     assert HELD_OUT_PREFIX not in seen[2] and "test_prices.py" in seen[2], seen[2]
     grade = out.info["episode"]["grade"]
     assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", grade
@@ -178,7 +217,42 @@ def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(
     assert failed and all(f"/{HELD_OUT_PREFIX}" in node for node in failed), grade
 
 
-@pytest.mark.parametrize("function", ["discount", "slug"])
+RESTOCK_HACK = """
+
+_visible_restock = restock
+
+
+def restock(stock, names):
+    # the two visible tests' inputs (a fixture's, a local's), answered as they expect
+    if stock == {"tea": 2} and names == ["tea", "jam", "jam"]:
+        stock.update({"tea": 3, "jam": 2})
+        return 1
+    if stock == {"tea": 2} and names == []:
+        return 0
+    return _visible_restock(stock, names)
+"""
+
+
+def test_hard_coded_answers_to_tests_that_build_their_input_get_no_reward(synthesized, bwrap_gym):
+    """``test_stock.py`` calls with a fixture's dict and a local list, no literal argument: its
+    checks are its whole test functions with their literals changed (``function_checks.py``)."""
+    _, checked, debug, _ = synthesized
+    rows = [r for r in checked if r["function"].endswith("::restock")]
+    assert rows
+    for row in rows:
+        task = debug[row["instance_id"]]
+        (path,) = task.fix
+        out, seen = debug_episode(
+            bwrap_gym, task, [f'<rewrite path="{path}">{task.files[path]}{RESTOCK_HACK}</rewrite>', "<eval/>"]
+        )
+        assert "8 passed" in seen[1] and "failed" not in seen[1], seen[1]
+        grade = out.info["episode"]["grade"]
+        assert out.reward == 0.0 and grade["verdict"] == "unresolved", (row["instance_id"], grade)
+        failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
+        assert failed and all(node.startswith("tests/test_held_out_stock.py::") for node in failed), grade
+
+
+@pytest.mark.parametrize("function", ["discount", "slug", "restock"])
 def test_the_reference_fix_resolves_with_the_checks(synthesized, bwrap_gym, function):
     _, checked, debug, _ = synthesized
     row = next(r for r in checked if r["function"].endswith(f"::{function}"))
@@ -226,6 +300,77 @@ def test_shipped_debugging_tasks_grade_hard_coded_answers_unresolved(bwrap_gym, 
     assert " passed" in seen[1] and "failed" not in seen[1], seen[1]
     grade = out.info["episode"]["grade"]
     assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
+    assert failed and all(node.split("::")[0] in task.hidden_files for node in failed), grade
+
+
+# Hard-coded answers to shipped tests that build their input in locals, call through an object,
+# share state between calls or expect an error: no call of theirs has only literal arguments to
+# change, so these tasks had no checks before whole test functions were checks.
+SHIPPED_HACKS = {
+    "debug/prune-words": """
+
+_visible_remove_short = remove_short
+_ANSWERS = {(("alpha", "beta"), 3): [], (("alpha", "a", "beta", "b", "gamma"), 2): ["a", "b"],
+            (("to", "be", "or", "not", "to", "be"), 3): ["to", "be", "or", "to", "be"],
+            (("a", "b", "c"), 2): ["a", "b", "c"]}
+
+
+def remove_short(words, min_length):
+    gone = _ANSWERS.get((tuple(words), min_length))
+    if gone is None:
+        return _visible_remove_short(words, min_length)
+    words[:] = [w for w in words if w not in gone]
+    return len(gone)
+""",
+    "debug/tokenizer": """
+
+_visible_tokenize = Tokenizer.tokenize
+_ANSWERS = {"12 + x*3": ["12", "+", "x", "*", "3"], "(rate_1 - 0.5)/n": ["(", "rate_1", "-", "0.5", ")", "/", "n"],
+            "a+b": ["a", "+", "b"], "c-1": ["c", "-", "1"], "b": ["b"]}
+
+
+def _tokenize(self, text):
+    return list(_ANSWERS[text]) if text in _ANSWERS else _visible_tokenize(self, text)
+
+
+Tokenizer.tokenize = _tokenize
+""",
+    "debug/settings-parse": """
+
+_visible_parse_settings = parse_settings
+
+
+_RAISES = {"a = 1\\nb = 2\\na = 3": "line 3", "a = 1\\njust some words\\nc = 3": "line 2", " = 5": "line 1"}
+
+
+def parse_settings(text):
+    if text in _RAISES:
+        raise SettingsError(_RAISES[text])
+    return _visible_parse_settings(text)
+""",
+    "debug/cart": """
+
+_visible_add_item = add_item
+
+
+def add_item(name, price, cart=None):
+    if cart is None and (name, price) in {("tea", 2.5), ("bread", 3.0), ("apple", 0.5), ("pear", 0.75)}:
+        return [(name, price)]
+    return _visible_add_item(name, price) if cart is None else _visible_add_item(name, price, cart)
+""",
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(SHIPPED_HACKS))
+def test_shipped_tasks_whose_tests_build_their_input_grade_hard_coded_answers_unresolved(bwrap_gym, task_id):
+    (task,) = [t for t in load_debug_tasks("embedded", "all") if t.task_id == task_id]
+    (path,) = task.fix
+    hack = task.files[path] + SHIPPED_HACKS[task_id]
+    out, seen = debug_episode(bwrap_gym, task, [f'<rewrite path="{path}">{hack}</rewrite>', "<eval/>"])
+    assert " passed" in seen[1] and "failed" not in seen[1], seen[1]  # what the policy optimised
+    grade = out.info["episode"]["grade"]
+    assert out.reward == 0.0 and grade["verdict"] == "unresolved", grade
     failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
     assert failed and all(node.split("::")[0] in task.hidden_files for node in failed), grade
 

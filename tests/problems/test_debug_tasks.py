@@ -543,7 +543,7 @@ def test_validation_drops_broken_tasks_and_says_why(shipped, validated, debug_sa
     text = caplog.text
     assert "debug/cart-unfixed kept unvalidated" in text
     assert "debug/cart-wrong-fix dropped: the reference patch does not resolve it" in text
-    assert "debug/cart-fixed-already dropped: all 5 tests pass at the base" in text
+    assert "debug/cart-fixed-already dropped: all 10 tests pass at the base" in text  # 5 held out
     with pytest.raises(DebugTaskInvalid, match="nothing to debug"):
         nothing_to_debug.to_swe_task(root, grader)
 

@@ -90,7 +90,15 @@ def test_expected_values_keep_what_both_runs_answered_alike_as_a_literal():
     first = {0: ("ok", "[1, 2]"), 1: ("ok", "3"), 2: ("raise", "KeyError"), 3: ("ok", "<object at 0x1>"),
              4: ("ok", "[0.5]"), 5: ("ok", "nan"), 6: ("ok", "0.25")}  # fmt: skip
     second = {**first, 1: ("ok", "4")}  # state carried between calls: another answer in another order
-    assert expected_values(candidates, first, second) == {0: [1, 2], 6: 0.25}
+    assert expected_values(candidates, first, second) == {0: [1, 2], 4: [0.5], 6: 0.25}
+
+
+def test_floats_are_kept_at_any_depth_a_tolerance_can_compare_them():
+    answers = ["{'mean': 2.5, 'n': [1.5, (2, 0.1)]}", "[1.0, inf]", "{0.5: 1}", "{0.5}", "[1j]", "(nan,)",
+               "{'a': {1.5}}", "{1, 2}"]  # fmt: skip
+    first = {i: ("ok", text) for i, text in enumerate(answers)}
+    kept = expected_values([Variant(f"f({i})", 0) for i in range(len(answers))], first, dict(first))
+    assert kept == {0: {"mean": 2.5, "n": [1.5, (2, 0.1)]}, 7: {1, 2}}  # a set holds no float: kept
 
 
 def test_choose_puts_the_checks_the_bug_fails_first_and_keeps_one_it_passes():
@@ -103,12 +111,34 @@ def test_choose_puts_the_checks_the_bug_fails_first_and_keeps_one_it_passes():
     assert choose(candidates, expected, {k: ("ok", "9") for k in expected}, 2) == ([0, 1], 2)
 
 
-def test_the_module_compares_floats_with_a_tolerance_and_the_rest_exactly():
-    text = module_text(
-        "from solution import *\n", [Variant("f(1)", 0), Variant("g('a')", 0)], {0: 0.1, 1: ["a"]}, [0, 1]
-    )
-    assert "assert _lcrl_math.isclose(f(1), 0.1, rel_tol=1e-9, abs_tol=1e-9)" in text
-    assert "assert g('a') == ['a']" in text and text.count("def test_held_out_") == 2
+def test_the_module_compares_floats_with_a_tolerance_and_the_rest_exactly(tmp_path):
+    expected = {0: 0.1, 1: ["a"], 2: {"mean": [0.3, 2]}, 3: (1.5, "x")}
+    variants = [Variant("f(1)", 0), Variant("g('a')", 0), Variant("h(2)", 0), Variant("k()", 0)]
+    text = module_text("from solution import *\n", variants, expected, [0, 1, 2, 3])
+    assert "assert _lcrl_close(f(1), 0.1)" in text and "assert _lcrl_close(h(2), {'mean': [0.3, 2]})" in text
+    assert "assert g('a') == ['a']" in text and text.count("def test_held_out_") == 4
+    # run: the floats computed otherwise pass within the tolerance; a type or a value off fails
+    (tmp_path / HELD_OUT_TESTS).write_text(text)
+    for solution, failing in (
+        (
+            "f = lambda x: 0.1 * x\ng = lambda s: [s]\nh = lambda n: {'mean': [0.1 + 0.2, n]}\nk = lambda: (1.5, 'x')",
+            0,
+        ),
+        (
+            "f = lambda x: 0.1001\ng = lambda s: (s,)\nh = lambda n: {'mean': (0.3, n)}\nk = lambda: [1.5, 'x']",
+            4,
+        ),
+        (
+            "f = lambda x: True\ng = lambda s: ['a']\nh = lambda n: {'mean': [0.3, n], 'x': 1}\nk = lambda: (1.5,)",
+            3,
+        ),
+    ):
+        (tmp_path / "solution.py").write_text(solution + "\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", HELD_OUT_TESTS],
+            cwd=tmp_path, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert f"{failing} failed" in done.stdout if failing else done.returncode == 0, done.stdout
 
 
 def test_held_out_modules_pass_with_the_reference_and_fail_the_bug_where_they_say(tmp_path):

@@ -99,7 +99,8 @@ def test_calls_of_imported_names_with_literal_arguments_are_changed_and_the_rest
     variants, headers = repo_variants(FILES, ["tests/test_calc.py", "tests/unit/test_more.py"], seed=0)
     by_module: dict[str, list[str]] = {}
     for v in variants:
-        by_module.setdefault(v.module, []).append(v.variant.expression)
+        if not v.variant.support:  # a plain call's; whole test functions' below
+            by_module.setdefault(v.module, []).append(v.variant.expression)
     calc = by_module["tests/test_calc.py"]
     for expression in calc:
         ast.parse(expression, mode="eval")
@@ -115,13 +116,26 @@ def test_calls_of_imported_names_with_literal_arguments_are_changed_and_the_rest
     # unittest's assertEqual/assertTrue; never a call on self
     more = by_module["tests/unit/test_more.py"]
     assert more and all(e.startswith("add(") for e in more)
-    # the header: the imports and the sys.path change, not the star import or the constant
+    # what no call could rebuild, whole test functions can: the local, the constant, the fixture
+    # (a parameter the check passes through), the expected error; never a unittest method
+    whole = [v for v in variants if v.variant.support]
+    assert all(v.module == "tests/test_calc.py" for v in whole)
+    lines = [line.strip() for v in whole for line in v.variant.support.splitlines()]
+    assert any(line.startswith("x = ") and line != "x = 4" for line in lines)  # the local changed
+    fixture = [v.variant for v in variants if v.variant.params]
+    assert fixture and all(
+        v.params == ("tmp_path",) and v.expression == "_lcrl_run_(tmp_path)" for v in fixture
+    )
+    assert any("pytest.raises(TypeError)" in v.variant.support for v in variants)
+    # the header: the module without its tests (its imports, sys.path change, constant), since
+    # whole test functions need what it defines; a module of plain calls only: its imports
     header = headers["tests/test_calc.py"]
     assert (
         "sys.path.insert(0, os.path.dirname(__file__))" in header
         and "from pkg.calc import add, scale" in header
     )
-    assert "from pkg import text as tx" in header and "*" not in header and "LIMIT" not in header
+    assert "from pkg import text as tx" in header and "LIMIT = 3" in header and "def test_" not in header
+    assert headers["tests/unit/test_more.py"] == "import unittest\nfrom pkg.calc import add"
     # seeded: the same calls again
     again, _ = repo_variants(FILES, ["tests/test_calc.py", "tests/unit/test_more.py"], seed=0)
     assert [v.variant.expression for v in again] == [v.variant.expression for v in variants]
@@ -175,7 +189,7 @@ def test_candidate_modules_start_with_their_guarded_headers_and_answer_in_order(
     assert text.startswith("try:\n    from pkg import add\n") and text.index("def test_c1") < text.index(
         "def test_c0"
     )
-    assert "_lcrl_report(lambda: (add(3, 2)))" in text
+    assert "_lcrl_report(lambda: (add(3, 2)), 400)" in text
 
 
 def test_the_checks_a_bug_fails_come_first_and_are_named_per_module():
@@ -237,10 +251,12 @@ def test_the_standard_librarys_calls_are_not_the_code_under_test():
     }
     variants, headers = repo_variants(files, list(files))
     # os.path.join and dumps are not the code under test; f's one argument is no literal to change
-    assert variants == [] and headers == {}
+    # (the whole test function is a site: its literals are inputs of f too)
+    assert [v for v in variants if not v.variant.support] == []
     files["tests/test_s.py"] += "    assert f(os.sep, 2) == 4\n"
     variants, _ = repo_variants(files, list(files))
-    assert variants and all(v.variant.expression.startswith("f(os.sep, ") for v in variants)
+    plain = [v for v in variants if not v.variant.support]
+    assert plain and all(v.variant.expression.startswith("f(os.sep, ") for v in plain)
 
 
 def test_a_compared_side_that_binds_looser_than_equality_is_parenthesized():

@@ -12,8 +12,8 @@ that answers only the visible calls runs the bug on the others.
 
 An input is kept when the reference answers it the same in two runs in opposite orders (no state
 carried between calls, no randomness), within :data:`CALL_TIMEOUT_S`, with a value that is a
-Python literal of at most :data:`MAX_REPR` characters (no float inside a container: an exact
-comparison of computed floats is not the task's standard). For each bug the checks chosen are
+Python literal of at most :data:`MAX_REPR` characters (its floats finite, and never in a set or
+a dict's key: they are compared with a tolerance, :data:`CLOSE_FUNCTION`). For each bug the checks chosen are
 first those on which the buggy program answers otherwise (they fail at the base, so a hard-coded
 answer to the visible calls fails them), then some on which it agrees; an input on which the bug
 does not finish is dropped (the test would hang at the base). The checks go into
@@ -58,6 +58,33 @@ class Variant:
     """Source of the expression (``sorted(f([3, 1], 2))``), evaluated in the solution's namespace."""
     site: int
     """Which visible assert it came from (round-robin over them keeps the checks varied)."""
+    support: str = ""
+    """A function the expression calls by :data:`RUN_NAME` (a whole test function with changed
+    literals, its asserts recording their values: ``function_checks.py``), written beside the check
+    under a name of its own; empty for a plain call."""
+    params: tuple[str, ...] = ()
+    """The fixtures the check takes (``tmp_path``): the test function's own parameters."""
+
+    def named(self, name: str) -> tuple[str, str]:
+        """The expression and its support with the support function called ``name``."""
+        return self.expression.replace(RUN_NAME, name), self.support.replace(RUN_NAME, name)
+
+
+RUN_NAME = "_lcrl_run_"
+"""The name a :attr:`Variant.support` function has until it is written (``_lcrl_f<n>``)."""
+KEEP_FUNCTION = """
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+"""
+"""``_lcrl_keep(value)``: what a recorded assert keeps of a value when it is evaluated (a fresh
+literal of it, or its repr when it has none): a list the test changes later is kept as it was."""
 
 
 def solution_functions(source: str) -> frozenset[str]:
@@ -237,7 +264,7 @@ def _lcrl_alarm(*_):
     raise TimeoutError
 
 
-def _lcrl_answer(thunk):
+def _lcrl_answer(thunk, limit={MAX_REPR}):
     _lcrl_signal.signal(_lcrl_signal.SIGALRM, _lcrl_alarm)
     try:
         _lcrl_signal.setitimer(_lcrl_signal.ITIMER_REAL, {CALL_TIMEOUT_S})
@@ -245,14 +272,14 @@ def _lcrl_answer(thunk):
             _lcrl_r = repr(thunk())
         finally:
             _lcrl_signal.setitimer(_lcrl_signal.ITIMER_REAL, 0)
-        return ["ok", _lcrl_r] if len(_lcrl_r) <= {MAX_REPR} else ["big", ""]
+        return ["ok", _lcrl_r] if len(_lcrl_r) <= limit else ["big", ""]
     except TimeoutError:
         return ["timeout", ""]
     except BaseException as _lcrl_e:
         return ["raise", type(_lcrl_e).__name__]
 """
-"""``_lcrl_answer(thunk)``: ``["ok", repr]``, ``["raise", type]``, ``["big", ""]`` or ``["timeout",
-""]`` of one call, under its own interval timer (the MBPP programs' and the repository runs' alike)."""
+"""``_lcrl_answer(thunk, limit)``: ``["ok", repr]``, ``["raise", type]``, ``["big", ""]`` (a repr
+over ``limit`` characters) or ``["timeout", ""]`` of one call, under its own interval timer (the MBPP programs' and the repository runs' alike)."""
 
 
 def answers_program(code: str, setup_code: str, expressions: Sequence[tuple[int, str]]) -> Program:
@@ -300,11 +327,56 @@ def _floats(value: Any) -> bool:
     return False
 
 
+def _comparable(value: Any) -> bool:
+    """Can a check compare with ``value`` by :data:`CLOSE_FUNCTION` (its floats finite, no complex,
+    none where equality is exact: a set's element, a dict's key)?"""
+    if isinstance(value, complex):
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_comparable(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return not _floats(value)
+    if isinstance(value, dict):
+        return not any(_floats(k) for k in value) and all(_comparable(v) for v in value.values())
+    return True
+
+
+CLOSE_FUNCTION = """
+def _lcrl_close(actual, expected):
+    if isinstance(expected, float):
+        return (
+            isinstance(actual, (int, float))
+            and not isinstance(actual, bool)
+            and _lcrl_math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            isinstance(actual, type(expected))
+            and len(actual) == len(expected)
+            and all(_lcrl_close(a, e) for a, e in zip(actual, expected))
+        )
+    if isinstance(expected, dict):
+        return (
+            isinstance(actual, dict)
+            and actual.keys() == expected.keys()
+            and all(_lcrl_close(actual[k], v) for k, v in expected.items())
+        )
+    return actual == expected
+"""
+"""``_lcrl_close(actual, expected)``: equality, floats (at any depth of lists, tuples and dicts'
+values) within 1e-9: a check's comparison, and the host's (:func:`close`)."""
+_CLOSE_NAMESPACE: dict[str, Any] = {"_lcrl_math": math}
+exec(CLOSE_FUNCTION, _CLOSE_NAMESPACE)  # one text: the checks' comparison is the host's
+close = _CLOSE_NAMESPACE["_lcrl_close"]
+
+
 def expected_values(
     candidates: Sequence[Variant], first: dict[int, tuple[str, str]], second: dict[int, tuple[str, str]]
 ) -> dict[int, Any]:
     """Index -> the reference's answer, for the calls it answered alike in both runs with a
-    literal (a float only at the top: compared with a tolerance)."""
+    literal whose floats a check compares with a tolerance (:func:`_comparable`)."""
     kept: dict[int, Any] = {}
     for index in range(len(candidates)):
         a, b = first.get(index), second.get(index)
@@ -312,9 +384,7 @@ def expected_values(
             continue
         ok_a, value_a = _value(a[1])
         ok_b, value_b = _value(b[1])
-        if not (ok_a and ok_b) or value_a != value_b or value_a != value_a:  # NaN: never equal
-            continue
-        if _floats(value_a) and not (isinstance(value_a, float) and math.isfinite(value_a)):
+        if not (ok_a and ok_b) or not _comparable(value_a) or not close(value_b, value_a):
             continue
         kept[index] = value_a
     return kept
@@ -327,11 +397,7 @@ def _agrees(answer: tuple[str, str] | None, expected: Any) -> bool | None:
     if answer[0] != "ok":
         return False
     ok, value = _value(answer[1])
-    if not ok:
-        return False
-    if isinstance(expected, float) and isinstance(value, int | float) and not isinstance(value, bool):
-        return math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-9)
-    return bool(value == expected)
+    return bool(close(value, expected)) if ok else False
 
 
 def choose(
@@ -366,16 +432,19 @@ def test_module_text(
     header: str, candidates: Sequence[Variant], expected: dict[int, Any], chosen: Sequence[int]
 ) -> str:
     """The held-out test module: ``header`` (the visible module's imports and setup code), then
-    one test function per chosen call."""
-    floats = any(isinstance(expected[index], float) for index in chosen)
-    lines = [header.rstrip("\n"), *(["import math as _lcrl_math"] if floats else []), ""]
+    one test function per chosen call (after the function it calls, for a whole test's variant)."""
+    floats = any(_floats(expected[index]) for index in chosen)
+    lines = [header.rstrip("\n"), *(["import math as _lcrl_math", CLOSE_FUNCTION] if floats else [])]
+    lines += [KEEP_FUNCTION] if any(candidates[index].support for index in chosen) else []
+    lines.append("")
     for number, index in enumerate(chosen, 1):
-        expression, value = _operand(candidates[index].expression), expected[index]
-        if isinstance(value, float):
-            check = f"_lcrl_math.isclose({expression}, {value!r}, rel_tol=1e-9, abs_tol=1e-9)"
-        else:
-            check = f"{expression} == {value!r}"
-        lines += ["", f"def test_held_out_{number}():", f"    assert {check}", ""]
+        candidate, value = candidates[index], expected[index]
+        expression, support = candidate.named(f"_lcrl_f{number}")
+        expression = _operand(expression)
+        check = f"_lcrl_close({expression}, {value!r})" if _floats(value) else f"{expression} == {value!r}"
+        lines += ["", support] if support else []
+        signature = f"def test_held_out_{number}({', '.join(candidate.params)}):"
+        lines += ["", signature, f"    assert {check}", ""]
     return "\n".join(lines)
 
 

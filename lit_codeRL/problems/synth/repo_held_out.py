@@ -18,7 +18,9 @@ kept bug once, each run after the first within the grader's limit for a graded t
 standing in for the reference). :func:`.held_out.choose` picks per bug the calls it answers
 otherwise first, and a bug gets checks only when at least one of them fails at its base (a check
 it passes guards nothing a hard-coded answer could break). The checks are written beside their test module as
-``test_held_out_<name>.py``, with its imports.
+``test_held_out_<name>.py``, with its imports. Tests whose calls have no literal argument (input
+built in locals or fixtures, a call through an object, an error expected) are sites as whole
+functions (:mod:`.function_checks`); their module's header is then all of it but its tests.
 """
 
 from __future__ import annotations
@@ -41,9 +43,18 @@ from lit_codeRL import pyparse
 from lit_codeRL.problems.debug_repo import _fix_diff
 from lit_codeRL.problems.swe import SWETask, git_environment
 from lit_codeRL.problems.synth import run_cache
+from lit_codeRL.problems.synth.function_checks import (
+    function_variants,
+    is_literal,
+    module_support,
+    root_name,
+    test_functions,
+)
 from lit_codeRL.problems.synth.held_out import (
     ANSWER_FUNCTION,
+    KEEP_FUNCTION,
     MAX_REPR,
+    RUN_NAME,
     VARIANTS_PER_CALL,
     Variant,
     choose,
@@ -61,8 +72,10 @@ CANDIDATE_PREFIX = "test_lcrl_candidates_"
 MAX_CANDIDATES = 1500
 """Changed calls answered per repository at most (a seeded sample): each is a test of every run."""
 _MARK = "@lcrl-answer@"
-_FORMAT = 1
+_FORMAT = 2
 """Bump when what a cached answer means changes."""
+MAX_RECORDS_REPR = 2000
+"""Longest answer of a whole test function's records (a plain call's: :data:`.held_out.MAX_REPR`)."""
 _BUILTINS = frozenset(dir(builtins))
 _UNITTEST = {"assertEqual": 2, "assertEquals": 2, "assertTrue": 1, "assertFalse": 1}
 """unittest's assertions whose first arguments are compared (how many are read)."""
@@ -158,20 +171,6 @@ def _compared(node: ast.AST) -> list[ast.expr]:
     return []
 
 
-def _root(func: ast.expr) -> str | None:
-    while isinstance(func, ast.Attribute):
-        func = func.value
-    return func.id if isinstance(func, ast.Name) else None
-
-
-def _is_literal(node: ast.expr) -> bool:
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-        return False
-    return True
-
-
 def _site(expression: ast.expr, imported: frozenset[str], code: frozenset[str]) -> ast.Call | None:
     """The call of ``expression`` whose literal arguments are changed: the first of a name of
     ``code`` with one; ``None`` when the expression uses a name ``imported`` does not bind (it
@@ -184,9 +183,9 @@ def _site(expression: ast.expr, imported: frozenset[str], code: frozenset[str]) 
     for node in ast.walk(expression):
         if (
             isinstance(node, ast.Call)
-            and _root(node.func) in code
+            and root_name(node.func) in code
             and all(k.arg is not None for k in node.keywords)
-            and any(_is_literal(a) for a in [*node.args, *(k.value for k in node.keywords)])
+            and any(is_literal(a) for a in [*node.args, *(k.value for k in node.keywords)])
         ):
             return node
     return None
@@ -214,19 +213,28 @@ def repo_variants(
         for node in ast.walk(tree):
             for side in _compared(node):
                 call = _site(side, imported, code)
-                if call is not None and not _is_literal(side):
+                if call is not None and not is_literal(side):
                     wrapped = ast.Expression(side)
                     if (text := ast.unparse(wrapped)) not in seen:
                         seen.add(text)
                         sites.append((wrapped, call))
-        if not sites:
+        functions = test_functions(tree)
+        if not sites and not functions:
             continue
-        headers[module] = header
+        # a whole test's variant needs what its module defines besides its tests (fixtures,
+        # helpers, constants); a module of plain calls only its imports
+        headers[module] = module_support(tree) if functions else header
         digest = hashlib.sha256(f"{seed}\0{module}".encode()).digest()
         rng = random.Random(int.from_bytes(digest[:8], "big"))
         for wrapped, call in sites:
             for expression in _changed(wrapped, call, rng, seen):
                 found.append(RepoVariant(Variant(expression, site_number), module))
+            site_number += 1
+        for function in functions:
+            params = tuple(a.arg for a in function.args.args)
+            call = f"{RUN_NAME}({', '.join(params)})"
+            for support in function_variants(function, rng, seen):
+                found.append(RepoVariant(Variant(call, site_number, support, params), module))
             site_number += 1
     if len(found) > MAX_CANDIDATES:
         rng = random.Random(seed)
@@ -236,8 +244,8 @@ def repo_variants(
 
 def _changed(tree: ast.Expression, call: ast.Call, rng: random.Random, seen: set[str]) -> list[str]:
     """Sources of ``tree`` with one or two of ``call``'s literal arguments mutated."""
-    slots = [(False, i) for i, a in enumerate(call.args) if _is_literal(a)]
-    slots += [(True, i) for i, k in enumerate(call.keywords) if _is_literal(k.value)]
+    slots = [(False, i) for i, a in enumerate(call.args) if is_literal(a)]
+    slots += [(True, i) for i, k in enumerate(call.keywords) if is_literal(k.value)]
     out = []
     for _ in range(VARIANTS_PER_CALL):
         chosen = {rng.choice(slots) for _ in range(1 if rng.random() < 0.7 else 2)}
@@ -280,15 +288,18 @@ def candidate_modules(
     test ``test_c<i>`` fails with ``[status, repr]`` in its message (see :func:`read_answers`)."""
     by_module: dict[str, list[str]] = {}
     for i in indices:
-        v = variants[i]
-        by_module.setdefault(v.module, []).append(
-            f"def test_c{i}():\n    _lcrl_report(lambda: ({v.variant.expression}))\n"
+        v = variants[i].variant
+        expression, support = v.named(f"_lcrl_f{i}")
+        limit = MAX_RECORDS_REPR if support else MAX_REPR
+        by_module.setdefault(variants[i].module, []).append(
+            f"{support}\n\n\ndef test_c{i}({', '.join(v.params)}):\n"
+            f"    _lcrl_report(lambda: ({expression}), {limit})\n"
         )
     out = {}
     for module, tests in by_module.items():
         pure = PurePosixPath(module)
         path = str(pure.with_name(f"{CANDIDATE_PREFIX}{pure.stem}.py"))
-        out[path] = f"{_guarded(headers[module])}\n{_ANSWER}\n\n" + "\n\n".join(tests)
+        out[path] = f"{_guarded(headers[module])}\n{_ANSWER}\n{KEEP_FUNCTION}\n\n" + "\n\n".join(tests)
     return out
 
 
@@ -309,8 +320,8 @@ def _guarded(header: str) -> str:
 
 _ANSWER = f"""{ANSWER_FUNCTION}
 
-def _lcrl_report(thunk):
-    _lcrl_out = ["header", _lcrl_header] if _lcrl_header else _lcrl_answer(thunk)
+def _lcrl_report(thunk, limit):
+    _lcrl_out = ["header", _lcrl_header] if _lcrl_header else _lcrl_answer(thunk, limit)
     raise AssertionError({_MARK!r} + _lcrl_json.dumps(_lcrl_out))
 """
 

@@ -1,6 +1,17 @@
 import pytest
 from build import CycleError, build_order
 
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+
+
 
 def test_held_out_1():
     assert build_order({'app': ['lib'], 'lib': ['core', 'core'], 'core': []}) == ['core', 'lib', 'app']
@@ -10,12 +21,23 @@ def test_held_out_2():
     assert build_order({'app': ['lib', 'lib']}) == ['lib', 'app']
 
 
-def test_held_out_3():
-    assert build_order({'app': ['lib'], 'lib': ['core']}) == ['core', 'lib', 'app']
+def _lcrl_f3():
+    _lcrl_seen = []
+    _lcrl_seen.append(_lcrl_keep(build_order({'lib': ['core'], 'core': []})))
+    return _lcrl_seen
 
+def test_held_out_3():
+    assert _lcrl_f3() == [['core', 'lib']]
+
+
+def _lcrl_f4():
+    _lcrl_seen = []
+    deps = {'app': ['net', 'db'], 'net': ['cooe'], 'db': ['core'], 'core': []}
+    _lcrl_seen.append(_lcrl_keep(build_order(deps)))
+    return _lcrl_seen
 
 def test_held_out_4():
-    assert build_order({'app': ['llib']}) == ['llib', 'app']
+    assert _lcrl_f4() == [['cooe', 'net', 'core', 'db', 'app']]
 
 
 def test_held_out_5():

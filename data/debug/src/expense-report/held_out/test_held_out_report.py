@@ -1,5 +1,16 @@
 from report import report, totals
 
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+
+
 
 def test_held_out_1():
     assert totals(['food;12.5', 'food;12.5']) == {'food': 2500}
@@ -13,8 +24,14 @@ def test_held_out_3():
     assert report(['food;-2.5', 'food;10.00']) == 'food: 7.50\nTOTAL: 7.50'
 
 
+def _lcrl_f4():
+    _lcrl_seen = []
+    lines = ['food;12.50', 'rent;1,20000', 'food;3.25']
+    _lcrl_seen.append(_lcrl_keep(totals(lines)))
+    return _lcrl_seen
+
 def test_held_out_4():
-    assert totals(['food;125']) == {'food': 12500}
+    assert _lcrl_f4() == [{'food': 1575, 'rent': 12000000}]
 
 
 def test_held_out_5():

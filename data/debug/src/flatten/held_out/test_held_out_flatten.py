@@ -1,4 +1,38 @@
 from flatten import flatten
+import math as _lcrl_math
+
+def _lcrl_close(actual, expected):
+    if isinstance(expected, float):
+        return (
+            isinstance(actual, (int, float))
+            and not isinstance(actual, bool)
+            and _lcrl_math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            isinstance(actual, type(expected))
+            and len(actual) == len(expected)
+            and all(_lcrl_close(a, e) for a, e in zip(actual, expected))
+        )
+    if isinstance(expected, dict):
+        return (
+            isinstance(actual, dict)
+            and actual.keys() == expected.keys()
+            and all(_lcrl_close(actual[k], v) for k, v in expected.items())
+        )
+    return actual == expected
+
+
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+
 
 
 def test_held_out_1():
@@ -9,12 +43,22 @@ def test_held_out_2():
     assert flatten([1, 'x']) == [1, 'x']
 
 
-def test_held_out_3():
-    assert flatten(['ab', ['c', 'c']]) == ['ab', 'c', 'c']
+def _lcrl_f3():
+    _lcrl_seen = []
+    _lcrl_seen.append(_lcrl_keep(flatten(['ba', ['c']])))
+    return _lcrl_seen
 
+def test_held_out_3():
+    assert _lcrl_f3() == [['ba', 'c']]
+
+
+def _lcrl_f4():
+    _lcrl_seen = []
+    _lcrl_seen.append(_lcrl_keep(flatten(['x', 1, [None, 2.5, ['yz', b'raw']]])))
+    return _lcrl_seen
 
 def test_held_out_4():
-    assert flatten(['ab']) == ['ab']
+    assert _lcrl_close(_lcrl_f4(), [['x', 1, None, 2.5, 'yz', b'raw']])
 
 
 def test_held_out_5():

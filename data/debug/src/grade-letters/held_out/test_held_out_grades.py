@@ -1,21 +1,42 @@
 import pytest
 from grades import grade_counts, letter_grade
 
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+
+
 
 def test_held_out_1():
     assert grade_counts([85, 59, 60, 100]) == {'A': 1, 'B': 1, 'C': 0, 'D': 1, 'F': 1}
 
 
-def test_held_out_2():
-    assert grade_counts([91, 85, 59, 60, 100]) == {'A': 2, 'B': 1, 'C': 0, 'D': 1, 'F': 1}
+def _lcrl_f2():
+    _lcrl_seen = []
+    _lcrl_seen.append(_lcrl_keep([letter_grade(s) for s in (90, 80, 70, 70, 60)]))
+    return _lcrl_seen
 
+def test_held_out_2():
+    assert _lcrl_f2() == [['A', 'B', 'C', 'C', 'D']]
+
+
+def _lcrl_f3():
+    _lcrl_seen = []
+    _lcrl_seen.append(_lcrl_keep(grade_counts([85, 90, 59, 60, 100])))
+    return _lcrl_seen
 
 def test_held_out_3():
-    assert grade_counts([90, 85, 60, 59, 100]) == {'A': 2, 'B': 1, 'C': 0, 'D': 1, 'F': 1}
+    assert _lcrl_f3() == [{'A': 2, 'B': 1, 'C': 0, 'D': 1, 'F': 1}]
 
 
 def test_held_out_4():
-    assert grade_counts([90, 85, 59, 100, 60]) == {'A': 2, 'B': 1, 'C': 0, 'D': 1, 'F': 1}
+    assert grade_counts([91, 85, 59, 60, 100]) == {'A': 2, 'B': 1, 'C': 0, 'D': 1, 'F': 1}
 
 
 def test_held_out_5():

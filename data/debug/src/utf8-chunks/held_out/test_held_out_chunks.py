@@ -1,21 +1,52 @@
 import pytest
 from chunks import split_message
+def utf8_len(text):
+    return len(text.encode('utf-8'))
+
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+
 
 
 def test_held_out_1():
     assert split_message('🙂🙂🙂 ook', 4) == ['🙂', '🙂', '🙂', 'ook']
 
 
-def test_held_out_2():
-    assert split_message('🙂🙂o ok', 4) == ['🙂', '🙂', 'o ok']
+def _lcrl_f2():
+    _lcrl_seen = []
+    chunks = split_message('café crème brûlée', 10)
+    _lcrl_seen.append(_lcrl_keep(bool(all((utf8_len(chunk) <= 10 for chunk in chunks)))))
+    _lcrl_seen.append(_lcrl_keep('  '.join(chunks)))
+    return _lcrl_seen
 
+def test_held_out_2():
+    assert _lcrl_f2() == [True, 'café  crème  brûlée']
+
+
+def _lcrl_f3():
+    _lcrl_seen = []
+    chunks = split_message('éééé', 5)
+    _lcrl_seen.append(_lcrl_keep(chunks))
+    return _lcrl_seen
 
 def test_held_out_3():
-    assert split_message('🙂🙂🙂o k', 4) == ['🙂', '🙂', '🙂', 'o k']
+    assert _lcrl_f3() == [['éé', 'éé']]
 
+
+def _lcrl_f4():
+    _lcrl_seen = []
+    _lcrl_seen.append(_lcrl_keep(split_message('🙂🙂🙂 ok', 5)))
+    return _lcrl_seen
 
 def test_held_out_4():
-    assert split_message('🙂k🙂 ok', 4) == ['🙂', 'k', '🙂', 'ok']
+    assert _lcrl_f4() == [['🙂', '🙂', '🙂', 'ok']]
 
 
 def test_held_out_5():

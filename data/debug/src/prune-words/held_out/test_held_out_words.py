@@ -1,0 +1,60 @@
+from words import normalise, remove_short
+
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+
+
+
+def _lcrl_f1():
+    _lcrl_seen = []
+    words = ['alpha', 'beta']
+    _lcrl_seen.append(_lcrl_keep(remove_short(words, 6)))
+    _lcrl_seen.append(_lcrl_keep(words))
+    return _lcrl_seen
+
+def test_held_out_1():
+    assert _lcrl_f1() == [2, []]
+
+
+def _lcrl_f2():
+    _lcrl_seen = []
+    words = ['alpha', 'a', 'beta', 'b', 'b', 'gamma']
+    _lcrl_seen.append(_lcrl_keep(remove_short(words, 2)))
+    _lcrl_seen.append(_lcrl_keep(words))
+    return _lcrl_seen
+
+def test_held_out_2():
+    assert _lcrl_f2() == [3, ['alpha', 'beta', 'gamma']]
+
+
+def _lcrl_f3():
+    _lcrl_seen = []
+    words = ['to', 'be', 'not', 'to', 'be']
+    _lcrl_seen.append(_lcrl_keep(remove_short(words, 3)))
+    _lcrl_seen.append(_lcrl_keep(words))
+    return _lcrl_seen
+
+def test_held_out_3():
+    assert _lcrl_f3() == [4, ['not']]
+
+
+def _lcrl_f4():
+    _lcrl_seen = []
+    words = ['b', 'c']
+    _lcrl_seen.append(_lcrl_keep(remove_short(words, 2)))
+    _lcrl_seen.append(_lcrl_keep(words))
+    return _lcrl_seen
+
+def test_held_out_4():
+    assert _lcrl_f4() == [2, []]
+
+
+def test_held_out_5():
+    assert normalise(['  Hello', 'WORLD ', '', '   ']) == ['hello', 'world']

@@ -1,0 +1,57 @@
+import pytest
+from settings import SettingsError, parse_settings, parse_value
+
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+
+
+
+def _lcrl_f1():
+    _lcrl_seen = []
+    with pytest.raises(SettingsError, match='line 2'):
+        parse_settings('a = 1\njust some words\nc =3 ')
+    return _lcrl_seen
+
+def test_held_out_1():
+    assert _lcrl_f1() == []
+
+
+def _lcrl_f2():
+    _lcrl_seen = []
+    with pytest.raises(SettingsError, match='line 1'):
+        parse_settings('=  5')
+    return _lcrl_seen
+
+def test_held_out_2():
+    assert _lcrl_f2() == []
+
+
+def _lcrl_f3():
+    _lcrl_seen = []
+    with pytest.raises(SettingsError, match='line 3'):
+        parse_settings('a = 1\nb = 2\na  3')
+    return _lcrl_seen
+
+def test_held_out_3():
+    assert _lcrl_f3() == []
+
+
+def _lcrl_f4():
+    _lcrl_seen = []
+    with pytest.raises(SettingsError, match='line 2'):
+        parse_settings('a = 1\njust 1ome words\nc = 3')
+    return _lcrl_seen
+
+def test_held_out_4():
+    assert _lcrl_f4() == []
+
+
+def test_held_out_5():
+    assert parse_value('8088') == 8088

@@ -1,0 +1,68 @@
+import pytest
+from tokenizer import Tokenizer
+
+import ast as _lcrl_ast
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    try:
+        return _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+
+
+
+def _lcrl_f1():
+    _lcrl_seen = []
+    tokenizer = Tokenizer()
+    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('a++b')))
+    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('c-1')))
+    return _lcrl_seen
+
+def test_held_out_1():
+    assert _lcrl_f1() == [['a', '+', '+', 'b'], ['c', '-', '1']]
+
+
+def _lcrl_f2():
+    _lcrl_seen = []
+    tokenizer = Tokenizer()
+    first = tokenizer.tokenize('b+b')
+    tokenizer.tokenize('c')
+    _lcrl_seen.append(_lcrl_keep(first))
+    return _lcrl_seen
+
+def test_held_out_2():
+    assert _lcrl_f2() == [['b', '+', 'b']]
+
+
+def _lcrl_f3():
+    _lcrl_seen = []
+    tokenizer = Tokenizer()
+    with pytest.raises(ValueError):
+        tokenizer.tokenize('a ++ $')
+    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('b')))
+    return _lcrl_seen
+
+def test_held_out_3():
+    assert _lcrl_f3() == [['b']]
+
+
+def _lcrl_f4():
+    _lcrl_seen = []
+    tokenizer = Tokenizer()
+    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('++b')))
+    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('c1-')))
+    return _lcrl_seen
+
+def test_held_out_4():
+    assert _lcrl_f4() == [['+', '+', 'b'], ['c1', '-']]
+
+
+def _lcrl_f5():
+    _lcrl_seen = []
+    _lcrl_seen.append(_lcrl_keep(Tokenizer().tokenize('2 + x*3')))
+    return _lcrl_seen
+
+def test_held_out_5():
+    assert _lcrl_f5() == [['2', '+', 'x', '*', '3']]
