@@ -153,3 +153,35 @@ def test_every_literal_kind_is_changed(value):
     function = ast.parse(f"def test_x():\n    {value}\n    assert f(x) == 1\n").body[0]
     variants = function_variants(function, random.Random(0), set())
     assert variants and all(value not in v for v in variants)
+
+
+class _EqualToAnything:
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+
+class _Text(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def test_a_record_is_never_an_object_equal_to_anything(monkeypatch):
+    """Code under test that returns an object equal to anything, or replaces ``repr`` or
+    ``ast.literal_eval`` to give one, records no value that equals the clean run's."""
+    import ast as ast_module
+    import builtins
+
+    run = _run(recording(ast.parse("def test_x():\n    assert f() == 3\n").body[0]), f=_EqualToAnything)
+    assert run() != [3] and run() != [("<repr>", "3")]
+    monkeypatch.setattr(ast_module, "literal_eval", lambda text: _EqualToAnything())
+    assert run() != [3]
+    monkeypatch.undo()
+    # a value with no literal is kept as its repr: a repr that is not a plain string never equals one
+    other = _run(recording(ast.parse("def test_x():\n    assert f() == 3\n").body[0]), f=object)
+    assert other()[0][0] == "<repr>"
+    monkeypatch.setattr(builtins, "repr", lambda v: _Text("x"))
+    assert other() != [("<repr>", "<object object at 0x7f>")]

@@ -4,12 +4,24 @@ from tokenizer import Tokenizer
 import ast as _lcrl_ast
 
 
+def _lcrl_plain(value):
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return all(_lcrl_plain(v) for v in value)
+    if kind is dict:
+        return all(_lcrl_plain(k) and _lcrl_plain(v) for k, v in value.items())
+    return kind in (int, float, complex, str, bytes, bool, type(None))
+
+
 def _lcrl_keep(value):
     _lcrl_r = repr(value)
+    if type(_lcrl_r) is not str:
+        return ("<repr>", None)
     try:
-        return _lcrl_ast.literal_eval(_lcrl_r)
+        _lcrl_v = _lcrl_ast.literal_eval(_lcrl_r)
     except Exception:
         return ("<repr>", _lcrl_r)
+    return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
 
