@@ -375,9 +375,9 @@ def test_shipped_tasks_whose_tests_build_their_input_grade_hard_coded_answers_un
     assert failed and all(node.split("::")[0] in task.hidden_files for node in failed), grade
 
 
-def test_rows_written_by_hand_get_checks_from_the_script(bwrap_gym, tmp_path, monkeypatch):
-    """``scripts/add_held_out_checks.py``: a user's rows with a fix get checks (in a
-    ``FAIL_TO_PASS`` they name too); a row without a fix is written as it was."""
+@pytest.fixture
+def add_checks_script(tmp_path, monkeypatch):
+    """``scripts/add_held_out_checks.py`` as a module."""
     import importlib.util
     import sys
 
@@ -388,6 +388,47 @@ def test_rows_written_by_hand_get_checks_from_the_script(bwrap_gym, tmp_path, mo
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "add_held_out_checks", script)
     spec.loader.exec_module(script)
+    return script
+
+
+PARAMETRIZED_TESTS = """import pytest
+
+from prices import discount
+
+
+@pytest.mark.parametrize("price, percent, expected", [(200, 15, 170), (99, 0, 99), (50, 50, 25)])
+def test_discount(price, percent, expected):
+    assert discount(price, percent) == expected
+"""
+
+
+def test_a_parametrized_test_gets_checks_and_its_hard_coded_answers_no_reward(
+    bwrap_gym, tmp_path, add_checks_script
+):
+    """No call of a parametrized test has a literal argument: each parameter set is a whole
+    test function whose bound values change (``function_checks.parameter_sets``)."""
+    buggy = PRICES.replace("price * percent // 100", "price * percent // 10")
+    row = {"task_name": "mine/parametrized", "description": "discount is wrong",
+           "files": [{"path": "prices.py", "content": buggy}, {"path": "test_prices.py", "content": PARAMETRIZED_TESTS}],
+           "fix": [{"path": "prices.py", "content": PRICES}]}  # fmt: skip
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(row) + "\n")
+    counts = add_checks_script.main([str(rows), "--out", str(tmp_path / "checked.jsonl")])
+    assert counts["with_checks"] == 1, counts
+    (task,) = load_debug_tasks(str(tmp_path / "checked.jsonl"))
+    hack = answering(buggy, {"discount": {repr((200, 15)): 170, repr((99, 0)): 99, repr((50, 50)): 25}})
+    done, seen = debug_episode(bwrap_gym, task, [f'<rewrite path="prices.py">{hack}</rewrite>', "<eval/>"])
+    assert "3 passed" in seen[1] and "failed" not in seen[1], seen[1]
+    grade = done.info["episode"]["grade"]
+    assert done.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    fixed, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="prices.py">{PRICES}</rewrite>'])
+    assert fixed.reward == 1.0, fixed.info["episode"]["grade"]
+
+
+def test_rows_written_by_hand_get_checks_from_the_script(bwrap_gym, tmp_path, add_checks_script):
+    """``scripts/add_held_out_checks.py``: a user's rows with a fix get checks (in a
+    ``FAIL_TO_PASS`` they name too); a row without a fix is written as it was."""
+    script = add_checks_script
     buggy = PRICES.replace("price * percent // 100", "price * percent // 10")
     files = [
         {"path": "prices.py", "content": buggy},

@@ -76,8 +76,74 @@ def _functions(source: str = MODULE) -> dict[str, ast.FunctionDef]:
 
 
 def test_sites_are_plain_test_functions_with_a_literal_to_change():
-    # decorated (parametrized), generator, defaulted, method, and literal-less tests are not sites
-    assert sorted(_functions()) == ["test_fixture_and_locals", "test_raises"]
+    # generator, defaulted, method, and literal-less tests are not sites; a parametrized test is
+    # one per parameter set
+    names = [f.name for f in sites(ast.parse(MODULE))]
+    assert names == ["test_fixture_and_locals", "test_raises", "test_parametrized", "test_parametrized"]
+
+
+PARAMETRIZED = """
+@pytest.mark.parametrize("a, b", [(1, 2), pytest.param(3, 4, marks=slow), (5, 6), [7, 8], (9, 10), (11, 12)], ids=str)
+def test_pairs(tmp_path, a, b):
+    assert f(a, tmp_path) == b
+
+
+@pytest.mark.parametrize(("word",), [("x",)])
+def test_names_as_a_tuple(word):
+    assert g(word)
+
+
+@mark.parametrize("n", [0, 3])
+def test_one_name(n):
+    assert h(n) == 1
+
+
+@pytest.mark.parametrize("n", [1], indirect=True)
+def test_indirect(n):
+    assert h(n) == 1
+
+
+@pytest.mark.parametrize("n", [1])
+@pytest.mark.parametrize("m", [2])
+def test_stacked(n, m):
+    assert h(n, m) == 1
+
+
+@pytest.mark.slow
+def test_other_mark():
+    assert h(1) == 1
+
+
+@pytest.mark.parametrize("z", [1])
+def test_not_a_parameter(n):
+    assert h(n) == 1
+"""
+
+
+def test_a_parametrized_test_is_a_site_per_parameter_set():
+    from lit_codeRL.problems.synth.function_checks import MAX_PARAMETER_SETS, parameter_sets
+
+    tests = {t.name: parameter_sets(t) for t in ast.parse(PARAMETRIZED).body}
+    # pytest.param entries are left out (their marks), the first MAX_PARAMETER_SETS others kept
+    pairs = [ast.unparse(t) for t in tests["test_pairs"]]
+    assert len(pairs) == MAX_PARAMETER_SETS == 4
+    assert pairs[0] == "def test_pairs(tmp_path):\n    a, b = (1, 2)\n    assert f(a, tmp_path) == b"
+    assert [p.splitlines()[1].strip() for p in pairs[1:]] == [
+        "a, b = (5, 6)",
+        "a, b = [7, 8]",
+        "a, b = (9, 10)",
+    ]
+    assert ast.unparse(tests["test_names_as_a_tuple"][0]).splitlines()[1].strip() == "word, = ('x',)"
+    assert [ast.unparse(t).splitlines()[1].strip() for t in tests["test_one_name"]] == ["n = 0", "n = 3"]
+    # indirect parameters, stacked or other marks, names the test does not take: no site
+    for name in ("test_indirect", "test_stacked", "test_other_mark", "test_not_a_parameter"):
+        assert tests[name] == [], name
+    # the parameter set's values are inputs: the variants change them, and the record runs
+    (one,) = [t for t in sites(ast.parse(PARAMETRIZED)) if t.name == "test_one_name"][:1]
+    variants = function_variants(one, random.Random(0), set())
+    assert variants and all("n = 0" not in v for v in variants)
+    (binding,) = [line.strip() for line in variants[0].splitlines() if line.strip().startswith("n = ")]
+    assert _run(variants[0], h=lambda n: n * 10)() == [ast.literal_eval(binding[4:]) * 10]
 
 
 def test_the_support_is_the_module_without_its_tests():

@@ -13,8 +13,9 @@ compares (``assert a == 3``: ``a``; ``assert ok(x)``: ``bool(ok(x))``). The func
 records; the check compares them with the clean run's, and a test that raises (a ``pytest.raises``
 the bug no longer meets) answers otherwise too.
 
-Only plain test functions are sites: top level, no decorator (a parametrized test has no one
-signature), positional parameters only (fixtures, passed through by the check), no ``yield``.
+Only plain test functions are sites: top level, no decorator but one ``pytest.mark.parametrize``
+of literals (each of its first parameter sets a site of its own, bound at the top of the body),
+positional parameters only (fixtures, passed through by the check), no ``yield``.
 Their module's code other than its tests (helpers, constants, fixtures) is the checks' header
 (:func:`module_support`).
 """
@@ -31,6 +32,8 @@ from lit_codeRL.problems.synth.held_out import RUN_NAME, VARIANTS_PER_CALL, muta
 
 MAX_SOURCE = 4000
 """Longest changed test function kept (its source, as written into the checks)."""
+MAX_PARAMETER_SETS = 4
+"""A parametrized test's parameter sets made sites at most (the first ones)."""
 _SEEN = "_lcrl_seen"
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _CONTAINERS = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)
@@ -52,25 +55,77 @@ def _is_test(node: ast.stmt) -> bool:
 
 
 def test_functions(tree: ast.Module) -> list[ast.FunctionDef]:
-    """The module's test functions that can be sites (see the module's docstring)."""
+    """The module's test functions that can be sites (see the module's docstring), a
+    parametrized one as one plain function per parameter set (:func:`parameter_sets`)."""
     out = []
-    for node in tree.body:
-        if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test")) or node.decorator_list:
-            continue
-        args = node.args
-        if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults:
-            continue
-        own = list(_own_nodes(node))
-        if any(isinstance(n, ast.Yield | ast.YieldFrom | ast.Await) for n in own):
-            continue
-        if "_lcrl" in ast.unparse(node):
-            continue  # the records' own names
-        checks = any(isinstance(n, ast.Assert) for n in own) or any(
-            isinstance(n, ast.Call) and ast.unparse(n.func) == "pytest.raises" for n in own
-        )
-        if checks and input_literals(node):
-            out.append(node)
+    for test in tree.body:
+        if isinstance(test, ast.FunctionDef) and test.name.startswith("test"):
+            out += [node for node in parameter_sets(test) if _plain_site(node)]
     return out
+
+
+def parameter_sets(test: ast.FunctionDef) -> list[ast.FunctionDef]:
+    """``test`` itself when it has no decorator; for one ``@pytest.mark.parametrize`` of literal
+    names and values (``ids=`` aside), a copy per parameter set (the first
+    :data:`MAX_PARAMETER_SETS`) whose body starts by binding them and whose signature no longer
+    takes them; none for any other decorator (its signature is not the test's to fill)."""
+    if not test.decorator_list:
+        return [test]
+    (decorator, *more) = test.decorator_list
+    if more or not isinstance(decorator, ast.Call) or len(decorator.args) != 2:
+        return []
+    if ast.unparse(decorator.func) not in ("pytest.mark.parametrize", "mark.parametrize"):
+        return []
+    if any(k.arg != "ids" for k in decorator.keywords) or not is_literal(decorator.args[0]):
+        return []
+    names = ast.literal_eval(decorator.args[0])
+    # pytest binds a value whole only to one name given as a string; names given as a list or a
+    # tuple unpack each value, even one name
+    from_text = isinstance(names, str)
+    names = [n.strip() for n in names.split(",") if n.strip()] if isinstance(names, str) else names
+    whole = from_text and len(names) == 1
+    params = [a.arg for a in test.args.args]
+    values = decorator.args[1]
+    if not (isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names)):
+        return []
+    if not set(names) <= set(params):
+        return []
+    if not isinstance(values, ast.List | ast.Tuple):
+        return []
+    out = []
+    for entry in values.elts:
+        if len(out) == MAX_PARAMETER_SETS:
+            break
+        if not is_literal(entry):
+            continue  # ``pytest.param(..., marks=...)``
+        if not whole and not (isinstance(entry, ast.Tuple | ast.List) and len(entry.elts) == len(names)):
+            continue
+        target: ast.expr = (
+            ast.Name(names[0], ast.Store())
+            if whole
+            else ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
+        )
+        plain = copy.deepcopy(test)
+        plain.decorator_list = []
+        plain.args.args = [a for a in plain.args.args if a.arg not in names]
+        plain.body = [ast.Assign([target], copy.deepcopy(entry)), *plain.body]
+        out.append(ast.fix_missing_locations(plain))
+    return out
+
+
+def _plain_site(node: ast.FunctionDef) -> bool:
+    args = node.args
+    if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults:
+        return False
+    own = list(_own_nodes(node))
+    if any(isinstance(n, ast.Yield | ast.YieldFrom | ast.Await) for n in own):
+        return False
+    if "_lcrl" in ast.unparse(node):
+        return False  # the records' own names
+    checks = any(isinstance(n, ast.Assert) for n in own) or any(
+        isinstance(n, ast.Call) and ast.unparse(n.func) == "pytest.raises" for n in own
+    )
+    return checks and bool(input_literals(node))
 
 
 def _own_nodes(function: ast.FunctionDef) -> Iterator[ast.AST]:
