@@ -82,7 +82,7 @@ def parameter_sets(test: ast.FunctionDef) -> list[ast.FunctionDef]:
     # pytest binds a value whole only to one name given as a string; names given as a list or a
     # tuple unpack each value, even one name
     from_text = isinstance(names, str)
-    names = [n.strip() for n in names.split(",") if n.strip()] if isinstance(names, str) else names
+    names = [n.strip() for n in names.split(",") if n.strip()] if from_text else names
     whole = from_text and len(names) == 1
     params = [a.arg for a in test.args.args]
     values = decorator.args[1]
@@ -149,7 +149,7 @@ def input_literals(function: ast.FunctionDef) -> list[ast.expr]:
     for node in _own_nodes(function):
         if isinstance(node, ast.Assert):
             exclude(node.msg)
-            for side in _compared_sides(node.test):
+            for side in compared_sides(node.test):
                 if _expected(side):
                     exclude(side)
         elif isinstance(node, ast.Call) and root_name(node.func) == "pytest":
@@ -177,9 +177,16 @@ def input_literals(function: ast.FunctionDef) -> list[ast.expr]:
     return found
 
 
-def _compared_sides(test: ast.expr) -> list[ast.expr]:
+def asserted(test: ast.expr) -> ast.expr:
+    """What an assert's test checks, its ``not``s stripped (``not f(x)``: ``f(x)``)."""
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test = test.operand
+    return test
+
+
+def compared_sides(test: ast.expr) -> list[ast.expr]:
+    """The values an assert's test compares (each side of ``a < b <= c``; none if it compares none)."""
+    test = asserted(test)
     return [test.left, *test.comparators] if isinstance(test, ast.Compare) else []
 
 
@@ -209,14 +216,11 @@ class _Records(ast.NodeTransformer):
     compares; each ``return`` the records."""
 
     def visit_Assert(self, node: ast.Assert) -> ast.AST | list[ast.stmt]:
-        sides = _compared_sides(node.test)
+        sides = compared_sides(node.test)
         if sides:
             recorded = [side for side in sides if not _expected(side)]
         else:
-            test = node.test
-            while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-                test = test.operand
-            recorded = [ast.Call(ast.Name("bool", ast.Load()), [test], [])]
+            recorded = [ast.Call(ast.Name("bool", ast.Load()), [asserted(node.test)], [])]
         return [_record(side) for side in recorded] or ast.Pass()
 
     def visit_Return(self, node: ast.Return) -> ast.Return:

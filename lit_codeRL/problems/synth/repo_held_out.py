@@ -44,6 +44,8 @@ from lit_codeRL.problems.debug_repo import _fix_diff
 from lit_codeRL.problems.swe import SWETask, git_environment
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.function_checks import (
+    asserted,
+    compared_sides,
     function_variants,
     is_literal,
     module_support,
@@ -154,12 +156,8 @@ def _changes_sys_path(node: ast.stmt) -> bool:
 def _compared(node: ast.AST) -> list[ast.expr]:
     """The expressions an assertion compares (``assert``, unittest's ``assertEqual``...)."""
     if isinstance(node, ast.Assert):
-        test = node.test
-        while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            test = test.operand
-        if isinstance(test, ast.Compare):  # each side's value is checked (``f(3) > 2``: ``f(4) == 7``)
-            return [test.left, *test.comparators]
-        return [test]
+        # each side's value is checked (``f(3) > 2``: ``f(4) == 7``), else what is asserted
+        return compared_sides(node.test) or [asserted(node.test)]
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
