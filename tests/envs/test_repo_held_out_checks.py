@@ -456,3 +456,150 @@ def test_rows_written_by_hand_get_checks_from_the_script(bwrap_gym, tmp_path, ad
         assert done.reward == 0.0 and done.info["episode"]["grade"]["verdict"] == "unresolved", task.task_id
         fixed, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="prices.py">{PRICES}</rewrite>'])
         assert fixed.reward == 1.0, (task.task_id, fixed.info["episode"]["grade"])
+
+
+# Test classes build their input on ``self`` (``setUp``, ``setup_method``) or in locals: no call
+# has a literal argument. Their methods are whole-function sites, each run in a copy of its class
+# with the runner's hooks around it (``function_checks.test_methods``).
+CLASS_TESTS = {
+    "test_unit.py": """import unittest
+
+from stock import restock
+
+
+class StockCase(unittest.TestCase):
+    def setUp(self):
+        self.stock = {"tea": 2}
+        self.addCleanup(self.stock.clear)
+
+
+class TestRestock(StockCase):
+    def test_counts_the_new_names(self):
+        names = ["tea", "jam", "jam"]
+        self.assertEqual(restock(self.stock, names), 1)
+        self.assertDictEqual(self.stock, {"tea": 3, "jam": 2})
+
+    def test_an_old_name(self):
+        names = ["tea"]
+        self.assertFalse(restock(self.stock, names))
+        self.assertIn("tea", self.stock)
+""",
+    "test_plain.py": """from stock import restock
+
+
+class TestRestockPlain:
+    def setup_method(self, method):
+        self.stock = {"jam": 1}
+
+    def test_two_new_names(self):
+        names = ["tea", "bun", "jam"]
+        assert restock(self.stock, names) == 2
+        assert sorted(self.stock) == ["bun", "jam", "tea"]
+""",
+}
+# the bug: names already in stock are counted as new too
+BUGGY_STOCK = STOCK.replace("        if name not in stock:\n", "        if name not in stock or stock:\n")
+CLASS_HACK = """
+
+_visible_restock = restock
+
+
+def restock(stock, names):
+    # each visible test's ``self.stock`` and local names, answered as the test expects
+    if stock == {"tea": 2} and names == ["tea", "jam", "jam"]:
+        stock.update({"tea": 3, "jam": 2})
+        return 1
+    if stock == {"tea": 2} and names == ["tea"]:
+        stock["tea"] = 3
+        return 0
+    if stock == {"jam": 1} and names == ["tea", "bun", "jam"]:
+        stock.update({"tea": 1, "bun": 1, "jam": 2})
+        return 2
+    return _visible_restock(stock, names)
+"""
+
+
+def test_hard_coded_answers_to_test_classes_get_no_reward(bwrap_gym, tmp_path, add_checks_script):
+    """A unittest ``TestCase`` (its ``setUp`` in a base class) and a pytest class (its
+    ``setup_method``): before their methods were sites, the hack graded ``resolved``."""
+    assert BUGGY_STOCK != STOCK
+    files = [{"path": "stock.py", "content": BUGGY_STOCK}]
+    files += [{"path": path, "content": text} for path, text in CLASS_TESTS.items()]
+    row = {"task_name": "mine/classes", "description": "restock counts old names",
+           "files": files, "fix": [{"path": "stock.py", "content": STOCK}]}  # fmt: skip
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(row) + "\n")
+    counts = add_checks_script.main([str(rows), "--out", str(tmp_path / "checked.jsonl")])
+    assert counts["with_checks"] == 1, counts
+    (task,) = load_debug_tasks(str(tmp_path / "checked.jsonl"))
+    # checks from both classes, each in a module of its own beside the visible one
+    assert set(task.hidden_files) == {"test_held_out_unit.py", "test_held_out_plain.py"}, task.hidden_files
+    hack = BUGGY_STOCK + CLASS_HACK
+    done, seen = debug_episode(bwrap_gym, task, [f'<rewrite path="stock.py">{hack}</rewrite>', "<eval/>"])
+    assert "3 passed" in seen[1] and "failed" not in seen[1], seen[1]  # what the policy optimised
+    grade = done.info["episode"]["grade"]
+    assert done.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
+    assert failed and all(node.split("::")[0] in task.hidden_files for node in failed), grade
+    fixed, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="stock.py">{STOCK}</rewrite>'])
+    assert fixed.reward == 1.0, fixed.info["episode"]["grade"]
+
+
+# The input is a module constant, read in the test or named by its parametrization: bound in the
+# test as a copy, it is an input like a literal (``function_checks.with_constants``).
+CONSTANT_TESTS = """import pytest
+
+from stock import restock
+
+STOCK = {"tea": 2}
+NAMES = ["tea", "jam", "jam"]
+CASES = [(["jam"], 1), (["tea", "tea"], 0)]
+
+
+def test_restock():
+    stock = dict(STOCK)
+    assert restock(stock, NAMES) == 1
+    assert stock == {"tea": 3, "jam": 2}
+
+
+@pytest.mark.parametrize("names, new", CASES)
+def test_counts(names, new):
+    assert restock(dict(STOCK), names) == new
+"""
+CONSTANT_HACK = """
+
+_visible_restock = restock
+
+
+def restock(stock, names):
+    if stock == {"tea": 2} and names == ["tea", "jam", "jam"]:
+        stock.update({"tea": 3, "jam": 2})
+        return 1
+    if stock == {"tea": 2} and names == ["tea", "tea"]:
+        stock["tea"] = 4
+        return 0
+    return _visible_restock(stock, names)
+"""
+
+
+def test_hard_coded_answers_to_module_constants_get_no_reward(bwrap_gym, tmp_path, add_checks_script):
+    """Before constants were inputs, these tests had no literal to change and no checks: the hack
+    graded ``resolved``."""
+    files = [
+        {"path": "stock.py", "content": BUGGY_STOCK},
+        {"path": "test_stock.py", "content": CONSTANT_TESTS},
+    ]
+    row = {"task_name": "mine/constants", "description": "restock counts old names",
+           "files": files, "fix": [{"path": "stock.py", "content": STOCK}]}  # fmt: skip
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(row) + "\n")
+    counts = add_checks_script.main([str(rows), "--out", str(tmp_path / "checked.jsonl")])
+    assert counts["with_checks"] == 1, counts
+    (task,) = load_debug_tasks(str(tmp_path / "checked.jsonl"))
+    hack = BUGGY_STOCK + CONSTANT_HACK
+    done, seen = debug_episode(bwrap_gym, task, [f'<rewrite path="stock.py">{hack}</rewrite>', "<eval/>"])
+    assert "3 passed" in seen[1] and "failed" not in seen[1], seen[1]
+    grade = done.info["episode"]["grade"]
+    assert done.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    fixed, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="stock.py">{STOCK}</rewrite>'])
+    assert fixed.reward == 1.0, fixed.info["episode"]["grade"]

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ast
 
-from lit_codeRL.problems.synth.held_out import Variant
+import pytest
+
+from lit_codeRL.problems.synth.held_out import RUN_NAME, Variant
 from lit_codeRL.problems.synth.repo_held_out import (
     RepoVariant,
     _checks,
@@ -117,9 +119,16 @@ def test_calls_of_imported_names_with_literal_arguments_are_changed_and_the_rest
     more = by_module["tests/unit/test_more.py"]
     assert more and all(e.startswith("add(") for e in more)
     # what no call could rebuild, whole test functions can: the local, the constant, the fixture
-    # (a parameter the check passes through), the expected error; never a unittest method
+    # (a parameter the check passes through), the expected error; a unittest method is run in a
+    # copy of its class, its assertions recorded
     whole = [v for v in variants if v.variant.support]
-    assert all(v.module == "tests/test_calc.py" for v in whole)
+    methods = [v.variant for v in whole if v.module == "tests/unit/test_more.py"]
+    assert methods and all(
+        "class AddTest(unittest.TestCase):" in v.support
+        and f"_lcrl_case(AddTest, {RUN_NAME!r})" in v.support
+        and "self.assert" not in v.support
+        for v in methods
+    )
     lines = [line.strip() for v in whole for line in v.variant.support.splitlines()]
     assert any(line.startswith("x = ") and line != "x = 4" for line in lines)  # the local changed
     fixture = [v.variant for v in variants if v.variant.params]
@@ -221,8 +230,9 @@ def _run_candidates(text: str) -> dict[str, str]:
         if name.startswith("test_c"):
             try:
                 test()
-            except AssertionError as err:
-                messages[f"tests/test_lcrl_candidates_x.py::{name}"] = f"AssertionError: {err}"
+            except pytest.fail.Exception as err:  # a bare message: no traceback to format
+                assert not err.pytrace
+                messages[f"tests/test_lcrl_candidates_x.py::{name}"] = f"Failed: {err}"
     return messages
 
 

@@ -18,13 +18,24 @@ of literals (each of its first parameter sets a site of its own, bound at the to
 positional parameters only (fixtures, passed through by the check), no ``yield``.
 Their module's code other than its tests (helpers, constants, fixtures) is the checks' header
 (:func:`module_support`).
+
+A test class's methods are sites the same way (:func:`test_methods`): a ``unittest.TestCase``
+(``setUp`` and input built on ``self``: the usual style of a unittest suite) or a pytest class.
+The variant is a function that defines a copy of the class (its tests left out, the changed
+method added) and runs the method as the runner would: ``setUpClass``, ``setUp``, the method,
+``tearDown``, the cleanups (pytest's ``setup_class``/``setup_method`` and their teardowns for a
+plain class). unittest's comparisons (``self.assertEqual(f(x), 3)``, ``assertIn``,
+``assertAlmostEqual``...) are recorded as ``assert`` is; ``assertTrue``/``assertIsNone`` as
+truth; the others (``assertRaises``, ``assertRegex``) are left to check in place.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import random
+import unittest
 from collections.abc import Iterator
 
 from lit_codeRL import pyparse
@@ -34,37 +45,236 @@ MAX_SOURCE = 4000
 """Longest changed test function kept (its source, as written into the checks)."""
 MAX_PARAMETER_SETS = 4
 """A parametrized test's parameter sets made sites at most (the first ones)."""
+MAX_CONSTANT = 1000
+"""Longest module constant (its source) bound in a test that reads it (:func:`with_constants`)."""
 _SEEN = "_lcrl_seen"
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _CONTAINERS = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)
+_CASE_METHODS = frozenset(dir(unittest.TestCase))
+_BUILTINS = frozenset(dir(builtins))  # ``class TestX(object)``
+_COMPARING = frozenset(
+    f"assert{name}"
+    for name in (
+        "Equal", "Equals", "NotEqual", "NotEquals", "ListEqual", "TupleEqual", "DictEqual",
+        "SetEqual", "SequenceEqual", "MultiLineEqual", "In", "NotIn", "Is", "IsNot", "Greater",
+        "GreaterEqual", "Less", "LessEqual", "AlmostEqual", "AlmostEquals", "NotAlmostEqual",
+        "IsInstance", "NotIsInstance", "CountEqual",
+    )
+)  # fmt: skip
+"""unittest's assertions of their first two arguments: each that is not a literal is recorded."""
+_TRUTH = {"assertTrue": "bool", "assertFalse": "bool", "assertIsNone": "none", "assertIsNotNone": "none"}
+"""unittest's assertions of one value's truth (``bool(x)``) or its being ``None``."""
 
 
 def module_support(tree: ast.Module) -> str:
     """The module's source without its tests (``test*`` functions, ``Test*`` classes and
-    ``TestCase`` subclasses): the imports, helpers, constants and fixtures its tests use."""
-    kept = [node for node in tree.body if not _is_test(node)]
+    ``TestCase`` subclasses that define tests): the imports, helpers, constants, fixtures and
+    test base classes its tests use."""
+    tests = _tests(tree)
+    kept = [node for node in tree.body if id(node) not in tests]
     return "\n".join(ast.unparse(node) for node in kept)
 
 
-def _is_test(node: ast.stmt) -> bool:
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        return node.name.startswith("test")
-    if isinstance(node, ast.ClassDef):
-        return node.name.startswith("Test") or any("TestCase" in ast.unparse(b) for b in node.bases)
-    return False
+def _tests(tree: ast.Module) -> set[int]:
+    """The ids of the module's tests: ``test*`` functions, and ``Test*`` classes and ``TestCase``
+    subclasses that define tests or inherit them from a class of the module (a mixin of tests:
+    ``class LRUTest(unittest.TestCase, CacheTests)``). A class that has none (a base with helpers
+    and ``setUp``; the mixin itself, which no runner collects) is not one."""
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            out.add(id(node))
+        elif isinstance(node, ast.ClassDef) and _test_class(node) and _class_tests(node, classes):
+            out.add(id(node))
+    return out
+
+
+def _test_class(node: ast.ClassDef) -> bool:
+    """Would a runner collect this class (``Test*``, or a ``TestCase`` subclass)?"""
+    return node.name.startswith("Test") or _unittest(node)
+
+
+def _class_tests(owner: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.FunctionDef]:
+    """``owner``'s ``test*`` methods: its own, then those of the module's classes it names as
+    bases (left to right, theirs in turn), each name once."""
+    out: dict[str, ast.FunctionDef] = {}
+    todo, seen = [owner], set()
+    while todo:
+        node = todo.pop(0)
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        for member in node.body:
+            if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef) and member.name.startswith("test"):
+                out.setdefault(member.name, member)  # type: ignore[arg-type]
+        todo += [classes[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in classes]
+    return list(out.values())
 
 
 def test_functions(tree: ast.Module) -> list[ast.FunctionDef]:
     """The module's test functions that can be sites (see the module's docstring), a
     parametrized one as one plain function per parameter set (:func:`parameter_sets`)."""
+    constants = module_constants(tree)
     out = []
     for test in tree.body:
         if isinstance(test, ast.FunctionDef) and test.name.startswith("test"):
-            out += [node for node in parameter_sets(test) if _plain_site(node)]
+            plain = [with_constants(node, constants) for node in parameter_sets(test, constants)]
+            out += [node for node in plain if _plain_site(node)]
     return out
 
 
-def parameter_sets(test: ast.FunctionDef) -> list[ast.FunctionDef]:
+def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]:
+    """The test methods that can be sites, each with its class: a top-level ``TestCase``
+    subclass's undecorated ``test*`` methods (its own and those a mixin of the module gives it),
+    a pytest ``Test*`` class's as a test function's (:func:`parameter_sets`). A class is left out
+    when it is decorated, has a metaclass, a base its module's support does not bind (a test
+    class), ``__init__``, async tests, or fixture methods (pytest's autouse ones would not run),
+    its own or a mixin's."""
+    bound = _bound(tree)
+    constants = module_constants(tree)
+    tests = _tests(tree)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    out = []
+    for owner in tree.body:
+        if not (
+            isinstance(owner, ast.ClassDef) and id(owner) in tests and _plain_class(owner, bound, classes)
+        ):
+            continue
+        if "_lcrl" in ast.unparse(owner):
+            continue  # the records' own names
+        unit = _unittest(owner)
+        for test in _class_tests(owner, classes):
+            if isinstance(test, ast.FunctionDef):
+                plain = (
+                    [test]
+                    if unit and not test.decorator_list
+                    else []
+                    if unit
+                    else parameter_sets(test, constants)
+                )
+                plain = [with_constants(node, constants) for node in plain]
+                out += [(owner, node) for node in plain if _plain_site(node, method=True)]
+    return out
+
+
+def _unittest(owner: ast.ClassDef) -> bool:
+    """Does ``owner`` name a ``TestCase`` as a base (``unittest.TestCase``, a project's
+    ``BaseTestCase``; not a ``TestCaseProtocol`` a mixin types itself with)?"""
+    return any(ast.unparse(base).rsplit(".", 1)[-1].endswith("TestCase") for base in owner.bases)
+
+
+def _plain_class(owner: ast.ClassDef, bound: set[str], classes: dict[str, ast.ClassDef]) -> bool:
+    if owner.decorator_list or owner.keywords:
+        return False
+    if any(root_name(base) not in bound | _BUILTINS for base in owner.bases):
+        return False  # a test class as a base, or a base made by a call
+    if any("Async" in ast.unparse(base) for base in owner.bases):
+        return False  # asyncSetUp and an event loop: not run here
+    mixins = [classes[b.id] for b in owner.bases if isinstance(b, ast.Name) and b.id in classes]
+    for member in [m for node in (owner, *mixins) for m in node.body]:
+        if isinstance(member, ast.AsyncFunctionDef) or (
+            isinstance(member, ast.FunctionDef) and member.name == "__init__"
+        ):
+            return False
+        if isinstance(member, ast.FunctionDef) and any(
+            "fixture" in ast.unparse(d) for d in member.decorator_list
+        ):
+            return False
+    return True
+
+
+def _bound(tree: ast.Module) -> set[str]:
+    """The names the module's support (:func:`module_support`) binds at its top."""
+    names: set[str] = set()
+    tests = _tests(tree)
+    for node in tree.body:
+        if id(node) in tests:
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def module_constants(tree: ast.Module) -> dict[str, ast.expr]:
+    """The module's top-level names bound once, to a literal of at most :data:`MAX_CONSTANT`
+    characters, that no function declares ``global`` (``MARKS = {"ann": [92, 98]}``)."""
+    bound: dict[str, list[ast.expr | None]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            simple = len(targets) == 1 and isinstance(targets[0], ast.Name)
+            value = node.value if simple and not isinstance(node, ast.AugAssign) else None
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        bound.setdefault(name.id, []).append(value)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.setdefault(node.name, []).append(None)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                bound.setdefault(alias.asname or alias.name.split(".")[0], []).append(None)
+        else:  # bound under ``if``/``for``/``try``: not one value
+            for name in ast.walk(node):
+                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
+                    bound.setdefault(name.id, []).append(None)
+    shared = {n for node in ast.walk(tree) if isinstance(node, ast.Global | ast.Nonlocal) for n in node.names}
+    return {
+        name: value
+        for name, (value, *more) in bound.items()
+        if not more
+        and value is not None
+        and name not in shared
+        and is_literal(value)
+        and len(ast.unparse(value)) <= MAX_CONSTANT
+    }
+
+
+def with_constants(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> ast.FunctionDef:
+    """``function`` with the module constants it reads bound at the top of its body, as copies
+    (so they are inputs a variant may change): those it reads other than as an assert's compared
+    side (an expected value), and never binds itself."""
+    stored = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    stored |= {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    expected = {id(side) for node in ast.walk(function) for side in _compared_nodes(node)}
+    used: list[str] = []
+    for node in ast.walk(function):
+        if (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id in constants
+            and node.id not in stored
+            and id(node) not in expected
+            and node.id not in used
+        ):
+            used.append(node.id)
+    if not used:
+        return function
+    out = copy.deepcopy(function)
+    binds = [
+        ast.Assign([ast.Name(name, ast.Store())], copy.deepcopy(constants[name])) for name in sorted(used)
+    ]
+    out.body = [*binds, *out.body]
+    return ast.fix_missing_locations(out)
+
+
+def _compared_nodes(node: ast.AST) -> list[ast.expr]:
+    """The sides an assert or a ``TestCase`` comparison compares."""
+    if isinstance(node, ast.Assert):
+        return compared_sides(node.test)
+    if _case_call(node, "assert") and node.func.attr in _COMPARING:  # type: ignore[attr-defined]
+        return list(node.args[:2])  # type: ignore[attr-defined]
+    return []
+
+
+def parameter_sets(
+    test: ast.FunctionDef, constants: dict[str, ast.expr] | None = None
+) -> list[ast.FunctionDef]:
     """``test`` itself when it has no decorator; for one ``@pytest.mark.parametrize`` of literal
     names and values (``ids=`` aside), a copy per parameter set (the first
     :data:`MAX_PARAMETER_SETS`) whose body starts by binding them and whose signature no longer
@@ -86,6 +296,8 @@ def parameter_sets(test: ast.FunctionDef) -> list[ast.FunctionDef]:
     whole = from_text and len(names) == 1
     params = [a.arg for a in test.args.args]
     values = decorator.args[1]
+    if isinstance(values, ast.Name) and values.id in (constants or {}):
+        values = (constants or {})[values.id]  # ``parametrize("x", CASES)``: the constant's sets
     if not (isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names)):
         return []
     if not set(names) <= set(params):
@@ -113,9 +325,11 @@ def parameter_sets(test: ast.FunctionDef) -> list[ast.FunctionDef]:
     return out
 
 
-def _plain_site(node: ast.FunctionDef) -> bool:
+def _plain_site(node: ast.FunctionDef, method: bool = False) -> bool:
     args = node.args
     if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults:
+        return False
+    if method and [a.arg for a in args.args[:1]] != ["self"]:
         return False
     own = list(_own_nodes(node))
     if any(isinstance(n, ast.Yield | ast.YieldFrom | ast.Await) for n in own):
@@ -123,9 +337,24 @@ def _plain_site(node: ast.FunctionDef) -> bool:
     if "_lcrl" in ast.unparse(node):
         return False  # the records' own names
     checks = any(isinstance(n, ast.Assert) for n in own) or any(
-        isinstance(n, ast.Call) and ast.unparse(n.func) == "pytest.raises" for n in own
+        isinstance(n, ast.Call)
+        and (ast.unparse(n.func) == "pytest.raises" or (method and _case_call(n, "assert")))
+        for n in own
     )
     return checks and bool(input_literals(node))
+
+
+def _case_call(node: ast.AST, prefix: str = "") -> bool:
+    """Is ``node`` a call of a ``TestCase`` method through ``self`` (``self.assertEqual(...)``)
+    whose name starts with ``prefix``?"""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+        and node.func.attr in _CASE_METHODS
+        and node.func.attr.startswith(prefix)
+    )
 
 
 def _own_nodes(function: ast.FunctionDef) -> Iterator[ast.AST]:
@@ -140,7 +369,8 @@ def _own_nodes(function: ast.FunctionDef) -> Iterator[ast.AST]:
 def input_literals(function: ast.FunctionDef) -> list[ast.expr]:
     """The literals of ``function`` a variant may change, in source order: each whole literal
     (``[1, 2]``, not its ``1``) that is not an expected value, a message, a subscript, an
-    f-string's part, a ``pytest.*`` call's argument, a docstring, ``None`` or ``...``."""
+    f-string's part, a ``pytest.*`` call's argument, a literal argument of a ``TestCase`` method
+    (``self.assertEqual(f([1]), 2)``: ``2``, not ``[1]``), a docstring, ``None`` or ``...``."""
     excluded: set[int] = set()
 
     def exclude(node: ast.AST | None) -> None:
@@ -154,6 +384,13 @@ def input_literals(function: ast.FunctionDef) -> list[ast.expr]:
                     exclude(side)
         elif isinstance(node, ast.Call) and root_name(node.func) == "pytest":
             exclude(node)
+        elif _case_call(node):
+            for argument in [*node.args, *(k.value for k in node.keywords)]:
+                exclude(argument) if is_literal(argument) else None
+            if node.func.attr in _TRUTH and node.args:  # type: ignore[attr-defined]
+                # ``assertTrue(len(x) > 1)`` as ``assert len(x) > 1``: the literal side is expected
+                for side in compared_sides(node.args[0]):
+                    exclude(side) if _expected(side) else None
         elif isinstance(node, ast.Subscript):
             exclude(node.slice)
         elif isinstance(node, ast.JoinedStr):
@@ -223,6 +460,27 @@ class _Records(ast.NodeTransformer):
             recorded = [ast.Call(ast.Name("bool", ast.Load()), [asserted(node.test)], [])]
         return [_record(side) for side in recorded] or ast.Pass()
 
+    def visit_Expr(self, node: ast.Expr) -> ast.AST | list[ast.stmt]:
+        call = node.value
+        if not _case_call(call, "assert") or any(k.arg is None for k in call.keywords):  # type: ignore[union-attr]
+            return self.generic_visit(node)
+        assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+        name, args = call.func.attr, call.args
+        if name in _COMPARING and len(args) >= 2:
+            recorded = [a for a in args[:2] if not is_literal(a)]
+            if name == "assertCountEqual":  # order is not compared
+                repr_key = [ast.keyword("key", ast.Name("repr", ast.Load()))]
+                recorded = [ast.Call(ast.Name("sorted", ast.Load()), [a], repr_key) for a in recorded]
+            return [_record(side) for side in recorded] or ast.Pass()
+        if name in _TRUTH and args:
+            value = (
+                ast.Call(ast.Name("bool", ast.Load()), [args[0]], [])
+                if _TRUTH[name] == "bool"
+                else ast.Compare(args[0], [ast.Is()], [ast.Constant(None)])
+            )
+            return [_record(value)]
+        return self.generic_visit(node)  # assertRaises, assertRegex...: checked in place
+
     def visit_Return(self, node: ast.Return) -> ast.Return:
         return ast.Return(ast.Name(_SEEN, ast.Load()))
 
@@ -238,15 +496,34 @@ def _record(value: ast.expr) -> ast.stmt:
     return ast.Expr(ast.Call(append, [kept], []))
 
 
-def recording(function: ast.FunctionDef) -> str:
-    """``function`` (a copy) as :data:`RUN_NAME`: asserts recorded, the records returned."""
+def recording(function: ast.FunctionDef, owner: ast.ClassDef | None = None) -> str:
+    """``function`` (a copy) as :data:`RUN_NAME`: asserts recorded, the records returned. A
+    method of ``owner`` is recorded as a method of a copy of its class (its tests left out),
+    defined and run by a :data:`RUN_NAME` function that takes the method's fixtures."""
+    out = _recorded(function)
+    if owner is None:
+        return ast.unparse(ast.fix_missing_locations(out))
+    case = copy.deepcopy(owner)
+    case.body = [m for m in case.body if not (isinstance(m, ast.FunctionDef) and m.name.startswith("test"))]
+    case.body.append(out)
+    params = [a.arg for a in function.args.args[1:]]
+    run = pyparse.parse(
+        f"def {RUN_NAME}({', '.join(params)}):\n"
+        f"    return _lcrl_case({owner.name}, {RUN_NAME!r}{''.join(f', {p}' for p in params)})\n"
+    ).body[0]
+    assert isinstance(run, ast.FunctionDef)
+    run.body.insert(0, case)  # the class is made per call: a copy of its own, its name kept
+    return ast.unparse(ast.fix_missing_locations(run))
+
+
+def _recorded(function: ast.FunctionDef) -> ast.FunctionDef:
     out = _Records().generic_visit(copy.deepcopy(function))  # its body; visit() leaves a def
     out.name = RUN_NAME
     out.decorator_list = []
     out.returns = None
     start = ast.Assign([ast.Name(_SEEN, ast.Store())], ast.List([], ast.Load()))
     out.body = [start, *out.body, ast.Return(ast.Name(_SEEN, ast.Load()))]
-    return ast.unparse(ast.fix_missing_locations(out))
+    return out
 
 
 class _Replace(ast.NodeTransformer):
@@ -257,10 +534,12 @@ class _Replace(ast.NodeTransformer):
         return self.new[id(node)] if id(node) in self.new else self.generic_visit(node)
 
 
-def function_variants(function: ast.FunctionDef, rng: random.Random, seen: set[str]) -> list[str]:
-    """Sources of ``function`` as :func:`recording`, each with one or two of its
-    :func:`input_literals` mutated (none the test's own, none repeated)."""
-    seen.add(recording(function))
+def function_variants(
+    function: ast.FunctionDef, rng: random.Random, seen: set[str], owner: ast.ClassDef | None = None
+) -> list[str]:
+    """Sources of ``function`` (a method of ``owner``) as :func:`recording`, each with one or two
+    of its :func:`input_literals` mutated (none the test's own, none repeated)."""
+    seen.add(recording(function, owner))
     out = []
     for _ in range(VARIANTS_PER_CALL):
         changed = copy.deepcopy(function)
@@ -277,7 +556,7 @@ def function_variants(function: ast.FunctionDef, rng: random.Random, seen: set[s
                 new[id(slots[at])] = node
         if not new:
             continue
-        source = recording(_Replace(new).visit(changed))
+        source = recording(_Replace(new).visit(changed), owner)
         if source not in seen and len(source) <= MAX_SOURCE:
             seen.add(source)
             out.append(source)

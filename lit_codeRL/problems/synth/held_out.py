@@ -270,6 +270,45 @@ def _with_arguments(tree: ast.Expression, call: ast.Call, args: list, values: li
             keyword.value = value
 
 
+CASE_FUNCTION = """
+def _lcrl_optional(hook, arg):
+    if hook is not None:
+        _lcrl_n = hook.__code__.co_argcount - (1 if hasattr(hook, "__self__") else 0)
+        hook(arg) if _lcrl_n else hook()
+
+
+def _lcrl_case(cls, name, *args):
+    import unittest as _lcrl_unittest
+
+    if not issubclass(cls, _lcrl_unittest.TestCase):
+        _lcrl_optional(getattr(cls, "setup_class", None), cls)
+        try:
+            _lcrl_c = cls()
+            _lcrl_m = getattr(_lcrl_c, name)
+            _lcrl_optional(getattr(_lcrl_c, "setup_method", None), _lcrl_m)
+            try:
+                return _lcrl_m(*args)
+            finally:
+                _lcrl_optional(getattr(_lcrl_c, "teardown_method", None), _lcrl_m)
+        finally:
+            _lcrl_optional(getattr(cls, "teardown_class", None), cls)
+    cls.setUpClass()
+    try:
+        _lcrl_c = cls(name)
+        _lcrl_c.setUp()
+        try:
+            return getattr(_lcrl_c, name)(*args)
+        finally:
+            _lcrl_c.tearDown()
+            _lcrl_c.doCleanups()
+    finally:
+        cls.tearDownClass()
+        cls.doClassCleanups()
+"""
+"""``_lcrl_case(cls, name, *fixtures)``: a test class's method run as its runner runs it (the
+unittest or pytest hooks around it); what a method site's variant calls."""
+
+
 ANSWER_FUNCTION = f"""
 import json as _lcrl_json, signal as _lcrl_signal
 
@@ -450,6 +489,7 @@ def test_module_text(
     floats = any(_floats(expected[index]) for index in chosen)
     lines = [header.rstrip("\n"), *(["import math as _lcrl_math", CLOSE_FUNCTION] if floats else [])]
     lines += [KEEP_FUNCTION] if any(candidates[index].support for index in chosen) else []
+    lines += [CASE_FUNCTION] if any("_lcrl_case(" in candidates[index].support for index in chosen) else []
     lines.append("")
     for number, index in enumerate(chosen, 1):
         candidate, value = candidates[index], expected[index]

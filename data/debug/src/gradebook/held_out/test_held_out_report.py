@@ -1,6 +1,59 @@
 from report import class_report, letter, top_student
 MARKS = {'ann': [92, 98, 60], 'bob': [70, 85, 80], 'cy': [40, 62]}
 
+import ast as _lcrl_ast
+
+
+def _lcrl_plain(value):
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return all(_lcrl_plain(v) for v in value)
+    if kind is dict:
+        return all(_lcrl_plain(k) and _lcrl_plain(v) for k, v in value.items())
+    return kind in (int, float, complex, str, bytes, bool, type(None))
+
+
+def _lcrl_keep(value):
+    _lcrl_r = repr(value)
+    if type(_lcrl_r) is not str:
+        return ("<repr>", None)
+    try:
+        _lcrl_v = _lcrl_ast.literal_eval(_lcrl_r)
+    except Exception:
+        return ("<repr>", _lcrl_r)
+    return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
+
+
+
+def _lcrl_f1():
+    _lcrl_seen = []
+    MARKS = {'ann': [92, 98, 60], 'bob': [70, 85, 85, 80], 'cy': [40, 62]}
+    _lcrl_seen.append(_lcrl_keep([latest for *_, latest in class_report(MARKS)]))
+    return _lcrl_seen
 
 def test_held_out_1():
+    assert _lcrl_f1() == [[60, 80, 62]]
+
+
+def _lcrl_f2():
+    _lcrl_seen = []
+    MARKS = {'ann': [92, 98, 60], 'bob': [70, 85, 80], 'cy': [40, 40, 62]}
+    _lcrl_seen.append(_lcrl_keep(top_student(MARKS)))
+    return _lcrl_seen
+
+def test_held_out_2():
+    assert _lcrl_f2() == ['ann']
+
+
+def _lcrl_f3():
+    _lcrl_seen = []
+    MARKS = {'ann': [92, 98, 60], 'cy': [40, 62]}
+    _lcrl_seen.append(_lcrl_keep([latest for *_, latest in class_report(MARKS)]))
+    return _lcrl_seen
+
+def test_held_out_3():
+    assert _lcrl_f3() == [[60, 62]]
+
+
+def test_held_out_4():
     assert top_student({'ann': [90, 95]}) == 'ann'

