@@ -596,6 +596,10 @@ def test_hard_coded_answers_to_module_constants_get_no_reward(bwrap_gym, tmp_pat
     counts = add_checks_script.main([str(rows), "--out", str(tmp_path / "checked.jsonl")])
     assert counts["with_checks"] == 1, counts
     (task,) = load_debug_tasks(str(tmp_path / "checked.jsonl"))
+    (checks,) = task.hidden_files.values()
+    # both tests are sites: the constants read in the body bound and changed, the parametrization
+    # by a name one site per set
+    assert "    NAMES = [" in checks and "    names, new = (" in checks, checks
     hack = BUGGY_STOCK + CONSTANT_HACK
     done, seen = debug_episode(bwrap_gym, task, [f'<rewrite path="stock.py">{hack}</rewrite>', "<eval/>"])
     assert "3 passed" in seen[1] and "failed" not in seen[1], seen[1]

@@ -489,8 +489,12 @@ def test_a_hard_coded_answer_to_a_test_class_fails_its_variants():
     assert differ
 
 
-CONSTANTS = """from report import top_student, letter
+CONSTANTS = """from datetime import date
+
+from report import top_student, letter, parse
 import pytest
+
+DATES = {("1985-04-12", date(1985, 4, 12)), pytest.param("x", None, marks=slow), (now, None), ("bad", None)}
 
 MARKS = {"ann": [92, 98, 60], "bob": [70, 85, 80]}
 CASES = [(95, "A"), (59.9, "F")]
@@ -522,6 +526,11 @@ def test_not_constants():
 def test_own_binding():
     MARKS = {"cy": [1]}
     assert top_student(MARKS) == "cy"
+
+
+@pytest.mark.parametrize("text, expected", DATES)
+def test_dates(text, expected):
+    assert parse(text) == expected
 """
 
 
@@ -546,6 +555,11 @@ def test_module_constants_a_test_reads_are_inputs_it_binds():
         "mark, grade = (95, 'A')",
         "mark, grade = (59.9, 'F')",
     ]
+    # a parametrization by a name bound to a display of values built from the module's names
+    # (``date(...)``), not of literals: its sets that can be built again are sites (not
+    # ``pytest.param``, nor a set that reads a name the module does not bind)
+    dates = [ast.unparse(f.body[0]) for f in sites(tree) if f.name == "test_dates"]
+    assert dates == ["text, expected = ('1985-04-12', date(1985, 4, 12))", "text, expected = ('bad', None)"]
     # a test that reads no such constant, or binds the name itself, is as it was
     assert "test_not_constants" not in found
     assert ast.unparse(found["test_own_binding"]).count("MARKS =") == 1

@@ -14,10 +14,12 @@ records; the check compares them with the clean run's, and a test that raises (a
 the bug no longer meets) answers otherwise too.
 
 Only plain test functions are sites: top level, no decorator but one ``pytest.mark.parametrize``
-of literals (each of its first parameter sets a site of its own, bound at the top of the body),
-positional parameters only (fixtures, passed through by the check), no ``yield``.
+(each of its first parameter sets a site of its own, bound at the top of the body: a literal, or
+a value built from the module's names, written there or in a module constant the decorator
+names), positional parameters only (fixtures, passed through by the check), no ``yield``.
 Their module's code other than its tests (helpers, constants, fixtures) is the checks' header
-(:func:`module_support`).
+(:func:`module_support`). A module constant a test reads (``top_student(MARKS)``) is bound in it
+as a copy, so it changes like a literal (:func:`with_constants`).
 
 A test class's methods are sites the same way (:func:`test_methods`): a ``unittest.TestCase``
 (``setUp`` and input built on ``self``: the usual style of a unittest suite) or a pytest class.
@@ -52,6 +54,11 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _CONTAINERS = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)
 _CASE_METHODS = frozenset(dir(unittest.TestCase))
 _BUILTINS = frozenset(dir(builtins))  # ``class TestX(object)``
+UNBUILDABLE = (
+    ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
+    ast.Await, ast.Yield, ast.YieldFrom, ast.Starred,
+)  # fmt: skip
+"""Nodes that bind names or need their function: an expression with one is not rebuilt."""
 _COMPARING = frozenset(
     f"assert{name}"
     for name in (
@@ -115,11 +122,11 @@ def _class_tests(owner: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[
 def test_functions(tree: ast.Module) -> list[ast.FunctionDef]:
     """The module's test functions that can be sites (see the module's docstring), a
     parametrized one as one plain function per parameter set (:func:`parameter_sets`)."""
-    constants = module_constants(tree)
+    constants, displays, bound = module_constants(tree), module_displays(tree), _bound(tree)
     out = []
     for test in tree.body:
         if isinstance(test, ast.FunctionDef) and test.name.startswith("test"):
-            plain = [with_constants(node, constants) for node in parameter_sets(test, constants)]
+            plain = [with_constants(node, constants) for node in parameter_sets(test, displays, bound)]
             out += [node for node in plain if _plain_site(node)]
     return out
 
@@ -132,7 +139,7 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
     class), ``__init__``, async tests, or fixture methods (pytest's autouse ones would not run),
     its own or a mixin's."""
     bound = _bound(tree)
-    constants = module_constants(tree)
+    constants, displays = module_constants(tree), module_displays(tree)
     tests = _tests(tree)
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     out = []
@@ -151,7 +158,7 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
                     if unit and not test.decorator_list
                     else []
                     if unit
-                    else parameter_sets(test, constants)
+                    else parameter_sets(test, displays, bound)
                 )
                 plain = [with_constants(node, constants) for node in plain]
                 out += [(owner, node) for node in plain if _plain_site(node, method=True)]
@@ -204,6 +211,21 @@ def _bound(tree: ast.Module) -> set[str]:
 def module_constants(tree: ast.Module) -> dict[str, ast.expr]:
     """The module's top-level names bound once, to a literal of at most :data:`MAX_CONSTANT`
     characters, that no function declares ``global`` (``MARKS = {"ann": [92, 98]}``)."""
+    return {
+        name: value
+        for name, value in _single_values(tree).items()
+        if is_literal(value) and len(ast.unparse(value)) <= MAX_CONSTANT
+    }
+
+
+def module_displays(tree: ast.Module) -> dict[str, ast.expr]:
+    """The module's top-level names bound once to a list, tuple or set display (of anything:
+    ``CASES = {(4, "19", date(1901, 1, 1)), ...}``), that no function declares ``global``: what a
+    parametrization by name iterates."""
+    return {n: v for n, v in _single_values(tree).items() if isinstance(v, ast.List | ast.Tuple | ast.Set)}
+
+
+def _single_values(tree: ast.Module) -> dict[str, ast.expr]:
     bound: dict[str, list[ast.expr | None]] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
@@ -227,12 +249,20 @@ def module_constants(tree: ast.Module) -> dict[str, ast.expr]:
     return {
         name: value
         for name, (value, *more) in bound.items()
-        if not more
-        and value is not None
-        and name not in shared
-        and is_literal(value)
-        and len(ast.unparse(value)) <= MAX_CONSTANT
+        if not more and value is not None and name not in shared
     }
+
+
+def buildable(node: ast.expr, names: set[str] | frozenset[str]) -> bool:
+    """Can ``node`` be evaluated again elsewhere: every name it reads is one of ``names`` (bound
+    at the top of its module) or a builtin, and it binds none and needs no function of its own
+    (no lambda, comprehension, ``await``...)? ``pytest.param(...)`` is not a value."""
+    if any(isinstance(n, UNBUILDABLE) for n in ast.walk(node)):
+        return False
+    if any(isinstance(n, ast.Call) and root_name(n.func) == "pytest" for n in ast.walk(node)):
+        return False
+    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return loads <= names | _BUILTINS and "self" not in loads
 
 
 def with_constants(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> ast.FunctionDef:
@@ -273,12 +303,16 @@ def _compared_nodes(node: ast.AST) -> list[ast.expr]:
 
 
 def parameter_sets(
-    test: ast.FunctionDef, constants: dict[str, ast.expr] | None = None
+    test: ast.FunctionDef,
+    displays: dict[str, ast.expr] | None = None,
+    names_bound: set[str] | frozenset[str] = frozenset(),
 ) -> list[ast.FunctionDef]:
     """``test`` itself when it has no decorator; for one ``@pytest.mark.parametrize`` of literal
-    names and values (``ids=`` aside), a copy per parameter set (the first
-    :data:`MAX_PARAMETER_SETS`) whose body starts by binding them and whose signature no longer
-    takes them; none for any other decorator (its signature is not the test's to fill)."""
+    names (``ids=`` aside) over a list, tuple or set written there or bound to a name of
+    ``displays``, a copy per parameter set (the first :data:`MAX_PARAMETER_SETS` that are
+    literals or :func:`buildable` from ``names_bound``: ``date(1985, 4, 12)``) whose body starts
+    by binding them and whose signature no longer takes them; none for any other decorator (its
+    signature is not the test's to fill)."""
     if not test.decorator_list:
         return [test]
     (decorator, *more) = test.decorator_list
@@ -296,20 +330,20 @@ def parameter_sets(
     whole = from_text and len(names) == 1
     params = [a.arg for a in test.args.args]
     values = decorator.args[1]
-    if isinstance(values, ast.Name) and values.id in (constants or {}):
-        values = (constants or {})[values.id]  # ``parametrize("x", CASES)``: the constant's sets
+    if isinstance(values, ast.Name) and values.id in (displays or {}):
+        values = (displays or {})[values.id]  # ``parametrize("x", CASES)``: the constant's sets
     if not (isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names)):
         return []
     if not set(names) <= set(params):
         return []
-    if not isinstance(values, ast.List | ast.Tuple):
+    if not isinstance(values, ast.List | ast.Tuple | ast.Set):
         return []
     out = []
     for entry in values.elts:
         if len(out) == MAX_PARAMETER_SETS:
             break
-        if not is_literal(entry):
-            continue  # ``pytest.param(..., marks=...)``
+        if not (is_literal(entry) or buildable(entry, names_bound)):
+            continue  # ``pytest.param(..., marks=...)``, a local's value
         if not whole and not (isinstance(entry, ast.Tuple | ast.List) and len(entry.elts) == len(names)):
             continue
         target: ast.expr = (

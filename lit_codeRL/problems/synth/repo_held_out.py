@@ -44,6 +44,7 @@ from lit_codeRL.problems.debug_repo import _fix_diff
 from lit_codeRL.problems.swe import SWETask, git_environment
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.function_checks import (
+    UNBUILDABLE,
     asserted,
     compared_sides,
     function_variants,
@@ -83,11 +84,6 @@ MAX_RECORDS_REPR = 2000
 _BUILTINS = frozenset(dir(builtins))
 _UNITTEST = {"assertEqual": 2, "assertEquals": 2, "assertTrue": 1, "assertFalse": 1}
 """unittest's assertions whose first arguments are compared (how many are read)."""
-_UNBUILDABLE = (
-    ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
-    ast.Await, ast.Yield, ast.YieldFrom, ast.Starred,
-)  # fmt: skip
-"""Nodes that bind names or need their function: an expression with one is not rebuilt."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +171,7 @@ def _site(expression: ast.expr, imported: frozenset[str], code: frozenset[str]) 
     """The call of ``expression`` whose literal arguments are changed: the first of a name of
     ``code`` with one; ``None`` when the expression uses a name ``imported`` does not bind (it
     cannot be rebuilt outside its test)."""
-    if any(isinstance(n, _UNBUILDABLE) for n in ast.walk(expression)):
+    if any(isinstance(n, UNBUILDABLE) for n in ast.walk(expression)):
         return None
     loads = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
     if not loads <= imported | _BUILTINS or "self" in loads:
