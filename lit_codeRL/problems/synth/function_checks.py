@@ -53,7 +53,8 @@ _SEEN = "_lcrl_seen"
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _CONTAINERS = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)
 _CASE_METHODS = frozenset(dir(unittest.TestCase))
-_BUILTINS = frozenset(dir(builtins))  # ``class TestX(object)``
+BUILTIN_NAMES = frozenset(dir(builtins))
+"""Names every module reads without binding them (``class TestX(object)``, ``len``)."""
 UNBUILDABLE = (
     ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
     ast.Await, ast.Yield, ast.YieldFrom, ast.Starred,
@@ -153,13 +154,10 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
         unit = _unittest(owner)
         for test in _class_tests(owner, classes):
             if isinstance(test, ast.FunctionDef):
-                plain = (
-                    [test]
-                    if unit and not test.decorator_list
-                    else []
-                    if unit
-                    else parameter_sets(test, displays, bound)
-                )
+                if unit:  # pytest does not parametrize a TestCase's methods
+                    plain = [] if test.decorator_list else [test]
+                else:
+                    plain = parameter_sets(test, displays, bound)
                 plain = [with_constants(node, constants) for node in plain]
                 out += [(owner, node) for node in plain if _plain_site(node, method=True)]
     return out
@@ -174,7 +172,7 @@ def _unittest(owner: ast.ClassDef) -> bool:
 def _plain_class(owner: ast.ClassDef, bound: set[str], classes: dict[str, ast.ClassDef]) -> bool:
     if owner.decorator_list or owner.keywords:
         return False
-    if any(root_name(base) not in bound | _BUILTINS for base in owner.bases):
+    if any(root_name(base) not in bound | BUILTIN_NAMES for base in owner.bases):
         return False  # a test class as a base, or a base made by a call
     if any("Async" in ast.unparse(base) for base in owner.bases):
         return False  # asyncSetUp and an event loop: not run here
@@ -253,16 +251,22 @@ def _single_values(tree: ast.Module) -> dict[str, ast.expr]:
     }
 
 
-def buildable(node: ast.expr, names: set[str] | frozenset[str]) -> bool:
-    """Can ``node`` be evaluated again elsewhere: every name it reads is one of ``names`` (bound
-    at the top of its module) or a builtin, and it binds none and needs no function of its own
-    (no lambda, comprehension, ``await``...)? ``pytest.param(...)`` is not a value."""
+def rebuildable(node: ast.expr, names: set[str] | frozenset[str]) -> bool:
+    """Can ``node`` be evaluated again elsewhere: every name it reads is one of ``names`` or a
+    builtin (never ``self``), and it binds none and needs no function of its own (no lambda,
+    comprehension, ``await``...)?"""
     if any(isinstance(n, UNBUILDABLE) for n in ast.walk(node)):
         return False
+    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return loads <= names | BUILTIN_NAMES and "self" not in loads
+
+
+def buildable(node: ast.expr, names: set[str] | frozenset[str]) -> bool:
+    """A parameter set :func:`rebuildable` from ``names`` (bound at the top of its module);
+    ``pytest.param(...)`` is not a value."""
     if any(isinstance(n, ast.Call) and root_name(n.func) == "pytest" for n in ast.walk(node)):
         return False
-    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-    return loads <= names | _BUILTINS and "self" not in loads
+    return rebuildable(node, names)
 
 
 def with_constants(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> ast.FunctionDef:

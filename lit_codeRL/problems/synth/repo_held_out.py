@@ -26,7 +26,6 @@ functions (:mod:`.function_checks`); their module's header is then all of it but
 from __future__ import annotations
 
 import ast
-import builtins
 import hashlib
 import json
 import logging
@@ -44,12 +43,12 @@ from lit_codeRL.problems.debug_repo import _fix_diff
 from lit_codeRL.problems.swe import SWETask, git_environment
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.function_checks import (
-    UNBUILDABLE,
     asserted,
     compared_sides,
     function_variants,
     is_literal,
     module_support,
+    rebuildable,
     root_name,
     test_functions,
     test_methods,
@@ -81,7 +80,6 @@ _FORMAT = 2
 """Bump when what a cached answer means changes."""
 MAX_RECORDS_REPR = 2000
 """Longest answer of a whole test function's records (a plain call's: :data:`.held_out.MAX_REPR`)."""
-_BUILTINS = frozenset(dir(builtins))
 _UNITTEST = {"assertEqual": 2, "assertEquals": 2, "assertTrue": 1, "assertFalse": 1}
 """unittest's assertions whose first arguments are compared (how many are read)."""
 
@@ -171,10 +169,7 @@ def _site(expression: ast.expr, imported: frozenset[str], code: frozenset[str]) 
     """The call of ``expression`` whose literal arguments are changed: the first of a name of
     ``code`` with one; ``None`` when the expression uses a name ``imported`` does not bind (it
     cannot be rebuilt outside its test)."""
-    if any(isinstance(n, UNBUILDABLE) for n in ast.walk(expression)):
-        return None
-    loads = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
-    if not loads <= imported | _BUILTINS or "self" in loads:
+    if not rebuildable(expression, imported):
         return None
     for node in ast.walk(expression):
         if (
