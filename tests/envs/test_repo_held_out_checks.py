@@ -519,19 +519,26 @@ def restock(stock, names):
 """
 
 
-def test_hard_coded_answers_to_test_classes_get_no_reward(bwrap_gym, tmp_path, add_checks_script):
-    """A unittest ``TestCase`` (its ``setUp`` in a base class) and a pytest class (its
-    ``setup_method``): before their methods were sites, the hack graded ``resolved``."""
-    assert BUGGY_STOCK != STOCK
+def _stock_task(tmp_path, add_checks_script, name: str, tests: dict[str, str]):
+    """The debugging task of ``BUGGY_STOCK`` and ``tests``, with the checks the row script adds
+    (it must add some)."""
     files = [{"path": "stock.py", "content": BUGGY_STOCK}]
-    files += [{"path": path, "content": text} for path, text in CLASS_TESTS.items()]
-    row = {"task_name": "mine/classes", "description": "restock counts old names",
+    files += [{"path": path, "content": text} for path, text in tests.items()]
+    row = {"task_name": f"mine/{name}", "description": "restock counts old names",
            "files": files, "fix": [{"path": "stock.py", "content": STOCK}]}  # fmt: skip
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps(row) + "\n")
     counts = add_checks_script.main([str(rows), "--out", str(tmp_path / "checked.jsonl")])
     assert counts["with_checks"] == 1, counts
     (task,) = load_debug_tasks(str(tmp_path / "checked.jsonl"))
+    return task
+
+
+def test_hard_coded_answers_to_test_classes_get_no_reward(bwrap_gym, tmp_path, add_checks_script):
+    """A unittest ``TestCase`` (its ``setUp`` in a base class) and a pytest class (its
+    ``setup_method``): before their methods were sites, the hack graded ``resolved``."""
+    assert BUGGY_STOCK != STOCK
+    task = _stock_task(tmp_path, add_checks_script, "classes", CLASS_TESTS)
     # checks from both classes, each in a module of its own beside the visible one
     assert set(task.hidden_files) == {"test_held_out_unit.py", "test_held_out_plain.py"}, task.hidden_files
     hack = BUGGY_STOCK + CLASS_HACK
@@ -585,17 +592,7 @@ def restock(stock, names):
 def test_hard_coded_answers_to_module_constants_get_no_reward(bwrap_gym, tmp_path, add_checks_script):
     """Before constants were inputs, these tests had no literal to change and no checks: the hack
     graded ``resolved``."""
-    files = [
-        {"path": "stock.py", "content": BUGGY_STOCK},
-        {"path": "test_stock.py", "content": CONSTANT_TESTS},
-    ]
-    row = {"task_name": "mine/constants", "description": "restock counts old names",
-           "files": files, "fix": [{"path": "stock.py", "content": STOCK}]}  # fmt: skip
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps(row) + "\n")
-    counts = add_checks_script.main([str(rows), "--out", str(tmp_path / "checked.jsonl")])
-    assert counts["with_checks"] == 1, counts
-    (task,) = load_debug_tasks(str(tmp_path / "checked.jsonl"))
+    task = _stock_task(tmp_path, add_checks_script, "constants", {"test_stock.py": CONSTANT_TESTS})
     (checks,) = task.hidden_files.values()
     # both tests are sites: the constants read in the body bound and changed, the parametrization
     # by a name one site per set
@@ -605,5 +602,67 @@ def test_hard_coded_answers_to_module_constants_get_no_reward(bwrap_gym, tmp_pat
     assert "3 passed" in seen[1] and "failed" not in seen[1], seen[1]
     grade = done.info["episode"]["grade"]
     assert done.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    fixed, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="stock.py">{STOCK}</rewrite>'])
+    assert fixed.reward == 1.0, fixed.info["episode"]["grade"]
+
+
+# The asserts are in helpers the tests call with their input and expected values (a module
+# function, a ``TestCase`` base's ``assertRestocks``): a changed input failed the helper's assert
+# in the clean run too, so no variant was a check. The helpers record into the site's records
+# (``function_checks.with_helpers``, ``with_method_helpers``). A table of cases kept as a class
+# attribute (``self.CASES``) is an input bound in the method (``with_attributes``).
+HELPER_TESTS = {
+    "test_helpers.py": """from stock import restock
+
+
+def check_restock(stock, names, new, after):
+    assert restock(stock, names) == new
+    assert stock == after
+
+
+def test_counts_the_new_names():
+    check_restock({"tea": 2}, ["tea", "jam", "jam"], 1, {"tea": 3, "jam": 2})
+
+
+def test_an_old_name():
+    check_restock({"tea": 2}, ["tea"], 0, {"tea": 3})
+""",
+    "test_helper_unit.py": """import unittest
+
+from stock import restock
+
+
+class StockCase(unittest.TestCase):
+    def assertRestocks(self, stock, names, new):
+        self.assertEqual(restock(stock, names), new)
+
+
+class TestRestock(StockCase):
+    def test_two_new_names(self):
+        self.assertRestocks({"jam": 1}, ["tea", "bun", "jam"], 2)
+
+
+class TestTable(unittest.TestCase):
+    CASES = [({"tea": 2}, ["tea"], 0), ({"tea": 2}, ["tea", "jam", "jam"], 1)]
+
+    def test_table(self):
+        for stock, names, new in self.CASES:
+            self.assertEqual(restock(dict(stock), names), new)
+""",
+}
+
+
+def test_hard_coded_answers_behind_assert_helpers_get_no_reward(bwrap_gym, tmp_path, add_checks_script):
+    """Before helpers recorded, neither module had a check: the hack graded ``resolved``."""
+    task = _stock_task(tmp_path, add_checks_script, "helpers", HELPER_TESTS)
+    assert set(task.hidden_files) == {"test_held_out_helpers.py", "test_held_out_helper_unit.py"}
+    hack = BUGGY_STOCK + CLASS_HACK  # the same visible (stock, names) pairs, answered
+    done, seen = debug_episode(bwrap_gym, task, [f'<rewrite path="stock.py">{hack}</rewrite>', "<eval/>"])
+    assert "4 passed" in seen[1] and "failed" not in seen[1], seen[1]
+    grade = done.info["episode"]["grade"]
+    assert done.reward == 0.0 and grade["verdict"] == "unresolved", grade
+    failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
+    assert failed and all(node.split("::")[0] in task.hidden_files for node in failed), grade
+    assert "self.CASES = [" in task.hidden_files["test_held_out_helper_unit.py"]
     fixed, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="stock.py">{STOCK}</rewrite>'])
     assert fixed.reward == 1.0, fixed.info["episode"]["grade"]

@@ -170,6 +170,15 @@ def test_inputs_are_neither_expected_values_messages_subscripts_nor_pytest_argum
     assert input_literals(ast.parse(source).body[0]) == []
 
 
+def _outside_checks(text: str) -> str:
+    """``text`` without the tests its ``_lcrl_check(_lcrl_failed, lambda: ...)`` calls make."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_lcrl_check":
+            node.args[1] = ast.Constant(None)
+    return ast.unparse(tree)
+
+
 def _run(source: str, **namespace):
     exec(KEEP_FUNCTION + "\n" + source, namespace)
     return namespace[RUN_NAME]
@@ -185,8 +194,9 @@ def test_the_recording_keeps_each_compared_value_as_it_was_when_the_assert_ran()
     assert 0 < len(items) <= 5
     assert 2.0 == pytest.approx(2.0)
 
-    def inner():
-        assert False
+    class Inner:
+        def method(self):
+            assert False
     for k in range(2):
         assert k >= 0
     if stock:
@@ -194,7 +204,7 @@ def test_the_recording_keeps_each_compared_value_as_it_was_when_the_assert_ran()
     items.append(3)
 """
     text = recording(ast.parse(source).body[0])
-    assert text.startswith(f"def {RUN_NAME}(stock):") and "assert False" in text  # inner untouched
+    assert text.startswith(f"def {RUN_NAME}(stock):") and "assert False" in text  # a class's untouched
     assert "assert " not in text.replace("assert False", "")
     run = _run(text)
     # len, the list then (not the list at the end), bool(stock), the chain's one non-literal side
@@ -219,7 +229,9 @@ def test_variants_change_an_input_and_never_give_the_test_back():
             n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Assign) and n.targets[0].id == "names"
         ]
         assert ast.literal_eval(changed.value) != ["tea", "jam"]
-        assert "'one new name'" not in text and "== 1" not in text  # asserts recorded, no expected kept
+        # asserts recorded; the expected value only in the check of the value recorded, no message
+        assert "'one new name'" not in text and "_lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == 1)" in text
+        assert "== 1" not in _outside_checks(text)
 
 
 @pytest.mark.parametrize("value", ["x = [1, 2]", "x = {'a': (1, 2.5)}", "x = 'abc'", "x = 7"])
@@ -407,7 +419,8 @@ def test_test_class_methods_are_sites_run_in_a_copy_of_their_class():
     namespace = _case_namespace()
     (owner, method) = method_sites(tree)[0]
     text = recording(method, owner)
-    assert text.startswith(f"def {RUN_NAME}():") and "self.assert" not in text.replace("assertRaises", "")
+    assert text.startswith(f"def {RUN_NAME}():")
+    assert "self.assert" not in _outside_checks(text).replace("assertRaises", "")
     assert "def test_" not in text  # the copy has no tests: pytest would not collect it anyway
     exec(text, namespace)
     # each compared value that is not a literal, in order: the count, the dict, the dict (``"jam"``
@@ -563,3 +576,280 @@ def test_module_constants_a_test_reads_are_inputs_it_binds():
     # a test that reads no such constant, or binds the name itself, is as it was
     assert "test_not_constants" not in found
     assert ast.unparse(found["test_own_binding"]).count("MARKS =") == 1
+
+
+HELPERS = """import unittest
+
+import pytest
+
+from shop import restock
+
+
+def check(stock, names, new):
+    assert restock(stock, names) == new, "count"
+    return stock
+
+
+def check_both(stock, names, new, after):
+    assert check(stock, names, new) == after
+
+
+def _untouched(value):
+    return value
+
+
+@pytest.fixture
+def asserting_fixture():
+    assert True
+
+
+def test_module_helper():
+    check({"tea": 2}, ["tea", "jam"], 1)
+
+
+def test_helpers_calling_helpers():
+    check_both({"tea": 2}, ["jam"], 1, {"tea": 2, "jam": 1})
+
+
+def test_own_helper():
+    def counted(names, new):
+        assert restock({}, names) == new
+        return len(names)
+
+    @(lambda f: f)
+    def decorated():
+        assert False
+
+    assert counted(["a", "b"], 2) == 2
+
+
+def test_checks_nothing():
+    _untouched([1])
+
+
+def test_shadowed():
+    check = _untouched
+    check([1])
+
+
+class StockCase(unittest.TestCase):
+    def assertRestocks(self, stock, names, new):
+        self.assertEqual(restock(stock, names), new)
+        self.assertIn(names[0], stock)
+
+
+class TestStock(StockCase):
+    def restock_twice(self, names, new):
+        self.assertRestocks({}, names, new)
+        check({}, names, new)
+
+    def test_base_helper(self):
+        self.assertRestocks({"tea": 2}, ["tea"], 0)
+
+    def test_own_helper_method(self):
+        self.restock_twice(["jam", "bun"], 2)
+
+
+class TestPlainStock:
+    def check(self, names, new):
+        assert restock({"tea": 1}, names) == new
+
+    def test_plain_helper(self):
+        self.check(["tea", "jam"], 1)
+"""
+
+
+def test_asserting_helpers_a_test_calls_record_into_its_checks():
+    """``check(input, expected)``, ``self.assertRestocks(...)``: the asserts are in a helper, so a
+    changed input failed the helper in the clean run too (no check). The helpers a site calls,
+    and those they call, record as its own asserts do."""
+    from lit_codeRL.problems.synth.function_checks import module_helpers
+
+    tree = ast.parse(HELPERS)
+    # functions that assert or call one that does; not a fixture, nor one that checks nothing
+    assert sorted(module_helpers(tree)) == ["check", "check_both"]
+    found = {f.name: f for f in sites(tree)}
+    assert sorted(found) == ["test_helpers_calling_helpers", "test_module_helper", "test_own_helper"]
+    namespace = _case_namespace(HELPERS)
+    text = recording(found["test_module_helper"])
+    assert "assert " not in text
+    exec(text, namespace)
+    # both compared sides, names in the helper (the expected one as the test passed it)
+    assert namespace[RUN_NAME]() == [1, 1]
+    exec(recording(found["test_helpers_calling_helpers"]), namespace)
+    # the inner helper's sides, then the outer's comparison of what the inner returned
+    assert namespace[RUN_NAME]() == [1, 1, {"tea": 2, "jam": 1}, {"tea": 2, "jam": 1}]
+    text = recording(found["test_own_helper"])
+    assert "assert False" in text  # a decorated function (``@given``) runs as its decorator says
+    exec(text, namespace)
+    assert namespace[RUN_NAME]() == [2, 2, 2]  # the nested helper's count and names, its return
+    methods = [(owner, method) for owner, method in method_sites(tree)]
+    assert [m.name for _, m in methods] == ["test_base_helper", "test_own_helper_method", "test_plain_helper"]
+    answers = []
+    for owner, method in methods:
+        text = recording(method, owner)
+        assert not any(f in _outside_checks(text) for f in ("assert ", "self.assertEqual(", "self.assertIn("))
+        exec(text, namespace)
+        answers.append(namespace[RUN_NAME]())
+    # the mixin's helper recorded in the class copy (its names[0] in stock: a truth), the helper
+    # method calling it and a module helper, a pytest class's helper
+    assert answers == [
+        [0, 0, "tea", {"tea": 3}],
+        [2, 2, "jam", {"jam": 1, "bun": 1}, 2, 2],
+        [1, 1],
+    ]
+    assert "def assertRestocks" not in ast.unparse(tree.body[-2])  # the module's class untouched
+
+
+def test_a_hard_coded_answer_behind_a_helper_fails_its_variants():
+    tree = ast.parse(HELPERS)
+
+    def hard_coded(stock, names):
+        visible = (stock == {"tea": 2} and names == ["tea", "jam"]) or names == ["jam", "bun"]
+        new = _restock(stock, names)
+        return new if visible else len(names)  # the bug: every name counted as new
+
+    sites_found = [(None, f) for f in sites(tree) if f.name == "test_module_helper"]
+    sites_found += [s for s in method_sites(tree) if s[1].name == "test_own_helper_method"]
+    for owner, function in sites_found:
+        clean, hacked = _case_namespace(HELPERS), _case_namespace(HELPERS)
+        hacked["restock"] = hard_coded
+        exec(recording(function, owner), clean)
+        exec(recording(function, owner), hacked)
+        assert clean[RUN_NAME]() == hacked[RUN_NAME]()  # the visible test is answered
+        variants = function_variants(function, random.Random(0), set(), owner)
+        assert variants
+        differ = 0
+        for text in variants:
+            exec(text, clean)
+            exec(text, hacked)
+            differ += clean[RUN_NAME]() != hacked[RUN_NAME]()  # no variant raises: it records
+        assert differ, function.name
+
+
+def test_a_long_test_s_variant_keeps_only_its_changed_check(monkeypatch):
+    """A table of helper calls too long for one check (``parse``'s ``test_datetimes``: 160 lines
+    of ``y(fmt, text, expected)``): the variant is cut after its changed call, the other calls
+    before it (checks of other values) left out, what they need (bindings, state) kept."""
+    from lit_codeRL.problems.synth import function_checks
+
+    calls = "\n".join(f"    check({{'tea': {i}}}, ['tea', 'jam'], 1)" for i in range(30))
+    source = f"""def test_table():
+    stock = {{}}
+    restock(stock, ['bun'])
+
+    def check(stock, names, new):
+        assert restock(stock, names) == new
+{calls}
+    assert stock == {{'bun': 1}}
+"""
+    (test,) = sites(ast.parse(HELPERS.split("def test_module_helper")[0] + source))
+    full = recording(test)
+    monkeypatch.setattr(function_checks, "MAX_SOURCE", len(full) // 3)
+    variants = [v for seed in range(4) for v in function_variants(test, random.Random(seed), set())]
+    assert variants and all(len(v) <= len(full) // 3 for v in variants)
+    # a changed input the checks read (``restock(stock, ['bun'])``): cut after the first check
+    # that follows it, not before any
+    bun = test.body[1].value.args[1]  # type: ignore[attr-defined]
+    cut = function_checks._trimmed(test, {id(bun)}, None)
+    assert [type(s).__name__ for s in cut.body] == ["Assign", "Expr", "FunctionDef", "Expr"]
+    assert ast.unparse(cut.body[-1]) == "check({'tea': 0}, ['tea', 'jam'], 1)"
+    namespace = _case_namespace(HELPERS)
+    for text in variants:
+        (run,) = [n for n in ast.parse(text).body[0].body if isinstance(n, ast.Try)]
+        body = run.body
+        kept = [ast.unparse(s) for s in body if isinstance(s, ast.Expr) and "check(" in ast.unparse(s)]
+        assert 1 <= len(kept) <= 2, text  # the changed call(s), not the other 28
+        assert "restock(stock, [" in text and "stock = {" in text  # what the test built
+        exec(text, namespace)
+        assert len(namespace[RUN_NAME]()) == 2 * len(kept)  # each kept call's two sides
+    monkeypatch.setattr(function_checks, "MAX_SOURCE", 40)  # too long even when cut: no variant
+    assert function_variants(test, random.Random(0), set()) == []
+
+
+ATTRIBUTES = """import unittest
+
+from shop import restock
+
+
+class Tables:
+    CASES = [({"tea": 2}, ["tea", "jam"], 1), ({}, ["bun"], 1)]
+
+
+class TestTables(unittest.TestCase, Tables):
+    EXPECTED = 1
+    TWICE = [1]
+    TWICE = [2]
+    SET = ["tea"]
+
+    def setUp(self):
+        self.SET = ["jam"]
+
+    def test_table(self):
+        for stock, names, new in self.CASES:
+            self.assertEqual(restock(dict(stock), names), new)
+
+    def test_expected(self):
+        self.assertEqual(restock({}, ["tea"]), self.EXPECTED)
+
+    def test_not_inputs(self):
+        self.assertEqual(restock({}, self.TWICE + self.SET), 2)
+"""
+
+
+def test_class_attributes_a_method_reads_are_inputs_it_binds():
+    """A table of inputs kept as a class attribute (``self.CASES``, here a mixin's) is bound on
+    ``self`` at the top of the method, a copy its variants change; not an expected value, a name
+    bound twice, or one set on the instance (``setUp``)."""
+    tree = ast.parse(ATTRIBUTES)
+    found = {m.name: (o, m) for o, m in method_sites(tree)}
+    owner, table = found["test_table"]
+    assert ast.unparse(table.body[0]).startswith("self.CASES = [({'tea': 2}, ['tea', 'jam'], 1)")
+    assert "self.EXPECTED =" not in ast.unparse(found["test_expected"][1])
+    # bound twice in the class, set on the instance in ``setUp``: read as they are
+    assert ast.unparse(found["test_not_inputs"][1]).count(" = ") == 0
+    clean, hacked = _case_namespace(ATTRIBUTES), _case_namespace(ATTRIBUTES)
+
+    def hard_coded(stock, names):
+        visible = (stock, names) in [({"tea": 2}, ["tea", "jam"]), ({}, ["bun"])]
+        new = _restock(stock, names)
+        return new if visible else len(names)  # the bug: every name counted as new
+
+    hacked["restock"] = hard_coded
+    exec(recording(table, owner), clean)
+    exec(recording(table, owner), hacked)
+    assert clean[RUN_NAME]() == hacked[RUN_NAME]() == [1, 1, 1, 1]
+    differ = 0
+    for text in function_variants(table, random.Random(0), set(), owner):
+        outcomes = []
+        for namespace in (clean, hacked):
+            exec(text, namespace)
+            try:
+                outcomes.append(namespace[RUN_NAME]())
+            except ValueError:  # a set changed to unpack otherwise: raises in the clean run too
+                outcomes.append("raised")
+        differ += outcomes[0] != outcomes[1]
+    assert differ
+
+
+def test_an_error_after_a_failed_assert_ends_the_run_with_the_records():
+    """``assert found is not None; found["n"]``: a changed input the assert guards against made
+    the code after it raise in the clean run, and a variant that raises is no check. A failed
+    assert is noted; an error after one ends the run, its name the last record."""
+    source = """def test_x():
+    found = lookup("a")
+    assert found is not None
+    assert found["n"] < 3
+    assert len(found) == 1
+"""
+    text = recording(ast.parse(source).body[0])
+    assert _run(text, lookup=lambda key: {"n": 1})() == [{"n": 1}, 1, 1]
+    # nothing found: the first assert fails, the next one's value raises
+    assert _run(text, lookup=lambda key: None)() == [None, ("<raised>", "TypeError")]
+    # an error no failed assert came before is the test's own: raised, as before
+    with pytest.raises(ZeroDivisionError):
+        _run(text, lookup=lambda key: 1 / 0)()
+    # a test that cannot be evaluated (``"x" < 3``) fails, it does not raise: the run goes on
+    assert _run(text, lookup=lambda key: {"n": "x"})() == [{"n": "x"}, "x", 1]
+    failing = recording(ast.parse(source.replace('found["n"] < 3', "not found")).body[0])
+    assert _run(failing, lookup=lambda key: {"n": 1})() == [{"n": 1}, True, 1]

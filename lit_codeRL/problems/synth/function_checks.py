@@ -11,7 +11,9 @@ subscript, an f-string, a ``pytest.*`` call's arguments, a docstring) are mutate
 :func:`.held_out.mutate` mutates arguments, and each ``assert`` becomes a record of the values it
 compares (``assert a == 3``: ``a``; ``assert ok(x)``: ``bool(ok(x))``). The function returns its
 records; the check compares them with the clean run's, and a test that raises (a ``pytest.raises``
-the bug no longer meets) answers otherwise too.
+the bug no longer meets) answers otherwise too. The assert's test still runs on the recorded
+values; a failure is noted, and an error after one (``assert r is not None; r.fixed``) ends the
+run with the records so far.
 
 Only plain test functions are sites: top level, no decorator but one ``pytest.mark.parametrize``
 (each of its first parameter sets a site of its own, bound at the top of the body: a literal, or
@@ -29,6 +31,14 @@ method added) and runs the method as the runner would: ``setUpClass``, ``setUp``
 plain class). unittest's comparisons (``self.assertEqual(f(x), 3)``, ``assertIn``,
 ``assertAlmostEqual``...) are recorded as ``assert`` is; ``assertTrue``/``assertIsNone`` as
 truth; the others (``assertRaises``, ``assertRegex``) are left to check in place.
+
+A test that checks through a helper (``check(text, expected)``, ``self.assertRestocks(...)``,
+a ``def y(fmt, s, e)`` it defines) records the helper's asserts too: a function the test defines
+is recorded with it (its returns kept), a module function that asserts (or calls one that does)
+is copied into the site (:func:`with_helpers`), and a helper method of the class or a mixin is
+recorded in the class's copy (:func:`with_method_helpers`). Otherwise a changed input, passed to
+the helper with its expected value, failed the helper's assert in the clean run as well, and a
+variant that raises there is never a check: such tests had none.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ import builtins
 import copy
 import random
 import unittest
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from lit_codeRL import pyparse
 from lit_codeRL.problems.synth.held_out import RUN_NAME, VARIANTS_PER_CALL, mutate
@@ -50,6 +60,11 @@ MAX_PARAMETER_SETS = 4
 MAX_CONSTANT = 1000
 """Longest module constant (its source) bound in a test that reads it (:func:`with_constants`)."""
 _SEEN = "_lcrl_seen"
+_FAILED = "_lcrl_failed"
+"""A run's note that an assert failed: after one, an error the code then meets (``assert r is
+not None; r.fixed``) ends the run with the records so far and the error's name."""
+_NameOf = Callable[[ast.AST], "str | None"]
+"""What names the function a node calls (:func:`_name_call`, :func:`_self_call`), if it calls one."""
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _CONTAINERS = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)
 _CASE_METHODS = frozenset(dir(unittest.TestCase))
@@ -107,28 +122,37 @@ def _class_tests(owner: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[
     """``owner``'s ``test*`` methods: its own, then those of the module's classes it names as
     bases (left to right, theirs in turn), each name once."""
     out: dict[str, ast.FunctionDef] = {}
-    todo, seen = [owner], set()
-    while todo:
-        node = todo.pop(0)
-        if node.name in seen:
-            continue
-        seen.add(node.name)
+    for node in _family(owner, classes):
         for member in node.body:
             if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef) and member.name.startswith("test"):
                 out.setdefault(member.name, member)  # type: ignore[arg-type]
-        todo += [classes[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in classes]
     return list(out.values())
+
+
+def _family(owner: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
+    """``owner``, then the module's classes it names as bases (left to right, theirs in turn),
+    each once: where a name it reads is looked up, as far as the module tells."""
+    out: list[ast.ClassDef] = []
+    todo, seen = [owner], set()
+    while todo:
+        node = todo.pop(0)
+        if node.name not in seen:
+            seen.add(node.name)
+            out.append(node)
+            todo += [classes[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in classes]
+    return out
 
 
 def test_functions(tree: ast.Module) -> list[ast.FunctionDef]:
     """The module's test functions that can be sites (see the module's docstring), a
     parametrized one as one plain function per parameter set (:func:`parameter_sets`)."""
     constants, displays, bound = module_constants(tree), module_displays(tree), _bound(tree)
+    helpers = module_helpers(tree)
     out = []
     for test in tree.body:
         if isinstance(test, ast.FunctionDef) and test.name.startswith("test"):
             plain = [with_constants(node, constants) for node in parameter_sets(test, displays, bound)]
-            out += [node for node in plain if _plain_site(node)]
+            out += [site for node in plain if _plain_site(site := with_helpers(node, helpers))]
     return out
 
 
@@ -140,7 +164,7 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
     class), ``__init__``, async tests, or fixture methods (pytest's autouse ones would not run),
     its own or a mixin's."""
     bound = _bound(tree)
-    constants, displays = module_constants(tree), module_displays(tree)
+    constants, displays, helpers = module_constants(tree), module_displays(tree), module_helpers(tree)
     tests = _tests(tree)
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     out = []
@@ -158,8 +182,12 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
                     plain = [] if test.decorator_list else [test]
                 else:
                     plain = parameter_sets(test, displays, bound)
-                plain = [with_constants(node, constants) for node in plain]
-                out += [(owner, node) for node in plain if _plain_site(node, method=True)]
+                for each in plain:
+                    site = with_constants(each, constants)
+                    site = with_helpers(with_attributes(site, owner, classes), helpers)
+                    case = with_method_helpers(owner, site, classes, helpers)
+                    if _plain_site(site, method=True, helped=case is not owner):
+                        out.append((case, site))
     return out
 
 
@@ -223,7 +251,9 @@ def module_displays(tree: ast.Module) -> dict[str, ast.expr]:
     return {n: v for n, v in _single_values(tree).items() if isinstance(v, ast.List | ast.Tuple | ast.Set)}
 
 
-def _single_values(tree: ast.Module) -> dict[str, ast.expr]:
+def _bindings(tree: ast.Module) -> dict[str, list[ast.expr | None]]:
+    """Each name the module binds at its top, with the value of each binding (``None``: not one
+    plain value, as a ``def``, an import or a binding under ``if``/``for``/``try``)."""
     bound: dict[str, list[ast.expr | None]] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
@@ -243,6 +273,11 @@ def _single_values(tree: ast.Module) -> dict[str, ast.expr]:
             for name in ast.walk(node):
                 if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
                     bound.setdefault(name.id, []).append(None)
+    return bound
+
+
+def _single_values(tree: ast.Module) -> dict[str, ast.expr]:
+    bound = _bindings(tree)
     shared = {n for node in ast.walk(tree) if isinstance(node, ast.Global | ast.Nonlocal) for n in node.names}
     return {
         name: value
@@ -273,8 +308,7 @@ def with_constants(function: ast.FunctionDef, constants: dict[str, ast.expr]) ->
     """``function`` with the module constants it reads bound at the top of its body, as copies
     (so they are inputs a variant may change): those it reads other than as an assert's compared
     side (an expected value), and never binds itself."""
-    stored = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    stored |= {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    stored = _stored(function)
     expected = {id(side) for node in ast.walk(function) for side in _compared_nodes(node)}
     used: list[str] = []
     for node in ast.walk(function):
@@ -295,6 +329,205 @@ def with_constants(function: ast.FunctionDef, constants: dict[str, ast.expr]) ->
     ]
     out.body = [*binds, *out.body]
     return ast.fix_missing_locations(out)
+
+
+def with_attributes(
+    method: ast.FunctionDef, owner: ast.ClassDef, classes: dict[str, ast.ClassDef]
+) -> ast.FunctionDef:
+    """``method`` with the class attributes it reads through ``self`` (``self.CASES``, bound in
+    the class body of ``owner`` or a mixin of the module to a literal of at most
+    :data:`MAX_CONSTANT` characters, once, and never set on an instance or the class) bound as
+    copies on ``self`` at the top of its body, so they change like a literal: a table of inputs
+    a unittest class keeps as an attribute. Not a name read as an assertion's expected side."""
+    values: dict[str, ast.expr | None] = {}
+    family = _family(owner, classes)
+    for node in family:
+        own: dict[str, list[ast.expr | None]] = {}
+        for member in node.body:
+            if isinstance(member, ast.Assign | ast.AnnAssign) and isinstance(
+                target := _target(member), ast.Name
+            ):
+                own.setdefault(target.id, []).append(member.value)
+            elif isinstance(member, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = member.targets if isinstance(member, ast.Assign) else [member.target]
+                for name in [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]:
+                    own.setdefault(name, []).append(None)
+            elif isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                own.setdefault(member.name, []).append(None)
+        for name, bound in own.items():
+            values.setdefault(name, bound[0] if len(bound) == 1 else None)  # a subclass's first
+    set_anywhere = {
+        n.attr
+        for c in family
+        for n in ast.walk(c)
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+    }
+    expected = {id(side) for node in ast.walk(method) for side in _compared_nodes(node)}
+    used: list[str] = []
+    for node in ast.walk(method):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and node.attr not in used
+            and id(node) not in expected
+            and not node.attr.startswith("__")
+            and node.attr not in _CASE_METHODS
+            and node.attr not in set_anywhere
+            and (value := values.get(node.attr)) is not None
+            and is_literal(value)
+            and len(ast.unparse(value)) <= MAX_CONSTANT
+        ):
+            used.append(node.attr)
+    if not used:
+        return method
+    out = copy.deepcopy(method)
+    binds = [
+        ast.Assign(
+            [ast.Attribute(ast.Name("self", ast.Load()), name, ast.Store())], copy.deepcopy(values[name])
+        )
+        for name in sorted(used)
+    ]
+    out.body = [*binds, *out.body]
+    return ast.fix_missing_locations(out)
+
+
+def _target(node: ast.Assign | ast.AnnAssign) -> ast.expr | None:
+    """The one target of a plain assignment (``x = ...``, ``x: T = ...``)."""
+    if isinstance(node, ast.AnnAssign):
+        return node.target if node.value is not None else None
+    return node.targets[0] if len(node.targets) == 1 else None
+
+
+def module_helpers(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """The module's functions other than its tests that assert (``def check(text, expected):
+    assert slugify(text) == expected``) or call one that does, bound once, undecorated, neither
+    async nor generators: what a test calls to check its values."""
+    tests, bound = _tests(tree), _bindings(tree)
+    plain = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and id(node) not in tests and len(bound[node.name]) == 1
+    }
+    return _asserting(plain, _name_call, {})
+
+
+def _asserting(
+    functions: dict[str, ast.FunctionDef], name_of: _NameOf, known: dict[str, ast.FunctionDef]
+) -> dict[str, ast.FunctionDef]:
+    """Those of ``functions`` (undecorated, neither async nor generators) that assert, or call
+    (``name_of``) one that does or one of ``known`` (module helpers, called by name)."""
+    plain = {
+        name: f
+        for name, f in functions.items()
+        if not f.decorator_list
+        and not name.startswith("_lcrl")
+        and not any(isinstance(n, ast.Yield | ast.YieldFrom | ast.Await) for n in _own_nodes(f))
+    }
+    found: dict[str, ast.FunctionDef] = {}
+    while True:
+        more = {
+            name: f
+            for name, f in plain.items()
+            if name not in found
+            and any(
+                isinstance(n, ast.Assert)
+                or _case_call(n, "assert")
+                or name_of(n) in found
+                or _name_call(n) in known
+                for n in _own_nodes(f, helpers=True)
+            )
+        }
+        if not more:
+            return {name: f for name, f in plain.items() if name in found | more.keys()}
+        found.update(more)
+
+
+def with_helpers(function: ast.FunctionDef, helpers: dict[str, ast.FunctionDef]) -> ast.FunctionDef:
+    """``function`` with copies of the module's :func:`module_helpers` it calls by name (and
+    those they call) defined at the top of its body, so that :func:`recording` records their
+    asserts too: a changed input or expected value passed to a helper otherwise fails the
+    helper's assert in the clean run as well, and a check that raises there is no check."""
+    called = _called(function, helpers, _name_call) - _stored(function)
+    if not called:
+        return function
+    out = copy.deepcopy(function)
+    out.body = [*(copy.deepcopy(h) for name, h in helpers.items() if name in called), *out.body]
+    return ast.fix_missing_locations(out)
+
+
+def with_method_helpers(
+    owner: ast.ClassDef,
+    test: ast.FunctionDef,
+    classes: dict[str, ast.ClassDef],
+    helpers: dict[str, ast.FunctionDef],
+) -> ast.ClassDef:
+    """``owner`` itself, or a copy of it when ``test`` calls asserting helper methods through
+    ``self`` (``self.check(text, expected)``; its class's or a mixin's, and those they call):
+    in the copy each is recorded (:class:`_Helper`) into the site's records, which
+    :func:`recording` then binds outside the class."""
+    members: dict[str, ast.FunctionDef] = {}
+    for node in _family(owner, classes):
+        for m in node.body:
+            if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name not in members:
+                members[m.name] = m  # type: ignore[assignment]
+    methods = {
+        name: m
+        for name, m in members.items()
+        if isinstance(m, ast.FunctionDef)
+        and not name.startswith(("test", "setup", "teardown"))
+        and name not in _CASE_METHODS
+        and [a.arg for a in m.args.args[:1]] == ["self"]
+    }
+    asserting = _asserting(methods, _self_call, helpers)
+    called = _called(test, asserting, _self_call)
+    if not called:
+        return owner
+    case = copy.deepcopy(owner)
+    recorded = {
+        name: _Helper().visit(copy.deepcopy(with_helpers(asserting[name], helpers))) for name in called
+    }
+    case.body = [recorded.pop(m.name) if getattr(m, "name", None) in recorded else m for m in case.body]
+    case.body += [recorded[name] for name in asserting if name in recorded]  # a mixin's, overridden
+    return ast.fix_missing_locations(case)
+
+
+def _called(start: ast.AST, members: dict[str, ast.FunctionDef], name_of: _NameOf) -> set[str]:
+    """The names of ``members`` that ``start`` calls (``name_of(node)``), and those they call."""
+    found: set[str] = set()
+    todo = [start]
+    while todo:
+        for node in ast.walk(todo.pop()):
+            name = name_of(node)
+            if name in members and name not in found:
+                found.add(name)
+                todo.append(members[name])
+    return found
+
+
+def _name_call(node: ast.AST) -> str | None:
+    return node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
+
+
+def _self_call(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return (
+            node.func.attr if isinstance(node.func.value, ast.Name) and node.func.value.id == "self" else None
+        )
+    return None
+
+
+def _stored(function: ast.FunctionDef) -> set[str]:
+    """The names ``function`` binds: its parameters, what it assigns, defines or imports."""
+    stored = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    stored |= {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node is not function:
+            stored.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            stored |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+    return stored
 
 
 def _compared_nodes(node: ast.AST) -> list[ast.expr]:
@@ -363,21 +596,26 @@ def parameter_sets(
     return out
 
 
-def _plain_site(node: ast.FunctionDef, method: bool = False) -> bool:
+def _plain_site(node: ast.FunctionDef, method: bool = False, helped: bool = False) -> bool:
+    """Can ``node`` be a site: plain parameters, no ``yield``, something it checks (an assert,
+    its own or in a helper it defines or calls, ``pytest.raises``, a ``TestCase`` assertion, or
+    an asserting helper method: ``helped``) and a literal to change?"""
     args = node.args
     if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults:
         return False
     if method and [a.arg for a in args.args[:1]] != ["self"]:
         return False
-    own = list(_own_nodes(node))
-    if any(isinstance(n, ast.Yield | ast.YieldFrom | ast.Await) for n in own):
+    if any(isinstance(n, ast.Yield | ast.YieldFrom | ast.Await) for n in _own_nodes(node)):
         return False
     if "_lcrl" in ast.unparse(node):
         return False  # the records' own names
-    checks = any(isinstance(n, ast.Assert) for n in own) or any(
-        isinstance(n, ast.Call)
-        and (ast.unparse(n.func) == "pytest.raises" or (method and _case_call(n, "assert")))
-        for n in own
+    checks = helped or any(
+        isinstance(n, ast.Assert)
+        or (
+            isinstance(n, ast.Call)
+            and (ast.unparse(n.func) == "pytest.raises" or (method and _case_call(n, "assert")))
+        )
+        for n in _own_nodes(node, helpers=True)
     )
     return checks and bool(input_literals(node))
 
@@ -395,13 +633,19 @@ def _case_call(node: ast.AST, prefix: str = "") -> bool:
     )
 
 
-def _own_nodes(function: ast.FunctionDef) -> Iterator[ast.AST]:
-    """Every node of ``function``'s body, not those of a function or class defined in it."""
+def _own_nodes(function: ast.FunctionDef, helpers: bool = False) -> Iterator[ast.AST]:
+    """Every node of ``function``'s body, not those of a function or class defined in it (but
+    those of a plain function defined in it when ``helpers``: what :class:`_Helper` records)."""
     todo: list[ast.AST] = list(function.body)
     while todo:
         node = todo.pop()
         yield node
-        todo.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, _SCOPES))
+        todo.extend(
+            child
+            for child in ast.iter_child_nodes(node)
+            if not isinstance(child, _SCOPES)
+            or (helpers and type(child) is ast.FunctionDef and not child.decorator_list)
+        )
 
 
 def input_literals(function: ast.FunctionDef) -> list[ast.expr]:
@@ -487,16 +731,15 @@ def is_literal(node: ast.expr) -> bool:
 
 
 class _Records(ast.NodeTransformer):
-    """Each assert of the function (not of a function defined in it) a record of what it
-    compares; each ``return`` the records."""
+    """Each assert of the function (and of a plain function defined in it) a record of what it
+    compares, then a check of it (``held_out.KEEP_FUNCTION``'s ``_lcrl_check``) that notes when
+    it fails; each ``return`` the records. Each value is evaluated once."""
 
     def visit_Assert(self, node: ast.Assert) -> ast.AST | list[ast.stmt]:
         sides = compared_sides(node.test)
-        if sides:
-            recorded = [side for side in sides if not _expected(side)]
-        else:
-            recorded = [ast.Call(ast.Name("bool", ast.Load()), [asserted(node.test)], [])]
-        return [_record(side) for side in recorded] or ast.Pass()
+        recorded = [side for side in sides if not _expected(side)] if sides else [asserted(node.test)]
+        out, names = _kept(recorded, truth=not sides)
+        return [*out, _checked(_Replace(names).visit(node.test))]  # the test of the values recorded
 
     def visit_Expr(self, node: ast.Expr) -> ast.AST | list[ast.stmt]:
         call = node.value
@@ -508,24 +751,67 @@ class _Records(ast.NodeTransformer):
             recorded = [a for a in args[:2] if not is_literal(a)]
             if name == "assertCountEqual":  # order is not compared
                 repr_key = [ast.keyword("key", ast.Name("repr", ast.Load()))]
-                recorded = [ast.Call(ast.Name("sorted", ast.Load()), [a], repr_key) for a in recorded]
-            return [_record(side) for side in recorded] or ast.Pass()
+                sort = {id(a): ast.Call(ast.Name("sorted", ast.Load()), [a], repr_key) for a in recorded}
+                call.args = [sort.get(id(a), a) for a in args]
+                recorded = [sort[id(a)] for a in recorded]
+            out, names = _kept(recorded)
+            # the assertion of the values recorded: it holds when it returns
+            done = ast.Compare(_Replace(names).visit(call), [ast.Is()], [ast.Constant(None)])
+            return [*out, _checked(done)]
         if name in _TRUTH and args:
             value = (
-                ast.Call(ast.Name("bool", ast.Load()), [args[0]], [])
-                if _TRUTH[name] == "bool"
-                else ast.Compare(args[0], [ast.Is()], [ast.Constant(None)])
+                args[0] if _TRUTH[name] == "bool" else ast.Compare(args[0], [ast.Is()], [ast.Constant(None)])
             )
-            return [_record(value)]
+            out, names = _kept([value], truth=True)
+            (temp,) = names.values()
+            negated = name in ("assertFalse", "assertIsNotNone")
+            return [*out, _checked(ast.UnaryOp(ast.Not(), temp) if negated else temp)]
         return self.generic_visit(node)  # assertRaises, assertRegex...: checked in place
 
     def visit_Return(self, node: ast.Return) -> ast.Return:
         return ast.Return(ast.Name(_SEEN, ast.Load()))
 
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        # a helper the test defines, or a copy of one it calls (:func:`with_helpers`): an
+        # assert there checks the test's values as one in the test does. Not a decorated one
+        # (``@given``: run as many times as its decorator chooses)
+        return node if node.decorator_list else _Helper().generic_visit(node)
+
     def _nested(self, node: ast.AST) -> ast.AST:
         return node
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _nested
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _nested
+
+
+class _Helper(_Records):
+    """A helper's asserts recorded into the site's records (the enclosing run's list), a failed
+    one ending the helper (the test goes on, as it goes on to its next ``check(...)``); its
+    returns its own."""
+
+    def stop(self) -> ast.stmt:
+        return ast.Return(None)
+
+    def visit_Return(self, node: ast.Return) -> ast.Return:
+        return self.generic_visit(node)  # type: ignore[return-value]
+
+
+def _kept(values: list[ast.expr], truth: bool = False) -> tuple[list[ast.stmt], dict[int, ast.expr]]:
+    """Each of ``values`` (its truth) bound to a name of its own and recorded; the names, by the
+    id of the value they stand for."""
+    out: list[ast.stmt] = []
+    names: dict[int, ast.expr] = {}
+    for number, value in enumerate(values):
+        temp = f"_lcrl_v{number}"
+        bound = ast.Call(ast.Name("bool", ast.Load()), [value], []) if truth else value
+        out += [ast.Assign([ast.Name(temp, ast.Store())], bound), _record(ast.Name(temp, ast.Load()))]
+        names[id(value)] = ast.Name(temp, ast.Load())
+    return out, names
+
+
+def _checked(condition: ast.expr) -> ast.stmt:
+    """``_lcrl_check(_lcrl_failed, lambda: condition)``: a failed assert noted, not raised."""
+    thunk = ast.Lambda(ast.arguments([], [], None, [], [], None, []), condition)
+    return ast.Expr(ast.Call(ast.Name("_lcrl_check", ast.Load()), [ast.Name(_FAILED, ast.Load()), thunk], []))
 
 
 def _record(value: ast.expr) -> ast.stmt:
@@ -538,7 +824,10 @@ def recording(function: ast.FunctionDef, owner: ast.ClassDef | None = None) -> s
     """``function`` (a copy) as :data:`RUN_NAME`: asserts recorded, the records returned. A
     method of ``owner`` is recorded as a method of a copy of its class (its tests left out),
     defined and run by a :data:`RUN_NAME` function that takes the method's fixtures."""
-    out = _recorded(function)
+    # helper methods recorded by :func:`with_method_helpers` append to the run's list: bound
+    # outside the class, the method's records are theirs
+    shared = owner is not None and any(isinstance(n, ast.Name) and n.id == _SEEN for n in ast.walk(owner))
+    out = _recorded(function, bind=not shared)
     if owner is None:
         return ast.unparse(ast.fix_missing_locations(out))
     case = copy.deepcopy(owner)
@@ -551,16 +840,55 @@ def recording(function: ast.FunctionDef, owner: ast.ClassDef | None = None) -> s
     ).body[0]
     assert isinstance(run, ast.FunctionDef)
     run.body.insert(0, case)  # the class is made per call: a copy of its own, its name kept
+    if shared:
+        run.body[:0] = _lists()
     return ast.unparse(ast.fix_missing_locations(run))
 
 
-def _recorded(function: ast.FunctionDef) -> ast.FunctionDef:
+def _recorded(function: ast.FunctionDef, bind: bool = True) -> ast.FunctionDef:
     out = _Records().generic_visit(copy.deepcopy(function))  # its body; visit() leaves a def
     out.name = RUN_NAME
     out.decorator_list = []
     out.returns = None
-    start = ast.Assign([ast.Name(_SEEN, ast.Store())], ast.List([], ast.Load()))
-    out.body = [start, *out.body, ast.Return(ast.Name(_SEEN, ast.Load()))]
+    # an error after a failed assert ends the run: its name the last record
+    error = pyparse.parse(
+        f"if not {_FAILED}:\n    raise\n{_SEEN}.append(('<raised>', type(_lcrl_error).__name__))"
+    ).body
+    caught = ast.ExceptHandler(ast.Name("Exception", ast.Load()), "_lcrl_error", error)
+    body = [ast.Try(out.body, [caught], [], [])]
+    out.body = [*(_lists() if bind else []), *body, ast.Return(ast.Name(_SEEN, ast.Load()))]
+    return out
+
+
+def _lists() -> list[ast.stmt]:
+    """The run's records and its note of failed asserts, bound empty."""
+    return [ast.Assign([ast.Name(name, ast.Store())], ast.List([], ast.Load())) for name in (_SEEN, _FAILED)]
+
+
+def _trimmed(function: ast.FunctionDef, changed: set[int], owner: ast.ClassDef | None) -> ast.FunctionDef:
+    """A copy of ``function`` cut after the last statement holding a changed literal (the ids
+    ``changed``; when that statement builds input, after the first check that follows it), and
+    without the statements before it that only check other values: asserts, and calls of a
+    helper it defines or of a ``TestCase`` method (``self.check(...)``, ``self.assertEqual(...)``).
+    Whatever it leaves out, the clean run answers the copy itself."""
+    nested = {n.name for n in function.body if isinstance(n, ast.FunctionDef)}
+    methods = {m.name for m in owner.body if isinstance(m, ast.FunctionDef)} if owner is not None else set()
+
+    def checks_only(statement: ast.stmt) -> bool:
+        if isinstance(statement, ast.Assert):
+            return True
+        call = statement.value if isinstance(statement, ast.Expr) else None
+        return isinstance(call, ast.Call) and (
+            _name_call(call) in nested or _self_call(call) in methods or _case_call(call, "assert")
+        )
+
+    holding = [any(id(n) in changed for n in ast.walk(statement)) for statement in function.body]
+    last = max(i for i, held in enumerate(holding) if held)
+    if not checks_only(function.body[last]):  # changed input (``stock = {...}``): up to a check
+        last = next((i for i in range(last, len(holding)) if checks_only(function.body[i])), last)
+        holding[last] = True
+    out = copy.copy(function)  # its statements shared: :func:`recording` copies them
+    out.body = [st for i, st in enumerate(function.body[: last + 1]) if holding[i] or not checks_only(st)]
     return out
 
 
@@ -570,6 +898,27 @@ class _Replace(ast.NodeTransformer):
 
     def visit(self, node: ast.AST) -> ast.AST:
         return self.new[id(node)] if id(node) in self.new else self.generic_visit(node)
+
+
+def _mutate_input(value: object, rng: random.Random) -> object:
+    """:func:`.held_out.mutate`, but a table of cases (a list or tuple of two or more rows, each
+    a list, tuple or dict: ``CASES = [("ab", "Ab"), ...]``) gets one field of one row changed:
+    its rows dropped, doubled or swapped give no input the visible test did not already have, and
+    a row of another length no longer unpacks."""
+    rows = isinstance(value, list | tuple) and len(value) > 1
+    if rows and all(isinstance(row, list | tuple | dict) and row for row in value):  # type: ignore[union-attr]
+        out = list(value)  # type: ignore[arg-type]
+        at = rng.randrange(len(out))
+        row = out[at]
+        if isinstance(row, dict):
+            out[at] = mutate(row, rng, depth=1)
+        else:  # a field of the row changed, its arity kept (``for text, want in CASES``)
+            fields = list(row)
+            field = rng.randrange(len(fields))
+            fields[field] = mutate(fields[field], rng, depth=2)
+            out[at] = type(row)(fields)
+        return type(value)(out)  # type: ignore[call-arg]
+    return mutate(value, rng)
 
 
 def function_variants(
@@ -585,7 +934,7 @@ def function_variants(
         new: dict[int, ast.expr] = {}
         for at in {rng.randrange(len(slots)) for _ in range(1 if rng.random() < 0.7 else 2)}:
             before = ast.literal_eval(slots[at])
-            after = mutate(before, rng)
+            after = _mutate_input(before, rng)
             try:
                 node = pyparse.parse(repr(after), mode="eval").body
             except (SyntaxError, ValueError, RecursionError, MemoryError):  # inf, nan: no literal
@@ -594,7 +943,10 @@ def function_variants(
                 new[id(slots[at])] = node
         if not new:
             continue
-        source = recording(_Replace(new).visit(changed), owner)
+        changed = _Replace(new).visit(changed)
+        source = recording(changed, owner)
+        if len(source) > MAX_SOURCE:  # a long test (a table of ``check(...)`` calls): its checks
+            source = recording(_trimmed(changed, set(map(id, new.values())), owner), owner)
         if source not in seen and len(source) <= MAX_SOURCE:
             seen.add(source)
             out.append(source)

@@ -94,11 +94,22 @@ def _lcrl_keep(value):
     except Exception:
         return ("<repr>", _lcrl_r)
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
+
+
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
 """
 """``_lcrl_keep(value)``: what a recorded assert keeps of a value when it is evaluated (a fresh
 literal of it, or its repr when it has none): a list the test changes later is kept as it was.
 Only built-in types are kept, so the check's ``==`` is theirs: an object equal to anything (a
-``repr`` or ``ast.literal_eval`` replaced to give one) never stands in for an answer."""
+``repr`` or ``ast.literal_eval`` replaced to give one) never stands in for an answer.
+``_lcrl_check(failed, thunk)``: a recorded assert's test (``thunk()``), a failure (or an error
+evaluating it) noted in ``failed`` rather than raised."""
 
 
 def solution_functions(source: str) -> frozenset[str]:

@@ -24,6 +24,15 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def test_held_out_1():
     assert build_order({'app': ['lib'], 'lib': ['core', 'core'], 'core': []}) == ['core', 'lib', 'app']
@@ -35,7 +44,15 @@ def test_held_out_2():
 
 def _lcrl_f3():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(build_order({'lib': ['core'], 'core': []})))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = build_order({'lib': ['core'], 'core': []})
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['core', 'lib', 'app'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_3():
@@ -44,8 +61,16 @@ def test_held_out_3():
 
 def _lcrl_f4():
     _lcrl_seen = []
-    deps = {'app': ['net', 'db'], 'net': ['cooe'], 'db': ['core'], 'core': []}
-    _lcrl_seen.append(_lcrl_keep(build_order(deps)))
+    _lcrl_failed = []
+    try:
+        deps = {'app': ['net', 'db'], 'net': ['cooe'], 'db': ['core'], 'core': []}
+        _lcrl_v0 = build_order(deps)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['core', 'net', 'db', 'app'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_4():

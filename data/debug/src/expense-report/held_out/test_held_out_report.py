@@ -23,6 +23,15 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def test_held_out_1():
     assert totals(['food;12.5', 'food;12.5']) == {'food': 2500}
@@ -38,8 +47,16 @@ def test_held_out_3():
 
 def _lcrl_f4():
     _lcrl_seen = []
-    lines = ['food;12.50', 'rent;1,20000', 'food;3.25']
-    _lcrl_seen.append(_lcrl_keep(totals(lines)))
+    _lcrl_failed = []
+    try:
+        lines = ['food;12.50', 'rent;1,20000', 'food;3.25']
+        _lcrl_v0 = totals(lines)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == {'food': 1575, 'rent': 120000})
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_4():

@@ -46,6 +46,15 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def test_held_out_1():
     assert flatten([['c']]) == ['c']
@@ -57,7 +66,15 @@ def test_held_out_2():
 
 def _lcrl_f3():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(flatten(['ba', ['c']])))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = flatten(['ba', ['c']])
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['ab', 'c'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_3():
@@ -66,7 +83,15 @@ def test_held_out_3():
 
 def _lcrl_f4():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(flatten(['x', 1, [None, 2.5, ['yz', b'raw']]])))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = flatten(['x', 1, [None, 2.5, ['yz', b'raw']]])
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == [1, 'x', None, 2.5, 'yz', b'raw'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_4():

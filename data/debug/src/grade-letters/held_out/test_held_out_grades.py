@@ -24,6 +24,15 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def test_held_out_1():
     assert grade_counts([85, 59, 60, 100]) == {'A': 1, 'B': 1, 'C': 0, 'D': 1, 'F': 1}
@@ -31,7 +40,15 @@ def test_held_out_1():
 
 def _lcrl_f2():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep([letter_grade(s) for s in (90, 80, 70, 70, 60)]))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = [letter_grade(s) for s in (90, 80, 70, 70, 60)]
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['A', 'B', 'C', 'D'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_2():
@@ -40,7 +57,15 @@ def test_held_out_2():
 
 def _lcrl_f3():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(grade_counts([85, 90, 59, 60, 100])))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = grade_counts([85, 90, 59, 60, 100])
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == {'A': 2, 'B': 1, 'C': 0, 'D': 1, 'F': 1})
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_3():

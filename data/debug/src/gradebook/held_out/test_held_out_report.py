@@ -24,11 +24,28 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def _lcrl_f1():
     _lcrl_seen = []
-    MARKS = {'ann': [92, 98, 60], 'bob': [70, 85, 85, 80], 'cy': [40, 62]}
-    _lcrl_seen.append(_lcrl_keep([latest for *_, latest in class_report(MARKS)]))
+    _lcrl_failed = []
+    try:
+        MARKS = {'ann': [92, 98, 60], 'bob': [70, 85, 85, 80], 'cy': [40, 62]}
+        _lcrl_v0 = [latest for *_, latest in class_report(MARKS)]
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == [60, 80, 62])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_1():
@@ -37,8 +54,16 @@ def test_held_out_1():
 
 def _lcrl_f2():
     _lcrl_seen = []
-    MARKS = {'ann': [92, 98, 60], 'bob': [70, 85, 80], 'cy': [40, 40, 62]}
-    _lcrl_seen.append(_lcrl_keep(top_student(MARKS)))
+    _lcrl_failed = []
+    try:
+        MARKS = {'ann': [92, 98, 60], 'bob': [70, 85, 80], 'cy': [40, 40, 62]}
+        _lcrl_v0 = top_student(MARKS)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == 'ann')
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_2():
@@ -47,8 +72,16 @@ def test_held_out_2():
 
 def _lcrl_f3():
     _lcrl_seen = []
-    MARKS = {'ann': [92, 98, 60], 'cy': [40, 62]}
-    _lcrl_seen.append(_lcrl_keep([latest for *_, latest in class_report(MARKS)]))
+    _lcrl_failed = []
+    try:
+        MARKS = {'ann': [92, 98, 60], 'cy': [40, 62]}
+        _lcrl_v0 = [latest for *_, latest in class_report(MARKS)]
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == [60, 80, 62])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_3():

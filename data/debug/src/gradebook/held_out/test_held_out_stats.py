@@ -23,13 +23,30 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def _lcrl_f1():
     _lcrl_seen = []
-    marks = [70, 90, 50]
-    drop_lowest(marks)
-    average(marks)
-    _lcrl_seen.append(_lcrl_keep(marks))
+    _lcrl_failed = []
+    try:
+        marks = [70, 90, 50]
+        drop_lowest(marks)
+        average(marks)
+        _lcrl_v0 = marks
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == [70, 50, 90])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_1():

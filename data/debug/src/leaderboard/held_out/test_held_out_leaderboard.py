@@ -23,6 +23,15 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def test_held_out_1():
     assert ranking({'ann': 5, 'bob': 9, 'cy': 5}) == [(1, 'bob', 9), (2, 'ann', 5), (2, 'cy', 5)]
@@ -38,7 +47,15 @@ def test_held_out_3():
 
 def _lcrl_f4():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(ranking({'ann': 5, 'bob': 9, 'cy': 5})))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = ranking({'ann': 5, 'bob': 9, 'cy': 5})
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == [(1, 'bob', 9), (2, 'cy', 5), (3, 'ann', 3)])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_4():

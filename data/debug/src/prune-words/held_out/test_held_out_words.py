@@ -23,12 +23,31 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def _lcrl_f1():
     _lcrl_seen = []
-    words = ['alpha', 'beta']
-    _lcrl_seen.append(_lcrl_keep(remove_short(words, 6)))
-    _lcrl_seen.append(_lcrl_keep(words))
+    _lcrl_failed = []
+    try:
+        words = ['alpha', 'beta']
+        _lcrl_v0 = remove_short(words, 6)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == 0)
+        _lcrl_v0 = words
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['alpha', 'beta'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_1():
@@ -37,9 +56,19 @@ def test_held_out_1():
 
 def _lcrl_f2():
     _lcrl_seen = []
-    words = ['alpha', 'a', 'beta', 'b', 'b', 'gamma']
-    _lcrl_seen.append(_lcrl_keep(remove_short(words, 2)))
-    _lcrl_seen.append(_lcrl_keep(words))
+    _lcrl_failed = []
+    try:
+        words = ['alpha', 'a', 'beta', 'b', 'b', 'gamma']
+        _lcrl_v0 = remove_short(words, 2)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == 2)
+        _lcrl_v0 = words
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['alpha', 'beta', 'gamma'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_2():
@@ -48,9 +77,19 @@ def test_held_out_2():
 
 def _lcrl_f3():
     _lcrl_seen = []
-    words = ['to', 'be', 'not', 'to', 'be']
-    _lcrl_seen.append(_lcrl_keep(remove_short(words, 3)))
-    _lcrl_seen.append(_lcrl_keep(words))
+    _lcrl_failed = []
+    try:
+        words = ['to', 'be', 'not', 'to', 'be']
+        _lcrl_v0 = remove_short(words, 3)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == 5)
+        _lcrl_v0 = words
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['not'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_3():
@@ -59,9 +98,19 @@ def test_held_out_3():
 
 def _lcrl_f4():
     _lcrl_seen = []
-    words = ['b', 'c']
-    _lcrl_seen.append(_lcrl_keep(remove_short(words, 2)))
-    _lcrl_seen.append(_lcrl_keep(words))
+    _lcrl_failed = []
+    try:
+        words = ['b', 'c']
+        _lcrl_v0 = remove_short(words, 2)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == 3)
+        _lcrl_v0 = words
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == [])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_4():

@@ -24,6 +24,15 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def test_held_out_1():
     assert format_line('tet', 2.5) == 'tet                 2.50'
@@ -35,8 +44,17 @@ def test_held_out_2():
 
 def _lcrl_f3():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(format_line('tea', 2.5)))
-    _lcrl_seen.append(_lcrl_keep('tea' + ' ' * 13 + '   2.50'))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = format_line('tea', 2.5)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_v1 = 'tea' + ' ' * 13 + '   2.50'
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v1))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == _lcrl_v1)
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_3():
@@ -45,8 +63,17 @@ def test_held_out_3():
 
 def _lcrl_f4():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(format_line('bike', 249.0)))
-    _lcrl_seen.append(_lcrl_keep('bike' + ' ' * 13 + '  249.00'))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = format_line('bike', 249.0)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_v1 = 'bike' + ' ' * 13 + '  249.00'
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v1))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == _lcrl_v1)
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_4():

@@ -24,12 +24,31 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def _lcrl_f1():
     _lcrl_seen = []
-    tokenizer = Tokenizer()
-    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('a++b')))
-    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('c-1')))
+    _lcrl_failed = []
+    try:
+        tokenizer = Tokenizer()
+        _lcrl_v0 = tokenizer.tokenize('a++b')
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['a', '+', 'b'])
+        _lcrl_v0 = tokenizer.tokenize('c-1')
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['c', '-', '1'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_1():
@@ -38,10 +57,18 @@ def test_held_out_1():
 
 def _lcrl_f2():
     _lcrl_seen = []
-    tokenizer = Tokenizer()
-    first = tokenizer.tokenize('b+b')
-    tokenizer.tokenize('c')
-    _lcrl_seen.append(_lcrl_keep(first))
+    _lcrl_failed = []
+    try:
+        tokenizer = Tokenizer()
+        first = tokenizer.tokenize('b+b')
+        tokenizer.tokenize('c')
+        _lcrl_v0 = first
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['a', '+', 'b'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_2():
@@ -50,10 +77,18 @@ def test_held_out_2():
 
 def _lcrl_f3():
     _lcrl_seen = []
-    tokenizer = Tokenizer()
-    with pytest.raises(ValueError):
-        tokenizer.tokenize('a ++ $')
-    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('b')))
+    _lcrl_failed = []
+    try:
+        tokenizer = Tokenizer()
+        with pytest.raises(ValueError):
+            tokenizer.tokenize('a ++ $')
+        _lcrl_v0 = tokenizer.tokenize('b')
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['b'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_3():
@@ -62,9 +97,19 @@ def test_held_out_3():
 
 def _lcrl_f4():
     _lcrl_seen = []
-    tokenizer = Tokenizer()
-    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('++b')))
-    _lcrl_seen.append(_lcrl_keep(tokenizer.tokenize('c1-')))
+    _lcrl_failed = []
+    try:
+        tokenizer = Tokenizer()
+        _lcrl_v0 = tokenizer.tokenize('++b')
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['a', '+', 'b'])
+        _lcrl_v0 = tokenizer.tokenize('c1-')
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['c', '-', '1'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_4():
@@ -73,7 +118,15 @@ def test_held_out_4():
 
 def _lcrl_f5():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(Tokenizer().tokenize('2 + x*3')))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = Tokenizer().tokenize('2 + x*3')
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['12', '+', 'x', '*', '3'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_5():

@@ -26,6 +26,15 @@ def _lcrl_keep(value):
     return _lcrl_v if _lcrl_plain(_lcrl_v) else ("<repr>", _lcrl_r)
 
 
+def _lcrl_check(failed, thunk):
+    try:
+        _lcrl_holds = bool(thunk())
+    except Exception:
+        _lcrl_holds = False
+    if not _lcrl_holds:
+        failed.append(True)
+
+
 
 def test_held_out_1():
     assert split_message('🙂🙂🙂 ook', 4) == ['🙂', '🙂', '🙂', 'ook']
@@ -33,9 +42,19 @@ def test_held_out_1():
 
 def _lcrl_f2():
     _lcrl_seen = []
-    chunks = split_message('café crème brûlée', 10)
-    _lcrl_seen.append(_lcrl_keep(bool(all((utf8_len(chunk) <= 10 for chunk in chunks)))))
-    _lcrl_seen.append(_lcrl_keep('  '.join(chunks)))
+    _lcrl_failed = []
+    try:
+        chunks = split_message('café crème brûlée', 10)
+        _lcrl_v0 = bool(all((utf8_len(chunk) <= 10 for chunk in chunks)))
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0)
+        _lcrl_v0 = '  '.join(chunks)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == 'café crème brûlée')
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_2():
@@ -44,8 +63,16 @@ def test_held_out_2():
 
 def _lcrl_f3():
     _lcrl_seen = []
-    chunks = split_message('éééé', 5)
-    _lcrl_seen.append(_lcrl_keep(chunks))
+    _lcrl_failed = []
+    try:
+        chunks = split_message('éééé', 5)
+        _lcrl_v0 = chunks
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['éé', 'éé', 'é'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_3():
@@ -54,7 +81,15 @@ def test_held_out_3():
 
 def _lcrl_f4():
     _lcrl_seen = []
-    _lcrl_seen.append(_lcrl_keep(split_message('🙂🙂🙂 ok', 5)))
+    _lcrl_failed = []
+    try:
+        _lcrl_v0 = split_message('🙂🙂🙂 ok', 5)
+        _lcrl_seen.append(_lcrl_keep(_lcrl_v0))
+        _lcrl_check(_lcrl_failed, lambda: _lcrl_v0 == ['🙂', '🙂', '🙂', 'ok'])
+    except Exception as _lcrl_error:
+        if not _lcrl_failed:
+            raise
+        _lcrl_seen.append(('<raised>', type(_lcrl_error).__name__))
     return _lcrl_seen
 
 def test_held_out_4():
