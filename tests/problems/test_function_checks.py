@@ -853,3 +853,34 @@ def test_an_error_after_a_failed_assert_ends_the_run_with_the_records():
     assert _run(text, lookup=lambda key: {"n": "x"})() == [{"n": "x"}, "x", 1]
     failing = recording(ast.parse(source.replace('found["n"] < 3', "not found")).body[0])
     assert _run(failing, lookup=lambda key: {"n": 1})() == [{"n": 1}, True, 1]
+
+
+def test_a_test_of_a_helper_s_assert_keeps_it_raising():
+    """``pytest.raises(AssertionError)`` around a helper: the test expects the helper's assert to
+    raise. Recorded, it would not, and every variant would fail in the clean run."""
+    source = """import pytest
+
+from shop import restock
+
+
+def check(stock, names, new):
+    assert restock(stock, names) == new
+
+
+def test_check_catches_a_wrong_count():
+    def local(names):
+        assert restock({}, names) == 0
+
+    check({}, ["tea"], 1)
+    with pytest.raises(AssertionError):
+        check({}, ["tea"], 2)
+    with pytest.raises(AssertionError):
+        local(["tea"])
+"""
+    (site,) = sites(ast.parse(source))
+    assert [n.name for n in site.body if isinstance(n, ast.FunctionDef)] == ["local"]  # no copy
+    namespace = _case_namespace(source)
+    text = recording(site)
+    assert "assert restock({}, names) == 0" in text  # the defined helper left raising
+    exec(text, namespace)
+    assert namespace[RUN_NAME]() == []  # both ``pytest.raises`` met, as in the visible test

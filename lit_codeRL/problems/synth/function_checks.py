@@ -449,7 +449,9 @@ def with_helpers(function: ast.FunctionDef, helpers: dict[str, ast.FunctionDef])
     those they call) defined at the top of its body, so that :func:`recording` records their
     asserts too: a changed input or expected value passed to a helper otherwise fails the
     helper's assert in the clean run as well, and a check that raises there is no check."""
-    called = _called(function, helpers, _name_call) - _stored(function)
+    called = (
+        _called(function, helpers, _name_call) - _stored(function) if _may_record_helpers(function) else set()
+    )
     if not called:
         return function
     out = copy.deepcopy(function)
@@ -481,7 +483,7 @@ def with_method_helpers(
         and [a.arg for a in m.args.args[:1]] == ["self"]
     }
     asserting = _asserting(methods, _self_call, helpers)
-    called = _called(test, asserting, _self_call)
+    called = _called(test, asserting, _self_call) if _may_record_helpers(test) else set()
     if not called:
         return owner
     case = copy.deepcopy(owner)
@@ -491,6 +493,13 @@ def with_method_helpers(
     case.body = [recorded.pop(m.name) if getattr(m, "name", None) in recorded else m for m in case.body]
     case.body += [recorded[name] for name in asserting if name in recorded]  # a mixin's, overridden
     return ast.fix_missing_locations(case)
+
+
+def _may_record_helpers(test: ast.FunctionDef) -> bool:
+    """May the helpers ``test`` checks through be recorded? Not when it names ``AssertionError``
+    (``pytest.raises(AssertionError)``: a test of the helper itself, which expects its assert to
+    raise; recorded, it would not)."""
+    return not any(isinstance(n, ast.Name) and n.id == "AssertionError" for n in ast.walk(test))
 
 
 def _called(start: ast.AST, members: dict[str, ast.FunctionDef], name_of: _NameOf) -> set[str]:
@@ -783,6 +792,12 @@ class _Records(ast.NodeTransformer):
     visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _nested
 
 
+class _OwnRecords(_Records):
+    """The test's own asserts recorded, not those of a function it defines (:func:`_may_record_helpers`)."""
+
+    visit_FunctionDef = _Records._nested
+
+
 class _Helper(_Records):
     """A helper's asserts recorded into the site's records (the enclosing run's list), a failed
     one ending the helper (the test goes on, as it goes on to its next ``check(...)``); its
@@ -846,7 +861,8 @@ def recording(function: ast.FunctionDef, owner: ast.ClassDef | None = None) -> s
 
 
 def _recorded(function: ast.FunctionDef, bind: bool = True) -> ast.FunctionDef:
-    out = _Records().generic_visit(copy.deepcopy(function))  # its body; visit() leaves a def
+    records = _Records() if _may_record_helpers(function) else _OwnRecords()
+    out = records.generic_visit(copy.deepcopy(function))  # its body; visit() leaves a def
     out.name = RUN_NAME
     out.decorator_list = []
     out.returns = None
