@@ -763,6 +763,16 @@ def test_a_long_test_s_variant_keeps_only_its_changed_check(monkeypatch):
         assert "restock(stock, [" in text and "stock = {" in text  # what the test built
         exec(text, namespace)
         assert len(namespace[RUN_NAME]()) == 2 * len(kept)  # each kept call's two sides
+    # each statement holding an input a site of its own, in turn: not 8 variants over 30 checks
+    single = function_variants(test, random.Random(0), set())
+    assert len(single) > function_checks.VARIANTS_PER_CALL
+    changed_rows = set()
+    for text in single:
+        (run,) = [n for n in ast.parse(text).body[0].body if isinstance(n, ast.Try)]
+        changed_rows |= {
+            ast.unparse(s) for s in run.body if isinstance(s, ast.Expr) and "check(" in ast.unparse(s)
+        }
+    assert len(changed_rows) >= 20
     monkeypatch.setattr(function_checks, "MAX_SOURCE", 40)  # too long even when cut: no variant
     assert function_variants(test, random.Random(0), set()) == []
 

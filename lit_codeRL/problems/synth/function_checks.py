@@ -57,6 +57,8 @@ MAX_SOURCE = 4000
 """Longest changed test function kept (its source, as written into the checks)."""
 MAX_PARAMETER_SETS = 4
 """A parametrized test's parameter sets made sites at most (the first ones)."""
+MAX_LONG_VARIANTS = 96
+"""Variants of a test too long for one check at most (:func:`function_variants`)."""
 MAX_CONSTANT = 1000
 """Longest module constant (its source) bound in a test that reads it (:func:`with_constants`)."""
 _SEEN = "_lcrl_seen"
@@ -881,6 +883,12 @@ def _lists() -> list[ast.stmt]:
     return [ast.Assign([ast.Name(name, ast.Store())], ast.List([], ast.Load())) for name in (_SEEN, _FAILED)]
 
 
+def _holding(function: ast.FunctionDef) -> list[int]:
+    """The indices of ``function``'s statements that hold an input literal."""
+    inputs = {id(slot) for slot in input_literals(function)}
+    return [i for i, st in enumerate(function.body) if any(id(n) in inputs for n in ast.walk(st))]
+
+
 def _trimmed(function: ast.FunctionDef, changed: set[int], owner: ast.ClassDef | None) -> ast.FunctionDef:
     """A copy of ``function`` cut after the last statement holding a changed literal (the ids
     ``changed``; when that statement builds input, after the first check that follows it), and
@@ -941,12 +949,21 @@ def function_variants(
     function: ast.FunctionDef, rng: random.Random, seen: set[str], owner: ast.ClassDef | None = None
 ) -> list[str]:
     """Sources of ``function`` (a method of ``owner``) as :func:`recording`, each with one or two
-    of its :func:`input_literals` mutated (none the test's own, none repeated)."""
-    seen.add(recording(function, owner))
+    of its :func:`input_literals` mutated (none the test's own, none repeated). A test too long
+    for one check (cut by :func:`_trimmed`) is a table of checks: its statements that hold an
+    input take turns, each a site of its own (up to :data:`MAX_LONG_VARIANTS` variants)."""
+    visible = recording(function, owner)
+    seen.add(visible)
+    holding = _holding(function) if len(visible) > MAX_SOURCE else []
+    rounds = min(VARIANTS_PER_CALL * len(holding), MAX_LONG_VARIANTS) if holding else VARIANTS_PER_CALL
+    turns = rng.sample(holding, len(holding))
     out = []
-    for _ in range(VARIANTS_PER_CALL):
+    for number in range(rounds):
         changed = copy.deepcopy(function)
         slots = input_literals(changed)
+        if turns:  # the slots of this round's statement
+            inside = {id(n) for n in ast.walk(changed.body[turns[number % len(turns)]])}
+            slots = [slot for slot in slots if id(slot) in inside]
         new: dict[int, ast.expr] = {}
         for at in {rng.randrange(len(slots)) for _ in range(1 if rng.random() < 0.7 else 2)}:
             before = ast.literal_eval(slots[at])
