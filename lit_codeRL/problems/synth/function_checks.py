@@ -253,11 +253,11 @@ def module_displays(tree: ast.Module) -> dict[str, ast.expr]:
     return {n: v for n, v in _single_values(tree).items() if isinstance(v, ast.List | ast.Tuple | ast.Set)}
 
 
-def _bindings(tree: ast.Module) -> dict[str, list[ast.expr | None]]:
-    """Each name the module binds at its top, with the value of each binding (``None``: not one
-    plain value, as a ``def``, an import or a binding under ``if``/``for``/``try``)."""
+def _bindings(body: list[ast.stmt]) -> dict[str, list[ast.expr | None]]:
+    """Each name ``body`` (a module's, a class's) binds at its top, with the value of each binding
+    (``None``: not one plain value, as a ``def``, an import or a binding under ``if``/``for``/``try``)."""
     bound: dict[str, list[ast.expr | None]] = {}
-    for node in tree.body:
+    for node in body:
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             simple = len(targets) == 1 and isinstance(targets[0], ast.Name)
@@ -279,7 +279,7 @@ def _bindings(tree: ast.Module) -> dict[str, list[ast.expr | None]]:
 
 
 def _single_values(tree: ast.Module) -> dict[str, ast.expr]:
-    bound = _bindings(tree)
+    bound = _bindings(tree.body)
     shared = {n for node in ast.walk(tree) if isinstance(node, ast.Global | ast.Nonlocal) for n in node.names}
     return {
         name: value
@@ -344,19 +344,7 @@ def with_attributes(
     values: dict[str, ast.expr | None] = {}
     family = _family(owner, classes)
     for node in family:
-        own: dict[str, list[ast.expr | None]] = {}
-        for member in node.body:
-            if isinstance(member, ast.Assign | ast.AnnAssign) and isinstance(
-                target := _target(member), ast.Name
-            ):
-                own.setdefault(target.id, []).append(member.value)
-            elif isinstance(member, ast.Assign | ast.AnnAssign | ast.AugAssign):
-                targets = member.targets if isinstance(member, ast.Assign) else [member.target]
-                for name in [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]:
-                    own.setdefault(name, []).append(None)
-            elif isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                own.setdefault(member.name, []).append(None)
-        for name, bound in own.items():
+        for name, bound in _bindings(node.body).items():
             values.setdefault(name, bound[0] if len(bound) == 1 else None)  # a subclass's first
     set_anywhere = {
         n.attr
@@ -395,18 +383,11 @@ def with_attributes(
     return ast.fix_missing_locations(out)
 
 
-def _target(node: ast.Assign | ast.AnnAssign) -> ast.expr | None:
-    """The one target of a plain assignment (``x = ...``, ``x: T = ...``)."""
-    if isinstance(node, ast.AnnAssign):
-        return node.target if node.value is not None else None
-    return node.targets[0] if len(node.targets) == 1 else None
-
-
 def module_helpers(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     """The module's functions other than its tests that assert (``def check(text, expected):
     assert slugify(text) == expected``) or call one that does, bound once, undecorated, neither
     async nor generators: what a test calls to check its values."""
-    tests, bound = _tests(tree), _bindings(tree)
+    tests, bound = _tests(tree), _bindings(tree.body)
     plain = {
         node.name: node
         for node in tree.body
@@ -801,12 +782,8 @@ class _OwnRecords(_Records):
 
 
 class _Helper(_Records):
-    """A helper's asserts recorded into the site's records (the enclosing run's list), a failed
-    one ending the helper (the test goes on, as it goes on to its next ``check(...)``); its
+    """A helper's asserts recorded into the site's records (the enclosing run's lists); its
     returns its own."""
-
-    def stop(self) -> ast.stmt:
-        return ast.Return(None)
 
     def visit_Return(self, node: ast.Return) -> ast.Return:
         return self.generic_visit(node)  # type: ignore[return-value]
