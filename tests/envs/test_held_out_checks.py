@@ -59,7 +59,35 @@ PROBLEMS = [
         reference_solution=REFERENCE,
         metadata={"mbpp_task_id": 602},
     ),
+    # answers that change on rare inputs only: most bugs answer every nearby call alike
+    Problem(
+        "603",
+        "Write a function to check whether a day is on a weekend.",
+        tests=(
+            "assert is_weekend('Saturday') == True",
+            "assert is_weekend('Monday') == False",
+            "assert is_weekend('Friday') == False",
+        ),
+        reference_solution='def is_weekend(day):\n    return day == "Saturday" or day == "Sunday"\n',
+        metadata={"mbpp_task_id": 603},
+    ),
+    # an answer whose repr is no literal (a Counter), compared with a dict
+    Problem(
+        "604",
+        "Write a function to count the words of a sentence longer than a given length.",
+        tests=(
+            "assert long_words('a bb ccc bb', 1) == {'bb': 2, 'ccc': 1}",
+            "assert long_words('xyz xyz q', 2) == {'xyz': 2}",
+            "assert long_words('hello world hello', 4) == {'hello': 2, 'world': 1}",
+        ),
+        reference_solution=(
+            "from collections import Counter\n\n\ndef long_words(text, n):\n"
+            "    return Counter(w for w in text.split() if len(w) > n)\n"
+        ),
+        metadata={"mbpp_task_id": 604},
+    ),
 ]
+IDS = ["numbers", "strings and pairs", "rare inputs", "a Counter"]
 
 
 def hard_coded(buggy: str, tests: tuple[str, ...]) -> str:
@@ -80,7 +108,7 @@ def tasks(tmp_path_factory):
 
     os.environ.setdefault("LIT_CODERL_SYNTH_CACHE", str(tmp_path_factory.mktemp("synth")))
     rows, stats = bug_rows(PROBLEMS, MBPPBugSettings(tries=6))
-    assert stats["kept"] == 2 and stats["held_out"]["tasks_with_a_failing_check"] == 2, stats
+    assert stats["kept"] == 4 and stats["held_out"]["tasks_with_a_failing_check"] == 4, stats
     return [(row, task_from_row(row, row["task_name"], row["split"])) for row in rows]
 
 
@@ -88,7 +116,7 @@ def rewrite(path: str, content: str) -> str:
     return f'<rewrite path="{path}">{content}</rewrite>'
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["numbers", "strings and pairs"])
+@pytest.mark.parametrize("index", range(4), ids=IDS)
 def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(bwrap_gym, tasks, index):
     row, task = tasks[index]
     problem = PROBLEMS[index]
@@ -114,7 +142,26 @@ def test_a_file_at_the_checks_path_changes_nothing(bwrap_gym, tasks):
     assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", grade
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["numbers", "strings and pairs"])
+def test_a_task_made_again_under_its_id_is_graded_with_its_own_checks(bwrap_gym, tasks):
+    """Tasks made again (new held-out checks, ``GENERATOR_VERSION``) keep their ids. The gym
+    kept one graded task an id and graded the second with the first one's checks."""
+    row, task = tasks[0]
+    hack = hard_coded(task.files["solution.py"], PROBLEMS[0].tests)
+    out, _ = debug_episode(bwrap_gym, task, [rewrite("solution.py", hack)])
+    assert out.info["episode"]["grade"]["verdict"] == "unresolved"
+    lenient = {
+        **row,
+        "hidden_files": [{"path": HELD_OUT_TESTS, "content": "def test_held_out_1():\n    pass\n"}],
+    }
+    again = task_from_row(lenient, row["task_name"], row["split"])
+    assert again.task_id == task.task_id
+    out, _ = debug_episode(bwrap_gym, again, [rewrite("solution.py", hack)])
+    grade = out.info["episode"]["grade"]
+    graded = [*grade["fail_to_pass"], *grade.get("pass_to_pass", {})]
+    assert grade["verdict"] == "resolved" and f"{HELD_OUT_TESTS}::test_held_out_1" in graded, grade
+
+
+@pytest.mark.parametrize("index", range(4), ids=IDS)
 def test_the_reference_fix_resolves_with_the_checks(bwrap_gym, tasks, index):
     row, task = tasks[index]
     out, _ = debug_episode(bwrap_gym, task, [rewrite("solution.py", task.fix["solution.py"])])
@@ -154,7 +201,7 @@ def test_swe_rows_of_mbpp_bugs_carry_the_checks_in_their_test_patch(tmp_path, mo
         )  # fmt: skip
     )
     report = synth_main([f"mbpp:{mbpp}", "--mbpp-split", "train", "--out", str(tmp_path / "out")])
-    assert report["sources"][0]["kept_in_split"] == 2, report
+    assert report["sources"][0]["kept_in_split"] == len(PROBLEMS), report
     rows = load_swe_tasks(str(tmp_path / "out" / "swe" / "tasks.jsonl"), "all")
     grader = SWEGrader(WorkspaceConfig(backend="bwrap"), RepoCache(tmp_path / "prepared"), timeout_s=120)
     for row, problem in zip(rows, PROBLEMS, strict=True):

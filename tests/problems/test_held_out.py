@@ -18,11 +18,13 @@ from lit_codeRL.problems.synth.held_out import (
     expected_values,
     held_out_modules,
     mutate,
+    search_variants,
     variants,
 )
 from lit_codeRL.problems.synth.held_out import (
     test_module_text as module_text,
 )
+from tests.envs.conftest import answering
 from tests.sandbox.conftest import require_bwrap
 
 REFERENCE = "def scale(xs, k):\n    return [x * k for x in xs]\n\n\ndef is_even(n):\n    return n % 2 == 0\n"
@@ -78,11 +80,129 @@ def test_variants_change_the_visible_calls_only_and_are_seeded():
     sources = [v.expression for v in found]
     assert len(set(sources)) == len(sources)
     assert not {"scale([1, 2, 3], 2)", "sorted(scale((4, 1), k=3))", "is_even(3)"} & set(sources)
-    assert {v.site for v in found} == {0, 1, 2}  # the fourth assert's argument is a call
+    assert {v.site for v in found} == {0, 1, 2, 3}
     assert all(
         v.expression.startswith("sorted(scale(") and "k=" in v.expression for v in found if v.site == 1
     )
     assert all(v.expression.startswith("is_even(") for v in found if v.site == 2)
+    # the fourth assert's first argument is a call: its literal changes, the calls stay
+    assert all(v.expression.startswith("scale(list(range(") for v in found if v.site == 3)
+
+
+OTHER = """\
+import sys
+from collections import Counter, namedtuple
+
+Pair = namedtuple("Pair", "a b")
+
+
+def longest(pairs, n):
+    return max(p.b - p.a for p in pairs[:n])
+
+
+def keep(items, kind):
+    return [x for x in items if not isinstance(x, kind)]
+
+
+def size(t):
+    return sys.getsizeof(t)
+
+
+def letters(text):
+    return Counter(text)
+
+
+def ends(pair):
+    return Pair(pair[0], pair[-1])
+"""
+ARGUMENTS = Problem(
+    "8",
+    "arguments that are no literal, an expected value that is none, answers that are no literal",
+    tests=(
+        "assert longest([Pair(5, 24), Pair(15, 25)], 2) == 19",
+        "assert keep((4, 5, 7.7), int) == [7.7]",
+        "assert size((1, 2)) == sys.getsizeof((1, 2))",
+        "assert letters('abca') == {'a': 2, 'b': 1, 'c': 1}",
+        "assert ends([1, 2, 3]) == (1, 3)",
+        "assert letters(text_of_setup) == {'x': 1}",  # no literal anywhere in the call: no site
+    ),
+    reference_solution=OTHER,
+    setup_code="text_of_setup = 'x'",
+)
+
+
+def test_literals_inside_calls_and_beside_names_change_and_the_rest_is_kept():
+    """A call whose arguments are not all literals (a named tuple built in the test, a type, an
+    expression) changes the literals inside them; a test comparing with a computed value is a site
+    too, its solution call the compared side."""
+    found = variants(ARGUMENTS)
+    by_site = {site: [v.expression for v in found if v.site == site] for site in range(6)}
+    assert all(by_site[site] for site in range(5)) and not by_site[5]
+    assert all(e.startswith("longest([Pair(") and e.count("Pair(") == 2 for e in by_site[0]), by_site[0]
+    assert all(e.startswith("keep(") and e.endswith(", int)") for e in by_site[1]), by_site[1]
+    assert all(e.startswith("size(") and "getsizeof" not in e for e in by_site[2]), by_site[2]
+
+
+def test_answers_of_container_subclasses_are_their_containers_literals():
+    from lit_codeRL.problems.synth.held_out import ANSWER_FUNCTION
+
+    namespace: dict = {}
+    exec(ANSWER_FUNCTION + "\n" + OTHER, namespace)
+    answer = namespace["_lcrl_answer"]
+    assert answer(lambda: namespace["letters"]("abca")) == ["ok", "{'a': 2, 'b': 1, 'c': 1}"]
+    assert answer(lambda: [namespace["ends"]([1, 2])]) == ["ok", "[(1, 2)]"]
+    cycle: list = []
+    cycle.append(cycle)
+    assert answer(lambda: cycle) == ["ok", "[[...]]"]  # no literal: its call is dropped
+
+    class Never(dict):  # a subclass whose == says no to its own dict: its repr, never a literal
+        def __eq__(self, other):
+            return False
+
+        __hash__ = None
+
+        def __repr__(self):
+            return "Never()"
+
+    assert answer(lambda: Never(a=1)) == ["ok", "Never()"]
+
+
+RARE = """\
+def is_square(n):
+    return n >= 0 and int(n ** 0.5) ** 2 == n
+
+
+def right_angled(a, b, c):
+    return a * a + b * b == c * c
+
+
+def is_weekend(day):
+    return day == "Saturday" or day == "Sunday"
+"""
+RARE_PROBLEM = Problem(
+    "9",
+    "answers that change on rare inputs only",
+    tests=(
+        "assert is_square(49) == True",
+        "assert is_square(50) == False",
+        "assert right_angled(3, 4, 5) == True",
+        "assert right_angled(6, 7, 9) == False",
+        "assert is_weekend('Saturday') == True",
+        "assert is_weekend('Friday') == False",
+    ),
+    reference_solution=RARE,
+)
+
+
+def test_search_variants_take_small_values_other_orders_and_the_codes_own_literals():
+    found = [v.expression for v in search_variants(RARE_PROBLEM, 0, set())]
+    assert {f"is_square({n})" for n in range(32)} <= set(found)  # every small value, once
+    assert "right_angled(5, 4, 3)" in found and "right_angled(0, 0, 0)" in found
+    assert "is_weekend('Sunday')" in found  # a literal the reference compares with
+    assert len(found) == len(set(found)) and not {"is_square(49)", "is_weekend('Saturday')"} & set(found)
+    assert found == [v.expression for v in search_variants(RARE_PROBLEM, 0, set())]
+    near = {v.expression for v in variants(RARE_PROBLEM)}
+    assert not near & {v.expression for v in search_variants(RARE_PROBLEM, 0, near)}
 
 
 def test_expected_values_keep_what_both_runs_answered_alike_as_a_literal():
@@ -154,12 +274,7 @@ def test_held_out_modules_pass_with_the_reference_and_fail_the_bug_where_they_sa
     assert modules[0].failing >= 1 and modules[1].failing >= 1 and modules[2].failing == 0
     for module, code in zip(modules, bugs, strict=True):
         for source, failing in ((REFERENCE, 0), (code, module.failing)):
-            (tmp_path / "solution.py").write_text(source)
-            (tmp_path / HELD_OUT_TESTS).write_text(module.text)
-            done = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", HELD_OUT_TESTS],
-                cwd=tmp_path, capture_output=True, text=True, timeout=60,
-            )  # fmt: skip
+            done = run_checks(tmp_path, source, module.text)
             assert (f"{failing} failed" in done.stdout) if failing else done.returncode == 0, done.stdout
             # the ones the bug fails come first
             assert [f"test_held_out_{i}" for i in range(1, failing + 1)] == sorted(
@@ -167,3 +282,45 @@ def test_held_out_modules_pass_with_the_reference_and_fail_the_bug_where_they_sa
                 for line in done.stdout.splitlines()
                 if line.startswith("FAILED")
             )
+
+
+def test_bugs_that_differ_on_rare_inputs_only_get_a_check_they_fail(tmp_path):
+    """Each bug answers every nearby call as the reference does (checked here), so before the
+    search every check it got passed at the bug and hard-coded answers to the visible asserts
+    resolved its task. The search finds an input for each: a small value (0), another order of
+    the visible arguments, a literal of the reference's own."""
+    require_bwrap()
+    from lit_codeRL.sandbox import SandboxConfig, make_sandbox
+
+    bugs = (
+        RARE.replace("n >= 0", "n > 0"),  # differs at 0 only
+        RARE.replace("== c * c", "== c * c and a < b"),  # differs where a > b only
+        RARE.replace('"Sunday"', '"Sundays"'),  # differs on 'Sunday' only
+    )
+    for bug in bugs:
+        reference, buggy = {}, {}
+        exec(RARE, reference)
+        exec(bug, buggy)
+        near = variants(RARE_PROBLEM)
+        assert near and all(eval(v.expression, reference) == eval(v.expression, buggy) for v in near)
+    with make_sandbox(SandboxConfig(timeout_s=30)) as sandbox:
+        (modules,) = held_out_modules(
+            sandbox, [HeldOutJob(RARE_PROBLEM, RARE, "from solution import *\n", bugs)], 5
+        )
+    visible = {"is_square": {"(49,)": True, "(50,)": False}, "right_angled": {"(3, 4, 5)": True, "(6, 7, 9)": False},
+               "is_weekend": {"('Saturday',)": True, "('Friday',)": False}}  # fmt: skip
+    for module, bug in zip(modules, bugs, strict=True):
+        assert module is not None and module.failing >= 1, module
+        for source, failing in ((RARE, 0), (bug, module.failing), (answering(bug, visible), module.failing)):
+            done = run_checks(tmp_path, source, module.text)
+            assert (f"{failing} failed" in done.stdout) if failing else done.returncode == 0, done.stdout
+
+
+def run_checks(where, solution: str, checks: str) -> subprocess.CompletedProcess:
+    """pytest on the held-out module ``checks`` beside ``solution.py``."""
+    (where / "solution.py").write_text(solution)
+    (where / HELD_OUT_TESTS).write_text(checks)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", HELD_OUT_TESTS],
+        cwd=where, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip

@@ -168,9 +168,12 @@ class DebugEnv(WorkspaceEpisodeEnv):
     # ------------------------------------------------------------------ tasks
     def task_of(self, problem: Problem) -> SWETask:
         task = debug_task(problem)
-        if task.task_id not in self._swe:
-            self._swe[task.task_id] = task.to_swe_task(self.settings.cache_root(), grader=self.grader)
-        return self._swe[task.task_id]
+        # by content, not id: two sources, or one made again (new held-out checks), can give one
+        # id to tasks with other files, and the second was graded with the first one's checks
+        key = task.content_key()
+        if key not in self._swe:
+            self._swe[key] = task.to_swe_task(self.settings.cache_root(), grader=self.grader)
+        return self._swe[key]
 
     def validate_problems(self, problems: Sequence[Problem]) -> list[Problem]:
         """The problems whose task is worth training on (``validate_debug_tasks``: the reference
@@ -210,7 +213,8 @@ class DebugEnv(WorkspaceEpisodeEnv):
         assert task is not None
         initial = ""
         if self.settings.show_initial_eval:
-            if task.task_id not in self._initial and state.workspace is not None:
+            key = task.content_key()
+            if key not in self._initial and state.workspace is not None:
                 try:
                     out = self._run(
                         state,
@@ -230,9 +234,9 @@ class DebugEnv(WorkspaceEpisodeEnv):
                     # kept for every later episode of the task only when the tests ran to their end:
                     # one run past its limit on a loaded machine would tell every later episode so
                     if out.rsplit("\n", 1)[-1].startswith("[exit code "):
-                        self._initial[task.task_id] = shown
-            if task.task_id in self._initial:
-                initial = f"The tests now give:\n{self._initial[task.task_id]}\n"
+                        self._initial[key] = shown
+            if key in self._initial:
+                initial = f"The tests now give:\n{self._initial[key]}\n"
         return TASK_TEMPLATE.format(
             repo=Workspace.REPO,
             description=task.description.strip(),

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import json
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,10 @@ MAX_REPR = 400
 """Longest argument list or answer written into a check (longer ones are dropped)."""
 VARIANTS_PER_CALL = 8
 """Changed argument lists tried per visible call."""
+SEARCH_PER_CALL = 40
+"""Farther ones drawn per visible call for a bug that no nearby one tells apart (:func:`search_variants`)."""
+SEARCH_PROGRAM_TIMEOUT_S = 60.0
+"""A search program answers a few hundred calls (:data:`PROGRAM_TIMEOUT_S` a few dozen)."""
 _MARK = "@lcrl-held-out@ "
 
 
@@ -121,9 +126,11 @@ def solution_functions(source: str) -> frozenset[str]:
     return frozenset(n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
 
 
-def _compared(test: str) -> str | None:
-    """The expression an assert checks: the non-literal side of ``==``, else the assert's own
-    test when it is a call (``assert is_even(4)``), ``not`` stripped."""
+def _compared(test: str, functions: frozenset[str] = frozenset()) -> str | None:
+    """The expression an assert checks: the non-literal side of ``==``; else, when neither side
+    is a literal, the side that calls a solution function (``tuple_size(t) == sys.getsizeof(t)``:
+    the reference answers it); else the assert's own test when it is a call (``assert
+    is_even(4)``), ``not`` stripped."""
     split = split_value_test(test)
     if split is not None:
         return split[0].strip()  # parenthesized on lines of its own: parsed whole
@@ -134,31 +141,97 @@ def _compared(test: str) -> str | None:
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         return None
     node = tree.body[0].test
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
+        calling = [side for side in (node.left, node.comparators[0]) if _calls(side, functions)]
+        return ast.unparse(calling[0]) if len(calling) == 1 else None
     while isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         node = node.operand
     return ast.unparse(node) if isinstance(node, ast.Call) else None
 
 
-def _literal_call(expression: str, functions: frozenset[str]) -> tuple[ast.Expression, ast.Call] | None:
-    """The expression's tree and its first call of a solution function whose arguments are all
-    literals (``f(*xs)`` and ``f(**kw)`` are not)."""
+def _calls(node: ast.AST, functions: frozenset[str]) -> bool:
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions
+        for n in ast.walk(node)
+    )
+
+
+Slot = tuple[ast.AST, str, int | None]
+"""Where a literal sits in a call's tree: its parent node, the field and the index in it."""
+
+
+def _is_literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _literal_slots(call: ast.Call) -> list[Slot]:
+    """The literals of ``call``'s arguments a variant may change: an argument that is a literal
+    whole, else the largest literals inside it (``Pair(5, 24)``'s numbers, ``1.0 / 3``'s, ``range(3)``'s
+    bound), the names and the functions called kept as written (``int``, a tree the setup code
+    built)."""
+    slots: list[Slot] = []
+
+    def visit(parent: ast.AST, field: str, index: int | None) -> None:
+        node = getattr(parent, field) if index is None else getattr(parent, field)[index]
+        if _is_literal(node):
+            slots.append((parent, field, index))
+            return
+        if isinstance(node, ast.JoinedStr):  # an f-string's parts are not expressions of their own
+            return
+        for name, value in ast.iter_fields(node):
+            if isinstance(node, ast.Call) and name == "func":
+                continue
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, ast.expr):
+                        visit(node, name, i)
+            elif isinstance(value, ast.expr):
+                visit(node, name, None)
+
+    for i in range(len(call.args)):
+        visit(call, "args", i)
+    for keyword in call.keywords:
+        visit(keyword, "value", None)
+    return slots
+
+
+def _slot_node(slot: Slot) -> ast.AST:
+    parent, field, index = slot
+    return getattr(parent, field) if index is None else getattr(parent, field)[index]
+
+
+def _set_slot(slot: Slot, node: ast.AST) -> None:
+    parent, field, index = slot
+    if index is None:
+        setattr(parent, field, node)
+    else:
+        getattr(parent, field)[index] = node
+
+
+def _literal_call(expression: str, functions: frozenset[str]) -> tuple[ast.Expression, list[Slot]] | None:
+    """The expression's tree and the literal slots of its first call of a solution function whose
+    arguments are all literals, else of its first one with a literal somewhere in its arguments
+    (``f(*xs)`` and ``f(**kw)`` are never one)."""
     try:
         tree = pyparse.parse(expression.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    some: tuple[ast.Expression, list[Slot]] | None = None
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions):
             continue
-        args = [*node.args, *(k.value for k in node.keywords)]
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             continue
-        try:
-            for arg in args:
-                ast.literal_eval(arg)
-        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-            continue
-        return tree, node
-    return None
+        slots = _literal_slots(node)
+        if all(_is_literal(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+            return tree, slots
+        if slots and some is None:
+            some = tree, slots
+    return some
 
 
 def mutate(value: Any, rng: random.Random, depth: int = 0) -> Any:
@@ -228,38 +301,134 @@ def _changed_sequence(items: list, rng: random.Random, depth: int, letters: bool
     return fresh(items)
 
 
-def variants(problem: Problem, seed: int = 0) -> list[Variant]:
-    """Changed calls of every visible assert that compares a solution call with literal
-    arguments, :data:`VARIANTS_PER_CALL` tries each, none a visible call, none repeated."""
+def _sites(problem: Problem) -> list[tuple[ast.Expression, list[Slot]]]:
+    """Per visible assert that compares a call of a solution function with literals in its
+    arguments: the compared expression's tree and those literals' slots."""
     functions = solution_functions(problem.reference_solution or "")
-    seen: set[str] = set()
-    found: list[Variant] = []
     sites = []
     for test in problem.tests:
-        expression = _compared(test)
+        expression = _compared(test, functions)
         parsed = _literal_call(expression, functions) if expression else None
         if parsed is not None:
             sites.append(parsed)
-            seen.add(ast.unparse(parsed[0]))
+    return sites
+
+
+def variants(problem: Problem, seed: int = 0) -> list[Variant]:
+    """Changed calls of every visible assert that compares a call of a solution function with
+    literals in its arguments, :data:`VARIANTS_PER_CALL` tries each (one literal changed, or two),
+    none a visible call, none repeated."""
     digest = hashlib.sha256(f"{seed}\0{problem.task_id}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
-    for index, (tree, call) in enumerate(sites):
-        originals = [ast.literal_eval(a) for a in call.args]
-        keywords = [ast.literal_eval(k.value) for k in call.keywords]
-        values = originals + keywords
+
+    def nudged(values: list) -> Iterator[list]:
         for _ in range(VARIANTS_PER_CALL):
             changed = list(values)
             for _ in range(1 if rng.random() < 0.7 else 2):
                 at = rng.randrange(len(changed)) if changed else None
                 if at is not None:
                     changed[at] = mutate(changed[at], rng)
+            yield changed
+
+    return _changed_calls(_sites(problem), nudged, set())
+
+
+def search_variants(problem: Problem, seed: int, known: set[str]) -> list[Variant]:
+    """More changed calls, farther from the visible ones, none in ``known``: for a bug that answers
+    every call of :func:`variants` as the reference does. Such a bug differs only on inputs rare
+    near the visible calls (a perfect square, a sum equal to the third argument, an empty
+    container, another of the names the code compares with), and a hard-coded answer to the
+    visible calls would pass every check it passes. A site with two to four literals first takes
+    them in every other order; one whose literals are one to three ints, every small tuple (the
+    small-scope hypothesis: ``(0..31)``, ``(0..7)²``, ``(0..4)³``); then :data:`SEARCH_PER_CALL`
+    draws of :func:`far`, which also takes values from the reference's own literals and the
+    visible calls' (a fuzzer's dictionary)."""
+    digest = hashlib.sha256(f"{seed}\0{problem.task_id}\0search".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    sites = _sites(problem)
+    pool = _literals(problem.reference_solution or "") + [
+        ast.literal_eval(_slot_node(slot)) for _, slots in sites for slot in slots
+    ]
+
+    def farther(values: list) -> Iterator[list]:
+        if 2 <= len(values) <= 4:  # the same values in another order
+            yield from (list(t) for t in itertools.permutations(values))
+        if 1 <= len(values) <= 3 and all(type(v) is int for v in values):
+            yield from (list(t) for t in itertools.product(range(_GRID[len(values)]), repeat=len(values)))
+        for _ in range(SEARCH_PER_CALL):
+            out = list(values)
+            picked = [i for i in range(len(out)) if rng.random() < 0.5] or [rng.randrange(len(out))]
+            for i in picked:
+                out[i] = far(out[i], rng, pool)
+            yield out
+
+    return _changed_calls(sites, farther, set(known))
+
+
+_GRID = {1: 32, 2: 8, 3: 5}
+"""Each int of a site's one, two or three runs over ``range(n)`` in :func:`search_variants`."""
+
+
+def _literals(source: str) -> list[Any]:
+    """The constants of ``source`` (numbers, strings, bytes; ``True``/``False``/``None`` left out)."""
+    try:
+        tree = pyparse.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Constant)
+            and type(node.value) in (int, float, str, bytes)
+            and node.value not in out
+        ):
+            out.append(node.value)
+    return out[:200]
+
+
+def far(value: Any, rng: random.Random, pool: Sequence[Any] = ()) -> Any:
+    """``value`` changed more than :func:`mutate` changes it, its type kept: a value of its type
+    from ``pool``, a number drawn from the small ones or from a range twice its size, a container
+    emptied, or several mutations in a row."""
+    if isinstance(value, bool):
+        return rng.random() < 0.5
+    same = [v for v in pool if type(v) is type(value) and v != value]
+    if same and rng.random() < 0.25:
+        return rng.choice(same)
+    if isinstance(value, int) and rng.random() < 0.6:
+        low = 0 if value >= 0 else -2 * abs(value) - 10
+        return rng.randint(low, 20) if rng.random() < 0.5 else rng.randint(low, 2 * abs(value) + 10)
+    if isinstance(value, float) and rng.random() < 0.6:
+        low = 0.0 if value >= 0 else -2 * abs(value) - 10
+        return round(rng.uniform(low, 2 * abs(value) + 10), 2)
+    if (
+        isinstance(value, str | bytes | list | tuple | set | frozenset | dict)
+        and value
+        and rng.random() < 0.15
+    ):
+        return type(value)()
+    for _ in range(rng.randint(1, 4)):
+        value = mutate(value, rng)
+    return value
+
+
+def _changed_calls(
+    sites: list[tuple[ast.Expression, list[Slot]]], changes: Callable[[list], Iterator[list]], seen: set[str]
+) -> list[Variant]:
+    """Each site's literals given the values ``changes(values)`` proposes, each written back as a
+    literal; none in ``seen``, a visible call or repeated, none over :data:`MAX_REPR`."""
+    seen |= {ast.unparse(tree) for tree, _ in sites}
+    found: list[Variant] = []
+    for index, (tree, slots) in enumerate(sites):
+        values = [ast.literal_eval(_slot_node(slot)) for slot in slots]
+        for changed in changes(values):
             if not changed or changed == values:
                 continue
             try:
                 nodes = [pyparse.parse(repr(v), mode="eval").body for v in changed]
             except (SyntaxError, ValueError, RecursionError, MemoryError):  # inf, nan: no literal
                 continue
-            source = _with_arguments(tree, call, nodes[: len(originals)], nodes[len(originals) :])
+            source = _with_slots(tree, slots, nodes)
             if source in seen or len(source) > MAX_REPR:
                 continue
             seen.add(source)
@@ -267,18 +436,16 @@ def variants(problem: Problem, seed: int = 0) -> list[Variant]:
     return found
 
 
-def _with_arguments(tree: ast.Expression, call: ast.Call, args: list, values: list) -> str:
-    """The expression's source with ``call`` given ``args`` and its keywords ``values``."""
-    before = call.args, [k.value for k in call.keywords]
-    call.args = args
-    for keyword, value in zip(call.keywords, values, strict=True):
-        keyword.value = value
+def _with_slots(tree: ast.Expression, slots: list[Slot], nodes: list[ast.AST]) -> str:
+    """The expression's source with each slot holding the node given for it."""
+    before = [_slot_node(slot) for slot in slots]
+    for slot, node in zip(slots, nodes, strict=True):
+        _set_slot(slot, node)
     try:
         return ast.unparse(tree)
     finally:
-        call.args = before[0]
-        for keyword, value in zip(call.keywords, before[1], strict=True):
-            keyword.value = value
+        for slot, node in zip(slots, before, strict=True):
+            _set_slot(slot, node)
 
 
 CASE_FUNCTION = """
@@ -328,12 +495,30 @@ def _lcrl_alarm(*_):
     raise TimeoutError
 
 
+def _lcrl_builtin(value, path=()):
+    _lcrl_t = next((t for t in (dict, list, tuple, set, frozenset) if isinstance(value, t)), None)
+    if _lcrl_t is None or id(value) in path or len(path) > 20:  # a cycle: its repr is no literal
+        return value
+    path = (*path, id(value))
+    if _lcrl_t is dict:
+        _lcrl_items = [(k, _lcrl_builtin(v, path)) for k, v in value.items()]
+        if type(value) is dict and all(v is value[k] for k, v in _lcrl_items):
+            return value
+        return dict(_lcrl_items)
+    _lcrl_items = [_lcrl_builtin(v, path) for v in value]
+    if type(value) is _lcrl_t and all(a is b for a, b in zip(_lcrl_items, value)):
+        return value
+    return _lcrl_t(_lcrl_items)
+
+
 def _lcrl_answer(thunk, limit={MAX_REPR}):
     _lcrl_signal.signal(_lcrl_signal.SIGALRM, _lcrl_alarm)
     try:
         _lcrl_signal.setitimer(_lcrl_signal.ITIMER_REAL, {CALL_TIMEOUT_S})
         try:
-            _lcrl_r = repr(thunk())
+            _lcrl_v = thunk()
+            _lcrl_b = _lcrl_builtin(_lcrl_v)
+            _lcrl_r = repr(_lcrl_b if _lcrl_b is _lcrl_v or (_lcrl_v == _lcrl_b) is True else _lcrl_v)
         finally:
             _lcrl_signal.setitimer(_lcrl_signal.ITIMER_REAL, 0)
         return ["ok", _lcrl_r] if len(_lcrl_r) <= limit else ["big", ""]
@@ -343,17 +528,23 @@ def _lcrl_answer(thunk, limit={MAX_REPR}):
         return ["raise", type(_lcrl_e).__name__]
 """
 """``_lcrl_answer(thunk, limit)``: ``["ok", repr]``, ``["raise", type]``, ``["big", ""]`` (a repr
-over ``limit`` characters) or ``["timeout", ""]`` of one call, under its own interval timer (the MBPP programs' and the repository runs' alike)."""
+over ``limit`` characters) or ``["timeout", ""]`` of one call, under its own interval timer (the MBPP programs' and the repository runs' alike).
+A subclass of a built-in container (``Counter``, ``defaultdict``, ``OrderedDict``, a named tuple) is
+answered as that container, at any depth, when it equals it (``Counter(a=1) == {'a': 1}``; a
+class whose ``==`` says otherwise keeps its repr, which is no literal): the visible asserts compare
+it with the container's literal."""
 
 
-def answers_program(code: str, setup_code: str, expressions: Sequence[tuple[int, str]]) -> Program:
+def answers_program(
+    code: str, setup_code: str, expressions: Sequence[tuple[int, str]], timeout_s: float = PROGRAM_TIMEOUT_S
+) -> Program:
     """A program that evaluates each ``(index, expression)`` in ``code``'s namespace with
     :data:`ANSWER_FUNCTION` and prints one marked JSON line per expression: ``[i, status, text]``."""
     driver = f"""{ANSWER_FUNCTION}
 for _lcrl_i, _lcrl_src in {list(expressions)!r}:
     print({_MARK!r} + _lcrl_json.dumps([_lcrl_i, *_lcrl_answer(lambda: eval(_lcrl_src))]), flush=True)
 """
-    return Program(code=code, setup_code=f"{setup_code}\n{driver}", timeout_s=PROGRAM_TIMEOUT_S)
+    return Program(code=code, setup_code=f"{setup_code}\n{driver}", timeout_s=timeout_s)
 
 
 def read_answers(result: Any) -> dict[int, tuple[str, str]]:
@@ -562,37 +753,68 @@ def held_out_modules(
 ) -> list[list[HeldOutModule | None]]:
     """For each job, for each of its bugs, the held-out test module (``None``: no check found),
     at most ``count`` checks each. Runs two programs a problem (the reference, in two orders) and
-    one a bug, in ``sandbox`` (``run_batch``)."""
+    one a bug, in ``sandbox`` (``run_batch``); then, for the problems with a bug that no check
+    fails, the same again over :func:`search_variants` (a hard-coded answer to the visible calls
+    would pass every check such a bug passes)."""
     if count <= 0:
         return [[None] * len(job.bugs) for job in jobs]
     found = [variants(job.problem, seed) for job in jobs]
-    todo = [(k, job) for k, job in enumerate(jobs) if found[k] and job.bugs]
+    expected, buggy = _answered(sandbox, jobs, found, range(len(jobs)), PROGRAM_TIMEOUT_S)
+    chosen = {key: choose(found[key[0]], expected[key[0]], answers, count) for key, answers in buggy.items()}
+    blind = sorted({k for (k, _), (_, failing) in chosen.items() if not failing})
+    blind += [k for k, job in enumerate(jobs) if k not in expected and job.bugs]
+    if blind:
+        far_found = {
+            k: search_variants(jobs[k].problem, seed, {v.expression for v in found[k]}) for k in blind
+        }
+        more = [far_found.get(k, []) for k in range(len(jobs))]
+        far_expected, far_buggy = _answered(sandbox, jobs, more, sorted(far_found), SEARCH_PROGRAM_TIMEOUT_S)
+        for k in far_expected:  # the far calls numbered after the near ones
+            offset = len(found[k])
+            found[k] = found[k] + more[k]
+            expected.setdefault(k, {}).update({offset + i: v for i, v in far_expected[k].items()})
+            for b in range(len(jobs[k].bugs)):
+                if chosen.get((k, b), ([], 0))[1]:
+                    continue  # this bug already fails a near check: its module stays as it was
+                answers = dict(buggy.get((k, b), {}))
+                answers.update({offset + i: a for i, a in far_buggy.get((k, b), {}).items()})
+                chosen[(k, b)] = choose(found[k], expected[k], answers, count)
+    modules: list[list[HeldOutModule | None]] = [[None] * len(job.bugs) for job in jobs]
+    for (k, b), (indices, failing) in chosen.items():
+        if indices:
+            text = test_module_text(jobs[k].header, found[k], expected[k], indices)
+            modules[k][b] = HeldOutModule(text, len(indices), failing)
+    return modules
+
+
+def _answered(
+    sandbox: Any,
+    jobs: Sequence[HeldOutJob],
+    found: Sequence[Sequence[Variant]],
+    which: Iterable[int],
+    timeout_s: float,
+) -> tuple[dict[int, dict[int, Any]], dict[tuple[int, int], dict[int, tuple[str, str]]]]:
+    """For the jobs ``which`` with calls in ``found``: job -> the reference's answers it gave alike
+    in two orders (:func:`expected_values`), and (job, bug) -> the bug's answers to those calls."""
+    todo = [k for k in which if found[k] and jobs[k].bugs]
     programs = []
-    for k, job in todo:
+    for k in todo:
         pairs = list(enumerate(v.expression for v in found[k]))
         programs += [
-            answers_program(job.reference, job.problem.setup_code, pairs),
-            answers_program(job.reference, job.problem.setup_code, pairs[::-1]),
+            answers_program(jobs[k].reference, jobs[k].problem.setup_code, pairs, timeout_s),
+            answers_program(jobs[k].reference, jobs[k].problem.setup_code, pairs[::-1], timeout_s),
         ]
     results = sandbox.run_batch(programs) if programs else []
     expected: dict[int, dict[int, Any]] = {}
-    for n, (k, _) in enumerate(todo):
+    for n, k in enumerate(todo):
         values = expected_values(found[k], read_answers(results[2 * n]), read_answers(results[2 * n + 1]))
         if values:
             expected[k] = values
     buggy_programs, owners = [], []
-    for k, job in enumerate(jobs):
-        if k not in expected:
-            continue
+    for k in expected:
         pairs = [(i, found[k][i].expression) for i in expected[k]]
-        for b, code in enumerate(job.bugs):
-            buggy_programs.append(answers_program(code, job.problem.setup_code, pairs))
+        for b, code in enumerate(jobs[k].bugs):
+            buggy_programs.append(answers_program(code, jobs[k].problem.setup_code, pairs, timeout_s))
             owners.append((k, b))
     buggy = sandbox.run_batch(buggy_programs) if buggy_programs else []
-    modules: list[list[HeldOutModule | None]] = [[None] * len(job.bugs) for job in jobs]
-    for (k, b), result in zip(owners, buggy, strict=True):
-        chosen, failing = choose(found[k], expected[k], read_answers(result), count)
-        if chosen:
-            text = test_module_text(jobs[k].header, found[k], expected[k], chosen)
-            modules[k][b] = HeldOutModule(text, len(chosen), failing)
-    return modules
+    return expected, {owner: read_answers(result) for owner, result in zip(owners, buggy, strict=True)}

@@ -76,7 +76,7 @@ CANDIDATE_PREFIX = "test_lcrl_candidates_"
 MAX_CANDIDATES = 1500
 """Changed calls answered per repository at most (a seeded sample): each is a test of every run."""
 _MARK = "@lcrl-answer@"
-_FORMAT = 2
+_FORMAT = 3
 """Bump when what a cached answer means changes."""
 MAX_RECORDS_REPR = 2000
 """Longest answer of a whole test function's records (a plain call's: :data:`.held_out.MAX_REPR`)."""
