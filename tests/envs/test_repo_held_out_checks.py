@@ -402,14 +402,51 @@ def test_discount(price, percent, expected):
 """
 
 
+# the same rows written as pytest.param entries (with ids; a skipped one is no site)
+PARAM_ENTRIES_TESTS = PARAMETRIZED_TESTS.replace(
+    "[(200, 15, 170), (99, 0, 99), (50, 50, 25)]",
+    '[pytest.param(200, 15, 170, id="sale"), pytest.param(99, 0, 99, id="none"), pytest.param(50, 50, 25, '
+    'id="half"), pytest.param(10, 10, 0, marks=pytest.mark.skip)]',
+)
+
+# and as two stacked parametrizations, whose product pytest runs
+STACKED_TESTS = """import pytest
+
+from prices import discount
+
+
+@pytest.mark.parametrize("price, expected", [(200, 170)])
+@pytest.mark.parametrize("percent", [15])
+def test_discount(price, percent, expected):
+    assert discount(price, percent) == expected
+
+
+@pytest.mark.parametrize("price", [99])
+@pytest.mark.parametrize("percent, expected", [(0, 99)])
+def test_none(price, percent, expected):
+    assert discount(price, percent) == expected
+
+
+@pytest.mark.parametrize("price", [50])
+@pytest.mark.parametrize("percent", [50])
+def test_half(price, percent):
+    assert discount(price, percent) == 25
+"""
+
+
+@pytest.mark.parametrize(
+    "tests", [PARAMETRIZED_TESTS, PARAM_ENTRIES_TESTS, STACKED_TESTS], ids=["rows", "pytest.param", "stacked"]
+)
 def test_a_parametrized_test_gets_checks_and_its_hard_coded_answers_no_reward(
-    bwrap_gym, tmp_path, add_checks_script
+    bwrap_gym, tmp_path, add_checks_script, tests
 ):
     """No call of a parametrized test has a literal argument: each parameter set is a whole
-    test function whose bound values change (``function_checks.parameter_sets``)."""
+    test function whose bound values change (``function_checks.parameter_sets``). Rows written
+    as ``pytest.param`` entries, or in stacked parametrizations, got no site before, and the hack
+    graded ``resolved``."""
     buggy = PRICES.replace("price * percent // 100", "price * percent // 10")
     row = {"task_name": "mine/parametrized", "description": "discount is wrong",
-           "files": [{"path": "prices.py", "content": buggy}, {"path": "test_prices.py", "content": PARAMETRIZED_TESTS}],
+           "files": [{"path": "prices.py", "content": buggy}, {"path": "test_prices.py", "content": tests}],
            "fix": [{"path": "prices.py", "content": PRICES}]}  # fmt: skip
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps(row) + "\n")

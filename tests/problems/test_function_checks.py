@@ -91,7 +91,7 @@ def test_sites_are_plain_test_functions_with_a_literal_to_change():
 
 
 PARAMETRIZED = """
-@pytest.mark.parametrize("a, b", [(1, 2), pytest.param(3, 4, marks=slow), (5, 6), [7, 8], (9, 10), (11, 12)], ids=str)
+@pytest.mark.parametrize("a, b", [(1, 2), pytest.param(3, 4, marks=slow), pytest.param(5, 6, id="p"), [7, 8], (9, 10), (11, 12)])
 def test_pairs(tmp_path, a, b):
     assert f(a, tmp_path) == b
 
@@ -101,7 +101,7 @@ def test_names_as_a_tuple(word):
     assert g(word)
 
 
-@mark.parametrize("n", [0, 3])
+@mark.parametrize("n", [0, pytest.param(3, id="three"), pytest.param(4, 5)])
 def test_one_name(n):
     assert h(n) == 1
 
@@ -112,9 +112,21 @@ def test_indirect(n):
 
 
 @pytest.mark.parametrize("n", [1])
-@pytest.mark.parametrize("m", [2])
+@pytest.mark.parametrize("m", [2, 3])
 def test_stacked(n, m):
     assert h(n, m) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", [2, 3])
+def test_marked_and_parametrized(m):
+    assert h(m) == 1
+
+
+@pytest.mark.parametrize("m", [1])
+@pytest.mark.parametrize("m", [2])
+def test_bound_twice(m):
+    assert h(m) == 1
 
 
 @pytest.mark.slow
@@ -132,19 +144,28 @@ def test_a_parametrized_test_is_a_site_per_parameter_set():
     from lit_codeRL.problems.synth.function_checks import MAX_PARAMETER_SETS, parameter_sets
 
     tests = {t.name: parameter_sets(t) for t in ast.parse(PARAMETRIZED).body}
-    # pytest.param entries are left out (their marks), the first MAX_PARAMETER_SETS others kept
+    # pytest.param entries with marks are left out, those without are their values; the first
+    # MAX_PARAMETER_SETS kept
     pairs = [ast.unparse(t) for t in tests["test_pairs"]]
     assert len(pairs) == MAX_PARAMETER_SETS == 4
     assert pairs[0] == "def test_pairs(tmp_path):\n    a, b = (1, 2)\n    assert f(a, tmp_path) == b"
     assert [p.splitlines()[1].strip() for p in pairs[1:]] == [
-        "a, b = (5, 6)",
+        "a, b = (5, 6)",  # pytest.param(5, 6, id="p")
         "a, b = [7, 8]",
         "a, b = (9, 10)",
     ]
     assert ast.unparse(tests["test_names_as_a_tuple"][0]).splitlines()[1].strip() == "word, = ('x',)"
     assert [ast.unparse(t).splitlines()[1].strip() for t in tests["test_one_name"]] == ["n = 0", "n = 3"]
-    # indirect parameters, stacked or other marks, names the test does not take: no site
-    for name in ("test_indirect", "test_stacked", "test_other_mark", "test_not_a_parameter"):
+    # stacked parametrizations: the sets of their product
+    assert [ast.unparse(t).splitlines()[1:3] for t in tests["test_stacked"]] == [
+        ["    n = 1", "    m = 2"],
+        ["    n = 1", "    m = 3"],
+    ]
+    assert [a.arg for a in tests["test_stacked"][0].args.args] == []
+    # indirect parameters, other marks (beside a parametrization too), a name two decorators
+    # bind, names the test does not take: no site
+    for name in ("test_indirect", "test_other_mark", "test_marked_and_parametrized", "test_bound_twice",
+                 "test_not_a_parameter"):  # fmt: skip
         assert tests[name] == [], name
     # the parameter set's values are inputs: the variants change them, and the record runs
     (one,) = [t for t in sites(ast.parse(PARAMETRIZED)) if t.name == "test_one_name"][:1]

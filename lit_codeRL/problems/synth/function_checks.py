@@ -15,10 +15,10 @@ the bug no longer meets) answers otherwise too. The assert's test still runs on 
 values; a failure is noted, and an error after one (``assert r is not None; r.fixed``) ends the
 run with the records so far.
 
-Only plain test functions are sites: top level, no decorator but one ``pytest.mark.parametrize``
+Only plain test functions are sites: top level, no decorator but ``pytest.mark.parametrize``
 (each of its first parameter sets a site of its own, bound at the top of the body: a literal, or
 a value built from the module's names, written there or in a module constant the decorator
-names), positional parameters only (fixtures, passed through by the check), no ``yield``.
+names; stacked ones give the sets of their product), positional parameters only (fixtures, passed through by the check), no ``yield``.
 Their module's code other than its tests (helpers, constants, fixtures) is the checks' header
 (:func:`module_support`). A module constant a test reads (``top_student(MARKS)``) is bound in it
 as a copy, so it changes like a literal (:func:`with_constants`).
@@ -46,6 +46,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import itertools
 import random
 import unittest
 from collections.abc import Callable, Iterator
@@ -536,56 +537,93 @@ def parameter_sets(
     displays: dict[str, ast.expr] | None = None,
     names_bound: set[str] | frozenset[str] = frozenset(),
 ) -> list[ast.FunctionDef]:
-    """``test`` itself when it has no decorator; for one ``@pytest.mark.parametrize`` of literal
-    names (``ids=`` aside) over a list, tuple or set written there or bound to a name of
+    """``test`` itself when it has no decorator; for ``@pytest.mark.parametrize`` decorators of
+    literal names (``ids=`` aside) over a list, tuple or set written there or bound to a name of
     ``displays``, a copy per parameter set (the first :data:`MAX_PARAMETER_SETS` that are
-    literals or :func:`buildable` from ``names_bound``: ``date(1985, 4, 12)``) whose body starts
-    by binding them and whose signature no longer takes them; none for any other decorator (its
-    signature is not the test's to fill)."""
+    literals or :func:`buildable` from ``names_bound``: ``date(1985, 4, 12)``; a ``pytest.param``
+    without marks by its values; stacked decorators, each with names of its own, give the sets of
+    their product, as pytest does) whose body starts by binding them and whose signature no
+    longer takes them; none for any other decorator (its signature is not the test's to fill)."""
     if not test.decorator_list:
         return [test]
-    (decorator, *more) = test.decorator_list
-    if more or not isinstance(decorator, ast.Call) or len(decorator.args) != 2:
-        return []
+    params = [a.arg for a in test.args.args]
+    groups: list[list[ast.Assign]] = []
+    taken: set[str] = set()
+    for decorator in test.decorator_list:
+        found = _parameter_rows(decorator, params, displays, names_bound)
+        if found is None or taken & set(found[0]):
+            return []
+        taken |= set(found[0])
+        groups.append(found[1])
+    out = []
+    for combination in itertools.islice(itertools.product(*groups), MAX_PARAMETER_SETS):
+        plain = copy.deepcopy(test)
+        plain.decorator_list = []
+        plain.args.args = [a for a in plain.args.args if a.arg not in taken]
+        plain.body = [*copy.deepcopy(list(combination)), *plain.body]
+        out.append(ast.fix_missing_locations(plain))
+    return out
+
+
+def _parameter_rows(
+    decorator: ast.expr,
+    params: list[str],
+    displays: dict[str, ast.expr] | None,
+    names_bound: set[str] | frozenset[str],
+) -> tuple[list[str], list[ast.Assign]] | None:
+    """For one ``@pytest.mark.parametrize``: its names, and per parameter set (the first
+    :data:`MAX_PARAMETER_SETS` of the right shape that are literals or :func:`buildable`) the
+    assignment that binds it; ``None`` for any other decorator, or names the test does not take."""
+    if not isinstance(decorator, ast.Call) or len(decorator.args) != 2:
+        return None
     if ast.unparse(decorator.func) not in ("pytest.mark.parametrize", "mark.parametrize"):
-        return []
+        return None
     if any(k.arg != "ids" for k in decorator.keywords) or not is_literal(decorator.args[0]):
-        return []
+        return None
     names = ast.literal_eval(decorator.args[0])
     # pytest binds a value whole only to one name given as a string; names given as a list or a
     # tuple unpack each value, even one name
     from_text = isinstance(names, str)
     names = [n.strip() for n in names.split(",") if n.strip()] if from_text else names
     whole = from_text and len(names) == 1
-    params = [a.arg for a in test.args.args]
     values = decorator.args[1]
     if isinstance(values, ast.Name) and values.id in (displays or {}):
         values = (displays or {})[values.id]  # ``parametrize("x", CASES)``: the constant's sets
     if not (isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names)):
-        return []
+        return None
     if not set(names) <= set(params):
-        return []
+        return None
     if not isinstance(values, ast.List | ast.Tuple | ast.Set):
-        return []
-    out = []
-    for entry in values.elts:
-        if len(out) == MAX_PARAMETER_SETS:
+        return None
+    target: ast.expr = (
+        ast.Name(names[0], ast.Store())
+        if whole
+        else ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
+    )
+    rows: list[ast.Assign] = []
+    for written in values.elts:
+        if len(rows) == MAX_PARAMETER_SETS:
             break
-        if not (is_literal(entry) or buildable(entry, names_bound)):
+        entry = _param_row(written, whole)
+        if entry is None or not (is_literal(entry) or buildable(entry, names_bound)):
             continue  # ``pytest.param(..., marks=...)``, a local's value
         if not whole and not (isinstance(entry, ast.Tuple | ast.List) and len(entry.elts) == len(names)):
             continue
-        target: ast.expr = (
-            ast.Name(names[0], ast.Store())
-            if whole
-            else ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
-        )
-        plain = copy.deepcopy(test)
-        plain.decorator_list = []
-        plain.args.args = [a for a in plain.args.args if a.arg not in names]
-        plain.body = [ast.Assign([target], copy.deepcopy(entry)), *plain.body]
-        out.append(ast.fix_missing_locations(plain))
-    return out
+        rows.append(ast.Assign([copy.deepcopy(target)], copy.deepcopy(entry)))
+    return list(names), rows
+
+
+def _param_row(entry: ast.expr, whole: bool) -> ast.expr | None:
+    """``entry`` as the row pytest binds: ``pytest.param(a, b, id="x")``'s values (a tuple of
+    them, or the one value a single name given as a string takes whole); ``None`` for one with
+    ``marks`` (a skip or an expected failure is no check) or starred values."""
+    if not (isinstance(entry, ast.Call) and ast.unparse(entry.func) == "pytest.param"):
+        return entry
+    if any(k.arg != "id" for k in entry.keywords) or any(isinstance(a, ast.Starred) for a in entry.args):
+        return None
+    if whole:
+        return entry.args[0] if len(entry.args) == 1 else None
+    return ast.Tuple(list(entry.args), ast.Load())
 
 
 def _plain_site(node: ast.FunctionDef, method: bool = False, helped: bool = False) -> bool:
