@@ -52,7 +52,7 @@ import unittest
 from collections.abc import Callable, Iterator
 
 from lit_codeRL import pyparse
-from lit_codeRL.problems.synth.held_out import RUN_NAME, VARIANTS_PER_CALL, mutate
+from lit_codeRL.problems.synth.held_out import RUN_NAME, VARIANTS_PER_CALL, is_literal, mutate
 
 MAX_SOURCE = 4000
 """Longest changed test function kept (its source, as written into the checks)."""
@@ -749,15 +749,6 @@ def root_name(node: ast.expr) -> str | None:
     while isinstance(node, ast.Attribute):
         node = node.value
     return node.id if isinstance(node, ast.Name) else None
-
-
-def is_literal(node: ast.expr) -> bool:
-    """Is ``node`` a Python literal (what ``ast.literal_eval`` reads)?"""
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-        return False
-    return True
 
 
 class _Records(ast.NodeTransformer):

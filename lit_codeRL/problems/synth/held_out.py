@@ -32,7 +32,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from lit_codeRL import pyparse
 from lit_codeRL.problems.record import Problem
@@ -150,17 +150,20 @@ def _compared(test: str, functions: frozenset[str] = frozenset()) -> str | None:
 
 
 def _calls(node: ast.AST, functions: frozenset[str]) -> bool:
-    return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions
-        for n in ast.walk(node)
-    )
+    return any(_solution_call(n, functions) for n in ast.walk(node))
+
+
+def _solution_call(node: ast.AST, functions: frozenset[str]) -> TypeGuard[ast.Call]:
+    """Is ``node`` a call of one of the solution's ``functions`` by name?"""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions
 
 
 Slot = tuple[ast.AST, str, int | None]
 """Where a literal sits in a call's tree: its parent node, the field and the index in it."""
 
 
-def _is_literal(node: ast.AST) -> bool:
+def is_literal(node: ast.AST) -> bool:
+    """Is ``node`` a Python literal (what ``ast.literal_eval`` reads)?"""
     try:
         ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
@@ -177,7 +180,7 @@ def _literal_slots(call: ast.Call) -> list[Slot]:
 
     def visit(parent: ast.AST, field: str, index: int | None) -> None:
         node = getattr(parent, field) if index is None else getattr(parent, field)[index]
-        if _is_literal(node):
+        if is_literal(node):
             slots.append((parent, field, index))
             return
         if isinstance(node, ast.JoinedStr):  # an f-string's parts are not expressions of their own
@@ -222,12 +225,12 @@ def _literal_call(expression: str, functions: frozenset[str]) -> tuple[ast.Expre
         return None
     some: tuple[ast.Expression, list[Slot]] | None = None
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions):
+        if not _solution_call(node, functions):
             continue
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             continue
         slots = _literal_slots(node)
-        if all(_is_literal(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+        if all(is_literal(a) for a in [*node.args, *(k.value for k in node.keywords)]):
             return tree, slots
         if slots and some is None:
             some = tree, slots
