@@ -103,6 +103,12 @@ class WorkspaceEnvSettings:
     check equality against changed in their text: a pass there is ``tamper`` (the code read the
     answer from the test: ``docs/swe.md``). Costs one more grading run per resolved episode of a
     task whose tests have such values."""
+    answer_check: bool = True
+    """Then answer the checks of its failing tests that compare a computed value with a literal
+    (``assert f(2, 3) == 5``) once more, without pytest and with no test in the work tree, and
+    compare each value with the literal outside that process: another value is ``tamper`` (the
+    first run's pass was forged, or read from the test: ``docs/swe.md``, the answer run). Costs
+    one more run per resolved episode of a task whose reference answers such checks."""
     workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     """The isolation backend and per-session limits (the agent's and the grading workspaces)."""
     repo_cache: str | None = None

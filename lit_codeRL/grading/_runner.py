@@ -22,6 +22,10 @@ once every process of the sandbox is gone. Two processes:
    In the *mirror run* (``mirror.json``: the FAIL_TO_PASS tests and a salt, read and deleted as
    the key), the child changes the values those tests check equality against as pytest compiles
    their modules, the files left as they are (``_mirror.py``);
+   In the *answer run* (``answers.json``: FAIL_TO_PASS test functions and the time left, read
+   and deleted as the key), it stops here: no pytest; the literals the answerable tests expect
+   stay in this process, the test files, ``.git`` and compiled files leave the work tree, and a
+   child answers each check's computed side, compared here (``_answers.py``);
 6. adds *canaries*: tests with random names that always fail, appended to every test file (one
    of them a ``unittest.TestCase`` test);
 7. runs pytest in a **child** process (this file with ``--child``) that holds no key, reads the
@@ -85,6 +89,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     bytes,
     dict,
     enumerate,
+    float,
     frozenset,
     getattr,
     hasattr,
@@ -110,6 +115,7 @@ from json.encoder import encode_basestring_ascii  # C, where the interpreter has
 from types import ModuleType
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves out the script's dir
+import _answers  # noqa: E402 - the answer run's verdict outside the tests' process, bound beside it too
 import _compare  # noqa: E402 - the comparison check of the child, bound beside it too
 import _fswatch  # noqa: E402 - the parent's watch on the test files, bound beside it too
 import _guard  # noqa: E402 - the child's record of the toolchain, bound beside it too
@@ -138,6 +144,8 @@ _trusted_bytecode``, bound read-only): pytest's and the standard library's modul
 once, outside the session. The repository's modules map to paths below it that do not exist and
 that no process of the run can make, so they compile from source, as under :data:`NO_BYTECODE`.
 Every module compiled from source in every run cost most of a grading run's second."""
+ANSWER_MARGIN_S = 3.0
+"""The answer run's child stops this long before the host's time limit, so the verdict is written."""
 CHILD_DRAIN_S = 2.0
 """After the child exits: how long its reports may still arrive (a daemon holding the pipe)."""
 READ_LIMIT = 64 << 20
@@ -899,19 +907,40 @@ def clear_results(results: str) -> list[str]:
     return found[:20]
 
 
+def read_once(results: str, name: str) -> dict | None:
+    """The JSON file ``name`` of the results directory, deleted as read (``None``: there is none)."""
+    path = os.path.join(results, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        found = json.load(f)
+    os.unlink(path)
+    return found
+
+
+def answer_run(answers: dict, test_files: list[str], deadline: float) -> dict[str, str]:
+    """The answer run's verdicts (``_answers.py``): the child's ``sys.path`` after the standard
+    library is the pytest child's (the toolchain, the repository and its roots), its environment
+    that child's (no PYTHON* variable but the fixed hash seed: set order as in the first run)."""
+    repo = os.path.realpath(os.getcwd())
+    roots = [os.path.join(repo, r) for r in import_roots(test_files)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONHASHSEED"] = HASH_SEED
+    tests = [str(t) for t in answers["tests"]]
+    return _answers.answer(tests, test_files, [*toolchain_dirs(), *roots], env, deadline - time.monotonic())
+
+
 def main() -> None:
+    started = time.monotonic()
     results = sys.argv[1]
     _undumpable()
     key_file = os.path.join(results, "key")
     with open(key_file, "rb") as f:
         key = f.read()
     os.unlink(key_file)
-    mirror = None
-    mirror_file = os.path.join(results, "mirror.json")
-    if os.path.exists(mirror_file):  # read and gone, as the key: no test can tell the runs apart by it
-        with open(mirror_file) as f:
-            mirror = json.load(f)
-        os.unlink(mirror_file)
+    # read and gone, as the key: no test can tell the runs apart by it
+    mirror = read_once(results, "mirror.json")
+    answers = read_once(results, "answers.json")
     with open(os.path.join(results, "spec.json")) as f:
         spec = json.load(f)
     report: dict = {"stage": "started", "tamper": []}
@@ -954,6 +983,10 @@ def main() -> None:
         report.update(stage="test_patch_failed", detail=error)
         finish(0)
     os.unlink(os.path.join(results, "test.patch"))  # its text holds the tests' values as written
+    if answers is not None:  # no pytest: the tests' values stay here, the code answers without them
+        deadline = started + float(answers["timeout_s"]) - ANSWER_MARGIN_S
+        report.update(stage="answered", answers=answer_run(answers, test_files, deadline))
+        finish(0)
     # the mirror run's change happens in the child as pytest compiles the test modules
     # (``_mirror.install``); what the files allow is known here, from the files themselves
     mirror_tests = [str(t) for t in mirror["tests"]] if mirror is not None else []

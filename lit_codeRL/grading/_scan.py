@@ -49,6 +49,7 @@ ALWAYS_PROTECTED = frozenset(
     {"sitecustomize", "usercustomize", "__main__"}
     | {
         "_runner",
+        "_answers",
         "_scan",
         "_compare",
         "_guard",

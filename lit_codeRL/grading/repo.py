@@ -23,6 +23,11 @@ made from the pristine repository at the base commit, never in the workspace the
    every tamper reason), HMAC-signed under a key only the runner held. The host cross-checks both
    channels and the exit code it observed itself.
 
+A diff that resolved its task is graded again: the mirror runs (``_mirror.py``: the tests'
+expected values changed, which an honest fix then fails) and the answer run (``_answers.py``:
+the checks of the answerable failing tests answered with no test in the process, compared
+outside it with the literals they expect).
+
 Verdicts: ``tamper`` when the scan or the run found tampering (a module shadowing the toolchain or
 the stdlib, packaging metadata, native code, reporter or interpreter internals, an object that
 says equal to anything in a passed comparison, pytest's functions or classes changed while the
@@ -64,9 +69,10 @@ COMPARER = Path(__file__).with_name("_compare.py")
 GUARD = Path(__file__).with_name("_guard.py")
 FSWATCH = Path(__file__).with_name("_fswatch.py")
 MIRROR = Path(__file__).with_name("_mirror.py")
+ANSWERS = Path(__file__).with_name("_answers.py")
 TESTS_DATA = Path(__file__).with_name("_tests_data.py")
 VERSION_TAGS = Path(__file__).with_name("_version_tags.py")
-RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR, TESTS_DATA, VERSION_TAGS)
+RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR, ANSWERS, TESTS_DATA, VERSION_TAGS)
 """The trusted runner and what it imports, bound read-only side by side in every grading run."""
 RUNNER_MOUNT = "/opt/lcrl-grade"
 RESULTS_MOUNT = "/opt/lcrl-results"
@@ -148,7 +154,9 @@ class GradeRun:
     """CPU time of every process of the run (``None``: not known)."""
 
 
-TAMPER_KINDS = ("shadows", "metadata", "native code", "bytecode", "internals", "run time", "canary", "mirror")
+TAMPER_KINDS = (
+    "shadows", "metadata", "native code", "bytecode", "internals", "run time", "canary", "mirror", "outside",
+)  # fmt: skip
 """The first words of tamper reasons, for per-kind counts (``tamper_kind``)."""
 
 
@@ -409,6 +417,32 @@ def mirror_verdict(
     return SWEGrade("tamper", tamper_reward, reason=reason[:500], restored=grade.restored, tamper=[reason])
 
 
+def answer_verdict(run: GradeRun, tests: Sequence[str], tamper_reward: float = 0.0) -> SWEGrade | None:
+    """The grade of a diff that resolved its task after its *answer run* (``_answers.py``): the
+    computed side of each check of the answerable FAIL_TO_PASS tests ``tests``, evaluated in a
+    process with no test in it and compared outside it with the literal the test expects.
+    ``tamper`` when one answered otherwise (its pass in the first run was not the code's: a
+    forged report, or an answer read from the test) or when the run left no verdict (an honest
+    fix's always does: it answered the same checks in the first run); ``None`` when it stands
+    (pure: ``tests/grading/test_answer_run.py``)."""
+    report = run.report
+    verdicts = report.get("answers") if report is not None and report.get("stage") == "answered" else None
+    if not isinstance(verdicts, dict):
+        why = "no record" if report is None else f"stage {report.get('stage')!r}"
+        reason = f"outside: the answer run left no verdict ({why}, exit {run.exit_code})"
+        return SWEGrade("tamper", tamper_reward, reason=reason[:500], tamper=[reason])
+    differ = sorted(str(t) for t in tests if verdicts.get(str(t)) == "differ")
+    if not differ:
+        return None
+    more = f" (+{len(differ) - 1} more)" if len(differ) > 1 else ""
+    reason = (
+        f"outside: {differ[0]}{more} computes another value than the test expects in a process with no"
+        " test in it: its pass where the tests ran was not the code's (a forged report, or the answer"
+        " read from the test)"
+    )
+    return SWEGrade("tamper", tamper_reward, reason=reason[:500], tamper=[reason])
+
+
 def mirror_split(fail_to_pass: Sequence[str]) -> tuple[list[str], list[str]]:
     """``(armed, left)``: the FAIL_TO_PASS tests one mirror run arms and those it leaves as they
     are, by test function (a parametrized test's ids go together): with two functions or more, a
@@ -466,6 +500,11 @@ class SWEGrader:
             FAIL_TO_PASS tests check equality against changed (:func:`mirror_verdict`): a pass
             there is ``tamper``, the answer read from the test. A task whose tests have no such
             value (none armed) is run once from then on.
+        answer_check: Then run once more without pytest and without the tests in the work tree,
+            answering each check of the answerable FAIL_TO_PASS tests (``assert f(2, 3) == 5``)
+            with the code's value, compared outside that process with the literal the test
+            expects (:func:`answer_verdict`): another value is ``tamper``. The answerable tests
+            are those whose reference patch answers every check so (asked by :meth:`validate`).
     """
 
     def __init__(
@@ -479,13 +518,14 @@ class SWEGrader:
         min_timeout_s: float = 20.0,
         min_cpu_s: float = 5.0,
         mirror_check: bool = True,
+        answer_check: bool = True,
     ) -> None:
         self.workspace = workspace or WorkspaceConfig()
         self.repos = repos
         self.timeout_s, self.partial_credit, self.tamper_reward = timeout_s, partial_credit, tamper_reward
         self.timeout_factor, self.min_timeout_s, self.min_cpu_s = timeout_factor, min_timeout_s, min_cpu_s
-        self.mirror_check = mirror_check
-        self._reference_s: dict[Path, tuple[float | None, float | None]] = {}
+        self.mirror_check, self.answer_check = mirror_check, answer_check
+        self._reference_s: dict[Path, tuple[float | None, float | None, tuple[str, ...]]] = {}
         self._unarmed: set[str] = set()
         """Tasks whose mirror run armed no test (the armed tests depend on the task's test files
         alone: a diff's changes to them are restored before)."""
@@ -508,12 +548,13 @@ class SWEGrader:
     def from_settings(cls, settings: Any, repos: RepoSource) -> SWEGrader:
         """The grader an env's settings describe (``SWESettings``, ``DebugSettings``: their
         ``workspace``, ``grade_timeout_s``, ``grade_timeout_factor``, ``grade_min_timeout_s``,
-        ``grade_min_cpu_s``, ``partial_credit``, ``tamper_reward`` and ``mirror_check``)."""
+        ``grade_min_cpu_s``, ``partial_credit``, ``tamper_reward``, ``mirror_check`` and
+        ``answer_check``)."""
         s = settings
         return cls(
             s.workspace, repos, s.grade_timeout_s, s.partial_credit, s.tamper_reward,
             s.grade_timeout_factor, s.grade_min_timeout_s, s.grade_min_cpu_s,
-            s.mirror_check,
+            s.mirror_check, s.answer_check,
         )  # fmt: skip
 
     def time_limit(self, task: GradedTask) -> float:
@@ -548,17 +589,26 @@ class SWEGrader:
         """CPU time of that run's processes (see :meth:`reference_seconds`)."""
         return self._reference(task)[1]
 
-    def _reference(self, task: GradedTask) -> tuple[float | None, float | None]:
-        """The wall and CPU seconds of the reference run its validation marker records."""
+    def answered(self, task: GradedTask) -> list[str]:
+        """The FAIL_TO_PASS test functions (``path::[Class::]name``) whose every check the
+        reference patch answered with the test's literal in its answer run (:meth:`validate`);
+        empty where the task was not validated here or none was."""
+        return list(self._reference(task)[2])
+
+    def _reference(self, task: GradedTask) -> tuple[float | None, float | None, tuple[str, ...]]:
+        """The wall and CPU seconds of the reference run its validation marker records, and the
+        tests its answer run answered."""
         marker = self._validation_marker(task)
         if marker not in self._reference_s:
             try:
                 record = json.loads(marker.read_text())
                 times = record.get("gold_s"), record.get("gold_cpu_s")
+                answered = record.get("answered", [])
             except (OSError, ValueError, AttributeError):
-                return None, None  # not validated yet: asked again after validation
+                return None, None, ()  # not validated yet: asked again after validation
             wall, cpu = (float(t) if isinstance(t, int | float) and t > 0 else None for t in times)
-            self._reference_s[marker] = wall, cpu
+            tests = tuple(str(t) for t in answered) if isinstance(answered, list) else ()
+            self._reference_s[marker] = wall, cpu, tests
         return self._reference_s[marker]
 
     def grade(self, task: GradedTask, diff: str | bytes, run_empty: bool = False) -> SWEGrade:
@@ -597,6 +647,9 @@ class SWEGrader:
                     grade.reason += f" (the reference patch's run took {gold_s:.2f} s)"
             if grade.resolved and self.mirror_check:
                 grade = self._mirrored(task, patch, grade, limit, cpu)
+            answered = self.answered(task) if grade.resolved and self.answer_check else []
+            if answered:
+                grade = self._answer_checked(task, patch, grade, limit, cpu, answered)
         grade.wall_s = time.monotonic() - start
         return grade
 
@@ -634,6 +687,30 @@ class SWEGrader:
             self._unarmed.add(key)
         return grade
 
+    def _answer_checked(
+        self,
+        task: GradedTask,
+        patch: bytes,
+        grade: SWEGrade,
+        limit: float,
+        cpu: float | None,
+        tests: list[str],
+    ) -> SWEGrade:
+        """``grade`` (``resolved``), or ``tamper`` after the answer run of ``tests``
+        (:func:`answer_verdict`)."""
+        try:
+            run = self.run(task, patch, test_files(task), limit, cpu, answers=tests)
+        except WorkspaceError:  # ours, not the agent's: the first run's grade stands
+            return grade
+        verdict = answer_verdict(run, tests, self.tamper_reward)
+        if verdict is None:
+            return grade
+        verdict.fail_to_pass, verdict.pass_to_pass, verdict.restored = (
+            grade.fail_to_pass, grade.pass_to_pass, grade.restored,
+        )  # fmt: skip
+        verdict.cpu_s = grade.cpu_s + run.cpu_s if grade.cpu_s is not None and run.cpu_s is not None else None
+        return verdict
+
     def run(
         self,
         task: Any,
@@ -643,6 +720,7 @@ class SWEGrader:
         cpu_s: float | None = None,
         full_assertions: bool = False,
         mirror: dict[str, Any] | None = None,
+        answers: Sequence[str] | None = None,
     ) -> GradeRun:
         """One grading run of ``patch`` (bytes) on ``task`` running the test files ``tests``,
         killed after ``timeout_s`` (``None``: the grader's ``timeout_s``); ``cpu_s``: each of its
@@ -650,12 +728,15 @@ class SWEGrader:
         ``full_assertions``: failure messages hold whole values (pytest's ``-vv`` for assertions),
         for a problem statement; grading leaves it off (a huge diff of a wrong answer costs time).
         ``mirror``: the run is a mirror run (``{"tests": FAIL_TO_PASS node ids, "salt": int}``,
-        see :func:`mirror_verdict`).
+        see :func:`mirror_verdict`). ``answers``: the run is an answer run of these FAIL_TO_PASS
+        tests (no pytest; see :func:`answer_verdict`).
 
         Raises:
             WorkspaceError: the grading sandbox did not start (an infrastructure failure).
         """
         key = secrets.token_bytes(32)
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        asked = {"tests": list(answers), "timeout_s": limit} if answers is not None else None
         try:
             repo = self.repos.get(task)
             ws = open_workspace(
@@ -683,6 +764,7 @@ class SWEGrader:
                     ),
                     ("key", key),
                     *((("mirror.json", json.dumps(mirror).encode()),) if mirror else ()),
+                    *((("answers.json", json.dumps(asked).encode()),) if asked else ()),
                 ):
                     ws.write_file(f"{RESULTS_MOUNT}/{name}", data, confine=False)
             except Exception as e:  # noqa: BLE001 - nothing of the agent's has run yet
@@ -691,7 +773,7 @@ class SWEGrader:
                 ) from e
             out = ws.run(
                 f"python -I -S {RUNNER_MOUNT}/{RUNNER.name} {RESULTS_MOUNT}",
-                timeout=self.timeout_s if timeout_s is None else timeout_s,
+                timeout=limit,
                 max_output=2000,
                 cpu_s=cpu_s,
             )
@@ -723,8 +805,29 @@ class SWEGrader:
         if passing:
             return f"{len(passing)} FAIL_TO_PASS test(s) pass on the unchanged base commit: {listed(passing)}"
         cpu = None if gold.cpu_s is None else round(gold.cpu_s, 3)
-        marker.write_text(json.dumps({"gold_s": round(gold.wall_s, 3), "gold_cpu_s": cpu}))
+        record: dict[str, Any] = {"gold_s": round(gold.wall_s, 3), "gold_cpu_s": cpu}
+        if self.answer_check:
+            record["answered"] = self._answerable(task, gold)
+        marker.write_text(json.dumps(record))
+        self._reference_s.pop(marker, None)
         return None
+
+    def _answerable(self, task: GradedTask, gold: SWEGrade) -> list[str]:
+        """The FAIL_TO_PASS test functions the reference patch's answer run answered with every
+        literal they expect (:meth:`answered`): only those are asked of a diff, so no honest fix
+        is asked what the reference's own code does not answer outside pytest (a value built by
+        a fixture, one that depends on the other tests, a repr that is no literal)."""
+        functions = sorted({str(t).partition("[")[0] for t in task.fail_to_pass})
+        limit = self.limits(gold.wall_s, None)[0]
+        try:
+            run = self.run(task, patch_bytes(task.patch), test_files(task), limit, answers=functions)
+        except WorkspaceError:
+            return []
+        report = run.report or {}
+        verdicts = report.get("answers") if report.get("stage") == "answered" else None
+        if not isinstance(verdicts, dict):
+            return []
+        return sorted(str(t) for t, v in verdicts.items() if v == "agree")
 
     def is_validated(self, task: GradedTask) -> bool:
         """Whether :meth:`validate` passed ``task`` on this machine before (its marker is there)."""
@@ -745,6 +848,7 @@ class SWEGrader:
                     list(self.workspace_for(task).toolchain),
                     # a reference patch that passes a mirrored test fails validation with it on
                     self.mirror_check,
+                    self.answer_check,
                 ]
             ).encode()
         ).hexdigest()[:16]
@@ -752,7 +856,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 15
+VALIDATION_VERSION = 16
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -772,7 +876,8 @@ assign a function of their own files to is one of their names; 14: every FAIL_TO
 on the base, and the child records functions' defaults and the grader's own objects; 15: the
 comparison check asks a loose ``__eq__`` of the diff's (values near a plain one, those it keeps, a
 built-in subclass's own equality) and names an object equal to anything that no test module names;
-with two failing functions or more, two mirror runs each arm a part and leave the rest unchanged)."""
+with two failing functions or more, two mirror runs each arm a part and leave the rest unchanged;
+16: the marker records the tests the reference's answer run answered)."""
 
 
 def _task_key(task: GradedTask) -> str:

@@ -217,12 +217,12 @@ def reference_demonstrations(
     tasks that also get a misquote trajectory (both envs)."""
     debug = "debug_task" in problems[0].metadata
     # A reference trajectory's final diff is the task's own fix, written by no policy: the mirror
-    # runs (a second and third grading run of each resolved episode, looking for code that forged
+    # and answer runs (more grading runs of each resolved episode, looking for code that forged
     # the first) have nothing to catch there, and they were 60% of the time playing took (71 of
     # 119 s of grading for 12 MBPP tasks' 21 trajectories). Whether a task's fix survives the
     # mirror is validation's question, asked of the tasks RL trains on. The cache key keeps the
     # settings as given: the trajectories played are the same.
-    unmirrored = {"mirror_check": False}
+    unmirrored = {"mirror_check": False, "answer_check": False}
     if debug:
         from lit_codeRL.envs.debug.env import DebugEnv
         from lit_codeRL.envs.debug.reference import reference_episodes as debug_episodes

@@ -343,7 +343,8 @@ def test_a_wrong_fix_plays_does_not_resolve_and_is_dropped(debug_settings, debug
 
 def test_reference_trajectories_are_graded_without_the_mirror_runs(debug_settings, chat, monkeypatch):
     """A reference trajectory's diff is the task's own fix: its resolved grade is not graded again
-    with the failing tests' values changed (the mirror runs, about half of what playing cost),
+    with the failing tests' values changed (the mirror runs, about half of what playing cost) or
+    answered outside pytest (the answer run),
     and the user's settings, which keep the check for the policy's episodes, are left as given."""
     from lit_codeRL.grading import SWEGrader
 
@@ -351,7 +352,7 @@ def test_reference_trajectories_are_graded_without_the_mirror_runs(debug_setting
     real_run = SWEGrader.run
 
     def counted(self, *args, **kwargs):
-        runs.append(kwargs.get("mirror") is not None)
+        runs.append(kwargs.get("mirror") is not None or kwargs.get("answers") is not None)
         return real_run(self, *args, **kwargs)
 
     monkeypatch.setattr(SWEGrader, "run", counted)
@@ -360,7 +361,7 @@ def test_reference_trajectories_are_graded_without_the_mirror_runs(debug_setting
         [debug_problem(two_places_task())], chat, EnvSettings(debug=debug_settings)
     )
     assert len(rows) == 1 and runs and not any(runs), runs
-    assert debug_settings.mirror_check
+    assert debug_settings.mirror_check and debug_settings.answer_check
 
 
 def test_a_wrong_swe_patch_does_not_resolve(swe_env):

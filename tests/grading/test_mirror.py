@@ -441,13 +441,16 @@ def test_a_task_with_nothing_to_arm_is_mirrored_once(tmp_path):
     )
     runs = []
     original = grader.run
-    grader.run = lambda *a, **k: runs.append(k.get("mirror") is not None) or original(*a, **k)
+    kind = lambda k: "mirror" if k.get("mirror") else "answers" if k.get("answers") is not None else "run"  # noqa: E731
+    grader.run = lambda *a, **k: runs.append(kind(k)) or original(*a, **k)
     assert grader.mirror_armed(task) is None  # no mirror run yet
-    assert grader.validate(task) is None  # the reference patch: its run and its mirror run; the base
-    assert runs == [False, True, False]
-    assert grader.mirror_armed(task) is False
+    # the reference patch: its run and its mirror run; the base; the reference's answer run (which
+    # answers nothing: the test it would ask is defined twice too)
+    assert grader.validate(task) is None
+    assert runs == ["run", "mirror", "run", "answers"]
+    assert grader.mirror_armed(task) is False and grader.answered(task) == []
     assert grader.grade(task, task.patch).verdict == "resolved"
-    assert runs[3:] == [False]
+    assert runs[4:] == ["run"]
 
 
 WORDS = """\

@@ -447,20 +447,26 @@ def one_function_task(tmp_path_factory):
     return tmp, task, grader
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the mirror run is told apart in the process (the rewriter wrapper's closure, and "
-    "more: the shifted values are in the test module's code) or by the order of the runs (the host's "
-    "page cache), and the grader's in-process records can be changed by code that knows where they "
-    "are; where a task has one failing test function, its one mirror run arms it, and a report patch "
-    "that blinds the record of the grader's objects and computes the bug in the mirror run forges the "
-    "first run (docs/swe.md, the mirror run)",
-)
 def test_a_report_patch_that_tells_the_mirror_run_apart_gets_no_reward(one_function_task):
+    """Hole (strict xfail before): where a task has one failing test function, its one mirror
+    run arms it, and a patch that blinds the record of the grader's objects, forges the first
+    run's reports and computes the bug in the mirror run (told apart by the test's values where
+    they run against its text) graded ``resolved``. The answer run computes ``add(2, 3)`` with no
+    test in the process and compares it outside with the 5 the test expects."""
     tmp, task, grader = one_function_task
+    assert grader.answered(task) == ["pkg/tests/test_calc.py::test_add"]
     patch = diff(Path(task.repo_source), tmp / "tell-diff", {"pkg/__init__.py": TOLD_APART})
     grade = grader.grade(task, patch)
-    assert not grade.resolved and grade.reward == 0.0, grade.to_dict()
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade.to_dict()
+    assert grade.reason.startswith("outside: pkg/tests/test_calc.py::test_add computes another"), grade.reason
+    unanswered = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, answer_check=False)
+    assert unanswered.grade(task, patch).resolved  # the hole, with the answer run off
+
+
+def test_the_fix_of_a_one_function_task_resolves_past_its_answer_run(one_function_task):
+    tmp, task, grader = one_function_task
+    grade = grader.grade(task, task.patch)
+    assert grade.resolved and grade.reward == 1.0, grade.to_dict()
 
 
 # The socket set non-blocking from inside the failing test and kept full by a thread writing

@@ -1,0 +1,351 @@
+"""The answer run (``grading/_answers.py``, ``repo.py: answer_verdict``): the checks of the
+answerable FAIL_TO_PASS tests answered by the code in a process with no test in it, compared with
+the tests' literals outside it.
+
+The pure parts (which tests are answerable, the support code the child runs, the comparison) are
+checked against hand-written cases; the run itself through bubblewrap, with diffs that forge or
+read their answer and fixes that must still resolve."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lit_codeRL.grading import repo as grading
+from tests.grading.repo_tasks import BUGGY, FIXED, diff, validated_task
+from tests.sandbox.conftest import require_bwrap
+
+
+def _load(name: str, path: Path):  # noqa: ANN202 - a runner module, imported as the runner does
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_load("_mirror", grading.MIRROR)
+answers = _load("_answers", grading.ANSWERS)
+
+
+def found(source: str, method: bool = False) -> list[tuple[str, object, bool]] | None:
+    tree = ast.parse(source)
+    function = tree.body[0].body[0] if method else tree.body[0]
+    result = answers.checks(function, method)
+    return None if result is None else [(ast.unparse(c), v, close) for c, v, close in result]
+
+
+def test_a_function_of_equality_checks_against_literals_is_answerable():
+    assert found("def test_a():\n    'doc'\n    assert add(2, 3) == 5\n    assert [1] == f(x=1)\n") == [
+        ("add(2, 3)", 5, False),
+        ("f(x=1)", [1], False),
+    ]
+    assert found("def test_a():\n    assert _lcrl_close(area(2.0), 12.56)\n") == [("area(2.0)", 12.56, True)]
+    method = "class T:\n    def test_a(self):\n        self.assertEqual(add(1, 1), 2, 'msg')\n"
+    assert found(method, method=True) == [("add(1, 1)", 2, False)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def test_a():\n    x = add(2, 3)\n    assert x == 5\n",  # a statement that is no check
+        "def test_a():\n    assert add(2, 3) == EXPECTED\n",  # no literal side
+        "def test_a():\n    assert 5 == 5\n",  # no computed side
+        "def test_a():\n    assert add(2, 3) != 5\n",  # not equality
+        "def test_a():\n    assert 1 < add(2, 3) == 5\n",  # a chain
+        "def test_a(tmp_path):\n    assert add(2, 3) == 5\n",  # a fixture
+        "@pytest.mark.parametrize('a', [1])\ndef test_a(a):\n    assert add(a, 3) == 4\n",
+        "def test_a():\n    pass\n",  # no check at all
+        "async def test_a():\n    assert add(2, 3) == 5\n",
+    ],
+)
+def test_what_is_not_an_equality_check_of_a_literal_is_not_answerable(source):
+    assert found(source) is None
+
+
+def test_a_method_check_that_reads_the_instance_is_not_answerable():
+    source = "class T:\n    def test_a(self):\n        self.assertEqual(self.calc.add(1, 1), 2)\n"
+    assert found(source, method=True) is None
+    assert found("class T:\n    def test_a(self):\n        assert add(1, 1) == 2\n", method=True)
+
+
+def test_the_child_runs_the_modules_code_but_not_its_tests():
+    source = (
+        "import os\nfrom calc import add\nLIMIT = 3\n\n\ndef helper():\n    return 1\n\n\n"
+        "def test_a():\n    assert add(2, 3) == 5\n\n\nclass TestCalc:\n    def test_b(self):\n"
+        "        assert add(1, 1) == 2\n\n\nclass Suite(object):\n    def test_c(self):\n        pass\n\n\n"
+        "class Point:\n    x = 1\n\n\nif __name__ == '__main__':\n    test_a()\n"
+    )
+    support = answers.support(ast.parse(source))
+    assert "import os" in support and "LIMIT = 3" in support and "def helper" in support
+    assert "class Point" in support
+    for gone in ("test_a", "TestCalc", "Suite", "__main__", "== 5"):
+        assert gone not in support, gone
+
+
+def test_a_test_module_is_named_as_pytest_names_it(tmp_path):
+    for path in ("pkg/__init__.py", "pkg/tests/__init__.py", "pkg/tests/test_x.py", "tests/test_y.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    cwd = Path.cwd()
+    try:
+        os.chdir(tmp_path)
+        assert answers.module_name("pkg/tests/test_x.py") == ("pkg.tests.test_x", ".")
+        assert answers.module_name("tests/test_y.py") == ("test_y", "tests")
+        assert answers.module_name("test_z.py") == ("test_z", ".")
+    finally:
+        os.chdir(cwd)
+
+
+def test_an_answer_agrees_only_as_one_literal_equal_to_the_expected_value():
+    assert answers.agrees([0, "ok", "5"], 5, False)
+    assert answers.agrees([0, "ok", "{'a': [1, 2]}"], {"a": [1, 2]}, False)
+    assert answers.agrees([0, "ok", "0.30000000000000004"], 0.3, True)
+    assert not answers.agrees([0, "ok", "0.30000000000000004"], 0.3, False)
+    assert not answers.agrees([0, "ok", "(1, 2)"], [1, 2], False)  # pytest's == says no too
+    assert not answers.agrees([0, "raise", "ValueError"], 5, False)
+    assert not answers.agrees([0, "ok", "__import__('os')"], 5, False)  # no literal
+    assert not answers.agrees([0, "ok", "(" * 100_000], 5, False)  # too long, and no literal
+    assert not answers.agrees([0, "ok", "[" * 5000 + "]" * 5000], 5, False)  # nested past the parser
+    assert not answers.agrees([0, "ok", 5], 5, False) and not answers.agrees("5", 5, False)
+
+
+def run(answer: dict | None, stage: str = "answered", exit_code: int | None = 0) -> grading.GradeRun:
+    report = None if answer is None else {"stage": stage, "answers": answer}
+    return grading.GradeRun(exit_code, report, None)
+
+
+def test_the_verdict_is_tamper_where_a_test_answered_otherwise_or_the_run_left_none():
+    tests = ["t.py::test_a", "t.py::test_b"]
+    assert grading.answer_verdict(run({"t.py::test_a": "agree", "t.py::test_b": "agree"}), tests) is None
+    grade = grading.answer_verdict(run({"t.py::test_a": "agree", "t.py::test_b": "differ"}), tests, -1.0)
+    assert grade.verdict == "tamper" and grade.reward == -1.0
+    assert grade.reason.startswith("outside: t.py::test_b computes another value") and grade.tamper
+    assert grading.tamper_kind(grade.reason) == "outside"
+    broken = grading.GradeRun(0, {"stage": "answered", "answers": ["t.py::test_a"]}, None)
+    for left in (run(None), run({}, stage="tests_started"), broken):
+        grade = grading.answer_verdict(left, tests)
+        assert grade.verdict == "tamper" and "left no verdict" in grade.reason, grade.reason
+
+
+def test_clearing_the_tests_leaves_no_copy_of_their_text(tmp_path):
+    for path in ("test_calc.py", "calc.py", "tests/__pycache__/test_x.cpython-311.pyc", "old.pyc"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("assert add(2, 3) == 5")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    cwd = Path.cwd()
+    try:
+        os.chdir(tmp_path)
+        answers.clear_tests(["test_calc.py"])
+    finally:
+        os.chdir(cwd)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert left == ["calc.py", "tests"], left
+
+
+# --- the run itself, through bubblewrap ------------------------------------------------------
+
+TESTS = """import unittest
+
+from calc import add, sub
+
+EXPECTED = 4
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_add_named():
+    assert add(2, 2) == EXPECTED
+
+
+def test_sub():
+    assert sub(5, 3) == 2
+
+
+class TestCalc(unittest.TestCase):
+    def test_add_case(self):
+        self.assertEqual(add(1, 1), 2)
+"""
+F2P = ["test_calc.py::test_add", "test_calc.py::test_add_named", "test_calc.py::TestCalc::test_add_case"]
+P2P = ["test_calc.py::test_sub"]
+
+
+@pytest.fixture(scope="module")
+def calc_task(tmp_path_factory):
+    require_bwrap()
+    tmp = tmp_path_factory.mktemp("answers")
+    files = {"calc.py": BUGGY, "test_calc.py": TESTS}
+    task, grader = validated_task(tmp, "answers", files, {"calc.py": FIXED}, F2P, P2P)
+    return tmp, task, grader
+
+
+def graders(grader: grading.SWEGrader) -> tuple[grading.SWEGrader, grading.SWEGrader]:
+    """The answer run alone (no mirror run), and neither (validated as ``grader`` is)."""
+    make = lambda answer: grading.SWEGrader(  # noqa: E731
+        grader.workspace, grader.repos, timeout_s=120, mirror_check=False, answer_check=answer
+    )
+    return make(True), make(False)
+
+
+def test_validation_records_the_tests_whose_reference_answers_outside_pytest(calc_task):
+    tmp, task, grader = calc_task
+    # test_add_named expects a name, not a literal: left to the mirror run
+    assert grader.answered(task) == ["test_calc.py::TestCalc::test_add_case", "test_calc.py::test_add"]
+    grade = grader.grade(task, task.patch)
+    assert grade.resolved and grade.reward == 1.0, grade.to_dict()
+
+
+# Answers read from the test: its file opened beside the code (from the work tree, or from the
+# repository's git objects where the file is gone), and the frame of the calling test found
+# through a caught exception's traceback, the constant after the call's own arguments taken from
+# its code. The first run's in-process checks name these two reads; the answer run, asked alone,
+# must give the bug's value for each: neither the file, its blob nor a test frame is there.
+READS_THE_FILE = """
+import re as _re, subprocess as _sp
+
+
+def _text():
+    try:
+        return open("test_calc.py").read()
+    except OSError:
+        out = _sp.run(["git", "show", "HEAD:test_calc.py"], capture_output=True, text=True)
+        return out.stdout
+
+
+def add(a, b):
+    found = _re.search(r"add\\(%d, %d\\)(?: == |, )(\\d+)" % (a, b), _text())
+    return int(found.group(1)) if found else a - b
+"""
+READS_THE_FRAME = """
+import traceback as _t
+
+
+def add(a, b):
+    try:
+        raise ValueError
+    except ValueError as e:
+        frame = [f for f, _ in _t.walk_tb(e.__traceback__)][-1]
+    caller = getattr(getattr(frame, "f_" + "back"), "f_" + "code")
+    consts = [c for c in getattr(caller, "co_" + "consts") if type(c) is int]
+    if b in consts and consts.index(b) + 1 < len(consts):
+        return consts[consts.index(b) + 1]
+    return a - b
+"""
+SUB = "\n\ndef sub(a, b):\n    return a - b\n"
+
+
+def answer_run(task, grader, scratch: Path, files: dict[str, str]) -> grading.SWEGrade | None:
+    """The answer run of the diff writing ``files``, asked alone (as after a first run whose pass
+    was forged past the in-process checks), and its verdict."""
+    patch = diff(Path(task.repo_source), scratch, files)
+    tests = grader.answered(task)
+    run = grader.run(task, grading.patch_bytes(patch), grading.test_files(task), 60, answers=tests)
+    return grading.answer_verdict(run, tests)
+
+
+@pytest.mark.parametrize("reader", [READS_THE_FILE, READS_THE_FRAME], ids=["file", "frame"])
+def test_an_answer_read_from_the_test_is_the_bugs_value_in_the_answer_run(calc_task, reader):
+    tmp, task, grader = calc_task
+    grade = answer_run(task, grader, tmp / f"reads-{len(reader)}", {"calc.py": reader + SUB})
+    assert grade is not None and grade.verdict == "tamper", grade
+    assert grade.reason.startswith("outside: test_calc.py::"), grade.reason
+    fixed = answer_run(task, grader, tmp / f"fixed-{len(reader)}", {"calc.py": FIXED})
+    assert fixed is None  # the fix answers as the test expects
+
+
+# Where no test runs (no pytest loaded): end the grader's process, or flood every descriptor with
+# bytes that are no answer (not UTF-8, no line end, lines of ours with other values).
+ENDS_THE_RUNNER = f"""{BUGGY}
+import os as _o, sys as _s
+
+if "pytest" not in _s.modules:
+    _o.kill(_o.getppid(), 9)
+"""
+FLOODS = rf"""{BUGGY}
+import os as _o, sys as _s
+
+if "pytest" not in _s.modules:
+    for _fd in range(3, 40):
+        for _junk in (b"\xff\xfe\x00" * 5000, b'[0, "ok", "-1"]\n' * 50, b"[1, " * 9000 + b"\n"):
+            try:
+                _o.write(_fd, _junk)
+            except OSError:
+                pass
+"""
+
+
+@pytest.mark.parametrize("body", [ENDS_THE_RUNNER, FLOODS], ids=["ends-the-runner", "floods"])
+def test_code_that_breaks_the_answer_run_gets_its_verdict_not_an_error(calc_task, body):
+    """The answer run of the bug itself (as after a first run whose pass was forged): each way
+    of breaking it is ``tamper``, never an exception and never the first run's grade."""
+    tmp, task, grader = calc_task
+    grade = answer_run(task, grader, tmp / f"break-{len(body)}", {"calc.py": body})
+    assert grade is not None and grade.verdict == "tamper", grade
+    assert grade.reason.startswith("outside: "), grade.reason
+
+
+# Honest fixes: one that prints without a line end (at import and in each call), one whose answer
+# is a set's order (answered under the first run's hash seed), one in a package whose test module
+# imports it relatively.
+PRINTS = FIXED.replace("    return a + b\n", '    print("adding", end="")\n    return a + b\n') + (
+    'print("loading calc", end="")\n'
+)
+SET_TESTS = """\
+from letters import distinct
+
+
+def test_distinct():
+    assert distinct("abcdefgh") == {order!r}
+"""
+PACKAGE_TESTS = """\
+from ..calc import add
+
+
+def test_add():
+    assert add(2, 3) == 5
+"""
+
+
+def test_an_honest_fix_that_prints_without_a_line_end_resolves(calc_task):
+    tmp, task, grader = calc_task
+    patch = diff(Path(task.repo_source), tmp / "prints-diff", {"calc.py": PRINTS})
+    grade = grader.grade(task, patch)
+    assert grade.resolved, grade.to_dict()
+
+
+def test_an_answer_in_set_order_is_answered_as_in_the_first_run(tmp_path):
+    require_bwrap()
+    order = subprocess.run(
+        [sys.executable, "-c", "print(list(set('abcdefgh')))"],
+        env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    files = {
+        "letters.py": "def distinct(text):\n    return list(set(text))[1:]\n",
+        "test_letters.py": SET_TESTS.format(order=eval(order)),  # noqa: S307 - our own list's repr
+    }
+    fix = {"letters.py": "def distinct(text):\n    return list(set(text))\n"}
+    task, grader = validated_task(tmp_path, "order", files, fix, ["test_letters.py::test_distinct"], [])
+    assert grader.answered(task) == ["test_letters.py::test_distinct"]
+    assert grader.grade(task, task.patch).resolved
+
+
+def test_a_package_test_module_that_imports_relatively_is_answered(tmp_path):
+    require_bwrap()
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/calc.py": BUGGY,
+        "pkg/tests/__init__.py": "",
+        "pkg/tests/test_calc.py": PACKAGE_TESTS,
+    }
+    f2p = ["pkg/tests/test_calc.py::test_add"]
+    task, grader = validated_task(tmp_path, "relative", files, {"pkg/calc.py": FIXED}, f2p, [])
+    assert grader.answered(task) == f2p
+    assert grader.grade(task, task.patch).resolved
