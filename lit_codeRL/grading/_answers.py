@@ -8,18 +8,21 @@ where they run against its source text) forges only where the values are the tes
 task has one failing test function, nothing caught that (``docs/swe.md``, the answer run).
 
 Here the verdict is made **outside** that process, from values the code under test cannot know
-without computing them. A test function is *answerable* when each statement of its body is an
-equality check of a computed value against a literal written in it: ``assert <computed> ==
-<literal>`` (either side), ``assert _lcrl_close(<computed>, <literal>)`` (a held-out check
-comparing floats) or, in a class, ``self.assertEqual(<computed>, <literal>)`` (and its
-``assert*Equal`` siblings) where the computed side does not read ``self``; no decorator, no
-parameter but ``self``. The answer run (a grading run of its own, in a fresh workspace) applies
-the diff and the tests as the first run does, reads the answerable functions of the FAIL_TO_PASS
-tests it is given, keeps each literal **here**, in this process (undumpable, never running a line
-of the repository), and then removes every graded test file, the repository's git objects and
-every compiled file from the work tree. A child with no test in it runs each test module's code
-other than its tests (imports, helpers, setup) and evaluates each computed side, writing each
-value's ``repr`` to a pipe of its own; this process compares each with its literal.
+without computing them. A check is an equality of a computed value with a literal written in the
+test: ``assert <computed> == <literal>`` (either side), ``assert _lcrl_close(<computed>,
+<literal>)`` (a held-out check comparing floats) or, in a class, ``self.assertEqual(<computed>,
+<literal>)`` (and its ``assert*Equal`` siblings). A test function with one or more (no decorator,
+no parameter but ``self`` and ``tmp_path``) is *answerable*. The answer run (a grading run of its
+own, in a fresh workspace) applies the diff and the tests as the first run does, reads the
+answerable functions of the FAIL_TO_PASS tests it is given, keeps each check's literal **here**,
+in this process (undumpable, never running a line of the repository), and then removes every
+graded test file, the repository's git objects and every compiled file from the work tree. A
+child with no test file in it runs each test module's code other than its tests (imports,
+helpers, setup), then each answerable function with each check replaced by a record of its
+computed side (every other statement as written, ``self`` a bare ``unittest.TestCase``,
+``tmp_path`` a fresh directory), writing each value's ``repr`` and each test's end to a pipe of
+its own; this process compares each record with its literal, and wants every check recorded and
+every test ended without an error.
 
 The child may write anything: to pass, it must write the value the test expects, which is in no
 file, no process and no argument it can reach. A diff that forged the first run's reports and
@@ -54,23 +57,73 @@ AGREE, DIFFER, NONE = "agree", "differ", "none"
 """A test's verdict: every check answered with its literal; one not; no answerable check."""
 
 
-def checks(function: ast.AST, method: bool) -> list[tuple[ast.expr, object, bool]] | None:
-    """``[(computed, expected, close)]`` of an answerable test function (``None``: it is not)."""
+FIXTURES = frozenset({"tmp_path"})
+"""Fixtures a test may take and still be answered: each made afresh for it, as pytest makes it."""
+RECORD = "_lcrl_record"
+"""What each check becomes in the child: ``_lcrl_record(<index>, <computed>)``."""
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+class _NotAnswerable(Exception):
+    """A generator or a coroutine: pytest does not run its body as a test."""
+
+
+class _Records(ast.NodeTransformer):
+    """Each check of a test becomes a record of its computed side, its literal kept aside."""
+
+    def __init__(self, start: int, method: bool) -> None:
+        self.start, self.method = start, method
+        self.expected: list[tuple[object, bool]] = []
+
+    def _record(self, computed: ast.expr, value: object, close: bool) -> ast.stmt:
+        index = ast.Constant(self.start + len(self.expected))
+        self.expected.append((value, close))
+        return ast.Expr(ast.Call(ast.Name(RECORD, ast.Load()), [index, computed], []))
+
+    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
+        check = _check(node, self.method)
+        return node if check is None else self._record(*check)
+
+    def visit_Expr(self, node: ast.Expr) -> ast.stmt:
+        check = _check(node, self.method)
+        return self.generic_visit(node) if check is None else self._record(*check)
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await):
+            raise _NotAnswerable
+        return super().generic_visit(node)
+
+
+def answerable(function: ast.AST, method: bool, start: int = 0) -> tuple[str, list, list[str]] | None:
+    """An answerable test function as the child runs it: ``(source, expected, fixtures)``, the
+    function renamed ``_lcrl_test`` with each check a record numbered from ``start``, each
+    check's ``(literal, close)`` in that order, and the fixtures it takes (``None``: it is not
+    answerable: no such check, or a generator). A check is an equality of a computed value with
+    a literal (``assert``, or a ``self.assert*Equal`` call in a class), anywhere in the body (a
+    loop, a ``with``, a helper it defines); each is recorded and its literal leaves the child's
+    code. Every other statement stands as written: the input built first, ``with
+    pytest.raises``, another ``assert`` (``is``, ``in``, a truth value), which fails the test in
+    the child as in pytest."""
     if not isinstance(function, ast.FunctionDef) or function.decorator_list:
         return None
     a = function.args
     names = [p.arg for p in [*a.posonlyargs, *a.args]]
-    if a.vararg or a.kwarg or a.kwonlyargs or names != (["self"] if method else []):
-        return None
-    found = []
-    for statement in function.body:
-        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
-            continue  # a docstring
-        check = _check(statement, method)
-        if check is None:
+    if method:
+        if names[:1] != ["self"]:
             return None
-        found.append(check)
-    return found or None
+        names = names[1:]
+    if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or not set(names) <= FIXTURES:
+        return None
+    records = _Records(start, method)
+    copy = ast.parse(ast.unparse(function)).body[0]
+    try:
+        body = [records.visit(statement) for statement in copy.body]
+    except (_NotAnswerable, RecursionError):
+        return None
+    copy.body, copy.name = body, "_lcrl_test"
+    if not records.expected:
+        return None
+    return ast.unparse(ast.fix_missing_locations(copy)), records.expected, names
 
 
 def _check(statement: ast.stmt, method: bool) -> tuple[ast.expr, object, bool] | None:
@@ -85,8 +138,8 @@ def _check(statement: ast.stmt, method: bool) -> tuple[ast.expr, object, bool] |
             return None
     elif method and isinstance(statement, ast.Expr) and _self_call(statement.value):
         call = statement.value
-        if len(call.args) not in (2, 3) or call.keywords:  # a message may follow
-            return None
+        if call.func.attr not in _mirror.EQUAL_METHODS or len(call.args) not in (2, 3) or call.keywords:
+            return None  # a message may follow
         sides = list(call.args[:2])
     else:
         return None
@@ -94,8 +147,6 @@ def _check(statement: ast.stmt, method: bool) -> tuple[ast.expr, object, bool] |
     if literal.count(True) != 1 or (close and not literal[1]):
         return None
     computed, expected = (sides[1], sides[0]) if literal[0] else (sides[0], sides[1])
-    if any(isinstance(n, ast.Name) and n.id == "self" for n in ast.walk(computed)):
-        return None  # needs the instance its setUp built: not asked here
     try:
         value = ast.literal_eval(expected)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
@@ -113,12 +164,13 @@ def _call_of(node: ast.AST, name: str) -> bool:
 
 
 def _self_call(node: ast.AST) -> bool:
+    """``self.assert...(...)``: a unittest check (an equality one is answered, another is not)."""
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id == "self"
-        and node.func.attr in _mirror.EQUAL_METHODS
+        and node.func.attr.startswith(("assert", "fail"))
     )
 
 
@@ -156,7 +208,7 @@ def module_name(path: str) -> tuple[str, str]:
 
 
 PROGRAM = r"""
-import json as _j, os as _o, random as _r, sys as _s
+import json as _j, os as _o, pathlib as _p, random as _r, sys as _s, tempfile as _t, unittest as _u
 
 _s.path += {path!r}  # after the standard library, as in the pytest child
 _s.dont_write_bytecode = True
@@ -181,11 +233,8 @@ def _reseed():  # as the workspace's pytest plugin does before each test (sandbo
         pass
 
 
-def _answer(index, first, thunk):
-    if first:
-        _reseed()
+def _record(index, value):
     try:
-        value = thunk()
         plain = _plain(value)
         text = repr(plain if plain is value or (value == plain) is True else value)
         row = [index, "ok", text] if len(text) <= {limit} else [index, "big", ""]
@@ -194,51 +243,66 @@ def _answer(index, first, thunk):
     _out.write(_j.dumps(row) + "\n")
 
 
-for _name, _package, _file, _code, _checks in {modules!r}:
+def _fixture(name):
+    return _p.Path(_t.mkdtemp(prefix="lcrl-answer-"))
+
+
+for _name, _package, _file, _code, _tests in {modules!r}:
     _ns = {{"__name__": _name, "__package__": _package, "__file__": _file}}
     try:
         exec(compile(_code, _file, "exec"), _ns)
     except BaseException as _e:
-        _error = type(_e).__name__
-        for _i, _first, _src in _checks:
-            _out.write(_j.dumps([_i, "raise", _error]) + "\n")
+        for _t_index, _method, _src, _fixtures in _tests:
+            _out.write(_j.dumps(["end", _t_index, "raise", type(_e).__name__]) + "\n")
         continue
-    for _i, _first, _src in _checks:
-        _answer(_i, _first, lambda: eval(compile(_src, _file, "eval"), _ns))
+    for _t_index, _method, _src, _fixtures in _tests:
+        _reseed()
+        try:
+            _ns["{record}"] = _record
+            exec(compile(_src, _file, "exec"), _ns)
+            # a method gets a bare TestCase: its assert* methods, none of what its own setUp built
+            _self = [_u.TestCase()] if _method else []
+            _ns["_lcrl_test"](*_self, **{{f: _fixture(f) for f in _fixtures}})
+            _row = ["end", _t_index, "ok"]
+        except BaseException as _e:
+            _row = ["end", _t_index, "raise", type(_e).__name__]
+        _out.write(_j.dumps(_row) + "\n")
 """
-"""The child: each module's support code, then each computed side, one JSON line per check on
-its own descriptor (the tests' prints go to ``/dev/null``: a print without a line end must not
-swallow an answer)."""
+"""The child: each module's support code, then each test with its checks recorded, one JSON line
+per record and one at each test's end on its own descriptor (the tests' prints go to
+``/dev/null``: a print without a line end must not swallow an answer)."""
 
 
-def plan(tests: list[str]) -> tuple[dict[str, str], list[tuple[str, str, str, str, list]], list]:
+def plan(tests: list[str]) -> tuple[dict[str, str], list[tuple], list[tuple[str, object, bool]], list[str]]:
     """Read the answerable functions of ``tests`` (FAIL_TO_PASS node ids) from their files:
-    ``(verdicts, modules, expected)``: each test's verdict so far (``none`` where it has no
-    answerable check), the child's modules (name, package, file, support code, ``[(index,
-    first of its test, computed)]``) and, by index, ``(test, expected, close)``."""
+    ``(verdicts, modules, expected, asked)``: each test's verdict so far (``none`` where it is
+    not answerable), the child's modules (name, package, file, support code, ``[(test index,
+    method, source, fixtures)]``), by check index ``(test, literal, close)``, and the answerable
+    tests by test index."""
     verdicts: dict[str, str] = {}
-    modules, expected = [], []
+    modules, expected, asked = [], [], []
     for path, qualnames in _mirror.plan(tests).items():
         try:
             with open(path, "rb") as f:
                 tree = ast.parse(f.read())
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             tree = None
-        asked = []
+        runs = []
         for qualname in qualnames:
-            parts = qualname.split("::")
+            parts, test = qualname.split("::"), f"{path}::{qualname}"
             function = None if tree is None else _mirror._functions(tree, parts)
-            found = None if function is None else checks(function, len(parts) > 1)
-            test = f"{path}::{qualname}"
+            found = None if function is None else answerable(function, len(parts) > 1, len(expected))
             verdicts[test] = NONE if found is None else AGREE
-            for n, (computed, value, close) in enumerate(found or []):
-                asked.append((len(expected), n == 0, ast.unparse(computed)))
-                expected.append((test, value, close))
-        if asked and tree is not None:
+            if found is not None:
+                source, literals, fixtures = found
+                runs.append((len(asked), len(parts) > 1, source, fixtures))
+                expected += [(test, value, use_close) for value, use_close in literals]
+                asked.append(test)
+        if runs and tree is not None:
             name, _ = module_name(path)
             package = name.rpartition(".")[0]
-            modules.append((name, package, os.path.abspath(path), support(tree), asked))
-    return verdicts, modules, expected
+            modules.append((name, package, os.path.abspath(path), support(tree), runs))
+    return verdicts, modules, expected, asked
 
 
 def close(actual: object, expected: object) -> bool:
@@ -306,13 +370,15 @@ def answer(
     """Each of ``tests``' verdict (:data:`AGREE`, :data:`DIFFER`, :data:`NONE`) after the child
     answered: ``path`` its ``sys.path`` before its own (the toolchain, the repository's roots),
     ``env`` its environment, ``timeout_s`` its time (an answer it did not give differs)."""
-    verdicts, modules, expected = plan(tests)
+    verdicts, modules, expected, asked = plan(tests)
     clear_tests(test_files)
     if not expected:
         return verdicts
     bases = [module_name(m[2])[1] for m in modules]
     read_end, write_end = os.pipe()
-    program = PROGRAM.format(path=[*path, *bases], fd=write_end, limit=MAX_ANSWER, modules=modules)
+    program = PROGRAM.format(
+        path=[*path, *bases], fd=write_end, limit=MAX_ANSWER, modules=modules, record=RECORD
+    )
     child = subprocess.Popen(
         [sys.executable, "-s", "-S", "-P", "-c", program],
         pass_fds=(write_end,),
@@ -339,16 +405,20 @@ def answer(
         pass
     child.wait()
     rows: dict[int, list] = {}
+    ends: dict[int, list] = {}
     for line in bytes(data[:MAX_OUTPUT]).split(b"\n"):
         try:
             row = json.loads(line)
-            index = row[0]
+            end, index = row[0] == "end", row[1] if row[0] == "end" else row[0]
         except Exception:  # noqa: BLE001, S112 - a line that is not one of ours answers nothing
             continue
-        if type(index) is int and 0 <= index < len(expected):
-            rows.setdefault(index, []).append(row)
+        if type(index) is int and 0 <= index < (len(asked) if end else len(expected)):
+            (ends if end else rows).setdefault(index, []).append(row)
+    for index, test in enumerate(asked):
+        if [row[2:] for row in ends.get(index, [])] != [["ok"]]:
+            verdicts[test] = DIFFER  # it raised, did not end, or ended twice
     for index, (test, value, use_close) in enumerate(expected):
         answered = rows.get(index, [])
-        if len(answered) != 1 or not agrees(answered[0], value, use_close):
-            verdicts[test] = DIFFER  # none, more than one, or another value
+        if not answered or not all(agrees(row, value, use_close) for row in answered):
+            verdicts[test] = DIFFER  # none, or another value (a check in a loop answers each time)
     return verdicts

@@ -34,45 +34,51 @@ _load("_mirror", grading.MIRROR)
 answers = _load("_answers", grading.ANSWERS)
 
 
-def found(source: str, method: bool = False) -> list[tuple[str, object, bool]] | None:
+def found(source: str, method: bool = False) -> tuple[str, list, list[str]] | None:
     tree = ast.parse(source)
-    function = tree.body[0].body[0] if method else tree.body[0]
-    result = answers.checks(function, method)
-    return None if result is None else [(ast.unparse(c), v, close) for c, v, close in result]
+    return answers.answerable(tree.body[0].body[0] if method else tree.body[0], method, start=30)
 
 
-def test_a_function_of_equality_checks_against_literals_is_answerable():
-    assert found("def test_a():\n    'doc'\n    assert add(2, 3) == 5\n    assert [1] == f(x=1)\n") == [
-        ("add(2, 3)", 5, False),
-        ("f(x=1)", [1], False),
-    ]
-    assert found("def test_a():\n    assert _lcrl_close(area(2.0), 12.56)\n") == [("area(2.0)", 12.56, True)]
+def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_leaves():
+    source, expected, fixtures = found(
+        "def test_a(tmp_path):\n    'doc'\n    path = tmp_path / 'x'\n    assert add(2, 3) == 5\n"
+        "    for n in (1, 2):\n        assert [1] == f(n)\n    assert _lcrl_close(area(2.0), 12.56)\n"
+        "    assert 'sep' in text, 'a message'\n"
+    )
+    assert expected == [(5, False), ([1], False), (12.56, True)] and fixtures == ["tmp_path"]
+    body = ast.parse(source).body[0]
+    assert body.name == "_lcrl_test"
+    assert "_lcrl_record(30, add(2, 3))" in source and "_lcrl_record(31, f(n))" in source
+    assert "_lcrl_record(32, area(2.0))" in source
+    assert "assert 'sep' in text" in source  # another check stands as written
+    for literal in ("5", "[1]", "12.56"):  # no expected value is left in the child's code
+        assert not any(
+            isinstance(n, ast.Constant | ast.List) and ast.unparse(n) == literal for n in ast.walk(body)
+        ), literal
     method = "class T:\n    def test_a(self):\n        self.assertEqual(add(1, 1), 2, 'msg')\n"
-    assert found(method, method=True) == [("add(1, 1)", 2, False)]
+    method += "        self.assertTrue(add(0, 0) == 0)\n"
+    source, expected, _ = found(method, method=True)
+    assert expected == [(2, False)] and "_lcrl_record(30, add(1, 1))" in source
+    assert "self.assertTrue(add(0, 0) == 0)" in source
 
 
 @pytest.mark.parametrize(
     "source",
     [
-        "def test_a():\n    x = add(2, 3)\n    assert x == 5\n",  # a statement that is no check
         "def test_a():\n    assert add(2, 3) == EXPECTED\n",  # no literal side
         "def test_a():\n    assert 5 == 5\n",  # no computed side
         "def test_a():\n    assert add(2, 3) != 5\n",  # not equality
         "def test_a():\n    assert 1 < add(2, 3) == 5\n",  # a chain
-        "def test_a(tmp_path):\n    assert add(2, 3) == 5\n",  # a fixture
+        "def test_a(monkeypatch):\n    assert add(2, 3) == 5\n",  # a fixture not made here
         "@pytest.mark.parametrize('a', [1])\ndef test_a(a):\n    assert add(a, 3) == 4\n",
         "def test_a():\n    pass\n",  # no check at all
         "async def test_a():\n    assert add(2, 3) == 5\n",
+        "def test_a():\n    yield\n    assert add(2, 3) == 5\n",
+        "def test_a():\n    self.assertEqual(add(2, 3), 5)\n",  # no class: not unittest's
     ],
 )
-def test_what_is_not_an_equality_check_of_a_literal_is_not_answerable(source):
+def test_a_test_with_no_equality_check_against_a_literal_is_not_answerable(source):
     assert found(source) is None
-
-
-def test_a_method_check_that_reads_the_instance_is_not_answerable():
-    source = "class T:\n    def test_a(self):\n        self.assertEqual(self.calc.add(1, 1), 2)\n"
-    assert found(source, method=True) is None
-    assert found("class T:\n    def test_a(self):\n        assert add(1, 1) == 2\n", method=True)
 
 
 def test_the_child_runs_the_modules_code_but_not_its_tests():
@@ -349,3 +355,49 @@ def test_a_package_test_module_that_imports_relatively_is_answered(tmp_path):
     task, grader = validated_task(tmp_path, "relative", files, {"pkg/calc.py": FIXED}, f2p, [])
     assert grader.answered(task) == f2p
     assert grader.grade(task, task.patch).resolved
+
+
+# Tests that build their input first: a file under ``tmp_path``, a loop over rows, a method that
+# also checks a truth value; each check recorded where it stands, the rest run as written.
+BUILT_TESTS = """\
+import unittest
+
+from calc import add
+
+
+def test_from_a_file(tmp_path):
+    path = tmp_path / "numbers.txt"
+    path.write_text("2 3")
+    a, b = map(int, path.read_text().split())
+    assert add(a, b) == 5
+
+
+def test_rows():
+    for a, b in ((1, 1), (1, 2)):
+        total = add(a, b)
+        assert total > 0
+        assert total - a == b + 0 * 7
+
+
+class TestCalc(unittest.TestCase):
+    def test_case(self):
+        self.assertTrue(add(0, 0) == 0)
+        self.assertEqual(add(4, 4), 8)
+"""
+BUILT = ["test_calc.py::test_from_a_file", "test_calc.py::test_rows", "test_calc.py::TestCalc::test_case"]
+
+
+def test_tests_that_build_their_input_are_answered_and_the_bug_answers_otherwise(tmp_path):
+    require_bwrap()
+    files = {"calc.py": BUGGY, "test_calc.py": BUILT_TESTS}
+    task, grader = validated_task(tmp_path, "built", files, {"calc.py": FIXED}, BUILT, [])
+    # test_rows compares with no literal (``b + 0 * 7`` is computed): not answerable
+    assert grader.answered(task) == [BUILT[2], BUILT[0]]
+    assert grader.grade(task, task.patch).resolved
+    grade = answer_run(task, grader, tmp_path / "bug", {"calc.py": BUGGY.replace("a - b", "a - b + 0", 1)})
+    assert grade is not None and grade.reason.startswith(f"outside: {BUILT[2]} (+1 more)"), grade
+    # the fix for the answered calls only: add(4, 4) right, add(0, 0) wrong (the truth check
+    # stands in the child and fails there)
+    half = "def add(a, b):\n    return a + b if a else 1\n\n\ndef sub(a, b):\n    return a - b\n"
+    grade = answer_run(task, grader, tmp_path / "half", {"calc.py": half})
+    assert grade is not None and grade.reason.startswith(f"outside: {BUILT[2]} computes"), grade
