@@ -28,10 +28,12 @@ The child may write anything: to pass, it must write the value the test expects,
 file, no process and no argument it can reach. A diff that forged the first run's reports and
 computes the bug gives the bug's value here; a diff that computes the answer honestly gives it
 here too (its run is the reference's, which validation asked: a test whose reference answers
-disagree is not asked again). What is left: an answer the diff carries written out (the visible
-tests' answers hard-coded; the held-out checks, which the agent never sees, are answerable
-tests too), and marks a run leaves on the machine (the host's page cache) used as a channel
-from the first run's process, which holds the test's values.
+disagree is not asked again). What is left: the other statements of an answered test, which
+run with their literals in the child (``assert "sep" in text`` can be read there and met); test
+files the task does not grade, left in the work tree; an answer the diff carries written out
+(the visible tests' answers hard-coded; the held-out checks, which the agent never sees, are
+answerable tests too); and marks a run leaves on the machine (the host's page cache) used as a
+channel from the first run's process, which holds the test's values.
 """
 
 import ast
@@ -54,7 +56,7 @@ MAX_OUTPUT = 8 << 20
 CLOSE = "_lcrl_close"
 """The held-out checks' float comparison (``problems/synth/held_out.py: CLOSE_FUNCTION``)."""
 AGREE, DIFFER, NONE = "agree", "differ", "none"
-"""A test's verdict: every check answered with its literal; one not; no answerable check."""
+"""A test's verdict: every check recorded with its literal and the test ended; not; not answerable."""
 
 
 FIXTURES = frozenset({"tmp_path"})
