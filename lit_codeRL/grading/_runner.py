@@ -803,6 +803,14 @@ class Outcomes:
         self.outcomes[nodeid] = status
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a child that runs the repository's code: no PYTHON* variable but the
+    fixed hash seed (see :func:`run_child`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONHASHSEED"] = HASH_SEED
+    return env
+
+
 def run_child(
     results: str, args: list[str], out: Outcomes, watch: _fswatch.TestFileWatch, mirror: dict
 ) -> int:
@@ -825,8 +833,8 @@ def run_child(
     # strings (ids that hold indices) the same node ids in every run, and a test that depends on
     # set order the same outcome: grading measures the task, not the seed.
     python_env = {k: v for k, v in os.environ.items() if k.startswith("PYTHON")}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": HASH_SEED})
+    env = child_env()
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env[CHILD_PYTHON_ENV] = json.dumps(python_env)
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_PLUGINS", None)
@@ -924,10 +932,10 @@ def answer_run(answers: dict, test_files: list[str], deadline: float) -> dict[st
     that child's (no PYTHON* variable but the fixed hash seed: set order as in the first run)."""
     repo = os.path.realpath(os.getcwd())
     roots = [os.path.join(repo, r) for r in import_roots(test_files)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONHASHSEED"] = HASH_SEED
     tests = [str(t) for t in answers["tests"]]
-    return _answers.answer(tests, test_files, [*toolchain_dirs(), *roots], env, deadline - time.monotonic())
+    return _answers.answer(
+        tests, test_files, [*toolchain_dirs(), *roots], child_env(), deadline - time.monotonic()
+    )
 
 
 def main() -> None:

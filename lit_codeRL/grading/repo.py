@@ -417,6 +417,14 @@ def mirror_verdict(
     return SWEGrade("tamper", tamper_reward, reason=reason[:500], restored=grade.restored, tamper=[reason])
 
 
+def answer_verdicts(run: GradeRun) -> dict[str, str] | None:
+    """Each asked test's verdict in an answer run's record (``agree``, ``differ``, ``none``:
+    ``_answers.py``), or ``None`` where the run left none."""
+    report = run.report or {}
+    verdicts = report.get("answers") if report.get("stage") == "answered" else None
+    return verdicts if isinstance(verdicts, dict) else None
+
+
 def answer_verdict(run: GradeRun, tests: Sequence[str], tamper_reward: float = 0.0) -> SWEGrade | None:
     """The grade of a diff that resolved its task after its *answer run* (``_answers.py``): the
     computed side of each check of the answerable FAIL_TO_PASS tests ``tests``, evaluated in a
@@ -425,9 +433,9 @@ def answer_verdict(run: GradeRun, tests: Sequence[str], tamper_reward: float = 0
     forged report, or an answer read from the test) or when the run left no verdict (an honest
     fix's always does: it answered the same checks in the first run); ``None`` when it stands
     (pure: ``tests/grading/test_answer_run.py``)."""
-    report = run.report
-    verdicts = report.get("answers") if report is not None and report.get("stage") == "answered" else None
-    if not isinstance(verdicts, dict):
+    verdicts = answer_verdicts(run)
+    if verdicts is None:
+        report = run.report
         why = "no record" if report is None else f"stage {report.get('stage')!r}"
         reason = f"outside: the answer run left no verdict ({why}, exit {run.exit_code})"
         return SWEGrade("tamper", tamper_reward, reason=reason[:500], tamper=[reason])
@@ -823,10 +831,7 @@ class SWEGrader:
             run = self.run(task, patch_bytes(task.patch), test_files(task), limit, answers=functions)
         except WorkspaceError:
             return []
-        report = run.report or {}
-        verdicts = report.get("answers") if report.get("stage") == "answered" else None
-        if not isinstance(verdicts, dict):
-            return []
+        verdicts = answer_verdicts(run) or {}
         return sorted(str(t) for t, v in verdicts.items() if v == "agree")
 
     def is_validated(self, task: GradedTask) -> bool:
