@@ -80,7 +80,8 @@ class WorkspaceEnvSettings:
     (auto-submit); off: it gets reward 0 without grading."""
     partial_credit: bool = False
     """Reward the fraction of the failing tests (FAIL_TO_PASS) that pass, when every passing
-    test (PASS_TO_PASS) still passes."""
+    test (PASS_TO_PASS) still passes (the tests it counts are mirrored and answered as a full
+    pass's are)."""
     grade_timeout_s: float = 300.0
     """Time limit of one grading run (apply the diff, restore the tests, run them)."""
     grade_timeout_factor: float = 10.0

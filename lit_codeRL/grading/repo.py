@@ -653,30 +653,42 @@ class SWEGrader:
                 if limit < self.timeout_s:
                     gold_s = self.reference_seconds(task)
                     grade.reason += f" (the reference patch's run took {gold_s:.2f} s)"
-            if grade.resolved and self.mirror_check:
-                grade = self._mirrored(task, patch, grade, limit, cpu)
-            answered = self.answered(task) if grade.resolved and self.answer_check else []
+            # every failing test a reward counts is asked again, a partial one's too: a forged
+            # pass of one test of several earns its fraction under partial credit
+            paid = grade.resolved or (grade.verdict == "unresolved" and grade.reward > 0)
+            passed = [n for n in task.fail_to_pass if grade.fail_to_pass.get(n) == "passed"] if paid else []
+            if passed and self.mirror_check:
+                grade = self._mirrored(task, patch, grade, passed, limit, cpu)
+            passed = passed if grade.verdict in ("resolved", "unresolved") else []
+            answered = [t for t in self.answered(task) if t in passed] if self.answer_check else []
             if answered:
                 grade = self._answer_checked(task, patch, grade, limit, cpu, answered)
         grade.wall_s = time.monotonic() - start
         return grade
 
     def _mirrored(
-        self, task: GradedTask, patch: bytes, grade: SWEGrade, limit: float, cpu: float | None
+        self,
+        task: GradedTask,
+        patch: bytes,
+        grade: SWEGrade,
+        tests: Sequence[str],
+        limit: float,
+        cpu: float | None,
     ) -> SWEGrade:
-        """``grade`` (``resolved``), or ``tamper`` after the mirror runs (:func:`mirror_verdict`):
-        one that arms every failing function where there is one, else two in a random order, each
-        arming a random part of them (:func:`mirror_split`) and the other the rest, so that every
-        function is armed in one run and must pass unchanged in the other."""
+        """``grade`` (``resolved``, or a partial credit), or ``tamper`` after the mirror runs of
+        the FAIL_TO_PASS tests it passed, ``tests`` (:func:`mirror_verdict`): one that arms every
+        such function where there is one, else two in a random order, each arming a random part
+        of them (:func:`mirror_split`) and the other the rest, so that every function is armed in
+        one run and must pass unchanged in the other."""
         key = _task_key(task)
-        if key in self._unarmed or not task.fail_to_pass:
+        if key in self._unarmed or not tests:
             return grade
-        armed, left = mirror_split(task.fail_to_pass)
+        armed, left = mirror_split(tests)
         plans = [(armed, left), (left, armed)] if left else [(armed, left)]
         secrets.SystemRandom().shuffle(plans)
         armable, cpu_s = False, grade.cpu_s
-        for tests, unchanged in plans:
-            mirror = {"tests": tests, "salt": 1 + secrets.randbelow(9998)}
+        for armed_here, unchanged in plans:
+            mirror = {"tests": armed_here, "salt": 1 + secrets.randbelow(9998)}
             try:
                 # the same test files as the first run: which modules ran must not tell the runs apart
                 run = self.run(task, patch, test_files(task), limit, cpu, mirror=mirror)
@@ -691,7 +703,8 @@ class SWEGrader:
                 verdict.fail_to_pass, verdict.pass_to_pass = grade.fail_to_pass, grade.pass_to_pass
                 verdict.cpu_s = cpu_s
                 return verdict
-        if not armable:  # what the parent read in the files (every failing function asked in one run)
+        if not armable and set(tests) == set(task.fail_to_pass):
+            # what the parent read in the files (every failing function asked in one run)
             self._unarmed.add(key)
         return grade
 
@@ -704,8 +717,8 @@ class SWEGrader:
         cpu: float | None,
         tests: list[str],
     ) -> SWEGrade:
-        """``grade`` (``resolved``), or ``tamper`` after the answer run of ``tests``
-        (:func:`answer_verdict`)."""
+        """``grade`` (``resolved``, or a partial credit), or ``tamper`` after the answer run of
+        ``tests``, the answerable FAIL_TO_PASS tests it passed (:func:`answer_verdict`)."""
         try:
             run = self.run(task, patch, test_files(task), limit, cpu, answers=tests)
         except WorkspaceError:  # ours, not the agent's: the first run's grade stands

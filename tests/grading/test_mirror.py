@@ -632,10 +632,9 @@ def test_the_mirror_run_arms_part_of_the_failing_functions_and_the_rest_must_pas
     assert "read the answer from the test" in verdict(every_run).reason
 
 
-def test_two_mirror_runs_arm_every_failing_function_once_and_leave_it_unchanged_once(monkeypatch):
-    """The grader's side: with two failing functions or more, two mirror runs in a random order,
-    each function armed in one and left as it is in the other; a forger that computes the bug in
-    the mirror runs is ``tamper`` from whichever comes first, an honest fix ``resolved``."""
+def _three_test_grader(monkeypatch) -> tuple[tuple[str, ...], SWETask, grading.SWEGrader]:  # noqa: ANN001
+    """Three failing tests, their task, and a grader with no sandbox whose first runs' judge says
+    ``unresolved`` (each test sets the runs it wants on ``grader.run``)."""
     monkeypatch.setattr(grading, "judge", lambda *a, **k: grading.SWEGrade("unresolved", 0.0))
     fail_to_pass = ("t.py::test_a", "t.py::test_b", "t.py::test_c")
     task = SWETask(
@@ -644,6 +643,14 @@ def test_two_mirror_runs_arm_every_failing_function_once_and_leave_it_unchanged_
     )  # fmt: skip
     grader = grading.SWEGrader.__new__(grading.SWEGrader)
     grader._armed, grader._unarmed, grader.tamper_reward = set(), set(), 0.0
+    return fail_to_pass, task, grader
+
+
+def test_two_mirror_runs_arm_every_failing_function_once_and_leave_it_unchanged_once(monkeypatch):
+    """The grader's side: with two failing functions or more, two mirror runs in a random order,
+    each function armed in one and left as it is in the other; a forger that computes the bug in
+    the mirror runs is ``tamper`` from whichever comes first, an honest fix ``resolved``."""
+    fail_to_pass, task, grader = _three_test_grader(monkeypatch)
 
     def runs(outcome) -> tuple[grading.SWEGrade, list[list[str]]]:
         armed_lists: list[list[str]] = []
@@ -660,7 +667,7 @@ def test_two_mirror_runs_arm_every_failing_function_once_and_leave_it_unchanged_
         monkeypatch.setattr(grader, "run", run)
         monkeypatch.setattr(grading, "test_files", lambda task: ["t.py"])
         resolved = grading.SWEGrade("resolved", 1.0)
-        return grader._mirrored(task, b"", resolved, 10.0, None), armed_lists
+        return grader._mirrored(task, b"", resolved, fail_to_pass, 10.0, None), armed_lists
 
     honest, armed_lists = runs(lambda test, armed: "failed" if armed else "passed")
     assert honest.verdict == "resolved" and len(armed_lists) == 2
@@ -672,6 +679,32 @@ def test_two_mirror_runs_arm_every_failing_function_once_and_leave_it_unchanged_
     assert (
         forged_everywhere.verdict == "tamper" and "read the answer from the test" in forged_everywhere.reason
     )
+
+
+def test_a_partial_credit_mirrors_only_the_failing_tests_it_passed(monkeypatch):
+    """A partial grade's mirror runs arm the FAIL_TO_PASS tests it passed and no other (an honest
+    partial fix fails the others in every run); a part of them with nothing to arm does not mark
+    the whole task as one that has nothing to arm (which would skip a later full pass's runs)."""
+    fail_to_pass, task, grader = _three_test_grader(monkeypatch)
+    asked: list[list[str]] = []
+
+    def run(task, patch, tests, limit, cpu, mirror):  # noqa: ANN001, ANN202 - SWEGrader.run's
+        asked.append(list(mirror["tests"]))
+        outcomes = dict.fromkeys(fail_to_pass, "passed")  # nothing armable: each runs as written
+        return grading.GradeRun(
+            1, {"mirror": {"armable": [], "armed": []}, "outcomes": outcomes}, b"", "", None
+        )
+
+    monkeypatch.setattr(grader, "run", run)
+    monkeypatch.setattr(grading, "test_files", lambda task: ["t.py"])
+    partial = grading.SWEGrade("unresolved", 2 / 3)
+    assert grader._mirrored(task, b"", partial, ["t.py::test_a", "t.py::test_c"], 10.0, None) is partial
+    assert sorted(sum(asked, [])) == ["t.py::test_a", "t.py::test_c"] and not grader._unarmed
+    asked.clear()
+    assert grader._mirrored(task, b"", partial, list(fail_to_pass), 10.0, None) is partial
+    assert (
+        sorted(sum(asked, [])) == sorted(fail_to_pass) and grader._unarmed
+    )  # every one asked: nothing to arm
 
 
 # A task whose failing test checks that an exception is raised: no value to change, so before the

@@ -518,3 +518,72 @@ def test_a_report_dropped_by_a_full_socket_is_tampering(package_task):
     assert grade.verdict in ("tamper", "unresolved"), grade.to_dict()
     if grade.verdict == "tamper":
         assert any("could not be written" in t for t in grade.tamper), grade.tamper
+
+
+def _forging_one_test(source: str) -> str:
+    """``source`` (a report patch above) forging the pass of ``TestCalc::test_add_case`` only, its
+    junit case alone fixed: the other failing test fails as the bug makes it, a partial pass."""
+    one = source.replace("if _CANARY.match(nm) or", 'if nm != "test_add_case" or _CANARY.match(nm) or', 1)
+    one = one.replace(
+        '            if not any(_CANARY.match(p) for p in msg["nodeid"].split("::")[1:]):\n',
+        '            if msg["nodeid"].endswith("::test_add_case"):\n',
+        1,
+    )
+    assert one.count("test_add_case") == 2, one
+    return one
+
+
+def _partial(grader: grading.SWEGrader, checks: bool = True) -> grading.SWEGrader:
+    return grading.SWEGrader(
+        grader.workspace,
+        grader.repos,
+        timeout_s=120,
+        partial_credit=True,
+        mirror_check=checks,
+        answer_check=checks,
+    )
+
+
+def test_a_forged_pass_of_one_failing_test_earns_no_partial_credit(package_task):
+    """Hole (fixed): with ``partial_credit``, a grade that passes some failing tests but not all
+    is not ``resolved``, and only a resolved grade was mirrored and answered, so a report patch
+    that forged one test's pass of two earned half the reward. The tests a partial reward counts
+    are asked again as a resolved grade's are: forged in every run, the mirror run names it."""
+    tmp, task, grader = package_task
+    patch = diff(
+        Path(task.repo_source), tmp / "one-diff", {"pkg/__init__.py": _forging_one_test(BLIND_REPORTER_PATCH)}
+    )
+    hole = _partial(grader, checks=False).grade(task, patch)
+    assert hole.verdict == "unresolved" and hole.reward == 0.5, hole.to_dict()  # what it paid
+    grade = _partial(grader).grade(task, patch)
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade.to_dict()
+    assert grade.reason.startswith("mirror: pkg/tests/test_calc.py::TestCalc::test_add_case passed"), (
+        grade.reason
+    )
+
+
+def test_a_forged_partial_pass_told_apart_from_the_mirror_run_is_answered(package_task):
+    """Forged in the first run only (the bug computed in the mirror run, which arms the one test
+    that passed): the answer run computes ``add(1, 1)`` with no test in the process."""
+    tmp, task, grader = package_task
+    assert "pkg/tests/test_calc.py::TestCalc::test_add_case" in grader.answered(task)
+    patch = diff(
+        Path(task.repo_source), tmp / "one-tell-diff", {"pkg/__init__.py": _forging_one_test(TOLD_APART)}
+    )
+    grade = _partial(grader).grade(task, patch)
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade.to_dict()
+    assert grade.reason.startswith("outside: pkg/tests/test_calc.py::TestCalc::test_add_case computes"), (
+        grade.reason
+    )
+
+
+def test_a_partial_fix_keeps_its_partial_credit_past_the_mirror_and_answer_runs(package_task):
+    """The code computes what one failing test expects and not the other's: half the reward,
+    the first run's outcomes kept."""
+    tmp, task, grader = package_task
+    half = BUGGY.replace("    return a - b\n", "    return 2 if (a, b) == (1, 1) else a - b\n", 1)
+    grade = _partial(grader).grade(
+        task, diff(Path(task.repo_source), tmp / "half-diff", {"pkg/calc.py": half})
+    )
+    assert grade.verdict == "unresolved" and grade.reward == 0.5, grade.to_dict()
+    assert grade.fail_to_pass == {F2P[0]: "failed", F2P[1]: "passed"}, grade.fail_to_pass
