@@ -85,6 +85,12 @@ def measure(kind: str, source: str, limit: int | None, repeats: int, timed: int,
             1 for f, a in zip(functions, answered, strict=True) if f and len(a) == len(f)
         ),
         "tasks_none_answered": sum(1 for a in answered if not a),
+        "unanswered_functions": sorted(
+            f"{t.instance_id}: {f}"
+            for t, fs, a in zip(valid, functions, answered, strict=True)
+            for f in fs
+            if f not in a
+        )[:50],
         "validate_s": round(validate_s, 1),
         "timed_tasks": len(graded),
         "resolved_grade_s_with": round(statistics.median(with_s), 3) if with_s else None,

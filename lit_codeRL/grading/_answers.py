@@ -11,8 +11,11 @@ Here the verdict is made **outside** that process, from values the code under te
 without computing them. A check is an equality of a computed value with a literal written in the
 test: ``assert <computed> == <literal>`` (either side), ``assert _lcrl_close(<computed>,
 <literal>)`` (a held-out check comparing floats) or, in a class, ``self.assertEqual(<computed>,
-<literal>)`` (and its ``assert*Equal`` siblings). A test function with one or more (no decorator,
-no parameter but ``self`` and ``tmp_path``) is *answerable*. The answer run (a grading run of its
+<literal>)`` (and its ``assert*Equal`` siblings); the literal may be folded from literals
+(``'tea' + ' ' * 3``) or be a ``pytest.mark.parametrize`` column written out in the text that
+the test uses nowhere else (``assert add(a, b) == expected``: each row answered, the child given
+the other columns). A test function with one or more (no decorator but such a ``parametrize``,
+no parameter but ``self``, ``tmp_path`` and its rows') is *answerable*. The answer run (a grading run of its
 own, in a fresh workspace) applies the diff and the tests as the first run does, reads the
 answerable functions of the FAIL_TO_PASS tests it is given, keeps each check's literal **here**,
 in this process (undumpable, never running a line of the repository), and then removes every
@@ -70,24 +73,32 @@ class _NotAnswerable(Exception):
     """A generator or a coroutine: pytest does not run its body as a test."""
 
 
-class _Records(ast.NodeTransformer):
-    """Each check of a test becomes a record of its computed side, its literal kept aside."""
+class _Param:
+    """The expected side of a check is the test's parameter ``name``: its value in each row."""
 
-    def __init__(self, start: int, method: bool) -> None:
-        self.start, self.method = start, method
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Records(ast.NodeTransformer):
+    """Each check of a test becomes a record of its computed side, its expected value kept aside
+    (a literal's value, or a :class:`_Param` for one of ``params``)."""
+
+    def __init__(self, method: bool, params: frozenset[str], constants: dict[str, object]) -> None:
+        self.method, self.params, self.constants = method, params, constants
         self.expected: list[tuple[object, bool]] = []
 
     def _record(self, computed: ast.expr, value: object, close: bool) -> ast.stmt:
-        index = ast.Constant(self.start + len(self.expected))
+        index = ast.Constant(len(self.expected))
         self.expected.append((value, close))
         return ast.Expr(ast.Call(ast.Name(RECORD, ast.Load()), [index, computed], []))
 
     def visit_Assert(self, node: ast.Assert) -> ast.stmt:
-        check = _check(node, self.method)
+        check = _check(node, self.method, self.params, self.constants)
         return node if check is None else self._record(*check)
 
     def visit_Expr(self, node: ast.Expr) -> ast.stmt:
-        check = _check(node, self.method)
+        check = _check(node, self.method, self.params, self.constants)
         return self.generic_visit(node) if check is None else self._record(*check)
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
@@ -96,39 +107,154 @@ class _Records(ast.NodeTransformer):
         return super().generic_visit(node)
 
 
-def answerable(function: ast.AST, method: bool, start: int = 0) -> tuple[str, list, list[str]] | None:
-    """An answerable test function as the child runs it: ``(source, expected, fixtures)``, the
-    function renamed ``_lcrl_test`` with each check a record numbered from ``start``, each
-    check's ``(literal, close)`` in that order, and the fixtures it takes (``None``: it is not
-    answerable: no such check, or a generator). A check is an equality of a computed value with
-    a literal (``assert``, or a ``self.assert*Equal`` call in a class), anywhere in the body (a
-    loop, a ``with``, a helper it defines); each is recorded and its literal leaves the child's
-    code. Every other statement stands as written: the input built first, ``with
-    pytest.raises``, another ``assert`` (``is``, ``in``, a truth value), which fails the test in
-    the child as in pytest."""
-    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
+Answerable = tuple[str, list[str], list[tuple[str, list[tuple[object, bool]]]]]
+"""An answerable test as the child runs it: ``(source, fixtures, rows)``: the function renamed
+``_lcrl_test`` with each check a record numbered from 0, the fixtures it takes, and per row of
+its parameters (one for a test with none) the source of the inputs the child passes it (a dict
+display) and each check's ``(expected value, close)`` in that order."""
+
+
+def answerable(
+    function: ast.AST, method: bool, constants: dict[str, object] | None = None
+) -> Answerable | None:
+    """``function`` as the child runs it (:data:`Answerable`); ``None``: it is not answerable (no
+    check, a generator, a decorator other than ``pytest.mark.parametrize`` over rows written out,
+    a fixture not made here). A check is an equality of a computed value with a literal
+    (``assert``, or a ``self.assert*Equal`` call in a class), anywhere in the body (a loop, a
+    ``with``, a helper it defines), or with a parameter whose value is a literal in every row and
+    that the test uses nowhere else (``assert add(a, b) == expected``); each is recorded and its
+    literal leaves the child's code (a parameter it checks against leaves the signature: the
+    child is passed the others, the *inputs*). Every other statement stands as written: the input
+    built first, ``with pytest.raises``, another ``assert`` (``is``, ``in``, a truth value), which
+    fails the test in the child as in pytest. ``constants``: the module's names that hold only
+    expected values (:func:`answer_constants`), read as the literals they are bound to."""
+    if not isinstance(function, ast.FunctionDef):
         return None
+    rows = parameter_rows(function)
     a = function.args
     names = [p.arg for p in [*a.posonlyargs, *a.args]]
     if method:
         if names[:1] != ["self"]:
             return None
         names = names[1:]
-    if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or not set(names) <= FIXTURES:
+    if rows is None or a.vararg or a.kwarg or a.kwonlyargs or a.defaults:
         return None
-    records = _Records(start, method)
-    copy = ast.parse(ast.unparse(function)).body[0]
-    try:
-        body = [records.visit(statement) for statement in copy.body]
-    except (_NotAnswerable, RecursionError):
+    given = set(rows[0]) if rows else set()
+    if not set(names) - given <= FIXTURES or not given <= set(names):
         return None
-    copy.body, copy.name = body, "_lcrl_test"
+    # a parameter is an expected value where every use of it is a check's expected side: take
+    # out those used otherwise until none is (``assert f(x, expected) == expected`` reads it)
+    params = frozenset(n for n in given if not _stores(function, n))
+    while True:
+        records = _Records(method, params, constants or {})
+        copy = ast.parse(ast.unparse(function)).body[0]
+        try:
+            body = [records.visit(statement) for statement in copy.body]
+        except (_NotAnswerable, RecursionError):
+            return None
+        still = {n.id for b in body for n in ast.walk(b) if isinstance(n, ast.Name) and n.id in params}
+        if not still:
+            break
+        params -= still
     if not records.expected:
         return None
-    return ast.unparse(ast.fix_missing_locations(copy)), records.expected, names
+    copy.body, copy.name, copy.decorator_list = body, "_lcrl_test", []
+    copy.args.args = [p for p in copy.args.args if p.arg not in params]
+    out = []
+    for row in rows or [{}]:
+        expected = []
+        for value, close in records.expected:
+            if isinstance(value, _Param):
+                value = _expected_value(row[value.name])
+                if value is _NO_VALUE:
+                    return None
+            expected.append((value, close))
+        inputs = {k: v for k, v in row.items() if k not in params}
+        display = ast.Dict([ast.Constant(k) for k in inputs], list(inputs.values()))
+        out.append((ast.unparse(display), expected))
+    return ast.unparse(ast.fix_missing_locations(copy)), [n for n in names if n not in given], out
 
 
-def _check(statement: ast.stmt, method: bool) -> tuple[ast.expr, object, bool] | None:
+def _stores(function: ast.AST, name: str) -> bool:
+    return any(
+        (isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load))
+        or (isinstance(n, ast.arg) and n.arg == name and n is not _own_arg(function, name))
+        or (isinstance(n, ast.Global | ast.Nonlocal) and name in n.names)
+        for n in ast.walk(function)
+    )
+
+
+def _own_arg(function: ast.AST, name: str) -> ast.arg | None:
+    a = function.args  # type: ignore[attr-defined]
+    return next((p for p in [*a.posonlyargs, *a.args] if p.arg == name), None)
+
+
+MAX_ROWS = 256
+"""Rows of a parametrized test answered at most (a test with more is not answerable)."""
+
+
+def parameter_rows(function: ast.FunctionDef) -> list[dict[str, ast.expr]] | None:
+    """Each row of ``function``'s ``pytest.mark.parametrize`` decorators, by parameter name (the
+    product of stacked ones, as pytest makes it); ``[]`` for a test with no decorator; ``None``
+    for another decorator, rows not written out in the text (a name, a comprehension), a
+    ``pytest.param`` with ``marks`` (a skip or an expected failure), ``indirect``, or more than
+    :data:`MAX_ROWS` rows."""
+    rows: list[dict[str, ast.expr]] = [{}]
+    for decorator in function.decorator_list:
+        group = _decorator_rows(decorator)
+        if group is None or any(set(group[0]) & set(r) for r in rows[:1]):
+            return None
+        rows = [{**r, **g} for r in rows for g in group]
+        if len(rows) > MAX_ROWS:
+            return None
+    return rows if function.decorator_list else []
+
+
+def _decorator_rows(decorator: ast.expr) -> list[dict[str, ast.expr]] | None:
+    if not (
+        isinstance(decorator, ast.Call)
+        and ast.unparse(decorator.func) in ("pytest.mark.parametrize", "mark.parametrize")
+        and len(decorator.args) == 2
+        and all(k.arg == "ids" for k in decorator.keywords)
+    ):
+        return None
+    names_node, values = decorator.args
+    if isinstance(names_node, ast.Constant) and isinstance(names_node.value, str):
+        names = [n.strip() for n in names_node.value.split(",") if n.strip()]
+        whole = len(names) == 1  # one name as a string takes each value whole
+    elif isinstance(names_node, ast.Tuple | ast.List) and all(
+        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in names_node.elts
+    ):
+        names, whole = [e.value for e in names_node.elts], False  # type: ignore[attr-defined]
+    else:
+        return None
+    if not names or len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+        return None
+    if not isinstance(values, ast.List | ast.Tuple) or not values.elts:
+        return None
+    rows = []
+    for entry in values.elts:
+        if isinstance(entry, ast.Call) and ast.unparse(entry.func) in ("pytest.param", "param"):
+            if any(k.arg != "id" for k in entry.keywords):
+                return None
+            items = list(entry.args)
+        elif whole:
+            items = [entry]
+        elif isinstance(entry, ast.Tuple | ast.List):
+            items = list(entry.elts)
+        else:
+            return None
+        if len(items) != len(names) or any(isinstance(i, ast.Starred) for i in items):
+            return None
+        rows.append(dict(zip(names, items, strict=True)))
+    return rows
+
+
+def _check(
+    statement: ast.stmt, method: bool, params: frozenset[str], constants: dict[str, object]
+) -> tuple[ast.expr, object, bool] | None:
+    """``(computed side, expected value, close)`` where ``statement`` is a check: the expected
+    value a literal's, or a :class:`_Param` for a parameter of ``params``."""
     close = False
     if isinstance(statement, ast.Assert):
         test = statement.test
@@ -145,15 +271,61 @@ def _check(statement: ast.stmt, method: bool) -> tuple[ast.expr, object, bool] |
         sides = list(call.args[:2])
     else:
         return None
-    literal = [_mirror._is_literal(s) for s in sides]
-    if literal.count(True) != 1 or (close and not literal[1]):
+    values = [
+        _Param(side.id)
+        if isinstance(side, ast.Name) and side.id in params
+        else _expected_value(side, constants)
+        for side in sides
+    ]
+    fixed = [v is not _NO_VALUE for v in values]
+    if fixed.count(True) != 1 or (close and not fixed[1]):
         return None
-    computed, expected = (sides[1], sides[0]) if literal[0] else (sides[0], sides[1])
-    try:
-        value = ast.literal_eval(expected)
-    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-        return None
+    computed, value = (sides[1], values[0]) if fixed[0] else (sides[0], values[1])
     return computed, value, close
+
+
+_NO_VALUE = object()
+"""What :func:`_expected_value` gives for a side that is not written out in the text."""
+MAX_FOLDED = 1 << 16
+"""Longest string, bytes, list or tuple, and most bits of an integer, that folding a constant
+expression of the expected side may make (a longer one is not a literal to the answer run)."""
+_FOLDED_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+
+
+def _expected_value(node: ast.expr, constants: dict[str, object] | None = None) -> object:
+    """The value of a side written out in the text: a literal (:func:`_mirror._is_literal`), a
+    name of ``constants``, or ``+``, ``-`` and ``*`` of them (``'tea' + ' ' * 13 + '2.50'``,
+    ``'-' * WIDTH``, ``[0] * 3``), folded here within :data:`MAX_FOLDED`; else :data:`_NO_VALUE`."""
+    try:
+        if _mirror._is_literal(node):
+            return ast.literal_eval(node)
+        if isinstance(node, ast.Name) and node.id in (constants or {}):
+            return (constants or {})[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _FOLDED_OPS:
+            left, right = _expected_value(node.left, constants), _expected_value(node.right, constants)
+            if left is _NO_VALUE or right is _NO_VALUE:
+                return _NO_VALUE
+            if isinstance(node.op, ast.Mult):  # bound a repetition before it is made
+                count = right if isinstance(left, str | bytes | list | tuple) else left
+                seq = left if isinstance(left, str | bytes | list | tuple) else right
+                if isinstance(seq, str | bytes | list | tuple) and (
+                    not isinstance(count, int) or count * len(seq) > MAX_FOLDED
+                ):
+                    return _NO_VALUE
+            value = _FOLDED_OPS[type(node.op)](left, right)
+            if isinstance(value, bool) or not isinstance(
+                value, int | float | complex | str | bytes | list | tuple
+            ):
+                return _NO_VALUE
+            too_big = (
+                len(value) > MAX_FOLDED
+                if isinstance(value, str | bytes | list | tuple)
+                else (isinstance(value, int) and value.bit_length() > MAX_FOLDED)
+            )
+            return _NO_VALUE if too_big else value
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, OverflowError):
+        return _NO_VALUE
+    return _NO_VALUE
 
 
 def _call_of(node: ast.AST, name: str) -> bool:
@@ -176,12 +348,15 @@ def _self_call(node: ast.AST) -> bool:
     )
 
 
-def support(module: ast.Module) -> str:
+def support(module: ast.Module, constants: dict[str, object] | None = None) -> str:
     """The module's code other than its tests: its imports, helpers and setup, which the computed
     sides may read. Test functions and every class holding a test are left out (their literals
-    are the expected values), and so is ``if __name__ == "__main__":``."""
+    are the expected values), and so are ``if __name__ == "__main__":`` and the bindings of
+    ``constants`` (:func:`answer_constants`)."""
     kept = []
     for node in module.body:
+        if _binds_constant(node) in (constants or {}):
+            continue
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
             continue
         if isinstance(node, ast.ClassDef) and (
@@ -196,6 +371,53 @@ def support(module: ast.Module) -> str:
             continue
         kept.append(node)
     return ast.unparse(ast.Module(body=kept, type_ignores=[]))
+
+
+def _binds_constant(node: ast.stmt) -> str | None:
+    """The name a top-level ``NAME = <value>`` (or ``NAME: T = <value>``) binds, else ``None``."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    if isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
+        return node.target.id
+    return None
+
+
+def answer_constants(module: ast.Module) -> dict[str, object]:
+    """The module's names that may hold expected values: each bound once, at the top level, to a
+    literal (or one folded from literals, :func:`_expected_value`), bound nowhere else (no other
+    assignment, ``global``, ``del``, import, definition or parameter of that name) and read
+    nowhere in the module's code other than its tests. Which of them the asked tests read only
+    as a check's expected side, :func:`plan` decides."""
+    values: dict[str, object] = {}
+    for node in module.body:
+        name = _binds_constant(node)
+        if name is not None and name not in values:
+            value = _expected_value(node.value)  # type: ignore[union-attr]
+            values[name] = value
+        elif name is not None:
+            values[name] = _NO_VALUE  # bound twice
+    bound: dict[str, int] = {}
+    for node in ast.walk(module):
+        names: list[str] = []
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names = [node.id]
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names = list(node.names)
+        elif isinstance(node, ast.alias):
+            names = [(node.asname or node.name).partition(".")[0]]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names = [node.name]
+        elif isinstance(node, ast.arg):
+            names = [node.arg]
+        for name in names:
+            bound[name] = bound.get(name, 0) + 1
+    kept = ast.parse(support(module))
+    read = {n.id for n in ast.walk(kept) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {
+        name: value
+        for name, value in values.items()
+        if value is not _NO_VALUE and bound.get(name) == 1 and name not in read and not name.startswith("__")
+    }
 
 
 def module_name(path: str) -> tuple[str, str]:
@@ -235,7 +457,11 @@ def _reseed():  # as the workspace's pytest plugin does before each test (sandbo
         pass
 
 
+_at = [0]  # the index of the running row's first check
+
+
 def _record(index, value):
+    index += _at[0]
     try:
         plain = _plain(value)
         text = repr(plain if plain is value or (value == plain) is True else value)
@@ -249,26 +475,39 @@ def _fixture(name):
     return _p.Path(_t.mkdtemp(prefix="lcrl-answer-"))
 
 
+def _end(index, error=None):
+    _out.write(_j.dumps(["end", index, "ok"] if error is None else ["end", index, "raise", type(error).__name__]) + "\n")
+
+
 for _name, _package, _file, _code, _tests in {modules!r}:
     _ns = {{"__name__": _name, "__package__": _package, "__file__": _file}}
     try:
         exec(compile(_code, _file, "exec"), _ns)
     except BaseException as _e:
-        for _t_index, _method, _src, _fixtures in _tests:
-            _out.write(_j.dumps(["end", _t_index, "raise", type(_e).__name__]) + "\n")
+        for _method, _src, _fixtures, _rows in _tests:
+            for _run, _start, _inputs in _rows:
+                _end(_run, _e)
         continue
-    for _t_index, _method, _src, _fixtures in _tests:
-        _reseed()
+    for _method, _src, _fixtures, _rows in _tests:
         try:
             _ns["{record}"] = _record
             exec(compile(_src, _file, "exec"), _ns)
-            # a method gets a bare TestCase: its assert* methods, none of what its own setUp built
-            _self = [_u.TestCase()] if _method else []
-            _ns["_lcrl_test"](*_self, **{{f: _fixture(f) for f in _fixtures}})
-            _row = ["end", _t_index, "ok"]
+            _test = _ns["_lcrl_test"]
         except BaseException as _e:
-            _row = ["end", _t_index, "raise", type(_e).__name__]
-        _out.write(_j.dumps(_row) + "\n")
+            for _run, _start, _inputs in _rows:
+                _end(_run, _e)
+            continue
+        for _run, _start, _inputs in _rows:
+            _reseed()
+            _at[0] = _start
+            try:
+                _args = eval(_inputs, _ns)  # the row's inputs, evaluated where pytest evaluates them
+                # a method gets a bare TestCase: its assert* methods, none of what its own setUp built
+                _self = [_u.TestCase()] if _method else []
+                _test(*_self, **{{f: _fixture(f) for f in _fixtures}}, **_args)
+                _end(_run)
+            except BaseException as _e:
+                _end(_run, _e)
 """
 """The child: each module's support code, then each test with its checks recorded, one JSON line
 per record and one at each test's end on its own descriptor (the tests' prints go to
@@ -276,11 +515,12 @@ per record and one at each test's end on its own descriptor (the tests' prints g
 
 
 def plan(tests: list[str]) -> tuple[dict[str, str], list[tuple], list[tuple[str, object, bool]], list[str]]:
-    """Read the answerable functions of ``tests`` (FAIL_TO_PASS node ids) from their files:
-    ``(verdicts, modules, expected, asked)``: each test's verdict so far (``none`` where it is
-    not answerable), the child's modules (name, package, file, support code, ``[(test index,
-    method, source, fixtures)]``), by check index ``(test, literal, close)``, and the answerable
-    tests by test index."""
+    """Read the answerable functions of ``tests`` (FAIL_TO_PASS node ids; a parametrized test's
+    rows go together, as its function's) from their files: ``(verdicts, modules, expected,
+    asked)``: each test function's verdict so far (``none`` where it is not answerable), the
+    child's modules (name, package, file, support code, ``[(method, source, fixtures, [(run
+    index, index of its first check, inputs)])]``), by check index ``(test, expected value,
+    close)``, and the test of each run (a row of a test) by run index."""
     verdicts: dict[str, str] = {}
     modules, expected, asked = [], [], []
     for path, qualnames in _mirror.plan(tests).items():
@@ -289,21 +529,43 @@ def plan(tests: list[str]) -> tuple[dict[str, str], list[tuple], list[tuple[str,
                 tree = ast.parse(f.read())
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             tree = None
-        runs = []
-        for qualname in qualnames:
-            parts, test = qualname.split("::"), f"{path}::{qualname}"
-            function = None if tree is None else _mirror._functions(tree, parts)
-            found = None if function is None else answerable(function, len(parts) > 1, len(expected))
-            verdicts[test] = NONE if found is None else AGREE
-            if found is not None:
-                source, literals, fixtures = found
-                runs.append((len(asked), len(parts) > 1, source, fixtures))
-                expected += [(test, value, use_close) for value, use_close in literals]
-                asked.append(test)
-        if runs and tree is not None:
+        constants = {} if tree is None else answer_constants(tree)
+        while True:  # a constant an asked test reads other than as an answer stays in the child's code
+            found = {}
+            for qualname in qualnames:
+                parts = qualname.split("::")
+                function = None if tree is None else _mirror._functions(tree, parts)
+                found[qualname] = (
+                    None if function is None else answerable(function, len(parts) > 1, constants)
+                )
+            sources = [
+                text for f in found.values() if f is not None for text in (f[0], *(i for i, _ in f[2]))
+            ]
+            read = {
+                n.id
+                for text in sources
+                for n in ast.walk(ast.parse(text))
+                if isinstance(n, ast.Name) and n.id in constants
+            }
+            if not read:
+                break
+            constants = {k: v for k, v in constants.items() if k not in read}
+        functions = []
+        for qualname, test_found in found.items():
+            test = f"{path}::{qualname}"
+            verdicts[test] = NONE if test_found is None else AGREE
+            if test_found is not None:
+                source, fixtures, rows = test_found
+                runs = []
+                for inputs, checks in rows:
+                    runs.append((len(asked), len(expected), inputs))
+                    expected += [(test, value, use_close) for value, use_close in checks]
+                    asked.append(test)
+                functions.append(("::" in qualname, source, fixtures, runs))
+        if functions and tree is not None:
             name, _ = module_name(path)
             package = name.rpartition(".")[0]
-            modules.append((name, package, os.path.abspath(path), support(tree), runs))
+            modules.append((name, package, os.path.abspath(path), support(tree, constants), functions))
     return verdicts, modules, expected, asked
 
 

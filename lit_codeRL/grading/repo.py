@@ -659,8 +659,13 @@ class SWEGrader:
             passed = [n for n in task.fail_to_pass if grade.fail_to_pass.get(n) == "passed"] if paid else []
             if passed and self.mirror_check:
                 grade = self._mirrored(task, patch, grade, passed, limit, cpu)
-            passed = passed if grade.verdict in ("resolved", "unresolved") else []
-            answered = [t for t in self.answered(task) if t in passed] if self.answer_check else []
+            passed = passed if grade.verdict in ("resolved", "unresolved") and self.answer_check else []
+            # a parametrized test is answered row by row, all of them: asked where each passed
+            answered = [
+                f for f in self.answered(task) if passed and all(
+                    t in passed for t in task.fail_to_pass if t.partition("[")[0] == f
+                )
+            ]  # fmt: skip
             if answered:
                 grade = self._answer_checked(task, patch, grade, limit, cpu, answered)
         grade.wall_s = time.monotonic() - start
@@ -874,7 +879,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 16
+VALIDATION_VERSION = 17
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -895,7 +900,8 @@ on the base, and the child records functions' defaults and the grader's own obje
 comparison check asks a loose ``__eq__`` of the diff's (values near a plain one, those it keeps, a
 built-in subclass's own equality) and names an object equal to anything that no test module names;
 with two failing functions or more, two mirror runs each arm a part and leave the rest unchanged;
-16: the marker records the tests the reference's answer run answered)."""
+16: the marker records the tests the reference's answer run answered; 17: the answer run answers
+parametrized tests (every row) and expected sides folded from literals)."""
 
 
 def _task_key(task: GradedTask) -> str:

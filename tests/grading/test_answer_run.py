@@ -34,9 +34,19 @@ _load("_mirror", grading.MIRROR)
 answers = _load("_answers", grading.ANSWERS)
 
 
-def found(source: str, method: bool = False) -> tuple[str, list, list[str]] | None:
+def answerable(source: str, method: bool = False):  # noqa: ANN201 - _answers.Answerable
     tree = ast.parse(source)
-    return answers.answerable(tree.body[0].body[0] if method else tree.body[0], method, start=30)
+    return answers.answerable(tree.body[0].body[0] if method else tree.body[0], method)
+
+
+def found(source: str, method: bool = False) -> tuple[str, list, list[str]] | None:
+    """A test with no parameters: its source, its checks' expected values, its fixtures."""
+    test = answerable(source, method)
+    if test is None:
+        return None
+    source, fixtures, rows = test
+    assert len(rows) == 1 and rows[0][0] == "{}", rows
+    return source, rows[0][1], fixtures
 
 
 def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_leaves():
@@ -48,8 +58,8 @@ def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_
     assert expected == [(5, False), ([1], False), (12.56, True)] and fixtures == ["tmp_path"]
     body = ast.parse(source).body[0]
     assert body.name == "_lcrl_test"
-    assert "_lcrl_record(30, add(2, 3))" in source and "_lcrl_record(31, f(n))" in source
-    assert "_lcrl_record(32, area(2.0))" in source
+    assert "_lcrl_record(0, add(2, 3))" in source and "_lcrl_record(1, f(n))" in source
+    assert "_lcrl_record(2, area(2.0))" in source
     assert "assert 'sep' in text" in source  # another check stands as written
     for literal in ("5", "[1]", "12.56"):  # no expected value is left in the child's code
         assert not any(
@@ -58,7 +68,7 @@ def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_
     method = "class T:\n    def test_a(self):\n        self.assertEqual(add(1, 1), 2, 'msg')\n"
     method += "        self.assertTrue(add(0, 0) == 0)\n"
     source, expected, _ = found(method, method=True)
-    assert expected == [(2, False)] and "_lcrl_record(30, add(1, 1))" in source
+    assert expected == [(2, False)] and "_lcrl_record(0, add(1, 1))" in source
     assert "self.assertTrue(add(0, 0) == 0)" in source
 
 
@@ -70,7 +80,13 @@ def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_
         "def test_a():\n    assert add(2, 3) != 5\n",  # not equality
         "def test_a():\n    assert 1 < add(2, 3) == 5\n",  # a chain
         "def test_a(monkeypatch):\n    assert add(2, 3) == 5\n",  # a fixture not made here
-        "@pytest.mark.parametrize('a', [1])\ndef test_a(a):\n    assert add(a, 3) == 4\n",
+        "@pytest.mark.skip\ndef test_a():\n    assert add(2, 3) == 5\n",  # another decorator
+        "@pytest.mark.parametrize('a', CASES)\ndef test_a(a):\n    assert add(a, 3) == 4\n",  # rows not written
+        "@pytest.mark.parametrize('a', [pytest.param(1, marks=pytest.mark.xfail)])\ndef test_a(a):\n"
+        "    assert add(a, 3) == 4\n",  # an expected failure is no check
+        "@pytest.mark.parametrize('a', [1], indirect=True)\ndef test_a(a):\n    assert add(a, 3) == 4\n",
+        "@pytest.mark.parametrize('a,e', [(1, E)])\ndef test_a(a, e):\n    assert add(a, 3) == e\n",
+        "def test_a():\n    assert add(2, 3) == 'x' * 100_000\n",  # folded past MAX_FOLDED
         "def test_a():\n    pass\n",  # no check at all
         "async def test_a():\n    assert add(2, 3) == 5\n",
         "def test_a():\n    yield\n    assert add(2, 3) == 5\n",
@@ -79,6 +95,113 @@ def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_
 )
 def test_a_test_with_no_equality_check_against_a_literal_is_not_answerable(source):
     assert found(source) is None
+
+
+PARAMETRIZED = """\
+@pytest.mark.parametrize("a, b, expected", [(2, 3, 5), (1, 1, 2), pytest.param(10, 5, 15, id="tens")])
+def test_add(a, b, expected, tmp_path):
+    assert add(a, b) == expected
+    assert add(0, 0) == 0
+"""
+
+
+def test_a_parametrized_test_is_answered_row_by_row_its_expected_column_kept_out():
+    """The parameter every use of which is a check's expected side leaves the child's code and
+    signature; the others are the inputs the child is passed, row by row."""
+    source, fixtures, rows = answerable(PARAMETRIZED)
+    assert fixtures == ["tmp_path"]
+    assert [inputs for inputs, _ in rows] == ["{'a': 2, 'b': 3}", "{'a': 1, 'b': 1}", "{'a': 10, 'b': 5}"]
+    assert [checks for _, checks in rows] == [
+        [(5, False), (0, False)],
+        [(2, False), (0, False)],
+        [(15, False), (0, False)],
+    ]
+    function = ast.parse(source).body[0]
+    assert [a.arg for a in function.args.args] == ["a", "b", "tmp_path"] and not function.decorator_list
+    assert "expected" not in source and "_lcrl_record(0, add(a, b))" in source
+
+
+def test_stacked_parametrize_decorators_give_their_product_and_a_name_used_elsewhere_is_an_input():
+    source = (
+        "@pytest.mark.parametrize('x', [1, 2])\n@pytest.mark.parametrize(('y', 'want'), [(0, 'a'), (1, 'b')])\n"
+        "def test_f(x, y, want):\n    assert f(x, y) == want\n"
+    )
+    _, _, rows = answerable(source)
+    assert [(ast.literal_eval(i), c) for i, c in rows] == [
+        ({"x": 1, "y": 0}, [("a", False)]),
+        ({"x": 1, "y": 1}, [("b", False)]),
+        ({"x": 2, "y": 0}, [("a", False)]),
+        ({"x": 2, "y": 1}, [("b", False)]),
+    ]
+    # ``expected`` printed too: the child must be given it, so it is an input, not an answer
+    used = "@pytest.mark.parametrize('x, expected', [(1, 2)])\ndef test_g(x, expected):\n"
+    assert answerable(used + "    print(expected)\n    assert g(x) == expected\n") is None
+    source, _, rows = answerable(
+        used + "    print(expected)\n    assert g(x) == expected\n    assert g(0) == 1\n"
+    )
+    assert rows == [("{'x': 1, 'expected': 2}", [(1, False)])] and "assert g(x) == expected" in source
+    rebound = used + "    expected = expected + 1\n    assert g(x) == expected\n"
+    assert answerable(rebound) is None  # the local's value is the test's, computed in the child
+
+
+def test_an_expected_side_folded_from_literals_is_a_literal():
+    source, expected, _ = found(
+        "def test_r():\n    assert receipt() == 'tea' + ' ' * 3 + '2.50'\n    assert total() == 2 * 60 - 1\n"
+        "    assert zeros() == [0] * 3\n"
+    )
+    assert expected == [("tea   2.50", False), (119, False), ([0, 0, 0], False)]
+    assert "tea" not in source and "119" not in source and "60" not in source
+
+
+CONSTANTS = """\
+from calc import add, sep, total
+
+EXPECTED = 5
+SEP: str = "-"
+ROWS = [1, 2]
+TWICE = 1
+TWICE = 2
+
+
+def helper():
+    return ROWS
+
+
+def test_a():
+    assert add(2, 3) == EXPECTED
+    assert sep(3) == SEP * 3
+
+
+def test_b():
+    assert total(helper()) == 3
+    assert add(1, 1) == TWICE
+
+
+def test_c():
+    print(SEP)
+    assert sep(1) == SEP
+"""
+
+
+def test_a_module_constant_that_only_checks_read_is_an_expected_value_kept_out(tmp_path, monkeypatch):
+    """``EXPECTED = 5`` at the top of the test module, read only as a check's expected side, is
+    a literal the child must not see: its binding leaves the support code. One a helper reads, one
+    bound twice, or one an asked test reads otherwise (printed) stays there, and a check against
+    it is no check."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text(CONSTANTS)
+    tree = ast.parse(CONSTANTS)
+    assert answers.answer_constants(tree) == {"EXPECTED": 5, "SEP": "-"}
+    verdicts, modules, expected, asked = answers.plan(["t.py::test_a", "t.py::test_b"])
+    assert verdicts == {"t.py::test_a": "agree", "t.py::test_b": "agree"}
+    assert [e[1] for e in expected] == [5, "---", 3]  # test_b's check against TWICE stands as written
+    support = modules[0][3]
+    assert "EXPECTED" not in support and "SEP" not in support and "ROWS = [1, 2]" in support
+    assert "TWICE = 2" in support
+    verdicts, modules, expected, _ = answers.plan(["t.py::test_a", "t.py::test_c"])
+    assert verdicts == {"t.py::test_a": "agree", "t.py::test_c": "none"}
+    assert "SEP: str = '-'" in modules[0][3] and "EXPECTED" not in modules[0][3]
+    assert [e[1] for e in expected] == [5]  # test_a's check against SEP is none once SEP stays
 
 
 def test_the_child_runs_the_modules_code_but_not_its_tests():
@@ -203,8 +326,13 @@ def graders(grader: grading.SWEGrader) -> tuple[grading.SWEGrader, grading.SWEGr
 
 def test_validation_records_the_tests_whose_reference_answers_outside_pytest(calc_task):
     tmp, task, grader = calc_task
-    # test_add_named expects a name, not a literal: left to the mirror run
-    assert grader.answered(task) == ["test_calc.py::TestCalc::test_add_case", "test_calc.py::test_add"]
+    # test_add_named expects a module constant that nothing but checks reads: answered too, the
+    # constant out of the child's code
+    assert grader.answered(task) == [
+        "test_calc.py::TestCalc::test_add_case",
+        "test_calc.py::test_add",
+        "test_calc.py::test_add_named",
+    ]
     grade = grader.grade(task, task.patch)
     assert grade.resolved and grade.reward == 1.0, grade.to_dict()
 
@@ -401,3 +529,82 @@ def test_tests_that_build_their_input_are_answered_and_the_bug_answers_otherwise
     half = "def add(a, b):\n    return a + b if a else 1\n\n\ndef sub(a, b):\n    return a - b\n"
     grade = answer_run(task, grader, tmp_path / "half", {"calc.py": half})
     assert grade is not None and grade.reason.startswith(f"outside: {BUILT[2]} computes"), grade
+
+
+# A parametrized failing test, one function of three rows: the answer run answers every row, its
+# expected column kept in the grader's process.
+PARAM_TESTS = """\
+import pytest
+
+from calc import add, sub
+
+
+@pytest.mark.parametrize("a, b, expected", [(2, 3, 5), (1, 1, 2), pytest.param(10, 5, 15, id="tens")])
+def test_add(a, b, expected):
+    assert add(a, b) == expected
+
+
+def test_sub():
+    assert sub(5, 3) == 2
+"""
+PARAM_F2P = ["test_calc.py::test_add[2-3-5]", "test_calc.py::test_add[1-1-2]", "test_calc.py::test_add[tens]"]
+# the expected value read where the test calls (its frame's locals, reached through a traceback)
+READS_THE_EXPECTED_LOCAL = READS_THE_FRAME.split("    caller =")[0] + (
+    '    caller = getattr(frame, "f_" + "back")\n'
+    '    return getattr(caller, "f_" + "locals").get("expected", a - b)\n'
+)
+
+
+@pytest.fixture(scope="module")
+def param_task(tmp_path_factory):
+    require_bwrap()
+    tmp = tmp_path_factory.mktemp("answers-param")
+    files = {"calc.py": BUGGY, "test_calc.py": PARAM_TESTS}
+    task, grader = validated_task(
+        tmp, "answers-param", files, {"calc.py": FIXED}, PARAM_F2P, ["test_calc.py::test_sub"]
+    )
+    return tmp, task, grader
+
+
+def test_a_parametrized_failing_test_is_answered_and_an_answer_read_from_its_row_is_the_bugs(param_task):
+    tmp, task, grader = param_task
+    assert grader.answered(task) == ["test_calc.py::test_add"]
+    reads_the_row = READS_THE_FILE.replace("add\\(%d, %d\\)(?: == |, )", "%d, %d, ")
+    assert reads_the_row != READS_THE_FILE
+    for reader in (READS_THE_EXPECTED_LOCAL, reads_the_row):
+        grade = answer_run(task, grader, tmp / f"reads-{len(reader)}", {"calc.py": reader + SUB})
+        assert grade is not None and grade.verdict == "tamper", grade
+        assert grade.reason.startswith("outside: test_calc.py::test_add computes another value"), grade.reason
+    assert answer_run(task, grader, tmp / "fixed", {"calc.py": FIXED}) is None
+    grade, asked = graded_asking(grader, task, task.patch)  # the first run, the mirror and answer runs
+    assert grade.resolved and grade.reward == 1.0, grade.to_dict()
+    assert asked == [["test_calc.py::test_add"]]  # every row passed: the function is asked
+
+
+def graded_asking(grader: grading.SWEGrader, task, patch: str) -> tuple[grading.SWEGrade, list]:
+    """``grader``'s grade of ``patch`` and the tests each of its answer runs asked."""
+    asked, run = [], grader.run
+
+    def counting(*args, answers=None, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if answers is not None:
+            asked.append(list(answers))
+        return run(*args, answers=answers, **kwargs)
+
+    grader.run = counting
+    try:
+        return grader.grade(task, patch), asked
+    finally:
+        del grader.run
+
+
+def test_a_partial_pass_of_a_parametrized_test_keeps_its_credit(param_task):
+    """Two rows of three passed: the answer run, which answers every row of a test, does not ask
+    it (an honest partial fix fails a row there too); the fraction is paid."""
+    tmp, task, grader = param_task
+    partial = grading.SWEGrader(grader.workspace, grader.repos, timeout_s=120, partial_credit=True)
+    two = FIXED.replace("    return a + b\n", "    return a + b if a < 10 else a - b\n", 1)
+    grade, asked = graded_asking(
+        partial, task, diff(Path(task.repo_source), tmp / "two-rows", {"calc.py": two})
+    )
+    assert grade.verdict == "unresolved" and grade.reward == pytest.approx(2 / 3), grade.to_dict()
+    assert asked == []

@@ -421,8 +421,9 @@ def test_an_honest_fix_is_resolved_through_the_mirror_run(param_task, tmp_path):
     finally:
         del grader.run
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
-    # two failing functions: two mirror runs, each arming one and leaving the other as it is
-    assert len(runs) == 3 and runs[0][1] is None
+    # two failing functions: two mirror runs, each arming one and leaving the other as it is,
+    # then the answer run of the parametrized tests
+    assert len(runs) == 4 and runs[0][1] is None and runs[3][1] is None
     assert sorted(runs[1][1]["tests"] + runs[2][1]["tests"]) == sorted(PARAM_F2P)
     assert (
         runs[0][0] == runs[1][0] == runs[2][0]
