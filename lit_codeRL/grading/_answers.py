@@ -514,13 +514,16 @@ per record and one at each test's end on its own descriptor (the tests' prints g
 ``/dev/null``: a print without a line end must not swallow an answer)."""
 
 
-def plan(tests: list[str]) -> tuple[dict[str, str], list[tuple], list[tuple[str, object, bool]], list[str]]:
+def plan(
+    tests: list[str], listed: dict[str, int] | None = None
+) -> tuple[dict[str, str], list[tuple], list[tuple[str, object, bool]], list[str]]:
     """Read the answerable functions of ``tests`` (FAIL_TO_PASS node ids; a parametrized test's
     rows go together, as its function's) from their files: ``(verdicts, modules, expected,
     asked)``: each test function's verdict so far (``none`` where it is not answerable), the
     child's modules (name, package, file, support code, ``[(method, source, fixtures, [(run
     index, index of its first check, inputs)])]``), by check index ``(test, expected value,
-    close)``, and the test of each run (a row of a test) by run index."""
+    close)``, and the test of each run (a row of a test) by run index. ``listed``: how many node
+    ids of each test the task lists; a test with another number of rows is not answered."""
     verdicts: dict[str, str] = {}
     modules, expected, asked = [], [], []
     for path, qualnames in _mirror.plan(tests).items():
@@ -535,9 +538,9 @@ def plan(tests: list[str]) -> tuple[dict[str, str], list[tuple], list[tuple[str,
             for qualname in qualnames:
                 parts = qualname.split("::")
                 function = None if tree is None else _mirror._functions(tree, parts)
-                found[qualname] = (
-                    None if function is None else answerable(function, len(parts) > 1, constants)
-                )
+                made = None if function is None else answerable(function, len(parts) > 1, constants)
+                count = (listed or {}).get(f"{path}::{qualname}")
+                found[qualname] = None if made is None or count not in (None, len(made[2])) else made
             sources = [
                 text for f in found.values() if f is not None for text in (f[0], *(i for i, _ in f[2]))
             ]
@@ -629,12 +632,18 @@ def clear_tests(test_files: list[str]) -> None:
 
 
 def answer(
-    tests: list[str], test_files: list[str], path: list[str], env: dict[str, str], timeout_s: float
+    tests: list[str],
+    test_files: list[str],
+    path: list[str],
+    env: dict[str, str],
+    timeout_s: float,
+    listed: dict[str, int] | None = None,
 ) -> dict[str, str]:
     """Each of ``tests``' verdict (:data:`AGREE`, :data:`DIFFER`, :data:`NONE`) after the child
     answered: ``path`` its ``sys.path`` before its own (the toolchain, the repository's roots),
-    ``env`` its environment, ``timeout_s`` its time (an answer it did not give differs)."""
-    verdicts, modules, expected, asked = plan(tests)
+    ``env`` its environment, ``timeout_s`` its time (an answer it did not give differs);
+    ``listed``: :func:`plan`'s."""
+    verdicts, modules, expected, asked = plan(tests, listed)
     clear_tests(test_files)
     if not expected:
         return verdicts

@@ -933,8 +933,14 @@ def answer_run(answers: dict, test_files: list[str], deadline: float) -> dict[st
     repo = os.path.realpath(os.getcwd())
     roots = [os.path.join(repo, r) for r in import_roots(test_files)]
     tests = [str(t) for t in answers["tests"]]
+    rows = answers.get("rows")
     return _answers.answer(
-        tests, test_files, [*toolchain_dirs(), *roots], child_env(), deadline - time.monotonic()
+        tests,
+        test_files,
+        [*toolchain_dirs(), *roots],
+        child_env(),
+        deadline - time.monotonic(),
+        {str(t): int(n) for t, n in rows.items()} if isinstance(rows, dict) else None,
     )
 
 

@@ -49,7 +49,7 @@ import secrets
 import signal
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -746,7 +746,7 @@ class SWEGrader:
         cpu_s: float | None = None,
         full_assertions: bool = False,
         mirror: dict[str, Any] | None = None,
-        answers: Sequence[str] | None = None,
+        answers: Sequence[str] | Mapping[str, int] | None = None,
     ) -> GradeRun:
         """One grading run of ``patch`` (bytes) on ``task`` running the test files ``tests``,
         killed after ``timeout_s`` (``None``: the grader's ``timeout_s``); ``cpu_s``: each of its
@@ -755,14 +755,19 @@ class SWEGrader:
         for a problem statement; grading leaves it off (a huge diff of a wrong answer costs time).
         ``mirror``: the run is a mirror run (``{"tests": FAIL_TO_PASS node ids, "salt": int}``,
         see :func:`mirror_verdict`). ``answers``: the run is an answer run of these FAIL_TO_PASS
-        tests (no pytest; see :func:`answer_verdict`).
+        test functions (no pytest; see :func:`answer_verdict`); a mapping gives each the number of
+        its node ids the task lists, and one with another number of rows is not answered.
 
         Raises:
             WorkspaceError: the grading sandbox did not start (an infrastructure failure).
         """
         key = secrets.token_bytes(32)
         limit = self.timeout_s if timeout_s is None else timeout_s
-        asked = {"tests": list(answers), "timeout_s": limit} if answers is not None else None
+        asked: dict[str, Any] | None = None
+        if answers is not None:
+            asked = {"tests": list(answers), "timeout_s": limit}
+            if isinstance(answers, Mapping):
+                asked["rows"] = {str(f): int(n) for f, n in answers.items()}
         try:
             repo = self.repos.get(task)
             ws = open_workspace(
@@ -844,9 +849,13 @@ class SWEGrader:
         is asked what the reference's own code does not answer outside pytest (a value built by
         a fixture, one that depends on the other tests, a repr that is no literal)."""
         functions = sorted({str(t).partition("[")[0] for t in task.fail_to_pass})
+        # a parametrized test is answered whole: only where the task lists every row of it (a
+        # row in no list, one the task found flaky, must not decide a grade)
+        listed = (*task.fail_to_pass, *task.pass_to_pass)
+        rows = {f: sum(str(t).partition("[")[0] == f for t in listed) for f in functions}
         limit = self.limits(gold.wall_s, None)[0]
         try:
-            run = self.run(task, patch_bytes(task.patch), test_files(task), limit, answers=functions)
+            run = self.run(task, patch_bytes(task.patch), test_files(task), limit, answers=rows)
         except WorkspaceError:
             return []
         verdicts = answer_verdicts(run) or {}
@@ -879,7 +888,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 17
+VALIDATION_VERSION = 18
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -901,7 +910,8 @@ comparison check asks a loose ``__eq__`` of the diff's (values near a plain one,
 built-in subclass's own equality) and names an object equal to anything that no test module names;
 with two failing functions or more, two mirror runs each arm a part and leave the rest unchanged;
 16: the marker records the tests the reference's answer run answered; 17: the answer run answers
-parametrized tests (every row) and expected sides folded from literals)."""
+parametrized tests (every row) and expected sides folded from literals; 18: a parametrized test
+only where the task lists every row of it)."""
 
 
 def _task_key(task: GradedTask) -> str:

@@ -9,6 +9,7 @@ read their answer and fixes that must still resolve."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -202,6 +203,16 @@ def test_a_module_constant_that_only_checks_read_is_an_expected_value_kept_out(t
     assert verdicts == {"t.py::test_a": "agree", "t.py::test_c": "none"}
     assert "SEP: str = '-'" in modules[0][3] and "EXPECTED" not in modules[0][3]
     assert [e[1] for e in expected] == [5]  # test_a's check against SEP is none once SEP stays
+
+
+def test_a_parametrized_test_whose_rows_the_task_does_not_all_list_is_not_answered(tmp_path, monkeypatch):
+    """Answered whole, a parametrized test is asked only where the task lists each of its rows
+    (a row in no list, one the task found flaky, must not decide a grade)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text(PARAMETRIZED.replace("tmp_path):", "):"))
+    assert answers.plan(["t.py::test_add"], {"t.py::test_add": 3})[0] == {"t.py::test_add": "agree"}
+    assert answers.plan(["t.py::test_add"], {"t.py::test_add": 2})[0] == {"t.py::test_add": "none"}
+    assert answers.plan(["t.py::test_add"])[0] == {"t.py::test_add": "agree"}  # asked: no count
 
 
 def test_the_child_runs_the_modules_code_but_not_its_tests():
@@ -595,6 +606,13 @@ def graded_asking(grader: grading.SWEGrader, task, patch: str) -> tuple[grading.
         return grader.grade(task, patch), asked
     finally:
         del grader.run
+
+
+def test_validation_answers_a_parametrized_test_only_where_the_task_lists_each_row(param_task):
+    tmp, task, grader = param_task
+    listed_two = dataclasses.replace(task, instance_id="answers-param-two", fail_to_pass=tuple(PARAM_F2P[:2]))
+    assert grader.validate(listed_two) is None  # the third row fails on the base, in no list
+    assert grader.answered(listed_two) == []
 
 
 def test_a_partial_pass_of_a_parametrized_test_keeps_its_credit(param_task):
