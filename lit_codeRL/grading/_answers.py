@@ -175,18 +175,17 @@ def answerable(
     return ast.unparse(ast.fix_missing_locations(copy)), [n for n in names if n not in given], out
 
 
-def _stores(function: ast.AST, name: str) -> bool:
+def _stores(function: ast.FunctionDef, name: str) -> bool:
+    """Whether ``function`` binds ``name`` anywhere but as its own parameter (an assignment, a
+    ``del``, a ``global``, a parameter of a function or lambda it defines)."""
+    a = function.args
+    own = next((p for p in [*a.posonlyargs, *a.args] if p.arg == name), None)
     return any(
         (isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load))
-        or (isinstance(n, ast.arg) and n.arg == name and n is not _own_arg(function, name))
+        or (isinstance(n, ast.arg) and n.arg == name and n is not own)
         or (isinstance(n, ast.Global | ast.Nonlocal) and name in n.names)
         for n in ast.walk(function)
     )
-
-
-def _own_arg(function: ast.AST, name: str) -> ast.arg | None:
-    a = function.args  # type: ignore[attr-defined]
-    return next((p for p in [*a.posonlyargs, *a.args] if p.arg == name), None)
 
 
 MAX_ROWS = 256
@@ -353,6 +352,11 @@ def support(module: ast.Module, constants: dict[str, object] | None = None) -> s
     sides may read. Test functions and every class holding a test are left out (their literals
     are the expected values), and so are ``if __name__ == "__main__":`` and the bindings of
     ``constants`` (:func:`answer_constants`)."""
+    return ast.unparse(ast.Module(body=_support_nodes(module, constants), type_ignores=[]))
+
+
+def _support_nodes(module: ast.Module, constants: dict[str, object] | None = None) -> list[ast.stmt]:
+    """The top-level statements :func:`support` keeps."""
     kept = []
     for node in module.body:
         if _binds_constant(node) in (constants or {}):
@@ -370,7 +374,7 @@ def support(module: ast.Module, constants: dict[str, object] | None = None) -> s
         if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
             continue
         kept.append(node)
-    return ast.unparse(ast.Module(body=kept, type_ignores=[]))
+    return kept
 
 
 def _binds_constant(node: ast.stmt) -> str | None:
@@ -411,8 +415,12 @@ def answer_constants(module: ast.Module) -> dict[str, object]:
             names = [node.arg]
         for name in names:
             bound[name] = bound.get(name, 0) + 1
-    kept = ast.parse(support(module))
-    read = {n.id for n in ast.walk(kept) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    read = {
+        n.id
+        for kept in _support_nodes(module)
+        for n in ast.walk(kept)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
     return {
         name: value
         for name, value in values.items()

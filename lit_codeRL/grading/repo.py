@@ -363,6 +363,12 @@ def _why_unresolved(f2p: dict[str, str], p2p: dict[str, str]) -> str:
     return "; ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
 
 
+def function_of(node: str) -> str:
+    """The test function of a pytest node id (``path::[Class::]name``): a parametrized test's ids
+    (``name[2-3-5]``) go together."""
+    return str(node).partition("[")[0]
+
+
 def mirror_verdict(
     task: GradedTask, run: GradeRun, tamper_reward: float = 0.0, left: Sequence[str] = ()
 ) -> SWEGrade | None:
@@ -392,9 +398,7 @@ def mirror_verdict(
     mirror = run.report.get("mirror") or {}
     armable, armed = ({str(a) for a in mirror.get(k, [])} for k in ("armable", "armed"))
     outcomes = dict(run.report.get("outcomes", {}))
-    passed = sorted(
-        str(n) for n, s in outcomes.items() if s == "passed" and str(n).partition("[")[0] in armable
-    )
+    passed = sorted(str(n) for n, s in outcomes.items() if s == "passed" and function_of(n) in armable)
     if not passed:
         named = sorted(str(t) for t in left if outcomes.get(t) != "passed")
         if not named:
@@ -403,7 +407,7 @@ def mirror_verdict(
             ", left as it was in the mirror run, did not pass there as in the first run: the code computes"
             " another answer when graded again (its first pass was forged)"
         )
-    elif all(n.partition("[")[0] in armed for n in passed):
+    elif all(function_of(n) in armed for n in passed):
         named = passed
         why = (
             " passed with the value it checks against changed (or a failing line where it ends): the code"
@@ -458,12 +462,12 @@ def mirror_split(fail_to_pass: Sequence[str]) -> tuple[list[str], list[str]]:
     with one, all of it. A forger that forges in every run passes a test armed in one of the two,
     one that forges in the first run only fails a test left unchanged, and neither can read which
     is which but from the tests' compiled code."""
-    functions = sorted({t.partition("[")[0] for t in fail_to_pass})
+    functions = sorted({function_of(t) for t in fail_to_pass})
     chosen = set(functions)
     if len(functions) > 1:
         chosen = set(secrets.SystemRandom().sample(functions, 1 + secrets.randbelow(len(functions) - 1)))
-    armed = [t for t in fail_to_pass if t.partition("[")[0] in chosen]
-    return armed, [t for t in fail_to_pass if t.partition("[")[0] not in chosen]
+    armed = [t for t in fail_to_pass if function_of(t) in chosen]
+    return armed, [t for t in fail_to_pass if function_of(t) not in chosen]
 
 
 def verify_report(data: bytes | None, key: bytes) -> dict[str, Any] | None:
@@ -663,7 +667,7 @@ class SWEGrader:
             # a parametrized test is answered row by row, all of them: asked where each passed
             answered = [
                 f for f in self.answered(task) if passed and all(
-                    t in passed for t in task.fail_to_pass if t.partition("[")[0] == f
+                    t in passed for t in task.fail_to_pass if function_of(t) == f
                 )
             ]  # fmt: skip
             if answered:
@@ -848,11 +852,11 @@ class SWEGrader:
         literal they expect (:meth:`answered`): only those are asked of a diff, so no honest fix
         is asked what the reference's own code does not answer outside pytest (a value built by
         a fixture, one that depends on the other tests, a repr that is no literal)."""
-        functions = sorted({str(t).partition("[")[0] for t in task.fail_to_pass})
+        functions = sorted({function_of(t) for t in task.fail_to_pass})
         # a parametrized test is answered whole: only where the task lists every row of it (a
         # row in no list, one the task found flaky, must not decide a grade)
         listed = (*task.fail_to_pass, *task.pass_to_pass)
-        rows = {f: sum(str(t).partition("[")[0] == f for t in listed) for f in functions}
+        rows = {f: sum(function_of(t) == f for t in listed) for f in functions}
         limit = self.limits(gold.wall_s, None)[0]
         try:
             run = self.run(task, patch_bytes(task.patch), test_files(task), limit, answers=rows)
