@@ -14,8 +14,10 @@ test: ``assert <computed> == <literal>`` (either side), ``assert _lcrl_close(<co
 <literal>)`` (and its ``assert*Equal`` siblings); the literal may be folded from literals
 (``'tea' + ' ' * 3``) or be a ``pytest.mark.parametrize`` column written out in the text that
 the test uses nowhere else (``assert add(a, b) == expected``: each row answered, the child given
-the other columns). A test function with one or more (no decorator but such a ``parametrize``,
-no parameter but ``self``, ``tmp_path`` and its rows') is *answerable*. The answer run (a grading run of its
+the other columns; the rows in the decorator, or in a module name bound once to them, ``CASES``,
+whose binding then leaves the child's code). A test function with one or more (no decorator
+but such a ``parametrize``, no parameter but ``self``, ``tmp_path`` and its rows') is
+*answerable*. The answer run (a grading run of its
 own, in a fresh workspace) applies the diff and the tests as the first run does, reads the
 answerable functions of the FAIL_TO_PASS tests it is given, keeps each check's literal **here**,
 in this process (undumpable, never running a line of the repository), and then removes every
@@ -49,6 +51,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Mapping
 
 import _mirror
 
@@ -84,7 +87,7 @@ class _Records(ast.NodeTransformer):
     """Each check of a test becomes a record of its computed side, its expected value kept aside
     (a literal's value, or a :class:`_Param` for one of ``params``)."""
 
-    def __init__(self, method: bool, params: frozenset[str], constants: dict[str, object]) -> None:
+    def __init__(self, method: bool, params: frozenset[str], constants: Mapping[str, object]) -> None:
         self.method, self.params, self.constants = method, params, constants
         self.expected: list[tuple[object, bool]] = []
 
@@ -115,7 +118,10 @@ display) and each check's ``(expected value, close)`` in that order."""
 
 
 def answerable(
-    function: ast.AST, method: bool, constants: dict[str, object] | None = None
+    function: ast.AST,
+    method: bool,
+    constants: Mapping[str, object] | None = None,
+    tables: Mapping[str, ast.expr] | None = None,
 ) -> Answerable | None:
     """``function`` as the child runs it (:data:`Answerable`); ``None``: it is not answerable (no
     check, a generator, a decorator other than ``pytest.mark.parametrize`` over rows written out,
@@ -127,10 +133,12 @@ def answerable(
     child is passed the others, the *inputs*). Every other statement stands as written: the input
     built first, ``with pytest.raises``, another ``assert`` (``is``, ``in``, a truth value), which
     fails the test in the child as in pytest. ``constants``: the module's names that hold only
-    expected values (:func:`answer_constants`), read as the literals they are bound to."""
+    expected values (:func:`answer_constants`), read as the literals they are bound to;
+    ``tables``: those that hold only rows (:func:`row_tables`), read in a decorator as the
+    display they are bound to."""
     if not isinstance(function, ast.FunctionDef):
         return None
-    rows = parameter_rows(function)
+    rows = parameter_rows(function, tables)
     a = function.args
     names = [p.arg for p in [*a.posonlyargs, *a.args]]
     if method:
@@ -192,15 +200,18 @@ MAX_ROWS = 256
 """Rows of a parametrized test answered at most (a test with more is not answerable)."""
 
 
-def parameter_rows(function: ast.FunctionDef) -> list[dict[str, ast.expr]] | None:
+def parameter_rows(
+    function: ast.FunctionDef, tables: Mapping[str, ast.expr] | None = None
+) -> list[dict[str, ast.expr]] | None:
     """Each row of ``function``'s ``pytest.mark.parametrize`` decorators, by parameter name (the
     product of stacked ones, as pytest makes it); ``[]`` for a test with no decorator; ``None``
-    for another decorator, rows not written out in the text (a name, a comprehension), a
+    for another decorator, rows not written out in the text (a comprehension, a name other than
+    one of ``tables``, :func:`row_tables`), a
     ``pytest.param`` with ``marks`` (a skip or an expected failure), ``indirect``, or more than
     :data:`MAX_ROWS` rows."""
     rows: list[dict[str, ast.expr]] = [{}]
     for decorator in function.decorator_list:
-        group = _decorator_rows(decorator)
+        group = _decorator_rows(decorator, tables or {})
         if group is None or any(set(group[0]) & set(r) for r in rows[:1]):
             return None
         rows = [{**r, **g} for r in rows for g in group]
@@ -209,7 +220,7 @@ def parameter_rows(function: ast.FunctionDef) -> list[dict[str, ast.expr]] | Non
     return rows if function.decorator_list else []
 
 
-def _decorator_rows(decorator: ast.expr) -> list[dict[str, ast.expr]] | None:
+def _decorator_rows(decorator: ast.expr, tables: Mapping[str, ast.expr]) -> list[dict[str, ast.expr]] | None:
     if not (
         isinstance(decorator, ast.Call)
         and ast.unparse(decorator.func) in ("pytest.mark.parametrize", "mark.parametrize")
@@ -218,6 +229,8 @@ def _decorator_rows(decorator: ast.expr) -> list[dict[str, ast.expr]] | None:
     ):
         return None
     names_node, values = decorator.args
+    if isinstance(values, ast.Name) and values.id in tables:
+        values = tables[values.id]  # ``parametrize("a, b, expected", CASES)``: the rows it is bound to
     if isinstance(names_node, ast.Constant) and isinstance(names_node.value, str):
         names = [n.strip() for n in names_node.value.split(",") if n.strip()]
         whole = len(names) == 1  # one name as a string takes each value whole
@@ -250,7 +263,7 @@ def _decorator_rows(decorator: ast.expr) -> list[dict[str, ast.expr]] | None:
 
 
 def _check(
-    statement: ast.stmt, method: bool, params: frozenset[str], constants: dict[str, object]
+    statement: ast.stmt, method: bool, params: frozenset[str], constants: Mapping[str, object]
 ) -> tuple[ast.expr, object, bool] | None:
     """``(computed side, expected value, close)`` where ``statement`` is a check: the expected
     value a literal's, or a :class:`_Param` for a parameter of ``params``."""
@@ -291,7 +304,7 @@ expression of the expected side may make (a longer one is not a literal to the a
 _FOLDED_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
 
 
-def _expected_value(node: ast.expr, constants: dict[str, object] | None = None) -> object:
+def _expected_value(node: ast.expr, constants: Mapping[str, object] | None = None) -> object:
     """The value of a side written out in the text: a literal (:func:`_mirror._is_literal`), a
     name of ``constants``, or ``+``, ``-`` and ``*`` of them (``'tea' + ' ' * 13 + '2.50'``,
     ``'-' * WIDTH``, ``[0] * 3``), folded here within :data:`MAX_FOLDED`; else :data:`_NO_VALUE`."""
@@ -347,19 +360,19 @@ def _self_call(node: ast.AST) -> bool:
     )
 
 
-def support(module: ast.Module, constants: dict[str, object] | None = None) -> str:
+def support(module: ast.Module, answers: Collection[str] = ()) -> str:
     """The module's code other than its tests: its imports, helpers and setup, which the computed
     sides may read. Test functions and every class holding a test are left out (their literals
-    are the expected values), and so are ``if __name__ == "__main__":`` and the bindings of
-    ``constants`` (:func:`answer_constants`)."""
-    return ast.unparse(ast.Module(body=_support_nodes(module, constants), type_ignores=[]))
+    are the expected values), and so are ``if __name__ == "__main__":`` and the bindings of the
+    names in ``answers`` (:func:`answer_constants`, :func:`row_tables`)."""
+    return ast.unparse(ast.Module(body=_support_nodes(module, answers), type_ignores=[]))
 
 
-def _support_nodes(module: ast.Module, constants: dict[str, object] | None = None) -> list[ast.stmt]:
+def _support_nodes(module: ast.Module, answers: Collection[str] = ()) -> list[ast.stmt]:
     """The top-level statements :func:`support` keeps."""
     kept = []
     for node in module.body:
-        if _binds_constant(node) in (constants or {}):
+        if _binds_constant(node) in answers:
             continue
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
             continue
@@ -392,14 +405,28 @@ def answer_constants(module: ast.Module) -> dict[str, object]:
     assignment, ``global``, ``del``, import, definition or parameter of that name) and read
     nowhere in the module's code other than its tests. Which of them the asked tests read only
     as a check's expected side, :func:`plan` decides."""
-    values: dict[str, object] = {}
+    values = {name: _expected_value(node) for name, node in _single_names(module).items()}
+    return {name: value for name, value in values.items() if value is not _NO_VALUE}
+
+
+def row_tables(module: ast.Module) -> dict[str, ast.expr]:
+    """The module's names that may hold a parametrized test's rows (``CASES = [(2, 3, 5), ...]``,
+    ``@pytest.mark.parametrize("a, b, expected", CASES)``): each bound as :func:`answer_constants`'
+    are, to a list or tuple display of anything (an input may be built: ``Fraction(1, 2)``). Their
+    binding leaves the child's code as a constant's does, so the expected column is in no process
+    the code under test runs in; one an asked test reads otherwise stays, and its rows are no
+    answer (:func:`plan`)."""
+    return {n: v for n, v in _single_names(module).items() if isinstance(v, ast.List | ast.Tuple)}
+
+
+def _single_names(module: ast.Module) -> dict[str, ast.expr]:
+    """The value of each top-level ``NAME = <value>`` whose name is bound nowhere else in the
+    module and read nowhere in its code other than its tests (:func:`_support_nodes`)."""
+    values: dict[str, ast.expr] = {}
     for node in module.body:
         name = _binds_constant(node)
-        if name is not None and name not in values:
-            value = _expected_value(node.value)  # type: ignore[union-attr]
-            values[name] = value
-        elif name is not None:
-            values[name] = _NO_VALUE  # bound twice
+        if name is not None and not name.startswith("__"):
+            values.setdefault(name, node.value)  # type: ignore[union-attr, arg-type]
     bound: dict[str, int] = {}
     for node in ast.walk(module):
         names: list[str] = []
@@ -421,11 +448,7 @@ def answer_constants(module: ast.Module) -> dict[str, object]:
         for n in ast.walk(kept)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
     }
-    return {
-        name: value
-        for name, value in values.items()
-        if value is not _NO_VALUE and bound.get(name) == 1 and name not in read and not name.startswith("__")
-    }
+    return {name: node for name, node in values.items() if bound.get(name) == 1 and name not in read}
 
 
 def module_name(path: str) -> tuple[str, str]:
@@ -541,12 +564,15 @@ def plan(
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             tree = None
         constants = {} if tree is None else answer_constants(tree)
-        while True:  # a constant an asked test reads other than as an answer stays in the child's code
+        tables = {} if tree is None else row_tables(tree)
+        while (
+            True
+        ):  # a constant or table an asked test reads other than as an answer stays in the child's code
             found = {}
             for qualname in qualnames:
                 parts = qualname.split("::")
                 function = None if tree is None else _mirror._functions(tree, parts)
-                made = None if function is None else answerable(function, len(parts) > 1, constants)
+                made = None if function is None else answerable(function, len(parts) > 1, constants, tables)
                 count = (listed or {}).get(f"{path}::{qualname}")
                 found[qualname] = None if made is None or count not in (None, len(made[2])) else made
             sources = [
@@ -556,11 +582,12 @@ def plan(
                 n.id
                 for text in sources
                 for n in ast.walk(ast.parse(text))
-                if isinstance(n, ast.Name) and n.id in constants
+                if isinstance(n, ast.Name) and (n.id in constants or n.id in tables)
             }
             if not read:
                 break
             constants = {k: v for k, v in constants.items() if k not in read}
+            tables = {k: v for k, v in tables.items() if k not in read}
         functions = []
         for qualname, test_found in found.items():
             test = f"{path}::{qualname}"
@@ -576,7 +603,9 @@ def plan(
         if functions and tree is not None:
             name, _ = module_name(path)
             package = name.rpartition(".")[0]
-            modules.append((name, package, os.path.abspath(path), support(tree, constants), functions))
+            modules.append(
+                (name, package, os.path.abspath(path), support(tree, {*constants, *tables}), functions)
+            )
     return verdicts, modules, expected, asked
 
 
