@@ -15,9 +15,14 @@ test: ``assert <computed> == <literal>`` (either side), ``assert _lcrl_close(<co
 (``'tea' + ' ' * 3``) or be a ``pytest.mark.parametrize`` column written out in the text that
 the test uses nowhere else (``assert add(a, b) == expected``: each row answered, the child given
 the other columns; the rows in the decorator, or in a module name bound once to them, ``CASES``,
-whose binding then leaves the child's code). A test function with one or more (no decorator
-but such a ``parametrize``, no parameter but ``self``, ``tmp_path`` and its rows') is
-*answerable*. The answer run (a grading run of its
+whose binding then leaves the child's code). A *raises-check* is a check too: ``with
+pytest.raises(E, match="...")`` over a block (``self.assertRaises(E)``, ``assertRaisesRegex(E,
+"...")``, the call forms ``pytest.raises(E, f, x)``), whose classes (names, ``module.Name``, a
+tuple, a row's column) and pattern are written out: the block runs in a ``try`` that records the
+class names of what it raised (or that it raised nothing) and its message, and this process
+wants one of the names it expects among them and its pattern found in the message. A test
+function with one or more (no decorator but such a ``parametrize``, no parameter but ``self``,
+``tmp_path`` and its rows') is *answerable*. The answer run (a grading run of its
 own, in a fresh workspace) applies the diff and the tests as the first run does, reads the
 answerable functions of the FAIL_TO_PASS tests it is given, keeps each check's literal **here**,
 in this process (undumpable, never running a line of the repository), and then removes every
@@ -34,8 +39,9 @@ file, no process and no argument it can reach. A diff that forged the first run'
 computes the bug gives the bug's value here; a diff that computes the answer honestly gives it
 here too (its run is the reference's, which validation asked: a test whose reference answers
 disagree is not asked again). What is left: the other statements of an answered test, which
-run with their literals in the child (``assert "sep" in text`` can be read there and met); test
-files the task does not grade, left in the work tree; an answer the diff carries written out
+run with their literals in the child (``assert "sep" in text`` can be read there and met); a
+raises-check with no pattern, whose class can be guessed (``ValueError``) by code that tells this
+run apart and raises it on the right call; test files the task does not grade, left in the work tree; an answer the diff carries written out
 (the visible tests' answers hard-coded; the held-out checks, which the agent never sees, are
 answerable tests too); and marks a run leaves on the machine (the host's page cache) used as a
 channel from the first run's process, which holds the test's values.
@@ -45,6 +51,7 @@ import ast
 import json
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -69,6 +76,13 @@ FIXTURES = frozenset({"tmp_path"})
 """Fixtures a test may take and still be answered: each made afresh for it, as pytest makes it."""
 RECORD = "_lcrl_record"
 """What each check becomes in the child: ``_lcrl_record(<index>, <computed>)``."""
+RAISED = "_lcrl_raised"
+"""What a raises-check's block ends with in the child: ``_lcrl_raised(<index>, <the exception it
+raised, or None>)``, which records the exception's class names and message."""
+ERROR = "_lcrl_error"
+"""The name the child's ``except`` binds the exception a raises-check's block raised to."""
+MAX_MESSAGE = 4096
+"""Longest exception message the child records for a raises-check's ``match`` (the rest is cut)."""
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
@@ -81,6 +95,36 @@ class _Param:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+class _Raises:
+    """A raises-check's expectation: the block raises an exception one of whose classes (its own
+    or one it derives from) is named one of ``names``, with a message ``pattern`` finds
+    (``re.search``, as ``pytest.raises(match=)`` and ``assertRaisesRegex`` match); either may be a
+    :class:`_Param` until a row gives it."""
+
+    def __init__(self, names: "tuple[str, ...] | _Param", pattern: "str | None | _Param") -> None:
+        self.names, self.pattern = names, pattern
+
+    def __eq__(self, other: object) -> bool:  # for the tests that read a plan
+        return isinstance(other, _Raises) and (self.names, self.pattern) == (other.names, other.pattern)
+
+    def __repr__(self) -> str:
+        return f"_Raises({self.names!r}, {self.pattern!r})"
+
+    def met_by(self, value: object) -> bool:
+        """Whether the child's record ``[class names, message]`` meets it."""
+        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
+            return False
+        names, message = value
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            return False
+        if not set(names) & set(self.names):  # type: ignore[arg-type]
+            return False
+        try:
+            return self.pattern is None or re.search(self.pattern, message) is not None  # type: ignore[arg-type]
+        except (re.error, TypeError, RecursionError):
+            return False
 
 
 class _Records(ast.NodeTransformer):
@@ -102,7 +146,41 @@ class _Records(ast.NodeTransformer):
 
     def visit_Expr(self, node: ast.Expr) -> ast.stmt:
         check = _check(node, self.method, self.params, self.constants)
-        return self.generic_visit(node) if check is None else self._record(*check)
+        if check is not None:
+            return self._record(*check)
+        raises = _raises_check(node.value, self.method, self.params, self.constants, call_form=True)
+        if raises is None:
+            return self.generic_visit(node)
+        expectation, body = raises
+        return self._raised(expectation, [ast.Expr(body)], None)  # type: ignore[arg-type]
+
+    def visit_With(self, node: ast.With) -> ast.stmt:
+        """``with pytest.raises(E, match=...) [as info]:`` (``self.assertRaises(E)``,
+        ``assertRaisesRegex(E, pattern)``) over a block: the block in a ``try`` whose exception,
+        or its absence, is recorded; ``info`` the exception's record (``.value``, ``.exception``)."""
+        self.generic_visit(node)
+        if len(node.items) != 1:
+            return node
+        item = node.items[0]
+        raises = _raises_check(item.context_expr, self.method, self.params, self.constants)
+        if raises is None or not isinstance(item.optional_vars, ast.Name | None):
+            return node
+        return self._raised(raises[0], node.body, item.optional_vars)
+
+    def _raised(self, expectation: _Raises, body: list[ast.stmt], target: ast.Name | None) -> ast.stmt:
+        index = ast.Constant(len(self.expected))
+        self.expected.append((expectation, False))
+
+        def raised(error: ast.expr) -> ast.expr:
+            return ast.Call(ast.Name(RAISED, ast.Load()), [index, error], [])
+
+        caught = (
+            ast.Expr(raised(ast.Name(ERROR, ast.Load())))
+            if target is None
+            else ast.Assign([ast.Name(target.id, ast.Store())], raised(ast.Name(ERROR, ast.Load())))
+        )
+        handler = ast.ExceptHandler(ast.Name("BaseException", ast.Load()), ERROR, [caught])
+        return ast.Try(body, [handler], [ast.Expr(raised(ast.Constant(None)))], [])
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
         if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await):
@@ -131,8 +209,10 @@ def answerable(
     that the test uses nowhere else (``assert add(a, b) == expected``); each is recorded and its
     literal leaves the child's code (a parameter it checks against leaves the signature: the
     child is passed the others, the *inputs*). Every other statement stands as written: the input
-    built first, ``with pytest.raises``, another ``assert`` (``is``, ``in``, a truth value), which
-    fails the test in the child as in pytest. ``constants``: the module's names that hold only
+    built first, a raises-check that does not name its expectation in the text, another
+    ``assert`` (``is``, ``in``, a truth value), which fails the test in the child as in pytest. A raises-check whose classes and pattern are written
+    out (:func:`_raises_check`) is recorded as what its block raised, its expectation kept here
+    (a :class:`_Raises`). ``constants``: the module's names that hold only
     expected values (:func:`answer_constants`), read as the literals they are bound to;
     ``tables``: those that hold only rows (:func:`row_tables`), read in a decorator as the
     display they are bound to."""
@@ -174,13 +254,29 @@ def answerable(
         for value, close in records.expected:
             if isinstance(value, _Param):
                 value = _expected_value(row[value.name])
-                if value is _NO_VALUE:
-                    return None
+            elif isinstance(value, _Raises):
+                value = _row_raises(value, row)
+            if value is _NO_VALUE:
+                return None
             expected.append((value, close))
         inputs = {k: v for k, v in row.items() if k not in params}
         display = ast.Dict([ast.Constant(k) for k in inputs], list(inputs.values()))
         out.append((ast.unparse(display), expected))
     return ast.unparse(ast.fix_missing_locations(copy)), [n for n in names if n not in given], out
+
+
+def _row_raises(expectation: _Raises, row: dict[str, ast.expr]) -> _Raises | object:
+    """``expectation`` with a row's exception class and pattern where they are its parameters;
+    :data:`_NO_VALUE` where the row's are not written out (a class built there, a pattern that is
+    no string)."""
+    names, pattern = expectation.names, expectation.pattern
+    if isinstance(names, _Param):
+        names = _exception_names(row[names.name])  # type: ignore[assignment]
+    if isinstance(pattern, _Param):
+        pattern = _expected_value(row[pattern.name])  # type: ignore[assignment]
+    if names is None or not (pattern is None or isinstance(pattern, str)):
+        return _NO_VALUE
+    return _Raises(names, pattern)  # type: ignore[arg-type]
 
 
 def _stores(function: ast.FunctionDef, name: str) -> bool:
@@ -294,6 +390,77 @@ def _check(
         return None
     computed, value = (sides[1], values[0]) if fixed[0] else (sides[0], values[1])
     return computed, value, close
+
+
+RAISES_KEYWORDS = {"raises": {"expected_exception", "match"}, "assertRaises": {"msg"}}
+"""The keywords a raises-check over a ``with`` block may take and be answered (``check=``, a
+callable that decides for pytest, is none of them); the call form passes every keyword on to the
+callable, as pytest and ``unittest`` do."""
+
+
+def _raises_check(
+    call: ast.expr,
+    method: bool,
+    params: frozenset[str],
+    constants: Mapping[str, object],
+    call_form: bool = False,
+) -> tuple[_Raises, ast.Call | None] | None:
+    """``(expectation, the call it checks)`` where ``call`` is a raises-check that names its
+    exception classes (a name, ``module.Name``, a tuple of them, or a parameter of ``params``) and
+    its message pattern if any (a literal, a constant, a parameter): ``pytest.raises(E,
+    match=...)`` or, in a class, ``self.assertRaises(E)``, ``self.assertRaisesRegex(E, pattern)``
+    as a ``with`` item (the call ``None``), or with the callable and its arguments after them as a
+    statement (``call_form``: ``pytest.raises(E, f, x)``, the call ``f(x)``)."""
+    if not isinstance(call, ast.Call):
+        return None
+    func = ast.unparse(call.func)
+    if func in ("pytest.raises", "raises"):
+        kind, regex = "raises", False
+    elif method and _self_call(call) and call.func.attr in _mirror.RAISES_CALLS:  # type: ignore[attr-defined]
+        kind, regex = "assertRaises", call.func.attr != "assertRaises"  # type: ignore[attr-defined]
+    else:
+        return None
+    keywords = {k.arg: k.value for k in call.keywords if k.arg is not None}
+    if len(keywords) != len(call.keywords):
+        return None
+    args = list(call.args)
+    if call_form:  # its keywords are the callable's (``match=`` too, ``msg=`` too)
+        keywords = {}
+    elif not set(keywords) <= RAISES_KEYWORDS[kind]:
+        return None
+    elif "expected_exception" in keywords:
+        args.insert(0, keywords["expected_exception"])
+    fixed = 2 if regex else 1
+    if len(args) < fixed or (len(args) > fixed) != call_form:
+        return None
+    if any(isinstance(a, ast.Starred) for a in args[: fixed + 1]):
+        return None
+    names = _exception_names(args[0], params)
+    pattern_node = args[1] if regex else keywords.get("match")
+    pattern: str | None | _Param = None
+    if isinstance(pattern_node, ast.Name) and pattern_node.id in params:
+        pattern = _Param(pattern_node.id)
+    elif pattern_node is not None:
+        value = _expected_value(pattern_node, constants)
+        pattern = value if isinstance(value, str) else _NO_VALUE  # type: ignore[assignment]
+    if names is None or pattern is _NO_VALUE:
+        return None
+    checked = ast.Call(args[fixed], args[fixed + 1 :], call.keywords) if call_form else None
+    return _Raises(names, pattern), checked
+
+
+def _exception_names(node: ast.expr, params: frozenset[str] = frozenset()) -> tuple[str, ...] | _Param | None:
+    """The class names a raises-check's exception argument names: ``ValueError``, ``errors.Bad``
+    (``Bad``), a tuple of such; a parameter of ``params`` (a :class:`_Param`); else ``None``."""
+    if isinstance(node, ast.Name) and node.id in params:
+        return _Param(node.id)
+    if isinstance(node, ast.Name | ast.Attribute):
+        return (node.id if isinstance(node, ast.Name) else node.attr,)
+    if isinstance(node, ast.Tuple) and node.elts:
+        names = [_exception_names(e) for e in node.elts]
+        if all(isinstance(n, tuple) for n in names):
+            return tuple(n for group in names for n in group)  # type: ignore[union-attr]
+    return None
 
 
 _NO_VALUE = object()
@@ -506,6 +673,32 @@ def _fixture(name):
     return _p.Path(_t.mkdtemp(prefix="lcrl-answer-"))
 
 
+class _Info:  # what ``pytest.raises(...) as info`` and ``assertRaises(...) as cm`` give the test
+    def __init__(self, error):
+        self.value = self.exception = error
+        self.type, self.typename, self.tb = type(error), type(error).__name__, error.__traceback__
+
+    def match(self, regexp):
+        import re
+        assert re.search(regexp, str(self.value)), "Regex pattern did not match."
+        return True
+
+    def errisinstance(self, kind):
+        return isinstance(self.value, kind)
+
+
+def _raised(index, error):
+    if error is None:
+        _record(index, None)
+        raise AssertionError("DID NOT RAISE")
+    try:
+        row = [[str(c.__name__) for c in type(error).__mro__], str(error)[:{message}]]
+    except BaseException:
+        row = None
+    _record(index, row)
+    return _Info(error)
+
+
 def _end(index, error=None):
     _out.write(_j.dumps(["end", index, "ok"] if error is None else ["end", index, "raise", type(error).__name__]) + "\n")
 
@@ -521,7 +714,7 @@ for _name, _package, _file, _code, _tests in {modules!r}:
         continue
     for _method, _src, _fixtures, _rows in _tests:
         try:
-            _ns["{record}"] = _record
+            _ns["{record}"], _ns["{raised}"] = _record, _raised
             exec(compile(_src, _file, "exec"), _ns)
             _test = _ns["_lcrl_test"]
         except BaseException as _e:
@@ -634,13 +827,16 @@ def close(actual: object, expected: object) -> bool:
 
 
 def agrees(row: object, expected: object, use_close: bool) -> bool:
-    """Whether one answer line of the child (``[index, "ok", repr]``) is ``expected``."""
+    """Whether one answer line of the child (``[index, "ok", repr]``) is ``expected`` (or meets
+    it: a raises-check's :class:`_Raises`)."""
     if not (isinstance(row, list) and len(row) == 3 and row[1] == "ok" and isinstance(row[2], str)):
         return False
     if len(row[2]) > MAX_ANSWER:
         return False
     try:
         value = ast.literal_eval(row[2])
+        if isinstance(expected, _Raises):
+            return expected.met_by(value)
         return bool(close(value, expected) if use_close else value == expected)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         return False
@@ -687,7 +883,13 @@ def answer(
     bases = [module_name(m[2])[1] for m in modules]
     read_end, write_end = os.pipe()
     program = PROGRAM.format(
-        path=[*path, *bases], fd=write_end, limit=MAX_ANSWER, modules=modules, record=RECORD
+        path=[*path, *bases],
+        fd=write_end,
+        limit=MAX_ANSWER,
+        message=MAX_MESSAGE,
+        modules=modules,
+        record=RECORD,
+        raised=RAISED,
     )
     child = subprocess.Popen(
         [sys.executable, "-s", "-S", "-P", "-c", program],

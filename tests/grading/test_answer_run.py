@@ -330,6 +330,96 @@ def test_an_answer_agrees_only_as_one_literal_equal_to_the_expected_value():
     assert not answers.agrees([0, "ok", 5], 5, False) and not answers.agrees("5", 5, False)
 
 
+RAISES_FORMS = """\
+@pytest.mark.parametrize("text, kind, message", [("x", ValueError, "bad x"), ("", (KeyError, errors.Empty), "^empty")])
+def test_parse(text, kind, message):
+    parser = Parser()
+    with pytest.raises(kind, match=message) as info:
+        parser.parse(text)
+    assert "x" in str(info.value)
+    with raises(TypeError):
+        parser.parse(None)
+    pytest.raises(OverflowError, parser.parse, "9" * 9, strict=True)
+    assert parser.count() == 2
+"""
+UNITTEST_RAISES = """\
+class TestParse(unittest.TestCase):
+    def test_parse(self):
+        with self.assertRaisesRegex(ValueError, "bad .*") as cm:
+            parse("x")
+        self.assertRaises(errors.Empty, parse, "", msg="passed on")
+        with self.assertRaises(KeyError, msg="a message"):
+            parse("k")
+        self.assertIn("x", str(cm.exception))
+"""
+
+
+def test_a_raises_check_becomes_a_record_of_what_the_block_raised_its_classes_and_pattern_kept_out():
+    """``with pytest.raises(E, match=...)`` (``raises``, ``self.assertRaises``, ``assertRaisesRegex``)
+    and their call forms: the block runs in a ``try`` whose exception (or its absence) is
+    recorded; the class names and the pattern stay here, parameters of a row too. The ``as``
+    name is bound to the exception's record, so the statements after it run as written."""
+    source, fixtures, rows = answerable(RAISES_FORMS)
+    Raises = answers._Raises
+    assert fixtures == [] and [r[0] for r in rows] == ["{'text': 'x'}", "{'text': ''}"]
+    assert rows[0][1] == [
+        (Raises(("ValueError",), "bad x"), False),
+        (Raises(("TypeError",), None), False),
+        (Raises(("OverflowError",), None), False),
+        (2, False),
+    ]
+    assert rows[1][1][0] == (Raises(("KeyError", "Empty"), "^empty"), False)
+    body = ast.parse(source).body[0]
+    assert [a.arg for a in body.args.args] == ["text"]
+    for gone in ("ValueError", "TypeError", "OverflowError", "bad x", "raises", "kind", "message"):
+        assert gone not in source, gone
+    assert "info = _lcrl_raised(0, _lcrl_error)" in source and "_lcrl_raised(0, None)" in source
+    assert "parser.parse('9' * 9, strict=True)" in source  # the call form's keywords go on to it
+    assert "assert 'x' in str(info.value)" in source
+    source, _, rows = answerable(UNITTEST_RAISES, method=True)
+    assert [e for e, _ in rows[0][1]] == [
+        Raises(("ValueError",), "bad .*"),
+        Raises(("Empty",), None),
+        Raises(("KeyError",), None),
+    ]
+    assert "cm = _lcrl_raised(0, _lcrl_error)" in source and "parse('', msg='passed on')" in source
+    assert "ValueError" not in source and "KeyError" not in source
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        "with pytest.raises(make_error()):\n        f()",  # a class built there
+        "with pytest.raises(ValueError, match=pattern):\n        f()",  # a pattern not written out
+        "with pytest.raises(ValueError, check=lambda e: True):\n        f()",  # a callable decides
+        "with pytest.raises(ValueError), open('x'):\n        f()",  # another item beside it
+        "with pytest.raises(ValueError) as (a, b):\n        f()",
+        "pytest.raises(ValueError)",  # no block, no callable
+        "with self.assertRaises(ValueError):\n        f()",  # not in a class
+        "with pytest.warns(UserWarning):\n        f()",
+    ],
+)
+def test_a_raises_check_that_does_not_name_its_expectation_in_the_text_is_no_check(check):
+    assert answerable(f"def test_a():\n    {check}\n") is None
+
+
+def test_an_exception_record_meets_a_raises_check_by_a_class_name_and_the_pattern():
+    expected = answers._Raises(("ValueError", "Empty"), "divide by zero$")
+    raised = (
+        "[['ZeroDivision', 'ValueError', 'Exception', 'BaseException', 'object'], 'cannot divide by zero']"
+    )
+    assert answers.agrees([0, "ok", raised], expected, False)
+    assert answers.agrees([0, "ok", "[['Empty'], 'divide by zero']"], expected, False)
+    assert not answers.agrees([0, "ok", "[['KeyError', 'Exception'], 'divide by zero']"], expected, False)
+    assert not answers.agrees([0, "ok", "[['ValueError'], 'divide by zero!']"], expected, False)
+    assert not answers.agrees([0, "ok", "None"], expected, False)  # it did not raise
+    assert not answers.agrees([0, "ok", "[['ValueError'], 5]"], expected, False)
+    assert not answers.agrees([0, "ok", "['ValueError', 'divide by zero']"], expected, False)
+    assert answers.agrees([0, "ok", "[['ValueError'], '']"], answers._Raises(("ValueError",), None), False)
+    broken = answers._Raises(("ValueError",), "(")  # a pattern re cannot compile answers nothing
+    assert not answers.agrees([0, "ok", "[['ValueError'], '(']"], broken, False)
+
+
 def run(answer: dict | None, stage: str = "answered", exit_code: int | None = 0) -> grading.GradeRun:
     report = None if answer is None else {"stage": stage, "answers": answer}
     return grading.GradeRun(exit_code, report, None)
@@ -700,6 +790,59 @@ def test_a_test_parametrized_by_a_module_name_is_answered_and_its_rows_are_not_i
     assert grade is not None and grade.verdict == "tamper", grade
     assert grade.reason.startswith("outside: test_calc.py::test_add computes another value"), grade.reason
     assert answer_run(task, grader, tmp_path / "fixed", {"calc.py": FIXED}) is None
+
+
+# Failing tests that check only that an exception is raised, its class and message in the test
+# alone: answered outside pytest, where the bug raises nothing and a forger must guess both.
+DIVIDE_BUGGY = "def divide(a, b):\n    if b == 0:\n        return 0\n    return a // b\n"
+DIVIDE_FIXED = DIVIDE_BUGGY.replace("return 0\n", "raise ValueError('cannot divide by zero')\n", 1)
+RAISES_TESTS = """\
+import unittest
+
+import pytest
+
+from calc import divide
+
+
+class TestDivide(unittest.TestCase):
+    def test_zero(self):
+        self.assertRaises(ValueError, divide, 2, 0)
+
+
+def test_divide_by_zero():
+    with pytest.raises(ValueError, match="divide by zero$") as info:
+        divide(1, 0)
+    assert "zero" in str(info.value)
+
+
+def test_divide():
+    assert divide(6, 3) == 2
+"""
+RAISES_F2P = ["test_calc.py::TestDivide::test_zero", "test_calc.py::test_divide_by_zero"]
+
+
+def test_a_raises_only_failing_test_is_answered_and_a_guessed_exception_is_not_the_fix(tmp_path):
+    require_bwrap()
+    files = {"calc.py": DIVIDE_BUGGY, "test_calc.py": RAISES_TESTS}
+    f2p, p2p = RAISES_F2P, ["test_calc.py::test_divide"]
+    task, grader = validated_task(tmp_path, "answers-raises", files, {"calc.py": DIVIDE_FIXED}, f2p, p2p)
+    assert grader.answered(task) == f2p
+    assert grader.grade(task, task.patch).resolved
+    wrong = {
+        "bug": DIVIDE_BUGGY,  # raises nothing
+        "class": DIVIDE_BUGGY.replace("return 0\n", "raise ZeroDivisionError('cannot divide by zero')\n"),
+        "message": DIVIDE_BUGGY.replace("return 0\n", "raise ValueError('zero')\n"),  # not the pattern's
+        "system-exit": DIVIDE_BUGGY.replace("return 0\n", "raise SystemExit(0)\n"),
+    }
+    for name, code in wrong.items():
+        grade = answer_run(task, grader, tmp_path / name, {"calc.py": code})
+        assert grade is not None and grade.verdict == "tamper", (name, grade)
+        assert grade.reason.startswith("outside: test_calc.py::"), (name, grade.reason)
+    # a subclass of the class the test names, with the message it matches, is the fix
+    subclass = "class DivisionError(ValueError):\n    pass\n\n\n" + DIVIDE_FIXED.replace(
+        "raise ValueError", "raise DivisionError"
+    )
+    assert answer_run(task, grader, tmp_path / "subclass", {"calc.py": subclass}) is None
 
 
 def graded_asking(grader: grading.SWEGrader, task, patch: str) -> tuple[grading.SWEGrade, list]:

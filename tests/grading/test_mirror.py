@@ -800,8 +800,10 @@ def assert_honest_fix_fails_its_armed_test(
     task, grader = task_and_grader
     grade, runs = graded_with_runs(grader, task, diff(task.repo_source, tmp_path / "agent", fix))
     assert grade.verdict == "resolved" and grade.reward == 1.0, grade
-    assert len(runs) == 2 and runs[1].report["mirror"]["armed"] == [test]
+    assert runs[1].report["mirror"]["armed"] == [test]
     assert runs[1].report["outcomes"][test] == "failed"
+    # then the answer run, where the task has an answered test (a raises-check is one)
+    assert [run.report["stage"] for run in runs[2:]] == (["answered"] if grader.answered(task) else [])
     assert grader.mirror_armed(task) is True
 
 
