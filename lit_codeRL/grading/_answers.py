@@ -20,11 +20,15 @@ pytest.raises(E, match="...")`` over a block (``self.assertRaises(E)``, ``assert
 "...")``, the call forms ``pytest.raises(E, f, x)``), whose classes (names, ``module.Name``, a
 tuple, a row's column) and pattern are written out: the block runs in a ``try`` that records the
 class names of what it raised (or that it raised nothing) and its message, and this process
-wants one of the names it expects among them and its pattern found in the message. A test
-function with one or more (no decorator but such a ``parametrize``, no parameter but ``self``,
-``tmp_path`` and its rows') is *answerable*. The answer run (a grading run of its
-own, in a fresh workspace) applies the diff and the tests as the first run does, reads the
-answerable functions of the FAIL_TO_PASS tests it is given, keeps each check's literal **here**,
+wants one of the names it expects among them and its pattern found in the message. Every other
+``assert`` (and ``self.assertTrue``, ``assertIsNone``, ``assertIn``, ``assertIs``,
+``assertIsInstance`` and their negations) is a *truth check*: the child records the truth of what
+it checks, each ``not`` taken off and ``is not``/``not in`` turned, and this process wants the
+truth the test wants, which the child's code does not say. A test function with one or more
+(no decorator but such a ``parametrize``, no parameter but ``self``, ``tmp_path`` and its rows')
+is *answerable*. The answer run (a grading run of its own, in a fresh workspace) applies the
+diff and the tests as the first run does, reads the answerable functions of the FAIL_TO_PASS
+tests it is given, keeps each check's literal **here**,
 in this process (undumpable, never running a line of the repository), and then removes every
 graded test file, the repository's git objects and every compiled file from the work tree. A
 child with no test file in it runs each test module's code other than its tests (imports,
@@ -38,8 +42,9 @@ The child may write anything: to pass, it must write the value the test expects,
 file, no process and no argument it can reach. A diff that forged the first run's reports and
 computes the bug gives the bug's value here; a diff that computes the answer honestly gives it
 here too (its run is the reference's, which validation asked: a test whose reference answers
-disagree is not asked again). What is left: the other statements of an answered test, which
-run with their literals in the child (``assert "sep" in text`` can be read there and met); a
+disagree is not asked again). What is left: the literals of a truth check, which run in the
+child (``"sep" in text``: the child can read ``"sep"`` there, though not whether the test wants
+it in or out), and the other statements of an answered test (``self.assertGreater``); a
 raises-check with no pattern, whose class can be guessed (``ValueError``) by code that tells this
 run apart and raises it on the right call; test files the task does not grade, left in the work tree; an answer the diff carries written out
 (the visible tests' answers hard-coded; the held-out checks, which the agent never sees, are
@@ -76,6 +81,9 @@ FIXTURES = frozenset({"tmp_path"})
 """Fixtures a test may take and still be answered: each made afresh for it, as pytest makes it."""
 RECORD = "_lcrl_record"
 """What each check becomes in the child: ``_lcrl_record(<index>, <computed>)``."""
+TRUTH = "_lcrl_truth"
+"""What a truth check becomes in the child: ``_lcrl_truth(<index>, <checked>)``, which records
+``bool(<checked>)``; whether the test wants it true or false stays here."""
 RAISED = "_lcrl_raised"
 """What a raises-check's block ends with in the child: ``_lcrl_raised(<index>, <the exception it
 raised, or None>)``, which records the exception's class names and message."""
@@ -140,14 +148,24 @@ class _Records(ast.NodeTransformer):
         self.expected.append((value, close))
         return ast.Expr(ast.Call(ast.Name(RECORD, ast.Load()), [index, computed], []))
 
+    def _truth(self, checked: ast.expr, wanted: bool) -> ast.stmt:
+        index = ast.Constant(len(self.expected))
+        self.expected.append((wanted, False))
+        return ast.Expr(ast.Call(ast.Name(TRUTH, ast.Load()), [index, checked], []))
+
     def visit_Assert(self, node: ast.Assert) -> ast.stmt:
         check = _check(node, self.method, self.params, self.constants)
-        return node if check is None else self._record(*check)
+        if check is not None:
+            return self._record(*check)
+        return self._truth(*_truth_check(node.test, True))
 
     def visit_Expr(self, node: ast.Expr) -> ast.stmt:
         check = _check(node, self.method, self.params, self.constants)
         if check is not None:
             return self._record(*check)
+        truth = _truth_method(node.value) if self.method else None
+        if truth is not None:
+            return self._truth(*truth)
         raises = _raises_check(node.value, self.method, self.params, self.constants, call_form=True)
         if raises is None:
             return self.generic_visit(node)
@@ -208,9 +226,11 @@ def answerable(
     ``with``, a helper it defines), or with a parameter whose value is a literal in every row and
     that the test uses nowhere else (``assert add(a, b) == expected``); each is recorded and its
     literal leaves the child's code (a parameter it checks against leaves the signature: the
-    child is passed the others, the *inputs*). Every other statement stands as written: the input
-    built first, a raises-check that does not name its expectation in the text, another
-    ``assert`` (``is``, ``in``, a truth value), which fails the test in the child as in pytest. A raises-check whose classes and pattern are written
+    child is passed the others, the *inputs*). Every other ``assert`` (``unittest``'s truth checks
+    too, :data:`TRUTH_METHODS`) records its truth (:func:`_truth_check`), the truth the test wants
+    kept here. Every other statement stands as written: the input built first, a raises-check
+    that does not name its expectation in the text, ``self.assertGreater``, which fails the test
+    in the child as in pytest. A raises-check whose classes and pattern are written
     out (:func:`_raises_check`) is recorded as what its block raised, its expectation kept here
     (a :class:`_Raises`). ``constants``: the module's names that hold only
     expected values (:func:`answer_constants`), read as the literals they are bound to;
@@ -390,6 +410,56 @@ def _check(
         return None
     computed, value = (sides[1], values[0]) if fixed[0] else (sides[0], values[1])
     return computed, value, close
+
+
+def _truth_check(checked: ast.expr, wanted: bool) -> tuple[ast.expr, bool]:
+    """``(what the child records the truth of, the truth the test wants)`` for ``assert
+    <checked>``: each ``not`` taken off and ``is not``/``not in`` made ``is``/``in``, the truth
+    wanted turned over each time, so the child's code does not say which way the test checks
+    (``assert f(x) is not None`` and ``assert f(x) is None`` both record ``f(x) is None``)."""
+    while isinstance(checked, ast.UnaryOp) and isinstance(checked.op, ast.Not):
+        checked, wanted = checked.operand, not wanted
+    if isinstance(checked, ast.Compare) and len(checked.ops) == 1 and type(checked.ops[0]) in _TURNED:
+        turned = _TURNED[type(checked.ops[0])]()
+        checked, wanted = ast.Compare(checked.left, [turned], checked.comparators), not wanted
+    return checked, wanted
+
+
+_TURNED = {ast.IsNot: ast.Is, ast.NotIn: ast.In}
+
+TRUTH_METHODS: dict[str, tuple[int, str, bool]] = {
+    "assertTrue": (1, "", True), "assertFalse": (1, "", False),
+    "assertIsNone": (1, "is None", True), "assertIsNotNone": (1, "is None", False),
+    "assertIn": (2, "in", True), "assertNotIn": (2, "in", False),
+    "assertIs": (2, "is", True), "assertIsNot": (2, "is", False),
+    "assertIsInstance": (2, "isinstance", True), "assertNotIsInstance": (2, "isinstance", False),
+}  # fmt: skip
+"""``unittest``'s truth checks: how many arguments they check, what of them, the truth wanted."""
+
+
+def _truth_method(call: ast.expr) -> tuple[ast.expr, bool] | None:
+    """``self.assertTrue(x)`` (:data:`TRUTH_METHODS`, a message after its arguments or as
+    ``msg=``) as :func:`_truth_check` gives it: what the child records the truth of and the
+    truth wanted."""
+    if not (_self_call(call) and call.func.attr in TRUTH_METHODS):  # type: ignore[attr-defined]
+        return None
+    count, kind, wanted = TRUTH_METHODS[call.func.attr]  # type: ignore[attr-defined]
+    args = call.args  # type: ignore[attr-defined]
+    keywords = call.keywords  # type: ignore[attr-defined]
+    if len(args) not in (count, count + 1) or any(k.arg != "msg" for k in keywords):
+        return None
+    if len(args) > count and keywords or any(isinstance(a, ast.Starred) for a in args):
+        return None
+    if kind == "is None":
+        checked: ast.expr = ast.Compare(args[0], [ast.Is()], [ast.Constant(None)])
+    elif kind == "isinstance":
+        checked = ast.Call(ast.Name("isinstance", ast.Load()), list(args[:2]), [])
+    elif kind:
+        op = ast.In() if kind == "in" else ast.Is()
+        checked = ast.Compare(args[0], [op], [args[1]])
+    else:
+        checked = args[0]
+    return _truth_check(checked, wanted)
 
 
 RAISES_KEYWORDS = {"raises": {"expected_exception", "match"}, "assertRaises": {"msg"}}
@@ -687,6 +757,10 @@ class _Info:  # what ``pytest.raises(...) as info`` and ``assertRaises(...) as c
         return isinstance(self.value, kind)
 
 
+def _truth(index, value):
+    _record(index, bool(value))
+
+
 def _raised(index, error):
     if error is None:
         _record(index, None)
@@ -714,7 +788,7 @@ for _name, _package, _file, _code, _tests in {modules!r}:
         continue
     for _method, _src, _fixtures, _rows in _tests:
         try:
-            _ns["{record}"], _ns["{raised}"] = _record, _raised
+            _ns["{record}"], _ns["{truth}"], _ns["{raised}"] = _record, _truth, _raised
             exec(compile(_src, _file, "exec"), _ns)
             _test = _ns["_lcrl_test"]
         except BaseException as _e:
@@ -889,6 +963,7 @@ def answer(
         message=MAX_MESSAGE,
         modules=modules,
         record=RECORD,
+        truth=TRUTH,
         raised=RAISED,
     )
     child = subprocess.Popen(

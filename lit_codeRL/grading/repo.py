@@ -892,7 +892,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 20
+VALIDATION_VERSION = 21
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -915,7 +915,7 @@ built-in subclass's own equality) and names an object equal to anything that no 
 with two failing functions or more, two mirror runs each arm a part and leave the rest unchanged;
 16: the marker records the tests the reference's answer run answered; 17: the answer run answers
 parametrized tests (every row) and expected sides folded from literals; 18: a parametrized test
-only where the task lists every row of it; 19: rows bound to a module name, ``CASES``, answered; 20: raises-checks answered)."""
+only where the task lists every row of it; 19: rows bound to a module name, ``CASES``, answered; 20: raises-checks answered; 21: every other assert a truth check)."""
 
 
 def _task_key(task: GradedTask) -> str:

@@ -56,12 +56,12 @@ def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_
         "    for n in (1, 2):\n        assert [1] == f(n)\n    assert _lcrl_close(area(2.0), 12.56)\n"
         "    assert 'sep' in text, 'a message'\n"
     )
-    assert expected == [(5, False), ([1], False), (12.56, True)] and fixtures == ["tmp_path"]
+    assert expected == [(5, False), ([1], False), (12.56, True), (True, False)] and fixtures == ["tmp_path"]
     body = ast.parse(source).body[0]
     assert body.name == "_lcrl_test"
     assert "_lcrl_record(0, add(2, 3))" in source and "_lcrl_record(1, f(n))" in source
     assert "_lcrl_record(2, area(2.0))" in source
-    assert "assert 'sep' in text" in source  # another check stands as written
+    assert "_lcrl_truth(3, 'sep' in text)" in source  # another check: its truth recorded
     for literal in ("5", "[1]", "12.56"):  # no expected value is left in the child's code
         assert not any(
             isinstance(n, ast.Constant | ast.List) and ast.unparse(n) == literal for n in ast.walk(body)
@@ -69,17 +69,47 @@ def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_
     method = "class T:\n    def test_a(self):\n        self.assertEqual(add(1, 1), 2, 'msg')\n"
     method += "        self.assertTrue(add(0, 0) == 0)\n"
     source, expected, _ = found(method, method=True)
-    assert expected == [(2, False)] and "_lcrl_record(0, add(1, 1))" in source
-    assert "self.assertTrue(add(0, 0) == 0)" in source
+    assert expected == [(2, False), (True, False)] and "_lcrl_record(0, add(1, 1))" in source
+    assert "_lcrl_truth(1, add(0, 0) == 0)" in source
+
+
+TRUTHS = """\
+def test_a():
+    assert add(2, 3) == EXPECTED
+    assert not is_prime(9)
+    assert find(3) is not None
+    assert 'x' not in text(1), 'a message'
+    assert not (4 in seen(2))
+    assert 1 < add(2, 3) != 7
+"""
+
+
+def test_every_other_assert_records_its_truth_and_which_way_the_test_checks_stays_out():
+    """An ``assert`` that compares with no literal (or not for equality) is a *truth check*:
+    the child records the truth of what it checks with each ``not`` taken off and ``is not``/
+    ``not in`` turned to ``is``/``in``, so its code does not say which truth the test wants."""
+    source, expected, _ = found(TRUTHS)
+    assert [e for e, _ in expected] == [True, False, False, False, False, True]
+    assert "_lcrl_truth(0, add(2, 3) == EXPECTED)" in source
+    assert "_lcrl_truth(1, is_prime(9))" in source and "_lcrl_truth(2, find(3) is None)" in source
+    assert "_lcrl_truth(3, 'x' in text(1))" in source and "_lcrl_truth(4, 4 in seen(2))" in source
+    assert "not" not in source and "assert" not in source
+    method = (
+        "class T:\n    def test_a(self):\n        self.assertFalse(is_prime(9))\n"
+        "        self.assertIsNotNone(find(3), msg='found')\n        self.assertNotIn('x', text(1))\n"
+        "        self.assertIsInstance(make(), Thing)\n        self.assertTrue(not ok())\n"
+        "        self.assertGreater(add(2, 3), 4)\n"
+    )
+    source, expected, _ = found(method, method=True)
+    assert [e for e, _ in expected] == [False, False, False, True, False]
+    assert "_lcrl_truth(1, find(3) is None)" in source and "_lcrl_truth(2, 'x' in text(1))" in source
+    assert "_lcrl_truth(3, isinstance(make(), Thing))" in source and "_lcrl_truth(4, ok())" in source
+    assert "self.assertGreater(add(2, 3), 4)" in source  # another check stands as written
 
 
 @pytest.mark.parametrize(
     "source",
     [
-        "def test_a():\n    assert add(2, 3) == EXPECTED\n",  # no literal side
-        "def test_a():\n    assert 5 == 5\n",  # no computed side
-        "def test_a():\n    assert add(2, 3) != 5\n",  # not equality
-        "def test_a():\n    assert 1 < add(2, 3) == 5\n",  # a chain
         "def test_a(monkeypatch):\n    assert add(2, 3) == 5\n",  # a fixture not made here
         "@pytest.mark.skip\ndef test_a():\n    assert add(2, 3) == 5\n",  # another decorator
         "@pytest.mark.parametrize('a', CASES)\ndef test_a(a):\n    assert add(a, 3) == 4\n",  # rows not written
@@ -87,14 +117,13 @@ def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_
         "    assert add(a, 3) == 4\n",  # an expected failure is no check
         "@pytest.mark.parametrize('a', [1], indirect=True)\ndef test_a(a):\n    assert add(a, 3) == 4\n",
         "@pytest.mark.parametrize('a,e', [(1, E)])\ndef test_a(a, e):\n    assert add(a, 3) == e\n",
-        "def test_a():\n    assert add(2, 3) == 'x' * 100_000\n",  # folded past MAX_FOLDED
         "def test_a():\n    pass\n",  # no check at all
         "async def test_a():\n    assert add(2, 3) == 5\n",
         "def test_a():\n    yield\n    assert add(2, 3) == 5\n",
         "def test_a():\n    self.assertEqual(add(2, 3), 5)\n",  # no class: not unittest's
     ],
 )
-def test_a_test_with_no_equality_check_against_a_literal_is_not_answerable(source):
+def test_a_test_with_no_check_the_child_can_record_is_not_answerable(source):
     assert found(source) is None
 
 
@@ -136,13 +165,15 @@ def test_stacked_parametrize_decorators_give_their_product_and_a_name_used_elsew
     ]
     # ``expected`` printed too: the child must be given it, so it is an input, not an answer
     used = "@pytest.mark.parametrize('x, expected', [(1, 2)])\ndef test_g(x, expected):\n"
-    assert answerable(used + "    print(expected)\n    assert g(x) == expected\n") is None
     source, _, rows = answerable(
         used + "    print(expected)\n    assert g(x) == expected\n    assert g(0) == 1\n"
     )
-    assert rows == [("{'x': 1, 'expected': 2}", [(1, False)])] and "assert g(x) == expected" in source
+    # its check is then a truth check (the child has both sides)
+    assert rows == [("{'x': 1, 'expected': 2}", [(True, False), (1, False)])]
+    assert "_lcrl_truth(0, g(x) == expected)" in source
     rebound = used + "    expected = expected + 1\n    assert g(x) == expected\n"
-    assert answerable(rebound) is None  # the local's value is the test's, computed in the child
+    _, _, rows = answerable(rebound)  # the local's value is the test's, computed in the child
+    assert rows == [("{'x': 1, 'expected': 2}", [(True, False)])]
 
 
 def test_an_expected_side_folded_from_literals_is_a_literal():
@@ -195,14 +226,14 @@ def test_a_module_constant_that_only_checks_read_is_an_expected_value_kept_out(t
     assert answers.answer_constants(tree) == {"EXPECTED": 5, "SEP": "-"}
     verdicts, modules, expected, asked = answers.plan(["t.py::test_a", "t.py::test_b"])
     assert verdicts == {"t.py::test_a": "agree", "t.py::test_b": "agree"}
-    assert [e[1] for e in expected] == [5, "---", 3]  # test_b's check against TWICE stands as written
+    assert [e[1] for e in expected] == [5, "---", 3, True]  # test_b's check against TWICE: its truth
     support = modules[0][3]
     assert "EXPECTED" not in support and "SEP" not in support and "ROWS = [1, 2]" in support
     assert "TWICE = 2" in support
     verdicts, modules, expected, _ = answers.plan(["t.py::test_a", "t.py::test_c"])
-    assert verdicts == {"t.py::test_a": "agree", "t.py::test_c": "none"}
+    assert verdicts == {"t.py::test_a": "agree", "t.py::test_c": "agree"}
     assert "SEP: str = '-'" in modules[0][3] and "EXPECTED" not in modules[0][3]
-    assert [e[1] for e in expected] == [5]  # test_a's check against SEP is none once SEP stays
+    assert [e[1] for e in expected] == [5, True, True]  # a check against SEP, once SEP stays: its truth
 
 
 TABLES = """\
@@ -364,6 +395,7 @@ def test_a_raises_check_becomes_a_record_of_what_the_block_raised_its_classes_an
     assert fixtures == [] and [r[0] for r in rows] == ["{'text': 'x'}", "{'text': ''}"]
     assert rows[0][1] == [
         (Raises(("ValueError",), "bad x"), False),
+        (True, False),  # ``assert "x" in str(info.value)``: a truth check
         (Raises(("TypeError",), None), False),
         (Raises(("OverflowError",), None), False),
         (2, False),
@@ -375,12 +407,13 @@ def test_a_raises_check_becomes_a_record_of_what_the_block_raised_its_classes_an
         assert gone not in source, gone
     assert "info = _lcrl_raised(0, _lcrl_error)" in source and "_lcrl_raised(0, None)" in source
     assert "parser.parse('9' * 9, strict=True)" in source  # the call form's keywords go on to it
-    assert "assert 'x' in str(info.value)" in source
+    assert "_lcrl_truth(1, 'x' in str(info.value))" in source
     source, _, rows = answerable(UNITTEST_RAISES, method=True)
     assert [e for e, _ in rows[0][1]] == [
         Raises(("ValueError",), "bad .*"),
         Raises(("Empty",), None),
         Raises(("KeyError",), None),
+        True,  # ``self.assertIn("x", str(cm.exception))``
     ]
     assert "cm = _lcrl_raised(0, _lcrl_error)" in source and "parse('', msg='passed on')" in source
     assert "ValueError" not in source and "KeyError" not in source
@@ -694,11 +727,11 @@ def test_tests_that_build_their_input_are_answered_and_the_bug_answers_otherwise
     require_bwrap()
     files = {"calc.py": BUGGY, "test_calc.py": BUILT_TESTS}
     task, grader = validated_task(tmp_path, "built", files, {"calc.py": FIXED}, BUILT, [])
-    # test_rows compares with no literal (``b + 0 * 7`` is computed): not answerable
-    assert grader.answered(task) == [BUILT[2], BUILT[0]]
+    # test_rows compares with no literal (``b + 0 * 7`` is computed): answered by its truth checks
+    assert grader.answered(task) == [BUILT[2], BUILT[0], BUILT[1]]
     assert grader.grade(task, task.patch).resolved
     grade = answer_run(task, grader, tmp_path / "bug", {"calc.py": BUGGY.replace("a - b", "a - b + 0", 1)})
-    assert grade is not None and grade.reason.startswith(f"outside: {BUILT[2]} (+1 more)"), grade
+    assert grade is not None and grade.reason.startswith(f"outside: {BUILT[2]} (+2 more)"), grade
     # the fix for the answered calls only: add(4, 4) right, add(0, 0) wrong (the truth check
     # stands in the child and fails there)
     half = "def add(a, b):\n    return a + b if a else 1\n\n\ndef sub(a, b):\n    return a - b\n"
