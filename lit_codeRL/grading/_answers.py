@@ -28,8 +28,8 @@ truth the test wants, which the child's code does not say. A test function with 
 (no decorator but such a ``parametrize``, no parameter but ``self``, ``tmp_path`` and its rows')
 is *answerable*. The answer run (a grading run of its own, in a fresh workspace) applies the
 diff and the tests as the first run does, reads the answerable functions of the FAIL_TO_PASS
-tests it is given, keeps each check's literal **here**,
-in this process (undumpable, never running a line of the repository), and then removes every
+tests it is given, keeps each check's literal **here**, in this process (undumpable, never
+running a line of the repository), and then removes every
 graded test file, the repository's git objects and every compiled file from the work tree. A
 child with no test file in it runs each test module's code other than its tests (imports,
 helpers, setup), then each answerable function with each check replaced by a record of its
@@ -46,10 +46,11 @@ disagree is not asked again). What is left: the literals of a truth check, which
 child (``"sep" in text``: the child can read ``"sep"`` there, though not whether the test wants
 it in or out), and the other statements of an answered test (``self.assertGreater``); a
 raises-check with no pattern, whose class can be guessed (``ValueError``) by code that tells this
-run apart and raises it on the right call; test files the task does not grade, left in the work tree; an answer the diff carries written out
-(the visible tests' answers hard-coded; the held-out checks, which the agent never sees, are
-answerable tests too); and marks a run leaves on the machine (the host's page cache) used as a
-channel from the first run's process, which holds the test's values.
+run apart and raises it on the right call; test files the task does not grade, left in the work
+tree; an answer the diff carries written out (the visible tests' answers hard-coded; the
+held-out checks, which the agent never sees, are answerable tests too); and marks a run leaves
+on the machine (the host's page cache) used as a channel from the first run's process, which
+holds the test's values.
 """
 
 import ast
@@ -143,15 +144,16 @@ class _Records(ast.NodeTransformer):
         self.method, self.params, self.constants = method, params, constants
         self.expected: list[tuple[object, bool]] = []
 
+    def _index(self, expected: object, close: bool = False) -> ast.Constant:
+        """The next check's index in the child's code, its expected value kept here."""
+        self.expected.append((expected, close))
+        return ast.Constant(len(self.expected) - 1)
+
     def _record(self, computed: ast.expr, value: object, close: bool) -> ast.stmt:
-        index = ast.Constant(len(self.expected))
-        self.expected.append((value, close))
-        return ast.Expr(ast.Call(ast.Name(RECORD, ast.Load()), [index, computed], []))
+        return ast.Expr(ast.Call(ast.Name(RECORD, ast.Load()), [self._index(value, close), computed], []))
 
     def _truth(self, checked: ast.expr, wanted: bool) -> ast.stmt:
-        index = ast.Constant(len(self.expected))
-        self.expected.append((wanted, False))
-        return ast.Expr(ast.Call(ast.Name(TRUTH, ast.Load()), [index, checked], []))
+        return ast.Expr(ast.Call(ast.Name(TRUTH, ast.Load()), [self._index(wanted), checked], []))
 
     def visit_Assert(self, node: ast.Assert) -> ast.stmt:
         check = _check(node, self.method, self.params, self.constants)
@@ -186,8 +188,7 @@ class _Records(ast.NodeTransformer):
         return self._raised(raises[0], node.body, item.optional_vars)
 
     def _raised(self, expectation: _Raises, body: list[ast.stmt], target: ast.Name | None) -> ast.stmt:
-        index = ast.Constant(len(self.expected))
-        self.expected.append((expectation, False))
+        index = self._index(expectation)
 
         def raised(error: ast.expr) -> ast.expr:
             return ast.Call(ast.Name(RAISED, ast.Load()), [index, error], [])
@@ -832,9 +833,8 @@ def plan(
             tree = None
         constants = {} if tree is None else answer_constants(tree)
         tables = {} if tree is None else row_tables(tree)
-        while (
-            True
-        ):  # a constant or table an asked test reads other than as an answer stays in the child's code
+        # a constant or table an asked test reads other than as an answer stays in the child's code
+        while True:
             found = {}
             for qualname in qualnames:
                 parts = qualname.split("::")

@@ -915,7 +915,8 @@ built-in subclass's own equality) and names an object equal to anything that no 
 with two failing functions or more, two mirror runs each arm a part and leave the rest unchanged;
 16: the marker records the tests the reference's answer run answered; 17: the answer run answers
 parametrized tests (every row) and expected sides folded from literals; 18: a parametrized test
-only where the task lists every row of it; 19: rows bound to a module name, ``CASES``, answered; 20: raises-checks answered; 21: every other assert a truth check)."""
+only where the task lists every row of it; 19: rows bound to a module name, ``CASES``,
+answered; 20: raises-checks answered; 21: every other assert a truth check)."""
 
 
 def _task_key(task: GradedTask) -> str:
