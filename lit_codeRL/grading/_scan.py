@@ -50,6 +50,7 @@ ALWAYS_PROTECTED = frozenset(
     | {
         "_runner",
         "_answers",
+        "_holds",
         "_scan",
         "_compare",
         "_guard",

@@ -70,9 +70,10 @@ GUARD = Path(__file__).with_name("_guard.py")
 FSWATCH = Path(__file__).with_name("_fswatch.py")
 MIRROR = Path(__file__).with_name("_mirror.py")
 ANSWERS = Path(__file__).with_name("_answers.py")
+HOLDS = Path(__file__).with_name("_holds.py")
 TESTS_DATA = Path(__file__).with_name("_tests_data.py")
 VERSION_TAGS = Path(__file__).with_name("_version_tags.py")
-RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR, ANSWERS, TESTS_DATA, VERSION_TAGS)
+RUNNER_FILES = (RUNNER, SCANNER, COMPARER, GUARD, FSWATCH, MIRROR, ANSWERS, HOLDS, TESTS_DATA, VERSION_TAGS)
 """The trusted runner and what it imports, bound read-only side by side in every grading run."""
 RUNNER_MOUNT = "/opt/lcrl-grade"
 RESULTS_MOUNT = "/opt/lcrl-results"
@@ -892,7 +893,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 21
+VALIDATION_VERSION = 22
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -916,7 +917,9 @@ with two failing functions or more, two mirror runs each arm a part and leave th
 16: the marker records the tests the reference's answer run answered; 17: the answer run answers
 parametrized tests (every row) and expected sides folded from literals; 18: a parametrized test
 only where the task lists every row of it; 19: rows bound to a module name, ``CASES``,
-answered; 20: raises-checks answered; 21: every other assert a truth check)."""
+answered; 20: raises-checks answered; 21: every other assert a truth check; 22: comparisons with
+written values (``<``, ``in``, ``pytest.approx``, ``assertAlmostEqual``) answered, an ``and``
+split, a numpy scalar answers as the plain one it equals)."""
 
 
 def _task_key(task: GradedTask) -> str:

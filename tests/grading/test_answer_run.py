@@ -32,6 +32,7 @@ def _load(name: str, path: Path):  # noqa: ANN202 - a runner module, imported as
 
 
 _load("_mirror", grading.MIRROR)
+holds = _load("_holds", grading.HOLDS)
 answers = _load("_answers", grading.ANSWERS)
 
 
@@ -56,21 +57,21 @@ def test_each_equality_check_against_a_literal_becomes_a_record_and_its_literal_
         "    for n in (1, 2):\n        assert [1] == f(n)\n    assert _lcrl_close(area(2.0), 12.56)\n"
         "    assert 'sep' in text, 'a message'\n"
     )
-    assert expected == [(5, False), ([1], False), (12.56, True), (True, False)] and fixtures == ["tmp_path"]
+    sep = holds.Holds("compare", ("sep",), 1, ("In",))  # a comparison: decided in the parent
+    assert expected == [(5, False), ([1], False), (12.56, True), (sep, False)] and fixtures == ["tmp_path"]
     body = ast.parse(source).body[0]
     assert body.name == "_lcrl_test"
     assert "_lcrl_record(0, add(2, 3))" in source and "_lcrl_record(1, f(n))" in source
-    assert "_lcrl_record(2, area(2.0))" in source
-    assert "_lcrl_truth(3, 'sep' in text)" in source  # another check: its truth recorded
-    for literal in ("5", "[1]", "12.56"):  # no expected value is left in the child's code
+    assert "_lcrl_record(2, area(2.0))" in source and "_lcrl_record(3, text)" in source
+    for literal in ("5", "[1]", "12.56", "'sep'"):  # no expected value is left in the child's code
         assert not any(
             isinstance(n, ast.Constant | ast.List) and ast.unparse(n) == literal for n in ast.walk(body)
         ), literal
     method = "class T:\n    def test_a(self):\n        self.assertEqual(add(1, 1), 2, 'msg')\n"
-    method += "        self.assertTrue(add(0, 0) == 0)\n"
+    method += "        self.assertTrue(add(0, 0) == 0)\n        self.assertEqual(add(3, 3), 6, msg='m')\n"
     source, expected, _ = found(method, method=True)
-    assert expected == [(2, False), (True, False)] and "_lcrl_record(0, add(1, 1))" in source
-    assert "_lcrl_truth(1, add(0, 0) == 0)" in source
+    assert expected == [(2, False), (0, False), (6, False)] and "_lcrl_record(0, add(1, 1))" in source
+    assert "_lcrl_record(1, add(0, 0))" in source and "_lcrl_record(2, add(3, 3))" in source
 
 
 TRUTHS = """\
@@ -78,33 +79,166 @@ def test_a():
     assert add(2, 3) == EXPECTED
     assert not is_prime(9)
     assert find(3) is not None
-    assert 'x' not in text(1), 'a message'
-    assert not (4 in seen(2))
-    assert 1 < add(2, 3) != 7
+    assert x not in text(1), 'a message'
+    assert not (y in seen(2))
+    assert add(2, 3) != add(1, 1)
+    assert ok(1) and not (bad(2) or is_prime(4))
 """
 
 
 def test_every_other_assert_records_its_truth_and_which_way_the_test_checks_stays_out():
-    """An ``assert`` that compares with no literal (or not for equality) is a *truth check*:
-    the child records the truth of what it checks with each ``not`` taken off and ``is not``/
-    ``not in`` turned to ``is``/``in``, so its code does not say which truth the test wants."""
+    """An ``assert`` that compares computed values (or checks no comparison) is a *truth check*:
+    the child records the truth of what it checks with each ``not`` taken off, ``is not``/``not
+    in``/``!=`` turned to ``is``/``in``/``==`` and an ``and`` split, so its code does not say
+    which truth the test wants."""
     source, expected, _ = found(TRUTHS)
-    assert [e for e, _ in expected] == [True, False, False, False, False, True]
+    assert [e for e, _ in expected] == [True, False, False, False, False, False, True, False, False]
     assert "_lcrl_truth(0, add(2, 3) == EXPECTED)" in source
     assert "_lcrl_truth(1, is_prime(9))" in source and "_lcrl_truth(2, find(3) is None)" in source
-    assert "_lcrl_truth(3, 'x' in text(1))" in source and "_lcrl_truth(4, 4 in seen(2))" in source
-    assert "not" not in source and "assert" not in source
+    assert "_lcrl_truth(3, x in text(1))" in source and "_lcrl_truth(4, y in seen(2))" in source
+    assert "_lcrl_truth(5, add(2, 3) == add(1, 1))" in source
+    assert "_lcrl_truth(6, ok(1))" in source and "_lcrl_truth(7, bad(2))" in source
+    assert "_lcrl_truth(8, is_prime(4))" in source
+    assert "not" not in source and "assert" not in source and " or " not in source
     method = (
         "class T:\n    def test_a(self):\n        self.assertFalse(is_prime(9))\n"
-        "        self.assertIsNotNone(find(3), msg='found')\n        self.assertNotIn('x', text(1))\n"
+        "        self.assertIsNotNone(find(3), msg='found')\n        self.assertNotIn(x, text(1))\n"
         "        self.assertIsInstance(make(), Thing)\n        self.assertTrue(not ok())\n"
-        "        self.assertGreater(add(2, 3), 4)\n"
+        "        self.assertGreater(add(2, 3), add(1, 1))\n        self.assertNotEqual(a(), b(), 'm')\n"
     )
     source, expected, _ = found(method, method=True)
-    assert [e for e, _ in expected] == [False, False, False, True, False]
-    assert "_lcrl_truth(1, find(3) is None)" in source and "_lcrl_truth(2, 'x' in text(1))" in source
+    assert [e for e, _ in expected] == [False, False, False, True, False, True, False]
+    assert "_lcrl_truth(1, find(3) is None)" in source and "_lcrl_truth(2, x in text(1))" in source
     assert "_lcrl_truth(3, isinstance(make(), Thing))" in source and "_lcrl_truth(4, ok())" in source
-    assert "self.assertGreater(add(2, 3), 4)" in source  # another check stands as written
+    assert "_lcrl_truth(5, add(2, 3) > add(1, 1))" in source and "_lcrl_truth(6, a() == b())" in source
+
+
+COMPARISONS = """\
+def test_a():
+    assert area(2) == pytest.approx(12.566, rel=1e-3)
+    assert 3.14 < area(1) < 3.15
+    assert 'sep' in text(1) and not count(2) > LIMIT
+    assert math.isclose(area(1), 3.14159, rel_tol=1e-5)
+    assert f(3) != 4
+    assert approx([0.5, 1.5], abs=0.01) != pair(1)
+    assert 'x' not in text(2), 'a message'
+"""
+METHOD_COMPARISONS = """\
+class T:
+    def test_a(self):
+        self.assertAlmostEqual(area(1), 3.1416, places=3)
+        self.assertNotAlmostEqual(3.0, area(1), None, 'm', 0.1)
+        self.assertCountEqual(items(), [1, 2, 2])
+        self.assertRegex(text(1), '^a+b')
+        self.assertNotRegex(text(1), 'z', msg='m')
+        self.assertGreater(f(1), 4)
+        self.assertIn('k', keys())
+        self.assertLessEqual(f(2), 9, 'm')
+"""
+
+
+def test_a_comparison_with_written_values_records_its_computed_side_and_the_rest_stays_in_the_parent():
+    """``<``, ``in``, a chain, ``pytest.approx``, ``math.isclose`` and ``unittest``'s
+    ``assertAlmostEqual``/``CountEqual``/``Regex``/``Greater``...: the child records the computed
+    value; the bound, the tolerance and which way the test wants it are kept in the parent."""
+    Holds = holds.Holds
+    source, expected, _ = found(COMPARISONS.replace("LIMIT", "7"))
+    assert [e for e, _ in expected] == [
+        Holds("approx", (12.566,), options=(("rel", 0.001),)),
+        Holds("compare", (3.14, 3.15), 1, ("Lt", "Lt")),
+        Holds("compare", ("sep",), 1, ("In",)),
+        Holds("compare", (7,), 0, ("Gt",), wanted=False),
+        Holds("isclose", (3.14159,), options=(("rel_tol", 1e-05),)),
+        Holds("compare", (4,), 0, ("NotEq",)),
+        Holds("approx", ([0.5, 1.5],), options=(("abs", 0.01),), wanted=False),
+        Holds("compare", ("x",), 1, ("NotIn",)),
+    ]
+    records = ["area(2)", "area(1)", "text(1)", "count(2)", "area(1)", "f(3)", "pair(1)", "text(2)"]
+    assert source.splitlines()[1:] == [f"    _lcrl_record({i}, {r})" for i, r in enumerate(records)]
+    source, expected, _ = found(METHOD_COMPARISONS, method=True)
+    assert [e for e, _ in expected] == [
+        Holds("assertAlmostEqual", (3.1416,), options=(("places", 3),)),
+        Holds("assertNotAlmostEqual", (3.0,), 1, options=(("places", None), ("delta", 0.1))),
+        Holds("assertCountEqual", ([1, 2, 2],)),
+        Holds("assertRegex", ("^a+b",)),
+        Holds("assertNotRegex", ("z",)),
+        Holds("compare", (4,), 0, ("Gt",)),
+        Holds("compare", ("k",), 1, ("In",)),
+        Holds("compare", (9,), 0, ("LtE",)),
+    ]
+    records = ["area(1)", "area(1)", "items()", "text(1)", "text(1)", "f(1)", "keys()", "f(2)"]
+    assert source.splitlines()[1:] == [f"    _lcrl_record({i}, {r})" for i, r in enumerate(records)]
+    # a constant that checks alone read is a written value; a parameter's column too, row by row
+    module = ast.parse("LIMIT = 7\n\n" + COMPARISONS)
+    test = answers.answerable(module.body[1], False, answers.answer_constants(module))
+    assert test[2][0][1][3][0] == Holds("compare", (7,), 0, ("Gt",), wanted=False)
+    rows = '@pytest.mark.parametrize("r, want", [(1, 3.14), (2, 12.57)])\n'
+    rows += "def test_b(r, want):\n    assert area(r) == pytest.approx(want, abs=0.01)\n"
+    source, _, made = answerable(rows)
+    assert "want" not in source and [e for _, ((e, _),) in made] == [
+        Holds("approx", (w,), options=(("abs", 0.01),)) for w in (3.14, 12.57)
+    ]
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        "assert area(1) == pytest.approx(width(), rel=1e-3)",  # nothing written on either side
+        "assert area(1) == pytest.approx(3.14, rel=tolerance())",  # a tolerance computed
+        "assert area(1) == pytest.approx(3.14, check=1)",  # a keyword approx does not take
+        "assert f(1) < g(2) < 3",  # two computed operands
+        "assert f(1) is 3",  # identity: a truth check
+        "self.assertAlmostEqual(area(1), 3.14, places=p())",
+        "self.assertRegex(text(1), pattern())",
+    ],
+)
+def test_a_comparison_that_does_not_write_out_its_values_is_a_truth_check_or_stands(check):
+    test = f"class T:\n    def test_a(self):\n        {check}\n        self.assertTrue(ok())\n"
+    source, expected, _ = found(test, method=True)
+    assert not any(isinstance(e, holds.Holds) for e, _ in expected), expected
+
+
+@pytest.mark.parametrize(
+    ("expectation", "met", "not_met"),
+    [
+        (("compare", (3.14, 3.15), 1, ("Lt", "Lt")), [3.141, 3.1499], [3.14, 3.15, "3.142", None]),
+        (("compare", (7,), 0, ("Gt",), (), False), [7, 6.5, -1], [8, "x", [1]]),  # not > 7
+        (("compare", ("sep",), 1, ("In",)), ["a sep b", ["sep"]], ["a se p", 5, None]),
+        (("compare", (4,), 0, ("NotEq",)), [3, "4"], [4, 4.0]),
+        # pytest.approx: rel 1e-6 of the expected by default, 1e-12 at least; abs alone where given
+        (("approx", (12.566,), 0, (), (("rel", 1e-3),)), [12.57, 12.554], [12.58, "12.566", True]),
+        (("approx", (1.0,)), [1.0000009, 1], [1.0000011]),
+        (("approx", (0.0,)), [1e-12, -1e-12], [2e-12]),
+        (("approx", (100.0,), 0, (), (("abs", 0.5),)), [100.5, 99.5], [100.51]),
+        (("approx", (True,)), [True], [1, 1.0]),
+        (
+            ("approx", ([0.5, 1.5],), 0, (), (("abs", 0.01),)),
+            [[0.505, 1.495]],
+            [(0.5, 1.5), [0.5], [0.52, 1.5]],
+        ),
+        (("approx", ({"a": 1.0},)), [{"a": 1.0000001}], [{"a": 1.1}, {"a": 1.0, "b": 2.0}]),
+        (("approx", ([0.5, 1.5],), 0, (), (("abs", 0.01),), False), [[0.6, 1.5]], [[0.5, 1.5]]),  # !=
+        (("isclose", (3.14159,), 0, (), (("rel_tol", 1e-5),)), [3.1416, 3.14158], [3.1417, "pi", None]),
+        # unittest's own decisions: 7 places by default, or delta
+        (("assertAlmostEqual", (3.1416,), 0, (), (("places", 3),)), [3.14159, 3.1418], [3.143, "x"]),
+        (("assertAlmostEqual", (1.0,)), [1.00000004], [1.0000001]),
+        (
+            ("assertNotAlmostEqual", (3.0,), 1, (), (("places", None), ("delta", 0.1))),
+            [3.2, 2.8],
+            [3.05, 3.0],
+        ),
+        (("assertCountEqual", ([1, 2, 2],)), [[2, 1, 2], (2, 2, 1)], [[1, 2], [1, 2, 2, 2]]),
+        (("assertCountEqual", ([[1], [2]],)), [[[2], [1]]], [[[1], [1]]]),  # unhashable items
+        (("assertRegex", ("^a+b",)), ["aab", "ab!"], ["b", "xab", b"ab", None]),
+        (("assertNotRegex", ("z",)), ["abc"], ["xyz", 3]),
+    ],
+)
+def test_a_comparison_is_decided_as_pytest_and_unittest_decide_it(expectation, met, not_met):
+    expected = holds.Holds(*expectation)
+    assert [expected.met_by(v) for v in met] == [True] * len(met), met
+    assert [expected.met_by(v) for v in not_met] == [False] * len(not_met), not_met
+    for value, meets in [*((v, True) for v in met), *((v, False) for v in not_met)]:  # as read back
+        assert answers.agrees([0, "ok", repr(value)], expected, False) == meets, value
 
 
 @pytest.mark.parametrize(
@@ -391,11 +525,11 @@ def test_a_raises_check_becomes_a_record_of_what_the_block_raised_its_classes_an
     recorded; the class names and the pattern stay here, parameters of a row too. The ``as``
     name is bound to the exception's record, so the statements after it run as written."""
     source, fixtures, rows = answerable(RAISES_FORMS)
-    Raises = answers._Raises
+    Raises, In_x = answers._Raises, holds.Holds("compare", ("x",), 1, ("In",))
     assert fixtures == [] and [r[0] for r in rows] == ["{'text': 'x'}", "{'text': ''}"]
     assert rows[0][1] == [
         (Raises(("ValueError",), "bad x"), False),
-        (True, False),  # ``assert "x" in str(info.value)``: a truth check
+        (In_x, False),  # ``assert "x" in str(info.value)``: a comparison with "x"
         (Raises(("TypeError",), None), False),
         (Raises(("OverflowError",), None), False),
         (2, False),
@@ -407,16 +541,52 @@ def test_a_raises_check_becomes_a_record_of_what_the_block_raised_its_classes_an
         assert gone not in source, gone
     assert "info = _lcrl_raised(0, _lcrl_error)" in source and "_lcrl_raised(0, None)" in source
     assert "parser.parse('9' * 9, strict=True)" in source  # the call form's keywords go on to it
-    assert "_lcrl_truth(1, 'x' in str(info.value))" in source
+    assert "_lcrl_record(1, str(info.value))" in source
     source, _, rows = answerable(UNITTEST_RAISES, method=True)
     assert [e for e, _ in rows[0][1]] == [
         Raises(("ValueError",), "bad .*"),
         Raises(("Empty",), None),
         Raises(("KeyError",), None),
-        True,  # ``self.assertIn("x", str(cm.exception))``
+        In_x,  # ``self.assertIn("x", str(cm.exception))``
     ]
     assert "cm = _lcrl_raised(0, _lcrl_error)" in source and "parse('', msg='passed on')" in source
     assert "ValueError" not in source and "KeyError" not in source
+
+
+ALIASED = """\
+import pytest
+
+from calc import errors
+from calc.errors import ParseError as Bad, EmptyError as Empty, Other as Twice
+
+Twice = ValueError
+
+
+@pytest.mark.parametrize("text", ["x"])
+def test_parse(text):
+    with pytest.raises(Bad, match="bad"):
+        parse(text)
+    with pytest.raises((Empty, errors.Late)):
+        parse("")
+    with pytest.raises(Twice):
+        parse(None)
+"""
+
+
+def test_a_raises_check_names_the_class_an_alias_of_the_test_module_imports(tmp_path, monkeypatch):
+    """``from errors import ParseError as Bad``: the child records ``ParseError``, the class's
+    own name, so the parent wants that one; an alias bound again in the module is not resolved."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text(ALIASED)
+    assert answers.import_aliases(ast.parse(ALIASED)) == {"Bad": "ParseError", "Empty": "EmptyError"}
+    _, _, expected, _ = answers.plan(["t.py::test_parse[x]"])
+    assert [e[1] for e in expected] == [
+        answers._Raises(("ParseError",), "bad"),
+        answers._Raises(("EmptyError", "Late"), None),
+        answers._Raises(("Twice",), None),
+    ]
+    record = repr([["ParseError", "ValueError", "Exception", "BaseException", "object"], "bad text"])
+    assert answers.agrees([0, "ok", record], expected[0][1], False)
 
 
 @pytest.mark.parametrize(
@@ -912,3 +1082,79 @@ def test_a_partial_pass_of_a_parametrized_test_keeps_its_credit(param_task):
     )
     assert grade.verdict == "unresolved" and grade.reward == pytest.approx(2 / 3), grade.to_dict()
     assert asked == []
+
+
+# Failing tests that compare a float with a tolerance and a bound written in the test: each
+# answered outside pytest, where the test's code holds neither, and an honest fix that is another
+# float within the tolerance (or a float of its own class) still resolves.
+AREA_BUGGY = "def area(r):\n    return 3 * r * r\n\n\ndef label(r):\n    return f'circle r={r}'\n"
+AREA_FIXED = "import math\n\n\n" + AREA_BUGGY.replace("3 * r * r", "math.pi * r * r")
+AREA_TESTS = """\
+import unittest
+
+import pytest
+
+from geometry import area, label
+
+
+def test_area():
+    assert area(2) == pytest.approx(12.566, rel=1e-3)
+
+
+def test_between():
+    assert 3.14 < area(1) < 3.15
+
+
+class TestArea(unittest.TestCase):
+    def test_places(self):
+        self.assertAlmostEqual(area(1), 3.1416, places=3)
+
+
+def test_label():
+    assert label(1) == "circle r=1"
+"""
+AREA_F2P = [
+    "test_geometry.py::test_area",
+    "test_geometry.py::test_between",
+    "test_geometry.py::TestArea::test_places",
+]
+# the float constants of the calling test's code: the mean of those near the largest (12.566;
+# 3.14 and 3.15; 3.1416) passes each test where its code runs
+READS_THE_CONSTANTS = READS_THE_FRAME.split("    caller =")[0].replace("def add(a, b):", "def area(r):") + (
+    '    caller = getattr(getattr(frame, "f_" + "back"), "f_" + "code")\n'
+    '    floats = [c for c in getattr(caller, "co_" + "consts") if type(c) is float]\n'
+    "    near = [c for c in floats if c > max(floats, default=0) - 1]\n"
+    "    return sum(near) / len(near) if near else 3 * r * r\n"
+    "\n\ndef label(r):\n    return f'circle r={r}'\n"
+)
+
+
+def test_comparisons_with_a_tolerance_or_a_bound_are_answered_and_their_values_are_not_in_the_child(tmp_path):
+    require_bwrap()
+    files = {"geometry.py": AREA_BUGGY, "test_geometry.py": AREA_TESTS}
+    fix, p2p = {"geometry.py": AREA_FIXED}, ["test_geometry.py::test_label"]
+    task, grader = validated_task(tmp_path, "answers-area", files, fix, AREA_F2P, p2p)
+    assert grader.answered(task) == sorted(AREA_F2P)
+    reader = diff(Path(task.repo_source), tmp_path / "reader", {"geometry.py": READS_THE_CONSTANTS})
+    trusting = grading.SWEGrader(
+        grader.workspace, grader.repos, timeout_s=120, mirror_check=False, answer_check=False
+    )
+    # pytest's run names the read in process; a diff that also forged that run's reports is
+    # left to the answer run, asked alone here
+    first = trusting.grade(task, reader)
+    assert first.verdict == "tamper" and "read the code of the test calling it" in first.reason, first
+    grade = answer_run(task, grader, tmp_path / "constants", {"geometry.py": READS_THE_CONSTANTS})
+    assert grade is not None and grade.verdict == "tamper", grade  # no constant of the test there
+    # every one of the three: the bound and the tolerances are in none of their codes
+    assert grade.reason.startswith("outside: test_geometry.py::"), grade.reason
+    assert "(+2 more)" in grade.reason, grade.reason
+    near = AREA_FIXED.replace("math.pi * r * r", "3.1 * r * r")  # outside every tolerance
+    assert answer_run(task, grader, tmp_path / "near", {"geometry.py": near}) is not None
+    honest = {
+        "other-float": AREA_BUGGY.replace("3 * r * r", "3.14159 * r * r"),  # within each tolerance
+        "float-class": "class Area(float):\n    def __repr__(self):\n        return f'Area({float(self)})'\n"
+        + AREA_FIXED.replace("return math.pi * r * r", "return Area(math.pi * r * r)"),
+    }
+    for name, code in honest.items():
+        assert answer_run(task, grader, tmp_path / name, {"geometry.py": code}) is None, name
+    assert grader.grade(task, task.patch).resolved
