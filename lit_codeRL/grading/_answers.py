@@ -146,8 +146,15 @@ class _Records(ast.NodeTransformer):
     """Each check of a test becomes a record of its computed side, its expected value kept aside
     (a literal's value, or a :class:`_Param` for one of ``params``)."""
 
-    def __init__(self, method: bool, params: frozenset[str], constants: Mapping[str, object]) -> None:
+    def __init__(
+        self,
+        method: bool,
+        params: frozenset[str],
+        constants: Mapping[str, object],
+        imports: Mapping[str, str] | None = None,
+    ) -> None:
         self.method, self.params, self.constants = method, params, constants
+        self.imports = imports or {}
         self.expected: list[tuple[object, bool]] = []
 
     def _index(self, expected: object, close: bool = False) -> ast.Constant:
@@ -168,7 +175,9 @@ class _Records(ast.NodeTransformer):
         out = []
         for conjunct, want in _conjuncts(checked, wanted):
             check = _check(ast.Assert(conjunct), False, self.params, self.constants) if want else None
-            comparison = None if check else _comparison(conjunct, want, self.params, self.constants)
+            comparison = (
+                None if check else _comparison(conjunct, want, self.params, self.constants, self.imports)
+            )
             if check is not None:
                 out.append(self._record(*check))
             elif comparison is not None:
@@ -241,6 +250,7 @@ def answerable(
     method: bool,
     constants: Mapping[str, object] | None = None,
     tables: Mapping[str, ast.expr] | None = None,
+    imports: Mapping[str, str] | None = None,
 ) -> Answerable | None:
     """``function`` as the child runs it (:data:`Answerable`); ``None``: it is not answerable (no
     check, a generator, a decorator other than ``pytest.mark.parametrize`` over rows written out,
@@ -260,7 +270,8 @@ def answerable(
     (a :class:`_Raises`). ``constants``: the module's names that hold only
     expected values (:func:`answer_constants`), read as the literals they are bound to;
     ``tables``: those that hold only rows (:func:`row_tables`), read in a decorator as the
-    display they are bound to."""
+    display they are bound to; ``imports``: what the module's imported names stand for
+    (:func:`imported_names`)."""
     if not isinstance(function, ast.FunctionDef):
         return None
     rows = parameter_rows(function, tables)
@@ -279,7 +290,7 @@ def answerable(
     # out those used otherwise until none is (``assert f(x, expected) == expected`` reads it)
     params = frozenset(n for n in given if not _stores(function, n))
     while True:
-        records = _Records(method, params, constants or {})
+        records = _Records(method, params, constants or {}, imports)
         copy = ast.parse(ast.unparse(function)).body[0]
         try:
             body = []
@@ -525,13 +536,19 @@ def _conjuncts(checked: ast.expr, wanted: bool) -> list[tuple[ast.expr, bool]]:
     return [(checked, wanted)]
 
 
-APPROX = ("pytest.approx", "approx")
+APPROX = ("pytest.approx",)
 APPROX_OPTIONS = ("rel", "abs", "nan_ok")
-ISCLOSE = ("math.isclose", "isclose")
+ISCLOSE = ("math.isclose",)
+"""What ``approx(...)`` and ``isclose(...)`` must stand for (:func:`_qualified`): numpy's
+``isclose`` or a helper of the tests named ``approx`` decides otherwise."""
 
 
 def _comparison(
-    checked: ast.expr, wanted: bool, params: frozenset[str], constants: Mapping[str, object]
+    checked: ast.expr,
+    wanted: bool,
+    params: frozenset[str],
+    constants: Mapping[str, object],
+    imports: Mapping[str, str] | None = None,
 ) -> tuple[ast.expr, Holds] | None:
     """``(computed side, expectation)`` where ``checked`` compares one computed value with values
     written in the text (literals, ``constants``, a parameter of ``params``): a chain of
@@ -544,7 +561,7 @@ def _comparison(
             return None
         if len(ops) == 1 and ops[0] in ("Eq", "NotEq"):
             for i, side in enumerate(operands):
-                approx = _written_call(side, APPROX, APPROX_OPTIONS, params, constants)
+                approx = _written_call(side, APPROX, APPROX_OPTIONS, params, constants, imports or {})
                 if approx is not None and len(approx[0]) == 1:
                     computed = operands[1 - i]
                     if _side(computed, params, constants) is not _NO_VALUE:
@@ -558,7 +575,7 @@ def _comparison(
             return None
         rest = tuple(v for i, v in enumerate(values) if i != holes[0])
         return operands[holes[0]], Holds("compare", rest, holes[0], ops, wanted=wanted)
-    if isinstance(checked, ast.Call) and ast.unparse(checked.func) in ISCLOSE:
+    if isinstance(checked, ast.Call) and _qualified(checked.func, imports or {}) in ISCLOSE:
         found = _hole(checked.args, params, constants)
         options = _written_options(checked.keywords, ("rel_tol", "abs_tol"), params, constants)
         if found is None or options is None or len(checked.args) != 2:
@@ -622,10 +639,11 @@ def _written_call(
     options: tuple[str, ...],
     params: frozenset[str],
     constants: Mapping[str, object],
+    imports: Mapping[str, str],
 ) -> tuple[tuple, tuple] | None:
     """``(positional values, keyword options)`` of a call of one of ``names`` whose arguments are
     all written out (positional ones after the first are ``options`` in order)."""
-    if not (isinstance(node, ast.Call) and ast.unparse(node.func) in names and node.args):
+    if not (isinstance(node, ast.Call) and _qualified(node.func, imports) in names and node.args):
         return None
     first = _side(node.args[0], params, constants)
     extra = [ast.keyword(name, value) for name, value in zip(options, node.args[1:], strict=False)]
@@ -1052,14 +1070,18 @@ def plan(
             tree = None
         constants = {} if tree is None else answer_constants(tree)
         tables = {} if tree is None else row_tables(tree)
-        aliases = {} if tree is None else import_aliases(tree)
+        imports = {} if tree is None else imported_names(tree)
         # a constant or table an asked test reads other than as an answer stays in the child's code
         while True:
             found = {}
             for qualname in qualnames:
                 parts = qualname.split("::")
                 function = None if tree is None else _mirror._functions(tree, parts)
-                made = None if function is None else answerable(function, len(parts) > 1, constants, tables)
+                made = (
+                    None
+                    if function is None
+                    else answerable(function, len(parts) > 1, constants, tables, imports)
+                )
                 count = (listed or {}).get(f"{path}::{qualname}")
                 found[qualname] = None if made is None or count not in (None, len(made[2])) else made
             sources = [
@@ -1084,7 +1106,7 @@ def plan(
                 runs = []
                 for inputs, checks in rows:
                     runs.append((len(asked), len(expected), inputs))
-                    expected += [(test, _unaliased(value, aliases), use_close) for value, use_close in checks]
+                    expected += [(test, _unaliased(value, imports), use_close) for value, use_close in checks]
                     asked.append(test)
                 functions.append(("::" in qualname, source, fixtures, runs))
         if functions and tree is not None:
@@ -1096,25 +1118,40 @@ def plan(
     return verdicts, modules, expected, asked
 
 
-def import_aliases(module: ast.Module) -> dict[str, str]:
-    """The names a test module imports under another name at its top (``from errors import
-    ParseError as Bad``: ``{"Bad": "ParseError"}``), each bound once: a raises-check's class is
-    named there by its alias, and the child records the class's own name."""
-    bindings = _bindings(module)  # a name bound again elsewhere (``Bad = Other``) is not resolved
-    return {
-        alias.asname: alias.name
-        for node in module.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-        if alias.asname is not None and bindings.get(alias.asname) == 1
-    }
+def imported_names(module: ast.Module) -> dict[str, str]:
+    """What each name a test module imports at its top stands for, each bound nowhere else
+    (``from errors import ParseError as Bad``: ``{"Bad": "errors.ParseError"}``; ``import numpy as
+    np``: ``{"np": "numpy"}``): a raises-check's class named by an alias is wanted by its own
+    name, which the child records, and ``approx``/``isclose`` are pytest's and the standard
+    library's only where imported from them."""
+    names: dict[str, str] = {}
+    for node in module.body:
+        if isinstance(node, ast.ImportFrom):
+            prefix = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if alias.name != "*":
+                    names[alias.asname or alias.name] = f"{prefix}.{alias.name}".lstrip(".")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                head = alias.name.partition(".")[0]
+                names[alias.asname or head] = alias.name if alias.asname else head
+    bindings = _bindings(module)
+    return {name: target for name, target in names.items() if bindings.get(name) == 1}
 
 
-def _unaliased(expected: object, aliases: Mapping[str, str]) -> object:
-    """A raises-check's expectation with each class named by its alias named as itself."""
+def _unaliased(expected: object, imports: Mapping[str, str]) -> object:
+    """A raises-check's expectation with each class named by what its name was imported as."""
     if isinstance(expected, _Raises) and isinstance(expected.names, tuple):
-        return _Raises(tuple(aliases.get(n, n) for n in expected.names), expected.pattern)
+        names = tuple(imports.get(n, n).rpartition(".")[2] for n in expected.names)
+        return _Raises(names, expected.pattern)
     return expected
+
+
+def _qualified(node: ast.expr, imports: Mapping[str, str]) -> str:
+    """``node``'s dotted name with its first part as the module imported it
+    (``np.isclose``: ``numpy.isclose``); a name not imported stands for itself."""
+    head, dot, rest = ast.unparse(node).partition(".")
+    return imports.get(head, head) + dot + rest
 
 
 def close(actual: object, expected: object) -> bool:

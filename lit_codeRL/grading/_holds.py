@@ -96,8 +96,8 @@ def approx_equal(
 ) -> bool:
     """``actual == pytest.approx(expected, rel=rel, abs=abs, nan_ok=nan_ok)``: a number within
     its tolerance, a list or tuple of the same type and length item by item, a dict with the same
-    keys value by value; anything else equal. Nested containers: pytest refuses them, and
-    ``_answers.py`` does not ask them."""
+    keys value by value; anything else equal. Nested containers: pytest refuses them (a test
+    using one fails with the reference too, and is not answered)."""
     if isinstance(expected, dict):
         return (
             isinstance(actual, dict)
