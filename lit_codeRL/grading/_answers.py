@@ -174,14 +174,10 @@ class _Records(ast.NodeTransformer):
         the truth of what it checks."""
         out = []
         for conjunct, want in _conjuncts(checked, wanted):
-            check = _check(ast.Assert(conjunct), False, self.params, self.constants) if want else None
-            comparison = (
-                None if check else _comparison(conjunct, want, self.params, self.constants, self.imports)
-            )
-            if check is not None:
+            if want and (check := _check(ast.Assert(conjunct), False, self.params, self.constants)):
                 out.append(self._record(*check))
-            elif comparison is not None:
-                out.append(self._record(comparison[0], comparison[1], False))
+            elif comparison := _comparison(conjunct, want, self.params, self.constants, self.imports):
+                out.append(self._record(*comparison, False))
             else:
                 out.append(self._truth(*_truth_check(conjunct, want)))
         return out
@@ -198,7 +194,7 @@ class _Records(ast.NodeTransformer):
             return self._checked(*truth)
         holds = _method_holds(node.value, self.params, self.constants) if self.method else None
         if holds is not None:
-            return self._record(holds[0], holds[1], False)
+            return self._record(*holds, False)
         raises = _raises_check(node.value, self.method, self.params, self.constants, call_form=True)
         if raises is None:
             return self.generic_visit(node)
@@ -314,7 +310,7 @@ def answerable(
             if isinstance(value, _Param):
                 value = _expected_value(row[value.name])
             elif isinstance(value, _Raises):
-                value = _row_raises(value, row)
+                value = _unaliased(_row_raises(value, row), imports or {})
             elif isinstance(value, Holds):
                 value = _row_holds(value, row)
             if value is _NO_VALUE:
@@ -449,16 +445,10 @@ def _check(
         sides = list(call.args[:2])
     else:
         return None
-    values = [
-        _Param(side.id)
-        if isinstance(side, ast.Name) and side.id in params
-        else _expected_value(side, constants)
-        for side in sides
-    ]
-    fixed = [v is not _NO_VALUE for v in values]
-    if fixed.count(True) != 1 or (close and not fixed[1]):
+    found = _hole(sides, params, constants)
+    if found is None or (close and found[2] != 0):  # ``_lcrl_close``'s expected value is second
         return None
-    computed, value = (sides[1], values[0]) if fixed[0] else (sides[0], values[1])
+    computed, (value,), _ = found
     return computed, value, close
 
 
@@ -493,13 +483,14 @@ COMPARE_METHODS = {
 }  # fmt: skip
 """``unittest``'s comparisons of two values: the operator each checks (an equality method that
 :func:`_check` did not take, a message as ``msg=`` or both sides computed, is one too)."""
+_METHOD_CHECKS = frozenset({*TRUTH_METHODS, *COMPARE_METHODS})
 
 
 def _truth_method(call: ast.expr) -> tuple[ast.expr, bool] | None:
     """``self.assertTrue(x)`` (:data:`TRUTH_METHODS`, :data:`COMPARE_METHODS`, a message after
     its arguments or as ``msg=``) as an ``assert`` would check it: what it checks and the truth
     wanted (``self.assertGreater(a, b)``: ``a > b``, true)."""
-    if not (_self_call(call) and call.func.attr in {*TRUTH_METHODS, *COMPARE_METHODS}):  # type: ignore[attr-defined]
+    if not (_self_call(call) and call.func.attr in _METHOD_CHECKS):  # type: ignore[attr-defined]
         return None
     name = call.func.attr  # type: ignore[attr-defined]
     count, kind, wanted = TRUTH_METHODS.get(name, (2, COMPARE_METHODS.get(name), True))  # type: ignore[arg-type]
@@ -548,7 +539,7 @@ def _comparison(
     wanted: bool,
     params: frozenset[str],
     constants: Mapping[str, object],
-    imports: Mapping[str, str] | None = None,
+    imports: Mapping[str, str],
 ) -> tuple[ast.expr, Holds] | None:
     """``(computed side, expectation)`` where ``checked`` compares one computed value with values
     written in the text (literals, ``constants``, a parameter of ``params``): a chain of
@@ -561,21 +552,21 @@ def _comparison(
             return None
         if len(ops) == 1 and ops[0] in ("Eq", "NotEq"):
             for i, side in enumerate(operands):
-                approx = _written_call(side, APPROX, APPROX_OPTIONS, params, constants, imports or {})
-                if approx is not None and len(approx[0]) == 1:
+                approx = _written_call(side, APPROX, APPROX_OPTIONS, params, constants, imports)
+                if approx is not None:
                     computed = operands[1 - i]
                     if _side(computed, params, constants) is not _NO_VALUE:
                         return None
+                    expected, options = approx
                     return computed, Holds(
-                        "approx", approx[0], options=approx[1], wanted=wanted == (ops[0] == "Eq")
+                        "approx", (expected,), options=options, wanted=wanted == (ops[0] == "Eq")
                     )
-        values = [_side(operand, params, constants) for operand in operands]
-        holes = [i for i, v in enumerate(values) if v is _NO_VALUE]
-        if len(holes) != 1:
+        found = _hole(operands, params, constants)
+        if found is None:
             return None
-        rest = tuple(v for i, v in enumerate(values) if i != holes[0])
-        return operands[holes[0]], Holds("compare", rest, holes[0], ops, wanted=wanted)
-    if isinstance(checked, ast.Call) and _qualified(checked.func, imports or {}) in ISCLOSE:
+        computed, values, hole = found
+        return computed, Holds("compare", values, hole, ops, wanted=wanted)
+    if isinstance(checked, ast.Call) and _qualified(checked.func, imports) in ISCLOSE:
         found = _hole(checked.args, params, constants)
         options = _written_options(checked.keywords, ("rel_tol", "abs_tol"), params, constants)
         if found is None or options is None or len(checked.args) != 2:
@@ -640,9 +631,9 @@ def _written_call(
     params: frozenset[str],
     constants: Mapping[str, object],
     imports: Mapping[str, str],
-) -> tuple[tuple, tuple] | None:
-    """``(positional values, keyword options)`` of a call of one of ``names`` whose arguments are
-    all written out (positional ones after the first are ``options`` in order)."""
+) -> tuple[object, tuple[tuple[str, object], ...]] | None:
+    """``(first argument's value, keyword options)`` of a call of one of ``names`` whose arguments
+    are all written out (positional ones after the first are ``options`` in order)."""
     if not (isinstance(node, ast.Call) and _qualified(node.func, imports) in names and node.args):
         return None
     first = _side(node.args[0], params, constants)
@@ -650,7 +641,7 @@ def _written_call(
     written = _written_options([*extra, *node.keywords], options, params, constants)
     if first is _NO_VALUE or written is None or len(node.args) > 1 + len(options):
         return None
-    return (first,), written
+    return first, written
 
 
 def _written_options(
@@ -1106,7 +1097,7 @@ def plan(
                 runs = []
                 for inputs, checks in rows:
                     runs.append((len(asked), len(expected), inputs))
-                    expected += [(test, _unaliased(value, imports), use_close) for value, use_close in checks]
+                    expected += [(test, value, use_close) for value, use_close in checks]
                     asked.append(test)
                 functions.append(("::" in qualname, source, fixtures, runs))
         if functions and tree is not None:
