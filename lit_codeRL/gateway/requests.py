@@ -44,6 +44,34 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
 
+_JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+"""A JSON string token: from a quote to the next quote no backslash escapes (possessive, so a
+string without its closing quote fails in one pass, never backtracks)."""
+
+
+def json_values_at_most(raw: bytes, limit: int) -> int:
+    """An upper bound of the values ``json.loads(raw)`` would build (or build before it fails):
+    the commas and opening brackets outside strings, exact enough to compare with ``limit``.
+
+    Counted before parsing because parsed JSON takes up to 25 times its size in memory. The
+    count over the whole body is taken first (fast, one pass of ``bytes.count`` each); only a
+    body over ``limit`` by that count has its strings taken out and is counted again, so an agent
+    history of code, whose strings hold a comma every few characters, is not refused for its
+    text. A string never closed stays in (its commas count: a bound from above still)."""
+    count = raw.count(b",") + raw.count(b"{") + raw.count(b"[")
+    if count <= limit:
+        return count
+    structure = _JSON_STRING.sub(b"0", raw)
+    return structure.count(b",") + structure.count(b"{") + structure.count(b"[")
+
+
+def error_line(message: str) -> str:
+    """A multi-line error text (aiohttp's parser quotes the bad line and points at the byte under
+    it) as one line: its lines stripped and joined, the pointer's line (only ``^``) left out."""
+    lines = (line.strip() for line in message.splitlines())
+    return " ".join(line for line in lines if line and line.strip("^ ")) or message.strip()
+
+
 def shown(value: Any) -> str:
     """``value`` as an error message quotes it: its repr, cut short before it is built (a huge
     string or list is not copied whole to be quoted)."""

@@ -46,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,12 @@ from lit_codeRL.gateway.requests import (
     check_tools,
     completion_prompts,
     completion_reply,
+    error_line,
     flag,
+    json_values_at_most,
     normalize_messages,
     sampling_of,
+    shown,
     stream_chunks,
     text_chars,
 )
@@ -180,6 +184,39 @@ class _ClientConnection(web.RequestHandler):
         if self.transport is not None:
             self.transport.abort()
 
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """aiohttp's reply to a request its parser refused (and to a handler's uncaught exception)
+        as every other error of the gateway: an OpenAI-style JSON body, its message one line.
+        aiohttp's own is plain text over several lines, the request's bytes quoted under a caret
+        (``Invalid method encountered:\\n\\n  b'GARBAGE'\\n     ^``), which a client of the OpenAI
+        API shows as it came, or fails to read as JSON. aiohttp's handler still logs it (one line
+        a second, :data:`http_logger`) and refuses to reply once a reply has begun."""
+        super().handle_error(request, status, exc, message)
+        if status >= 500 or not message:  # a server fault: no detail (aiohttp's has a traceback in debug)
+            message = _phrase(status)
+        response = web.json_response(APIError(status, error_line(message)).body(), status=status)
+        response.force_close()
+        return response
+
+    async def finish_response(
+        self, request: Any, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        """aiohttp's own HTTP errors (its router's: an unknown path 404, a wrong method 405 with
+        its ``Allow``) as the gateway's others, OpenAI-style JSON, not plain ``404: Not Found``.
+        Here and not in a middleware: with one, aiohttp keeps every handler chain it builds in a
+        module-wide cache of 1,024, and each held its gateway (its episodes' logs) after ``stop``."""
+        if isinstance(resp, web.HTTPException) and resp.status >= 400:
+            headers = {"Allow": resp.headers["Allow"]} if "Allow" in resp.headers else None
+            error = APIError(resp.status, f"{resp.reason}: {request.method} {shown(request.path)}")
+            resp = web.json_response(error.body(), status=resp.status, headers=headers)
+        return await super().finish_response(request, resp, start_time)
+
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if not self._messages:
@@ -221,6 +258,13 @@ class _ClientConnection(web.RequestHandler):
             payload.set_exception(APIError(400, why))
         else:
             payload.feed_eof()
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"
 
 
 class _Server(web.Server):
@@ -282,9 +326,10 @@ class GatewayConfig:
     past it; also what an episode's bodies being read or parsed hold together at most (429 past
     it; a body sent without ``Content-Length`` counts as this much while it is read)."""
     max_json_values: int = 1_000_000
-    """JSON values a body may hold (counted before parsing as its commas and opening brackets, a
-    bound from above), 413 past it: parsed, a value takes up to ~70 bytes, so 64 MiB of ``{},``
-    would take 1.6 GB of the trainer's memory."""
+    """JSON values a body may hold (counted before parsing as its commas and opening brackets
+    outside strings, a bound from above: ``requests.json_values_at_most``), 413 past it: parsed, a
+    value takes up to ~70 bytes, so 64 MiB of ``{},`` would take 1.6 GB of the trainer's memory,
+    while a string's text costs about its size whatever commas it holds."""
     require_episode: bool = False
     """Answer only calls of open episodes (404 otherwise)."""
     record_all: bool = False
@@ -837,7 +882,7 @@ class Gateway:
 
     def _parse_raw(self, raw: bytes, kind: str, log: EpisodeLog | None) -> ParsedRequest:
         """The body as a validated request (in a parser thread); anything unexpected is a 400."""
-        values = raw.count(b",") + raw.count(b"{") + raw.count(b"[")
+        values = json_values_at_most(raw, self.config.max_json_values)
         if values > self.config.max_json_values:
             raise APIError(
                 413,

@@ -17,7 +17,7 @@ import torch
 
 from lit_codeRL.gateway.cli import _Recorder
 from lit_codeRL.gateway.render import ChatRenderer
-from lit_codeRL.gateway.requests import ServeLimits
+from lit_codeRL.gateway.requests import ServeLimits, json_values_at_most
 from lit_codeRL.gateway.server import Gateway, GatewayConfig
 from lit_codeRL.policy.engine import EngineSettings, make_engine
 
@@ -553,6 +553,50 @@ def test_a_body_of_too_many_json_values_is_413_before_it_is_parsed(tiny_policy, 
         t0 = time.monotonic()
         status, _ = post(gateway, body((8 << 20) // (len(value) + 1)))
         assert status == 413 and time.monotonic() - t0 < 10
+    finally:
+        close()
+
+
+@pytest.mark.parametrize(
+    ("raw", "values"),
+    [
+        (b'{"a": "x,y,{[", "b": [1, 2]}', 4),  # {, the comma between members, [, 1's comma
+        (b'{"a": "q\\",\\\\,", "b": {}}', 3),  # q\",\\, is one string: an escaped quote, a backslash
+        (b'["a\\\\", ",", 1]', 3),  # "a\\" ends at its quote: the backslash before it is escaped
+        (b'["never closed, , ,', 4),  # no closing quote: nothing is taken out
+        (b",,,", 3),
+    ],
+)
+def test_json_values_at_most_counts_structure_outside_strings(raw: bytes, values: int) -> None:
+    assert json_values_at_most(raw, 0) == values
+    assert json_values_at_most(raw, 100) == raw.count(b",") + raw.count(b"{") + raw.count(
+        b"["
+    )  # under: not parsed
+
+
+def test_commas_and_brackets_inside_strings_are_not_counted_as_values(tiny_policy):
+    """Hole (fixed): the pre-count counted every comma and bracket of the body, those inside its
+    strings too, so an agent history of code (a comma every few characters) past about a million
+    of them was refused 413 though it parses to a few values. Strings are taken out before the
+    count is compared (``json_values_at_most``); a string's escapes (``\\"``, ``\\\\``) end
+    or keep it as JSON reads them, and values outside strings still count."""
+    policy, tokenizer = tiny_policy
+    config = GatewayConfig("tiny", ServeLimits(max_tokens=2), max_json_values=1000)
+    gateway, _, close = start_gateway(policy, tokenizer, config)
+    try:
+        code = 'f(a, [b], {c: d}) + "\\",[{" \\' * 400  # 2,800 commas and brackets, quotes escaped
+        status, text = post(gateway, {"messages": [{"role": "user", "content": code}]})
+        assert status == 200, text
+        # a backslash escaped before the closing quote ends the string: what follows is structure
+        hidden = (
+            b'{"messages": [{"role": "user", "content": "x\\\\"}], "x": [' + b",".join([b"{}"] * 1000) + b"]}"
+        )
+        assert json.loads(hidden)["messages"][0]["content"] == "x\\"
+        status, text = post(gateway, hidden)
+        assert status == 413 and "JSON values" in text, text
+        # an unclosed string is no string: its commas count (the body is no JSON either way)
+        status, text = post(gateway, b'{"messages": "' + b"," * 2000)
+        assert status == 413, text
     finally:
         close()
 

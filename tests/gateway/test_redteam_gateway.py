@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import fcntl
+import gc
 import gzip
 import json
 import os
@@ -20,6 +21,7 @@ import sys
 import termios
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -187,14 +189,101 @@ MALFORMED_HTTP = {
 }
 
 
+def error_of(reply: bytes) -> dict:
+    """The OpenAI-style error body of one raw HTTP reply, checked to be one line of JSON."""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), reply[:300]
+    assert b"\n" not in body.strip(), body
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and "\n" not in error["message"], error
+    assert 0 < len(error["message"]) <= MAX_ERROR_CHARS, error
+    return error
+
+
 @pytest.mark.parametrize("raw", MALFORMED_HTTP.values(), ids=MALFORMED_HTTP.keys())
 def test_malformed_http_is_a_4xx_and_the_connection_closes(served, loop_errors, raw):
-    """aiohttp's parser answers these 400 (its message, not JSON) and closes: no handler runs."""
+    """aiohttp's parser answers these 400 and closes: no handler runs. Hole (fixed): its reply
+    was aiohttp's plain text over several lines, the request's bytes quoted under a caret
+    (``Invalid method encountered:\\n\\n  b'GARBAGE'\\n     ^``), where every other error of
+    the gateway is an OpenAI-style JSON body of one line, the one an OpenAI client reads; now it is
+    that body too (``_ClientConnection.handle_error``)."""
     for shut in (True, False):
         reply = exchange(tcp(served[0]), raw, shut=shut)
         assert [s // 100 for s in statuses(reply)] == [4], reply[:300]
+        assert error_of(reply)["type"] == "invalid_request_error"
     assert statuses(exchange(tcp(served[0]), request(HI))) == [200]
     assert loop_errors == []
+
+
+def test_a_request_line_the_parser_refuses_is_named_in_one_line(served):
+    error = error_of(exchange(tcp(served[0]), MALFORMED_HTTP["bad request line"]))
+    assert error["message"] == "Invalid method encountered: b'GARBAGE'", error  # the caret's line left out
+
+
+def test_a_stopped_gateway_is_freed_with_its_episodes(tiny_policy):
+    """Nothing outlives ``stop``: a middleware (the first way these errors were made JSON) has
+    aiohttp keep every handler chain it builds in a module-wide cache of 1,024, each holding its
+    gateway and every episode's log, one per run in a process that trains many."""
+    policy, tokenizer = tiny_policy
+    gateway, engine, close = start_gateway(
+        policy, tokenizer, GatewayConfig("tiny", ServeLimits(max_tokens=2))
+    )
+    key = gateway.open_episode()
+    for raw in (request(HI, b"Authorization: Bearer %s\r\n" % key.encode()), b"GET /v1/x HTTP/1.1\r\n\r\n"):
+        exchange(tcp(gateway), raw)
+    assert gateway.episodes[key].calls
+    freed = weakref.ref(gateway)
+    close()
+    del gateway, engine, close
+    gc.collect()
+    assert freed() is None, [type(r).__name__ for r in gc.get_referrers(freed())]
+
+
+def test_a_handlers_uncaught_exception_is_a_json_500_without_its_detail(tiny_policy, monkeypatch):
+    """A fault of the gateway's own (an exception no handler caught) is a 500 in the same JSON
+    body, saying no more than its status: the exception's text is the server's business."""
+
+    async def broken(self, request):
+        raise RuntimeError("/secret/path\nsecond line")
+
+    monkeypatch.setattr(Gateway, "_models", broken)
+    policy, tokenizer = tiny_policy
+    gateway, _, close = start_gateway(policy, tokenizer)
+    try:
+        reply = exchange(tcp(gateway), b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert statuses(reply) == [500], reply[:300]
+        assert error_of(reply) == {
+            "message": "Internal Server Error",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+        assert statuses(exchange(tcp(gateway), request(HI))) == [200]
+    finally:
+        close()
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "allow"),
+    [
+        (b"GET /v1/nothing HTTP/1.1\r\nHost: x\r\n\r\n", 404, None),
+        (b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 405, b"POST"),
+        (request(HI, path=b"/v1/models"), 405, b"GET,HEAD"),
+        (request(HI, path=b"/v1/chat/completions/%0a%0d" + b"x" * 2000), 404, None),
+    ],
+    ids=["unknown path", "GET of a POST route", "POST of a GET route", "a long path with line breaks"],
+)
+def test_an_unknown_path_or_method_is_a_json_error(served, raw, status, allow):
+    """Hole (fixed): aiohttp's router answered an unknown path or method in plain text (``404: Not
+    Found``); an OpenAI client that reads the error's message got none. Now the same status, with
+    its ``Allow`` header, and the OpenAI-style body naming the method and path (quoted, cut short)."""
+    reply = exchange(tcp(served[0]), raw)
+    assert statuses(reply) == [status], reply[:300]
+    error = error_of(reply)
+    assert error["message"].startswith(("Not Found: ", "Method Not Allowed: ")), error
+    if allow is not None:
+        assert b"\r\nAllow: " + allow + b"\r\n" in reply.partition(b"\r\n\r\n")[0], reply[:300]
+    assert statuses(exchange(tcp(served[0]), request(HI))) == [200]
 
 
 def test_chunked_trailers_and_pipelining_are_answered(served):
