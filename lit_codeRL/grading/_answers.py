@@ -918,13 +918,17 @@ _out = _o.fdopen({fd}, "w", buffering=1)
 
 
 _SCALARS = (bool, int, float, complex, str, bytes)
+_NUMERIC = ("__index__", "__int__", "__float__", "__complex__")
 
 
 def _plain(value, seen=()):
     kind = next((t for t in (dict, list, tuple, set, frozenset) if isinstance(value, t)), None)
     if kind is None and type(value) not in _SCALARS:
         # a scalar of another type that is equal to a plain one answers as it: a subclass of
-        # one (an IntEnum, numpy's float64), or a numpy scalar (its .item(): int64, bool_)
+        # one (an IntEnum, numpy's float64), a numpy scalar (its .item(): int64, bool_), or a
+        # number of another kind equal to an int, a float or a complex (Fraction(5), Decimal("2.5"):
+        # the test's == holds for them as for the reference's plain number; Fraction(1, 3) equals
+        # no float and stays itself, whose repr is no literal)
         try:
             kind = next((t for t in _SCALARS if isinstance(value, t)), None)
             if kind is not None:
@@ -933,6 +937,14 @@ def _plain(value, seen=()):
                 return value.item()
         except Exception:
             pass
+        if any(hasattr(type(value), m) for m in _NUMERIC):
+            for number in (int, float, complex):
+                try:
+                    plain = number(value)
+                    if plain == value:
+                        return plain
+                except Exception:
+                    pass
         return value
     if kind is None or id(value) in seen or len(seen) > 50:
         return value

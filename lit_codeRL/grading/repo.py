@@ -893,7 +893,7 @@ class SWEGrader:
         return repo.with_name(f"{repo.name}.valid-{key}")
 
 
-VALIDATION_VERSION = 22
+VALIDATION_VERSION = 23
 """Part of the validation cache key: bump when grading changes what a run decides (3: the marker
 records the reference run's CPU time, which the CPU-time limit scales; 4: the reference patch
 must not pass a mirrored test; 5: the mirror changes the compiled test module, not its file, and
@@ -919,7 +919,8 @@ parametrized tests (every row) and expected sides folded from literals; 18: a pa
 only where the task lists every row of it; 19: rows bound to a module name, ``CASES``,
 answered; 20: raises-checks answered; 21: every other assert a truth check; 22: comparisons with
 written values (``<``, ``in``, ``pytest.approx``, ``assertAlmostEqual``) answered, an ``and``
-split, a numpy scalar answers as the plain one it equals)."""
+split, a numpy scalar answers as the plain one it equals; 23: so does a number of another kind,
+a ``Fraction`` or a ``Decimal``)."""
 
 
 def _task_key(task: GradedTask) -> str:

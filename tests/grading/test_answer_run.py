@@ -874,6 +874,25 @@ def test_an_honest_fix_that_prints_without_a_line_end_resolves(calc_task):
     assert grade.resolved, grade.to_dict()
 
 
+@pytest.mark.parametrize(
+    ("code", "answers"),
+    [
+        ("from fractions import Fraction\n\n\ndef add(a, b):\n    return Fraction(a) + b\n", True),
+        ("from decimal import Decimal\n\n\ndef add(a, b):\n    return Decimal(a) + Decimal(b)\n", True),
+        ("from fractions import Fraction\n\n\ndef add(a, b):\n    return Fraction(a + b, 2)\n", False),
+    ],
+    ids=["fraction", "decimal", "half-fraction"],
+)
+def test_an_honest_fix_returning_another_kind_of_number_answers_as_the_plain_one(calc_task, code, answers):
+    """Hole (fixed): ``assert add(2, 3) == 5`` holds for ``Fraction(5)`` and ``Decimal(5)`` in
+    pytest's run, but the answer run recorded their ``repr`` (``Fraction(5, 1)``), no literal, and
+    graded that honest fix ``tamper``. A number equal to an int, a float or a complex is recorded
+    as that one; one equal to none (``Fraction(5, 2)`` here) still answers otherwise."""
+    tmp, task, grader = calc_task
+    grade = answer_run(task, grader, tmp / f"number-{len(code)}", {"calc.py": code + SUB})
+    assert (grade is None) is answers, grade
+
+
 def test_an_answer_in_set_order_is_answered_as_in_the_first_run(tmp_path):
     require_bwrap()
     order = subprocess.run(
@@ -1195,6 +1214,8 @@ def test_comparisons_with_a_tolerance_or_a_bound_are_answered_and_their_values_a
         "other-float": AREA_BUGGY.replace("3 * r * r", "3.14159 * r * r"),  # within each tolerance
         "float-class": "class Area(float):\n    def __repr__(self):\n        return f'Area({float(self)})'\n"
         + AREA_FIXED.replace("return math.pi * r * r", "return Area(math.pi * r * r)"),
+        "fraction": "from fractions import Fraction\n"
+        + AREA_FIXED.replace("return math.pi * r * r", "return Fraction(math.pi * r * r)"),
     }
     for name, code in honest.items():
         assert answer_run(task, grader, tmp_path / name, {"geometry.py": code}) is None, name
