@@ -96,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
         "--max-json-values",
         type=_positive,
         default=config.max_json_values,
-        help="JSON values (commas and opening brackets) a request body may hold, 413 past it "
+        help="JSON values (commas and opening brackets outside strings) a request body may hold, 413 past it "
         "(default %(default)s)",
     )
     p.add_argument(
