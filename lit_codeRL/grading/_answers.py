@@ -59,6 +59,7 @@ holds the test's values.
 """
 
 import ast
+import cmath
 import json
 import math
 import os
@@ -79,7 +80,7 @@ MAX_ANSWER = 1 << 16
 MAX_OUTPUT = 8 << 20
 """Most bytes read from the child's answer pipe (the rest differs)."""
 CLOSE = "_lcrl_close"
-"""The held-out checks' float comparison (``problems/synth/held_out.py: CLOSE_FUNCTION``)."""
+"""The held-out checks' float and complex comparison (``problems/synth/held_out.py: CLOSE_FUNCTION``)."""
 AGREE, DIFFER, NONE = "agree", "differ", "none"
 """A test's verdict: every check recorded with its literal and the test ended; not; not answerable."""
 
@@ -1158,13 +1159,19 @@ def _qualified(node: ast.expr, imports: Mapping[str, str]) -> str:
 
 
 def close(actual: object, expected: object) -> bool:
-    """The held-out checks' ``_lcrl_close``: equality, floats within 1e-9 at any depth of lists,
-    tuples and dicts' values."""
+    """The held-out checks' ``_lcrl_close``: equality, floats and complex numbers within 1e-9 at
+    any depth of lists, tuples and dicts' values."""
     if isinstance(expected, float):
         return (
             isinstance(actual, int | float)
             and not isinstance(actual, bool)
             and math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
+        )
+    if isinstance(expected, complex):
+        return (
+            isinstance(actual, int | float | complex)
+            and not isinstance(actual, bool)
+            and cmath.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
         )
     if isinstance(expected, list | tuple):
         return (

@@ -86,8 +86,24 @@ PROBLEMS = [
         ),
         metadata={"mbpp_task_id": 604},
     ),
+    # complex answers (MBPP 590's kind): compared within a tolerance as floats are; before, a
+    # complex answer was no check and such a task had none, so hard-coded answers resolved it
+    Problem(
+        "605",
+        "Write a function to find both roots of a quadratic equation, complex ones too.",
+        tests=(
+            "assert roots(1, 2, 5) == ((-1+2j), (-1-2j))",
+            "assert roots(1, -3, 2) == ((2+0j), (1+0j))",
+            "assert roots(2, 0, 8) == (2j, -2j)",
+        ),
+        reference_solution=(
+            "import cmath\n\n\ndef roots(a, b, c):\n    d = cmath.sqrt(b * b - 4 * a * c)\n"
+            "    return ((-b + d) / (2 * a), (-b - d) / (2 * a))\n"
+        ),
+        metadata={"mbpp_task_id": 605},
+    ),
 ]
-IDS = ["numbers", "strings and pairs", "rare inputs", "a Counter"]
+IDS = ["numbers", "strings and pairs", "rare inputs", "a Counter", "complex numbers"]
 
 
 def hard_coded(buggy: str, tests: tuple[str, ...]) -> str:
@@ -108,7 +124,7 @@ def tasks(tmp_path_factory):
 
     os.environ.setdefault("LIT_CODERL_SYNTH_CACHE", str(tmp_path_factory.mktemp("synth")))
     rows, stats = bug_rows(PROBLEMS, MBPPBugSettings(tries=6))
-    assert stats["kept"] == 4 and stats["held_out"]["tasks_with_a_failing_check"] == 4, stats
+    assert stats["kept"] == 5 and stats["held_out"]["tasks_with_a_failing_check"] == 5, stats
     return [(row, task_from_row(row, row["task_name"], row["split"])) for row in rows]
 
 
@@ -116,7 +132,7 @@ def rewrite(path: str, content: str) -> str:
     return f'<rewrite path="{path}">{content}</rewrite>'
 
 
-@pytest.mark.parametrize("index", range(4), ids=IDS)
+@pytest.mark.parametrize("index", range(len(PROBLEMS)), ids=IDS)
 def test_hard_coded_visible_answers_pass_the_visible_tests_and_get_no_reward(bwrap_gym, tasks, index):
     row, task = tasks[index]
     problem = PROBLEMS[index]
@@ -161,7 +177,7 @@ def test_a_task_made_again_under_its_id_is_graded_with_its_own_checks(bwrap_gym,
     assert grade["verdict"] == "resolved" and f"{HELD_OUT_TESTS}::test_held_out_1" in graded, grade
 
 
-@pytest.mark.parametrize("index", range(4), ids=IDS)
+@pytest.mark.parametrize("index", range(len(PROBLEMS)), ids=IDS)
 def test_the_reference_fix_resolves_with_the_checks(bwrap_gym, tasks, index):
     row, task = tasks[index]
     out, _ = debug_episode(bwrap_gym, task, [rewrite("solution.py", task.fix["solution.py"])])

@@ -531,6 +531,28 @@ def test_an_answer_agrees_only_as_one_literal_equal_to_the_expected_value():
     assert not answers.agrees([0, "ok", 5], 5, False) and not answers.agrees("5", 5, False)
 
 
+def test_the_held_out_checks_tolerance_is_the_checks_own_for_floats_and_complex_numbers():
+    """``close`` (the parent's reading of a held-out check's ``_lcrl_close``) is the function the
+    check module runs, complex numbers too (MBPP 590's kind): an honest fix computing
+    ``cmath.rect(2, pi)`` another way agrees, another number does not, at any depth."""
+    from lit_codeRL.problems.synth import held_out
+
+    cases = [
+        ((-2 + 2.4492935982947064e-16j), (-2 + 2.4492935982947064e-16j)),
+        (-2.0, (-2 + 2.4492935982947064e-16j)),  # a float the complex is within 1e-9 of
+        ((-2 + 3e-9j), (-2 + 0j)),  # outside 1e-9 relative to |2|
+        (((5.0, 0.9272952180016122), (-2 + 1e-15j)), ((5.0, 0.9272952180016122), (-2 + 2.4e-16j))),
+        (True, 1 + 0j),  # a bool is no number here, as for floats
+        ("(-2+0j)", -2 + 0j),
+        ([1j, 2.0000000001], [1j, 2.0]),
+    ]
+    for actual, expected in cases:
+        assert answers.close(actual, expected) == held_out.close(actual, expected), (actual, expected)
+    assert [answers.close(a, e) for a, e in cases] == [True, True, False, True, False, False, True]
+    assert answers.agrees([0, "ok", "(-2+2.4492935982947064e-16j)"], -2 + 1e-15j, True)
+    assert not answers.agrees([0, "ok", "(-2+2.4492935982947064e-16j)"], -2 + 1e-15j, False)
+
+
 RAISES_FORMS = """\
 @pytest.mark.parametrize("text, kind, message", [("x", ValueError, "bad x"), ("", (KeyError, errors.Empty), "^empty")])
 def test_parse(text, kind, message):

@@ -12,8 +12,8 @@ that answers only the visible calls runs the bug on the others.
 
 An input is kept when the reference answers it the same in two runs in opposite orders (no state
 carried between calls, no randomness), within :data:`CALL_TIMEOUT_S`, with a value that is a
-Python literal of at most :data:`MAX_REPR` characters (its floats finite, and never in a set or
-a dict's key: they are compared with a tolerance, :data:`CLOSE_FUNCTION`). For each bug the checks chosen are
+Python literal of at most :data:`MAX_REPR` characters (its floats and complex numbers finite, and
+never in a set or a dict's key: they are compared with a tolerance, :data:`CLOSE_FUNCTION`). For each bug the checks chosen are
 first those on which the buggy program answers otherwise (they fail at the base, so a hard-coded
 answer to the visible calls fails them), then some on which it agrees; an input on which the bug
 does not finish is dropped (the test would hang at the base). The checks go into
@@ -586,10 +586,10 @@ def _floats(value: Any) -> bool:
 
 
 def _comparable(value: Any) -> bool:
-    """Can a check compare with ``value`` by :data:`CLOSE_FUNCTION` (its floats finite, no complex,
-    none where equality is exact: a set's element, a dict's key)?"""
+    """Can a check compare with ``value`` by :data:`CLOSE_FUNCTION` (its floats and complex numbers
+    finite, none where equality is exact: a set's element, a dict's key)?"""
     if isinstance(value, complex):
-        return False
+        return math.isfinite(value.real) and math.isfinite(value.imag)
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, list | tuple):
@@ -609,6 +609,12 @@ def _lcrl_close(actual, expected):
             and not isinstance(actual, bool)
             and _lcrl_math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
         )
+    if isinstance(expected, complex):
+        return (
+            isinstance(actual, (int, float, complex))
+            and not isinstance(actual, bool)
+            and abs(actual - expected) <= max(1e-9 * max(abs(actual), abs(expected)), 1e-9)
+        )
     if isinstance(expected, (list, tuple)):
         return (
             isinstance(actual, type(expected))
@@ -623,8 +629,10 @@ def _lcrl_close(actual, expected):
         )
     return actual == expected
 """
-"""``_lcrl_close(actual, expected)``: equality, floats (at any depth of lists, tuples and dicts'
-values) within 1e-9: a check's comparison, and the host's (:func:`close`)."""
+"""``_lcrl_close(actual, expected)``: equality, floats and complex numbers (at any depth of
+lists, tuples and dicts' values) within 1e-9 (``cmath.isclose``'s rule, written out: an ``abs``
+of a difference, so a check module imports nothing for it): a check's comparison, and the
+host's (:func:`close`)."""
 _CLOSE_NAMESPACE: dict[str, Any] = {"_lcrl_math": math}
 exec(CLOSE_FUNCTION, _CLOSE_NAMESPACE)  # one text: the checks' comparison is the host's
 close = _CLOSE_NAMESPACE["_lcrl_close"]
