@@ -48,7 +48,7 @@ GATEWAY_FLAGS = {
     "max_body_mb": ("--max-body-mb", "largest request body in MiB, 413 past it; with --record also what one"),
     "max_json_values": (
         "--max-json-values",
-        "JSON values (commas and opening brackets) a request body may hold",
+        "JSON values (commas and opening brackets outside strings) a request body may hold",
     ),
     "max_connections_per_socket": ("--max-connections", "connections the --uds socket holds open at once"),
     "max_connections": (
