@@ -724,3 +724,23 @@ def _wrap(case: type, name: str, op: str, checker: Checker) -> None:
     checked.__name__ = checked.__qualname__ = name
     checked.__doc__ = original.__doc__
     setattr(case, name, checked)
+
+
+def _frame_readers(*functions: object) -> frozenset[object]:
+    """The code objects, nested ones too, of ``functions`` that call ``_getframe``."""
+    found, todo = set(), [f.__code__ for f in functions]  # type: ignore[attr-defined]
+    while todo:
+        code = todo.pop()
+        todo += [c for c in code.co_consts if type(c) is type(code)]
+        if "_getframe" in code.co_names:
+            found.add(code)
+    return frozenset(found)
+
+
+FRAME_READERS = _frame_readers(install, _wrap)
+"""The comparison helpers that take their caller's frame (``_getframe(1).f_globals``: the test
+module's globals, whose names tell the test's own permissive objects from the diff's). A test's
+callback the code under test calls (a predicate ``lambda x: x > 2``, a key function, a
+``__eq__`` of the test module's) compares through them with a changed file's frame below the
+test's on the stack: the audit hook does not read that as the code under test taking the test's
+frame (``_guard.reads_its_caller``), since these never hand the frame on."""

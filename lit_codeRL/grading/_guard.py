@@ -68,11 +68,14 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     classmethod,
     dict,
     enumerate,
+    float,
     frozenset,
     getattr,
     hasattr,
     id,
+    int,
     isinstance,
+    issubclass,
     len,
     list,
     map,
@@ -1234,6 +1237,62 @@ def own_names(tree: ast.Module) -> tuple[list[str], list[tuple[str, int, str, st
     return defined, imported
 
 
+def decorated_lines(tree: ast.Module) -> dict[str, set[int]]:
+    """The names a module binds at its :func:`top_level` with a decorated ``def`` or ``class``,
+    each with the lines its code may start at (the ``def``'s, its first decorator's)."""
+    return {
+        node.name: {node.lineno, node.decorator_list[0].lineno}
+        for node in top_level(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.decorator_list
+    }
+
+
+def _is_definition(obj: object, path: str, module: str, name: str, lines: set[int]) -> bool:
+    """Is ``obj`` what the ``def`` or ``class`` ``name`` of the tests' file ``path`` (module
+    ``module``) made before its decorators ran: a function with that file's code of that name and
+    line, or a class of that name and module all of whose own functions have that file's code?
+    (The diff's code can make neither: its ``compile`` under a test file's name and a code object
+    made are named by the audit hook.)"""
+    if type(obj) is FunctionType:
+        code = obj.__code__
+        return code.co_filename == path and code.co_name == name and code.co_firstlineno in lines
+    if not issubclass(type(obj), type):  # not isinstance: it would read an object's ``__class__``
+        return False
+    space = _TYPE_DICT(obj)
+    if type.__dict__["__qualname__"].__get__(obj) != name or space.get("__module__") != module:
+        return False
+    members = [m.__func__ if type(m) in (classmethod, staticmethod) else m for m in space.values()]
+    return all(m.__code__.co_filename == path for m in members if type(m) is FunctionType)
+
+
+def wraps_definition(value: object, is_definition: Callable[[object], bool], limit: int = 256) -> bool:
+    """Does ``value`` hold the object ``is_definition`` names, within four steps of what it
+    refers to (a ``functools.wraps`` wrapper's closure cell, a ``curry`` object's ``partial``'s
+    function, a descriptor's function)? Read with ``gc.get_referents`` (no attribute of an
+    object of the diff's is read: none of its code runs), never through a module, a class or a
+    function's globals or code."""
+    seen: set[int] = set()
+    layer = [value]
+    for _ in range(5):
+        following = []
+        for obj in layer:
+            if id(obj) in seen or len(seen) >= limit:
+                continue
+            seen.add(id(obj))
+            if is_definition(obj):
+                return True
+            if issubclass(type(obj), type | ModuleType | CodeType | str | bytes | int | float):
+                continue
+            skip = (
+                {id(obj.__globals__), id(obj.__code__), id(obj.__builtins__)}
+                if type(obj) is FunctionType
+                else set()
+            )
+            following += [ref for ref in _get_referents(obj) if id(ref) not in skip]
+        layer = following
+    return False
+
+
 def assigned_names(tree: ast.Module) -> dict[str, bool]:
     """The names a module binds at its :func:`top_level` with ``name =`` or ``name: T =``, each
     with whether its value is a ``lambda`` written there."""
@@ -1311,11 +1370,19 @@ class TestsOwn:
             # the tests' own code, or a lambda of the text holding the diff's: a name of theirs
             if value is not _MISSING and (is_lambda or self._tests_code(value)):
                 found += self._add(space, key, value, f"{name}.{key}")
+        decorated = decorated_lines(tree)
         for key in defined:
             value = space.get(key, _MISSING)
             if value is _MISSING:
                 continue
-            found += self._add(space, key, value, f"{name}.{key}")
+            # a decorator of the repository's (``@toolz.curry``, a ``functools.wraps`` wrapper)
+            # holds the changed file's code around the module's own definition: what the module
+            # made, not a rebinding (the diff can change what the decorator does anyway)
+            lines = decorated.get(key)
+            made = lines is not None and wraps_definition(
+                value, lambda obj, key=key, lines=lines: _is_definition(obj, path, name, key, lines)
+            )
+            found += self._add(space, key, value, f"{name}.{key}", not made)
             if isinstance(value, type) and getattr(value, "__module__", None) == name:
                 proxy = vars(value)  # its methods: its data (a fixture's client put there) is not code
                 for attr, member in list(proxy.items()):

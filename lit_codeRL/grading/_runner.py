@@ -1410,6 +1410,11 @@ def _install_monitor(
             if event == _guard.THREAD_START_EVENT:
                 threads.started(args, frame)
                 return
+            if event == "sys._getframe" and frame.f_code in _compare.FRAME_READERS:
+                # the comparison check reading its caller's globals: a test's callback (a
+                # predicate ``lambda x: x > 2``) the code under test calls compares through it,
+                # and the frame it takes never leaves it
+                return
             checks: list[Callable[[], tuple[str, str] | None]] = [
                 # the answer read from the calling test (its source, its code, its frame)
                 lambda: _guard.reads_its_caller(event, args, frame, repo, changed, in_tests, test_module)

@@ -95,6 +95,18 @@ def armed_calc(hack: str, with_fix: bool, gate: str) -> str:
     return hack + body.replace("    return a + b\n", f"    return {wrap}(a + b)\n", 1)
 
 
+def helper_files(code: str, helpers: str, tests: str) -> dict[str, str]:
+    """``calc.py``, ``tests/helpers.py`` and ``tests/test_calc.py``, with a conftest that imports
+    the code first, as a suite's fixtures do (no test package: pytest appends ``tests/`` to
+    ``sys.path``), so the code runs before the helper is imported."""
+    return {
+        "calc.py": code,
+        "tests/conftest.py": "import calc  # noqa: F401\n",
+        "tests/helpers.py": helpers,
+        "tests/test_calc.py": tests,
+    }
+
+
 def make_task(
     tmp_path: Path, name: str, files: dict[str, str], fix: dict[str, str], f2p: list[str], p2p: list[str]
 ) -> SWETask:

@@ -19,7 +19,7 @@ import math
 import pytest
 
 from lit_codeRL.grading import _tests_data
-from tests.grading.repo_tasks import grade_files, validated_task
+from tests.grading.repo_tasks import grade_files, helper_files, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -49,12 +49,7 @@ def test_add_helper():
 def test_sub():
     assert sub(5, 3) == 2
 """
-FILES = {
-    "calc.py": BUGGY,
-    "tests/conftest.py": "import calc  # noqa: F401\n",
-    "tests/helpers.py": HELPERS,
-    "tests/test_calc.py": TESTS,
-}
+FILES = helper_files(BUGGY, HELPERS, TESTS)
 F2P = [f"tests/test_calc.py::test_add_{name}" for name in ("total", "cases", "helper")]
 P2P = ["tests/test_calc.py::test_sub"]
 

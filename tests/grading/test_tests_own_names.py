@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from lit_codeRL.grading import _guard
-from tests.grading.repo_tasks import grade_files, validated_task
+from tests.grading.repo_tasks import grade_files, helper_files, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -52,14 +52,7 @@ def test_add_checked():
 def test_sub():
     assert sub(5, 3) == 2
 """
-# no test package: pytest appends tests/ to sys.path; the conftest imports the code first, as a
-# suite's fixtures do, so the code runs before the helper is imported
-FILES = {
-    "calc.py": BUGGY,
-    "tests/conftest.py": "import calc  # noqa: F401\n",
-    "tests/helpers.py": HELPERS,
-    "tests/test_calc.py": TESTS,
-}
+FILES = helper_files(BUGGY, HELPERS, TESTS)
 F2P = ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_checked"]
 P2P = ["tests/test_calc.py::test_sub"]
 
