@@ -144,15 +144,16 @@ def test_a_parametrized_test_is_a_site_per_parameter_set():
     from lit_codeRL.problems.synth.function_checks import MAX_PARAMETER_SETS, parameter_sets
 
     tests = {t.name: parameter_sets(t) for t in ast.parse(PARAMETRIZED).body}
-    # pytest.param entries with marks are left out, those without are their values; the first
-    # MAX_PARAMETER_SETS kept
+    # pytest.param entries with marks are left out, those without are their values; all of a
+    # table of at most MAX_PARAMETER_SETS kept
     pairs = [ast.unparse(t) for t in tests["test_pairs"]]
-    assert len(pairs) == MAX_PARAMETER_SETS == 4
+    assert len(pairs) == 5 < MAX_PARAMETER_SETS == 8
     assert pairs[0] == "def test_pairs(tmp_path):\n    a, b = (1, 2)\n    assert f(a, tmp_path) == b"
     assert [p.splitlines()[1].strip() for p in pairs[1:]] == [
         "a, b = (5, 6)",  # pytest.param(5, 6, id="p")
         "a, b = [7, 8]",
         "a, b = (9, 10)",
+        "a, b = (11, 12)",
     ]
     assert ast.unparse(tests["test_names_as_a_tuple"][0]).splitlines()[1].strip() == "word, = ('x',)"
     assert [ast.unparse(t).splitlines()[1].strip() for t in tests["test_one_name"]] == ["n = 0", "n = 3"]
@@ -173,6 +174,21 @@ def test_a_parametrized_test_is_a_site_per_parameter_set():
     assert variants and all("n = 0" not in v for v in variants)
     (binding,) = [line.strip() for line in variants[0].splitlines() if line.strip().startswith("n = ")]
     assert _run(variants[0], h=lambda n: n * 10)() == [ast.literal_eval(binding[4:]) * 10]
+
+
+def test_a_long_table_gives_sites_spread_over_it_from_its_first_row_to_its_last():
+    from lit_codeRL.problems.synth.function_checks import parameter_sets, spread
+
+    # a table written by kind (inflection's ORDINAL_NUMBERS: -1 ... 13, 101 ... 1001): its first
+    # rows alone are one kind, and a bug of 12 read as "nd" had no site near an input it fails
+    rows = ", ".join(f"({n!r}, 'x')" for n in range(61))
+    source = f"CASES = [{rows}]\n\n\n@pytest.mark.parametrize('n, want', CASES)\ndef test_t(n, want):\n    assert f(n) == want\n"
+    tree = ast.parse(source)
+    displays = {"CASES": tree.body[0].value}
+    bound = [ast.unparse(t).splitlines()[1].strip() for t in parameter_sets(tree.body[1], displays)]
+    assert bound == [f"n, want = ({n}, 'x')" for n in (0, 9, 17, 26, 34, 43, 51, 60)]
+    assert spread(list(range(5)), 8) == [0, 1, 2, 3, 4]
+    assert spread(list(range(10)), 2) == [0, 9] and spread(list(range(10)), 1) == [0]
 
 
 def test_the_support_is_the_module_without_its_tests():

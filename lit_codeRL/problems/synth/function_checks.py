@@ -49,19 +49,24 @@ import copy
 import itertools
 import random
 import unittest
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from lit_codeRL import pyparse
 from lit_codeRL.problems.synth.held_out import RUN_NAME, VARIANTS_PER_CALL, is_literal, mutate
 
 MAX_SOURCE = 4000
 """Longest changed test function kept (its source, as written into the checks)."""
-MAX_PARAMETER_SETS = 4
-"""A parametrized test's parameter sets made sites at most (the first ones)."""
+MAX_PARAMETER_SETS = 8
+"""A parametrized test's parameter sets made sites at most: spread over its table, the first
+and the last among them (:func:`spread`)."""
+MAX_PARAMETER_ROWS = 1024
+"""Rows of one ``parametrize`` read at most (and sets of a stacked product)."""
 MAX_LONG_VARIANTS = 96
 """Variants of a test too long for one check at most (:func:`function_variants`)."""
 MAX_CONSTANT = 1000
 """Longest module constant (its source) bound in a test that reads it (:func:`with_constants`)."""
+T = TypeVar("T")
 _SEEN = "_lcrl_seen"
 _FAILED = "_lcrl_failed"
 """A run's note that an assert failed: after one, an error the code then meets (``assert r is
@@ -539,10 +544,10 @@ def parameter_sets(
 ) -> list[ast.FunctionDef]:
     """``test`` itself when it has no decorator; for ``@pytest.mark.parametrize`` decorators of
     literal names (``ids=`` aside) over a list, tuple or set written there or bound to a name of
-    ``displays``, a copy per parameter set (the first :data:`MAX_PARAMETER_SETS` that are
-    literals or :func:`buildable` from ``names_bound``: ``date(1985, 4, 12)``; a ``pytest.param``
-    without marks by its values; stacked decorators, each with names of its own, give the sets of
-    their product, as pytest does) whose body starts by binding them and whose signature no
+    ``displays``, a copy per parameter set (:data:`MAX_PARAMETER_SETS` :func:`spread` over those
+    that are literals or :func:`buildable` from ``names_bound``: ``date(1985, 4, 12)``; a
+    ``pytest.param`` without marks by its values; stacked decorators, each with names of its own,
+    give the sets of their product, as pytest does) whose body starts by binding them and whose signature no
     longer takes them; none for any other decorator (its signature is not the test's to fill)."""
     if not test.decorator_list:
         return [test]
@@ -555,14 +560,27 @@ def parameter_sets(
             return []
         taken |= set(found[0])
         groups.append(found[1])
+    combinations = list(itertools.islice(itertools.product(*groups), MAX_PARAMETER_ROWS))
     out = []
-    for combination in itertools.islice(itertools.product(*groups), MAX_PARAMETER_SETS):
+    for combination in spread(combinations, MAX_PARAMETER_SETS):
         plain = copy.deepcopy(test)
         plain.decorator_list = []
         plain.args.args = [a for a in plain.args.args if a.arg not in taken]
         plain.body = [*copy.deepcopy(list(combination)), *plain.body]
         out.append(ast.fix_missing_locations(plain))
     return out
+
+
+def spread(items: Sequence[T], count: int) -> list[T]:
+    """``count`` of ``items`` at even steps, the first and the last among them (all of them when
+    there are no more). A table's rows are kept in the order its author wrote them, often by
+    kind (``-1``, ``-2`` ... ``11``, ``12``, ``112`` ... ``1001``): the first few are one kind,
+    and a bug of another kind (``12`` read as ``nd``) had no site near an input it fails."""
+    if len(items) <= count:
+        return list(items)
+    if count <= 1:
+        return list(items[:count])
+    return [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)]
 
 
 def _parameter_rows(
@@ -572,7 +590,7 @@ def _parameter_rows(
     names_bound: set[str] | frozenset[str],
 ) -> tuple[list[str], list[ast.Assign]] | None:
     """For one ``@pytest.mark.parametrize``: its names, and per parameter set (the first
-    :data:`MAX_PARAMETER_SETS` of the right shape that are literals or :func:`buildable`) the
+    :data:`MAX_PARAMETER_ROWS` of the right shape that are literals or :func:`buildable`) the
     assignment that binds it; ``None`` for any other decorator, or names the test does not take."""
     if not isinstance(decorator, ast.Call) or len(decorator.args) != 2:
         return None
@@ -602,7 +620,7 @@ def _parameter_rows(
     )
     rows: list[ast.Assign] = []
     for written in values.elts:
-        if len(rows) == MAX_PARAMETER_SETS:
+        if len(rows) == MAX_PARAMETER_ROWS:
             break
         entry = _param_row(written, whole)
         if entry is None or not (is_literal(entry) or buildable(entry, names_bound)):
