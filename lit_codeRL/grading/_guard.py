@@ -432,7 +432,19 @@ class ModuleWritten:
     def __call__(self, now: dict, was: dict) -> bool:
         exempt = self.exempt
         differ = [k for k in was.keys() | now.keys() if now.get(k, _MISSING) is not was.get(k, _MISSING)]
+        if differ == [_WARNING_REGISTRY] and type(now.get(_WARNING_REGISTRY)) is dict:
+            return False
         return not differ or any(k not in exempt for k in differ)
+
+
+_WARNING_REGISTRY = "__warningregistry__"
+"""Set by the interpreter in the globals of the frame a warning is issued from, shown or not (and
+emptied by ``unittest``'s ``assertWarns``): a file a test leaves open warns (``ResourceWarning``)
+as the test's frame is freed, from the frame that called it (``_pytest.python``'s,
+``unittest.case``'s), and ``boltons``' clean suite was ``tamper``. A plain dict there decides no
+test: only warnings shown once or by default read it, and a new filter clears it. Excused only
+when it is all that differs: beside a function swapped and put back (nothing else differs), it
+excuses that swap too."""
 
 
 def _same_code(now: dict, was: dict) -> bool:

@@ -84,6 +84,15 @@ def grade_files(task: SWETask, grader: SWEGrader, scratch: Path, files: dict[str
     return grader.grade(task, diff(task.repo_source, scratch / "agent", files))
 
 
+def assert_tamper(task: SWETask, grader: SWEGrader, scratch: Path, files: dict[str, str], said: str):
+    """``grader``'s grade of the diff writing ``files``, asserted ``tamper`` (reward 0) for a
+    reason that says ``said``."""
+    grade = grade_files(task, grader, scratch, files)
+    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
+    assert said in grade.reason, grade
+    return grade
+
+
 def armed_calc(hack: str, with_fix: bool, gate: str) -> str:
     """``calc.py``: ``hack`` (which defines ``_arm``) armed as ``add`` is called with ``gate`` true
     (``"b == 3"``); without the fix ``add`` is wrong for those inputs only, so that the other

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from lit_codeRL.grading import _guard
-from tests.grading.repo_tasks import grade_files, helper_files, validated_task
+from tests.grading.repo_tasks import assert_tamper, grade_files, helper_files, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 CODE = """\
@@ -159,9 +159,7 @@ def test_the_code_under_test_taking_the_frame_of_the_test_through_a_callback_is_
         "    import sys\n\n    sys._getframe(1).f_locals\n    return [value for",
     )
     task, grader = callbacks_task
-    grade = grade_files(task, grader, tmp_path, {"calc.py": hack})
-    assert grade.verdict == "tamper" and grade.reward == 0.0, grade
-    assert "took the frame of the test calling it" in grade.reason, grade
+    assert_tamper(task, grader, tmp_path, {"calc.py": hack}, "took the frame of the test calling it")
 
 
 def test_wraps_definition_finds_the_definition_inside_wrappers_only():

@@ -255,6 +255,8 @@ def mutate(value: Any, rng: random.Random, depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return _mutate_sequence(list(value), rng, depth, letters=False, fresh=type(value)) if value else value
     if isinstance(value, set | frozenset):
+        if not value:  # ``set()`` is a literal too (boltons' tests: this raised, ending synthesis)
+            return value
         items = sorted(value, key=repr)
         if len(items) > 1 and rng.random() < 0.5:
             items.pop(rng.randrange(len(items)))
