@@ -1070,7 +1070,9 @@ def reads_its_caller(
     reads fixture files the tests hand it, or logs, is not named; but for an ``open``, any
     ``test_module`` (a test file pytest collects or runs) counts, calling or not: read as the code
     under test is imported, to build its answers from every assertion of the suite. An opened path
-    is followed through links (``realpath``: a link ``notes.txt`` to the test file)."""
+    is followed through links (``realpath``: a link ``notes.txt`` to the test file). A read whose
+    nearest frame of the repository is the tests' own is theirs: a callback of the tests the code
+    under test calls, that logs (``logging``'s ``findCaller`` reads every frame's code)."""
     if not changed:
         return None
     if event == "open":
@@ -1097,8 +1099,14 @@ def reads_its_caller(
     while frame is not None:
         path = frame.f_code.co_filename
         if inner is None:
-            if _inside(path, prefix) in changed:
-                inner = f"{_inside(path, prefix)}:{frame.f_lineno}"
+            inside = _inside(path, prefix)
+            if inside in changed:
+                inner = f"{inside}:{frame.f_lineno}"
+            elif inside is not None and in_tests(path):
+                # the tests' own code reads, through a helper: a callback of theirs the code
+                # under test calls (``too_long=lambda n: logging.warning(...)``, whose
+                # ``findCaller`` reads each frame's code) does it for the test
+                return None
         elif path == target:
             if not calling:
                 return None

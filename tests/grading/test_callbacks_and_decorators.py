@@ -8,6 +8,10 @@ Found synthesizing tasks from ``toolz`` 1.2.0: 15 of its 16 validated bugs were 
   its check, which reads its caller's globals with ``sys._getframe(1)``; with a changed file's
   frame below the test's on the stack, the audit hook read that as the code under test taking
   the test's frame ("took the frame of the test calling it");
+* a callback of the test's that logs (more-itertools' ``too_long=lambda n: logging.warning(...)``)
+  had ``logging``'s ``findCaller`` read every frame's code up the stack, the test's among them,
+  with the changed file's frame below ("read the code of the test calling it"): 4 of its
+  validated bugs were ``run tamper``;
 * a test module decorates a definition of its own with the repository's decorator
   (``@toolz.curry class GlobalCurried``, a ``functools.wraps`` wrapper): the name holds the
   changed file's code around the module's own definition, which read as "a name of the tests'
@@ -71,6 +75,8 @@ class Pair:
         return self.a + self.b
 """
 TESTS = """\
+import logging
+
 from calc import add, keep
 from helpers import Pair, expected
 
@@ -96,6 +102,8 @@ def test_callbacks():
     assert keep(big, [add(2, 3), 1]) == [5]
     assert keep(lambda value: value == 5, [add(2, 3), 4]) == [5]
     assert keep(Five().__eq__, [add(2, 3), 4]) == [5]
+    # a callback that logs: logging's findCaller reads the code of every frame up the stack
+    assert keep(lambda value: logging.warning("kept %s", value) is None, [add(2, 3)]) == [5]
 
 
 def test_keep():
