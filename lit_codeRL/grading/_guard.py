@@ -57,6 +57,7 @@ from __future__ import annotations
 import ast
 import gc
 import importlib.machinery
+import logging
 import os
 import sys
 import sysconfig
@@ -111,6 +112,7 @@ ROOTS = ("_pytest", "pytest", "pluggy")
 """The toolchain packages recorded: pytest's implementation, its public module, its hook system."""
 _CODE = attrgetter("__code__")
 _DEFAULTS, _KWDEFAULTS = attrgetter("__defaults__"), attrgetter("__kwdefaults__")
+_LOGGING_DIR = os.path.dirname(logging.__file__) + "/"  # the standard library's logging package
 _GRADER_DIR = os.path.dirname(os.path.abspath(__file__)) + "/"  # the runner's and these checks' own
 
 
@@ -1070,9 +1072,9 @@ def reads_its_caller(
     reads fixture files the tests hand it, or logs, is not named; but for an ``open``, any
     ``test_module`` (a test file pytest collects or runs) counts, calling or not: read as the code
     under test is imported, to build its answers from every assertion of the suite. An opened path
-    is followed through links (``realpath``: a link ``notes.txt`` to the test file). A read whose
-    nearest frame of the repository is the tests' own is theirs: a callback of the tests the code
-    under test calls, that logs (``logging``'s ``findCaller`` reads every frame's code)."""
+    is followed through links (``realpath``: a link ``notes.txt`` to the test file). A read by
+    ``logging`` whose nearest frame of the repository is the tests' own is theirs: a callback of
+    the tests the code under test calls, that logs (``findCaller`` reads its caller's code)."""
     if not changed:
         return None
     if event == "open":
@@ -1096,16 +1098,18 @@ def reads_its_caller(
     if not (calling or any_module):
         return None
     prefix, inner = repo.rstrip("/") + "/", None
+    by_logging = frame is not None and frame.f_code.co_filename.startswith(_LOGGING_DIR)
     while frame is not None:
         path = frame.f_code.co_filename
         if inner is None:
             inside = _inside(path, prefix)
             if inside in changed:
                 inner = f"{inside}:{frame.f_lineno}"
-            elif inside is not None and in_tests(path):
-                # the tests' own code reads, through a helper: a callback of theirs the code
-                # under test calls (``too_long=lambda n: logging.warning(...)``, whose
-                # ``findCaller`` reads each frame's code) does it for the test
+            elif by_logging and inside is not None and in_tests(path):
+                # a callback of the tests' the code under test calls logs (``too_long=lambda n:
+                # logging.warning(...)``): ``findCaller`` reads its caller's code for a file name
+                # and a line. Only logging: a test's code object run with the diff's globals
+                # (``FunctionType(code, ...)`` raises no audit event) could call ``inspect.stack``
                 return None
         elif path == target:
             if not calling:
