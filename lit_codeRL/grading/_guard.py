@@ -1271,14 +1271,17 @@ def decorated_lines(tree: ast.Module) -> dict[str, set[int]]:
     }
 
 
-def _is_definition(obj: object, path: str, module: str, name: str, lines: set[int]) -> bool:
+def _is_definition(obj: object, path: str, module: str, name: str, lines: set[int], space: dict) -> bool:
     """Is ``obj`` what the ``def`` or ``class`` ``name`` of the tests' file ``path`` (module
     ``module``) made before its decorators ran: a function with that file's code of that name and
     line, or a class of that name and module all of whose own functions have that file's code?
     (The diff's code can make neither: its ``compile`` under a test file's name and a code object
-    made are named by the audit hook.)"""
+    made are named by the audit hook; a function made of the test's code object with other globals
+    or cells, ``FunctionType(code, ...)``, is not the module's own: ``space``, its dictionary.)"""
     if type(obj) is FunctionType:
         code = obj.__code__
+        if obj.__globals__ is not space or obj.__closure__ is not None:
+            return False
         return code.co_filename == path and code.co_name == name and code.co_firstlineno in lines
     if not issubclass(type(obj), type):  # not isinstance: it would read an object's ``__class__``
         return False
@@ -1404,7 +1407,7 @@ class TestsOwn:
             # made, not a rebinding (the diff can change what the decorator does anyway)
             lines = decorated.get(key)
             made = lines is not None and wraps_definition(
-                value, lambda obj, key=key, lines=lines: _is_definition(obj, path, name, key, lines)
+                value, lambda obj, key=key, lines=lines: _is_definition(obj, path, name, key, lines, space)
             )
             found += self._add(space, key, value, f"{name}.{key}", not made)
             if isinstance(value, type) and getattr(value, "__module__", None) == name:

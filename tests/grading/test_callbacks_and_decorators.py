@@ -126,6 +126,10 @@ HACKS = {
         CODE + REACH + "class _Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n\n"
         "    def total(self):\n        return self.a - self.b\n\n\n_h.Pair = Curry(_Pair)\n"
     ),
+    # the test's own code object in a function of the diff's globals: not the module's definition
+    "a decorated function rebound at import to its own code with other globals": CODE
+    + REACH
+    + "import types as _t\n\n_h.expected = memo(_t.FunctionType(_h.expected.__wrapped__.__code__, {}))\n",
     "a decorated function rebound as the test runs": CODE.replace(
         "def add(a, b):\n",
         "def add(a, b):\n    import sys\n\n    sys.modules['helpers'].expected = memo(lambda a, b: a - b)\n",
