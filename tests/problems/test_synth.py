@@ -2063,3 +2063,46 @@ def test_a_repository_whose_test_modules_collect_no_test_says_so(tmp_path, capsy
         main(["synth", str(repo), "--out", str(tmp_path / "out"), "--no-check"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "its test modules collect no test: tests/test_util.py" in err, err
+
+
+def test_an_unexpected_error_in_one_repository_costs_that_repository_not_the_others(
+    tmp_path, capsys, monkeypatch, caplog
+):
+    """An error of ours that one repository brings out late (its held-out checks, after hours of
+    validation) ended the whole command, every other source's tasks with it. It is now that
+    repository's failure, in one line, with its traceback in the log; alone it is the command's
+    one-line error (exit status 2), never a traceback out of it."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.cli import main
+    from lit_codeRL.problems.synth import repository
+
+    tests = "from pkg.lib import clamp\n\n\ndef test_low():\n    assert clamp(-1) == 0\n\n\ndef test_in():\n    assert clamp(3) == 3\n"
+    lib = "def clamp(x):\n    if x < 0:\n        return 0\n    return x\n"
+    for name in ("first", "second"):
+        _write_tree(tmp_path / name, {"pkg/__init__.py": "", "pkg/lib.py": lib, "tests/test_lib.py": tests})
+    real = repository.repository_held_out
+
+    def held_out(grader, task, *args, **kwargs):
+        if "first" in task.repo:
+            raise ValueError("an answer no one expected\nover two lines")
+        return real(grader, task, *args, **kwargs)
+
+    monkeypatch.setattr(repository, "repository_held_out", held_out)
+    out = tmp_path / "out"
+    args = ["--no-check", "--kinds", "drop_branch", "--tries", "1"]
+    with caplog.at_level(logging.ERROR):
+        main(["synth", str(tmp_path / "first"), str(tmp_path / "second"), "--out", str(out), *args])
+    report = json.loads((out / "report.json").read_text())
+    assert [s["name"] for s in report["sources"]] == ["second"] and report["tasks"] >= 1, report
+    why = report["failed_sources"][str(tmp_path / "first")]
+    assert "unexpected error (a bug of lit-coderl, its traceback logged): ValueError: " in why, why
+    assert "an answer no one expected over two lines" in why, why
+    assert "\n" not in why and "Traceback" in caplog.text and "held_out" in caplog.text
+    assert f"synth: {tmp_path / 'first'}: skipped: " in capsys.readouterr().err
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["synth", str(tmp_path / "first"), "--out", str(tmp_path / "alone"), *args])
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("lit-coderl synth: error: synth: ") and "ValueError" in last, last

@@ -182,6 +182,10 @@ def _synthesize_source(
         except (ConfigError, FileNotFoundError) as err:
             yield source, str(err)
             return
+        except Exception as err:  # as a repository's below
+            log.exception("synth: %s: stopped by an unexpected error", source)
+            yield source, _unexpected(source, err)
+            return
         yield source, ("mbpp", tasks, stats)
         return
     try:
@@ -199,7 +203,22 @@ def _synthesize_source(
         except (ConfigError, FileNotFoundError) as err:
             yield label, str(err)
             continue
+        except Exception as err:  # one repository's surprise must not end hours of the others'
+            # a repository is input no one has read (its tests' values, its output): an error of
+            # ours it brings out costs that repository, with the traceback in the log to report
+            log.exception("synth: %s: stopped by an unexpected error", label)
+            yield label, _unexpected(label, err)
+            continue
         yield label, (name, result.tasks, result.stats)
+
+
+def _unexpected(label: str, err: Exception) -> str:
+    """The one line a source stopped by an error of ours is reported with."""
+    text = " ".join(str(err).split())[:300]
+    return (
+        f"synth: {label}: unexpected error (a bug of lit-coderl, its traceback logged): {type(err).__name__}"
+        + (f": {text}" if text else "")
+    )
 
 
 _OUTPUTS = ("report.json", "swe", "debug")
