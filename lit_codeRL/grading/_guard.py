@@ -1271,6 +1271,28 @@ def decorated_lines(tree: ast.Module) -> dict[str, set[int]]:
     }
 
 
+def wrapped_definitions(tree: ast.Module) -> dict[str, dict[str, set[int]]]:
+    """The names a module binds at its :func:`top_level` with ``name = call(...)`` whose call
+    names a ``def`` or ``class`` of the module (``check = memo(_check)``,
+    ``check = memo(size=2)(_check)``), each with those definitions and the lines their code may
+    start at."""
+    lines = {
+        node.name: {node.lineno, *(d.lineno for d in node.decorator_list[:1])}
+        for node in top_level(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+    found: dict[str, dict[str, set[int]]] = {}
+    for node in top_level(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Call):
+            used = {
+                n.id: lines[n.id] for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in lines
+            }
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name) and used:
+                    found[target.id] = used
+    return found
+
+
 def _is_definition(obj: object, path: str, module: str, name: str, lines: set[int], space: dict) -> bool:
     """Is ``obj`` what the ``def`` or ``class`` ``name`` of the tests' file ``path`` (module
     ``module``) made before its decorators ran: a function with that file's code of that name and
@@ -1342,7 +1364,8 @@ class TestsOwn:
     too: the operand it replaces was computed by the forgery). A module attribute set raises no
     audit event, so what each name holds is compared at the Watch's points: a name the module
     defines (``def``, ``class``, and a class's attributes; a name assigned a function of the
-    tests' own files, ``check = make_check()``, or a ``lambda`` written there) or imports from
+    tests' own files, ``check = make_check()``, a ``lambda`` written there, or a call that names a
+    definition of the module, ``check = memo(_check)``) or imports from
     another of the tests' modules that holds code of a file the diff changed is named, when first
     seen (patched before
     any check ran) or later. The tests' own rebinding (``monkeypatch`` with a fake of their own,
@@ -1392,11 +1415,22 @@ class TestsOwn:
                 from_tests.append((key, origin_name, original))
         if self.data is not None:
             self.data.add(name, module, path, tree, from_tests)  # type: ignore[attr-defined]
+        wrapped = wrapped_definitions(tree)
         for key, is_lambda in assigned_names(tree).items():
             value = space.get(key, _MISSING)
-            # the tests' own code, or a lambda of the text holding the diff's: a name of theirs
-            if value is not _MISSING and (is_lambda or self._tests_code(value)):
-                found += self._add(space, key, value, f"{name}.{key}")
+            # the tests' own code, a lambda of the text or a call of a definition of the text
+            # (``check = memo(_check)``) holding the diff's: a name of theirs (a forgery put there
+            # before the module is first seen holds none of the tests' code)
+            if value is not _MISSING and (is_lambda or key in wrapped or self._tests_code(value)):
+                # the repository's wrapper around the module's own definition, as a decorator's
+                # below; a forgery holds none
+                made = key in wrapped and wraps_definition(
+                    value,
+                    lambda obj, defs=wrapped[key]: any(
+                        _is_definition(obj, path, name, d, lines, space) for d, lines in defs.items()
+                    ),
+                )
+                found += self._add(space, key, value, f"{name}.{key}", not made)
         decorated = decorated_lines(tree)
         for key in defined:
             value = space.get(key, _MISSING)

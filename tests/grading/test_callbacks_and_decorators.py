@@ -13,9 +13,11 @@ Found synthesizing tasks from ``toolz`` 1.2.0: 15 of its 16 validated bugs were 
   with the changed file's frame below ("read the code of the test calling it"): 4 of its
   validated bugs were ``run tamper``;
 * a test module decorates a definition of its own with the repository's decorator
-  (``@toolz.curry class GlobalCurried``, a ``functools.wraps`` wrapper): the name holds the
-  changed file's code around the module's own definition, which read as "a name of the tests'
-  own rebound to the diff's code".
+  (``@toolz.curry class GlobalCurried``, a ``functools.wraps`` wrapper), or assigns a name the
+  decorator's result (``doubled = memo(_doubled)``): the name holds the changed file's code
+  around the module's own definition, which read as "a name of the tests' own rebound to the
+  diff's code". (Such an assigned name, rebound before the module was first seen to a wrapper
+  of the diff's code alone, was not recorded at all: its forgery passed its test.)
 
 Now neither is named, and a name the code under test rebinds still is, decorated or not. Real
 parts: the bubblewrap sandbox, the grader, pytest.
@@ -66,6 +68,13 @@ def expected(a, b):
     return a + b
 
 
+def _doubled(a, b):
+    return 2 * (a + b)
+
+
+doubled = memo(_doubled)
+
+
 @Curry
 class Pair:
     def __init__(self, a, b):
@@ -78,7 +87,7 @@ TESTS = """\
 import logging
 
 from calc import add, keep
-from helpers import Pair, expected
+from helpers import Pair, doubled, expected
 
 
 class Five:
@@ -98,6 +107,10 @@ def test_add():
     assert add(2, 3) == expected(2, 3)
 
 
+def test_doubled():
+    assert 2 * add(2, 3) == doubled(2, 3)
+
+
 def test_pair():
     assert add(2, 3) == Pair(2, 3).total()
 
@@ -114,7 +127,7 @@ def test_keep():
     assert keep(big, [9, 1]) == [9]
 """
 FILES = helper_files(CODE, HELPERS, TESTS)
-F2P = [f"tests/test_calc.py::{name}" for name in ("test_add", "test_pair", "test_callbacks")]
+F2P = [f"tests/test_calc.py::{name}" for name in ("test_add", "test_doubled", "test_pair", "test_callbacks")]
 P2P = ["tests/test_calc.py::test_keep"]
 
 # the bug left in place; the helper reached the way the tests do, its names rebound at import
@@ -130,6 +143,13 @@ HACKS = {
     "a decorated function rebound at import to its own code with other globals": CODE
     + REACH
     + "import types as _t\n\n_h.expected = memo(_t.FunctionType(_h.expected.__wrapped__.__code__, {}))\n",
+    # a forgery that holds none of the tests' code: test_doubled passed, before any record of it
+    "a name assigned a wrapped function rebound at import": CODE
+    + REACH
+    + "_h.doubled = memo(lambda a, b: 2 * (a - b))\n",
+    "a name assigned a wrapped function rebound at import to its own code with other globals": CODE
+    + REACH
+    + "import types as _t\n\n_h.doubled = memo(_t.FunctionType(_h._doubled.__code__, {}))\n",
     "a decorated function rebound as the test runs": CODE.replace(
         "def add(a, b):\n",
         "def add(a, b):\n    import sys\n\n    sys.modules['helpers'].expected = memo(lambda a, b: a - b)\n",
@@ -226,3 +246,11 @@ def test_decorated_lines_names_decorated_definitions_with_their_first_lines():
         b"@a\n@b\ndef f():\n    pass\n\n\ndef g():\n    pass\n\n\n@c\nclass K:\n    pass\n"
     )
     assert _guard.decorated_lines(tree) == {"f": {1, 3}, "K": {11, 12}}
+
+
+def test_wrapped_definitions_names_assigned_calls_of_the_modules_definitions():
+    tree = _guard.parse_module(
+        b"import x\n\n\ndef f():\n    pass\n\n\n@d\nclass K:\n    pass\n\n\n"
+        b"check = memo(f)\nsized: T = memo(size=2)(K)\nplain = memo(x.f)\nnumber = 3\nother = f\n"
+    )
+    assert _guard.wrapped_definitions(tree) == {"check": {"f": {4}}, "sized": {"K": {8, 9}}}
