@@ -169,6 +169,68 @@ def test_answers_of_container_subclasses_are_their_containers_literals():
     assert answer(lambda: Never(a=1)) == ["ok", "Never()"]
 
 
+SWALLOWS = """\
+import time
+import unittest
+
+
+def caught():
+    try:
+        while True:
+            pass
+    except Exception:
+        return "caught"
+
+
+def caught_bare():
+    for _ in range(3):
+        try:
+            while True:
+                pass
+        except:  # noqa: E722
+            pass
+    return "caught thrice"
+
+
+def long_diff(failed):
+    # unittest's diff of two lists that differ everywhere (more-itertools' gray_product tests)
+    # is quadratic: 8 s for these, minutes for gray_product's, inside a recorded assert's check
+    # that caught the alarm's exception
+    case = unittest.TestCase()
+    first, second = [f"a{i}" for i in range(300)], [f"b{i}" for i in range(300)]
+    _lcrl_check(failed, lambda: case.assertEqual(first, second) is None)
+    return failed
+
+
+def after():
+    time.sleep(0.3)  # longer than the repeat: the timer is off once its call is answered
+    return "slept"
+"""
+
+
+def test_a_call_that_catches_its_timeout_is_answered_timeout_within_its_time():
+    """The alarm raised ``TimeoutError``: a call that caught it (``except Exception``, a recorded
+    assert's check around unittest's slow diff) ran on unbounded and answered whatever it
+    returned; a held-out run of more-itertools' 1,500 calls hung to the grader's limit in one
+    order, which left every bug of it without checks. It is now an exception ``except
+    Exception`` does not catch, fired again until the call ends."""
+    import time
+
+    from lit_codeRL.problems.synth.held_out import ANSWER_FUNCTION, KEEP_FUNCTION
+
+    namespace: dict = {}
+    exec(ANSWER_FUNCTION + KEEP_FUNCTION + SWALLOWS, namespace)
+    answer = namespace["_lcrl_answer"]
+    for thunk in (namespace["caught"], namespace["caught_bare"], lambda: namespace["long_diff"]([])):
+        start = time.monotonic()
+        assert answer(thunk) == ["timeout", ""]
+        assert time.monotonic() - start < 3.0
+    assert answer(namespace["after"]) == ["ok", "'slept'"]
+    assert answer(lambda: 1 / 0) == ["raise", "ZeroDivisionError"]
+    # a check that fails in time is still a failed check, not a timeout
+    assert answer(lambda: namespace["_lcrl_check"]([], lambda: 1 / 0)) == ["ok", "None"]
+
+
 RARE = """\
 def is_square(n):
     return n >= 0 and int(n ** 0.5) ** 2 == n
