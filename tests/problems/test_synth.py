@@ -10,6 +10,7 @@ import logging
 import random
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -117,6 +118,71 @@ def test_failure_messages_read_the_message_not_the_traceback():
     out = failure_messages(junit, ["tests/test_m.py::test_x", "tests/test_m.py::test_ok"])
     assert out == {"tests/test_m.py::test_x": "assert 7 == 3\n +  where 7 = f(2)"}
     assert failure_messages(b"<not xml", ["a.py::b"]) == {}
+
+
+LONG_FAILURES = """\
+import pytest
+
+
+def listed(n):
+    secret = "the buggy line"
+    return list(range(n))
+
+
+def test_assert():
+    assert listed(300) == list(range(301))
+
+
+def test_fail():
+    pytest.fail("@answer@" + "x" * 700, pytrace=False)
+
+
+def test_raise():
+    listed(1)
+    raise ValueError("v" * 700 + "\\nsecond line")
+
+
+def test_short():
+    assert listed(2) == [0]
+"""
+
+
+def test_failure_messages_are_whole_where_pytest_cut_them_and_never_quote_the_code(tmp_path):
+    """pytest 9.1 on cuts a junit ``message`` to 500 characters with a note on a last line
+    (``[truncated; full report in element text]``): 64 of more-itertools' 1,500 held-out answers
+    (``pytest.fail(..., pytrace=False)``) did not read back, and a statement's values ended in
+    that note. The message is whole again, from the element's text where it is the message or
+    from its ``E`` lines, never from the code the text quotes. Real pytest, real junit."""
+    (tmp_path / "test_long.py").write_text(LONG_FAILURES)
+    junit = tmp_path / "junit.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "verbosity_assertions=2",
+         "--junitxml", str(junit), "-o", "junit_family=xunit2", "test_long.py"],
+        cwd=tmp_path, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    names = ["test_assert", "test_fail", "test_raise", "test_short"]
+    out = failure_messages(junit.read_bytes(), [f"test_long.py::{name}" for name in names])
+    assert out["test_long.py::test_fail"] == "Failed: @answer@" + "x" * 700
+    assert out["test_long.py::test_raise"] == "ValueError: " + "v" * 700 + "\nsecond line"
+    whole = out["test_long.py::test_assert"]
+    assert whole.startswith("assert [0, 1, 2") and "299," in whole and "300" in whole.splitlines()[-2], whole
+    assert out["test_long.py::test_short"].startswith("assert [0, 1] == [0]")
+    assert not any("secret" in message or "full report" in message for message in out.values()), out
+
+
+def test_whole_message_keeps_what_pytest_kept_when_nothing_goes_on_from_it():
+    from lit_codeRL.problems.synth.validate import whole_message
+
+    note = "\n[+3 more lines; full report in element text]"
+    # a text whose E lines are not the message's continuation (another format): what was kept
+    assert (
+        whole_message("assert 1 == 2\n  first" + note, "def t():\n>   x\nE   other")
+        == "assert 1 == 2\n  first"
+    )
+    # a location line of a file named E...: not an E line
+    text = "E   ValueError: abc\nE   def\n\nExample.py:3: ValueError"
+    assert whole_message("ValueError: abc" + note, text) == "ValueError: abc\ndef"
+    assert whole_message("assert 1 == 2", "anything") == "assert 1 == 2"  # not cut: as it is
 
 
 def test_collection_errors_are_named_with_pytests_error_line_and_grouped_by_it():

@@ -25,8 +25,8 @@ from typing import Any
 from lit_codeRL.grading import repo as grading_repo
 from lit_codeRL.problems.synth.cache_dir import cache_root
 
-_FORMAT = 1
-"""Bump when what a cached run means changes."""
+_FORMAT = 2
+"""Bump when what a cached run means changes (2: a failure message pytest cut is read whole)."""
 
 
 def _runner_digest() -> str:

@@ -22,6 +22,7 @@ time per process (at least ``min_cpu_s``). Bugs that make a loop never end are c
 from __future__ import annotations
 
 import logging
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -108,14 +109,49 @@ def _junit_problems(junit: bytes | None) -> list[tuple[tuple[str, str], ET.Eleme
     ]
 
 
+_SHORTENED = re.compile(r"(?:\.\.\.)?\n\[(?:\+\d+ more lines?|truncated); full report in element text\]\Z")
+"""The last line pytest (9.1 on) puts on a ``message`` attribute it cut to 500 characters."""
+
+
+def whole_message(message: str, text: str) -> str:
+    """``message`` as the test raised it where pytest cut it (:data:`_SHORTENED`): the element
+    ``text`` when it is the message itself (``pytest.fail(..., pytrace=False)``, which the
+    held-out answers fail with: 64 of more-itertools' 1,500 were lost), else the ``E`` lines
+    of its last block (the exception's own lines, never the code quoted above them), each only
+    when it goes on from what pytest kept; else what it kept, without its note."""
+    cut = _SHORTENED.search(message)
+    if cut is None:
+        return message
+    kept = message[: cut.start()]
+    lines = text.splitlines()
+    marked = [line == "E" or line.startswith("E ") for line in lines]  # not "Example.py:3: ..."
+    end = len(lines)
+    while end and not marked[end - 1]:
+        end -= 1
+    start = end
+    while start and marked[start - 1]:
+        start -= 1
+    block = lines[start:end]
+    if block:
+        # "E" and the indent of the first line: the exception's lines are marked alike
+        width = len(block[0]) - len(block[0][1:].lstrip(" "))
+        block = [line[width:] for line in block]
+    label, _, rest = kept.partition(": ")  # "Failed: " is on the message, not on its text
+    for whole in ("\n".join(block), text, f"{label}: {text}" if rest else ""):
+        if whole and whole.startswith(kept):
+            return whole
+    return kept
+
+
 def failure_messages(junit: bytes | None, node_ids: Sequence[str]) -> dict[str, str]:
     """The ``message`` attribute of each failed or erroring test case among ``node_ids`` (pytest
     puts the assertion there, with its rewritten values; the traceback text is not read: it
-    quotes the code under test, which would show the bug)."""
+    quotes the code under test, which would show the bug), whole where pytest cut it
+    (:func:`whole_message`)."""
     by_key: dict[tuple[str, str], str] = {}
     for key, element in _junit_problems(junit):
         if element.get("message"):
-            by_key.setdefault(key, element.get("message", ""))
+            by_key.setdefault(key, whole_message(element.get("message", ""), element.text or ""))
     found = {node: by_key.get(junit_key(node), "") for node in node_ids}
     return {node: message for node, message in found.items() if message}
 
