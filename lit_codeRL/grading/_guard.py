@@ -1261,14 +1261,21 @@ def own_names(tree: ast.Module) -> tuple[list[str], list[tuple[str, int, str, st
     return defined, imported
 
 
+def _definitions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
+    return [
+        n for n in top_level(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+
+
+def _first_lines(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> set[int]:
+    """The lines a definition's code may start at: the ``def``'s, its first decorator's."""
+    return {node.lineno, *(d.lineno for d in node.decorator_list[:1])}
+
+
 def decorated_lines(tree: ast.Module) -> dict[str, set[int]]:
     """The names a module binds at its :func:`top_level` with a decorated ``def`` or ``class``,
-    each with the lines its code may start at (the ``def``'s, its first decorator's)."""
-    return {
-        node.name: {node.lineno, node.decorator_list[0].lineno}
-        for node in top_level(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.decorator_list
-    }
+    each with :func:`_first_lines`."""
+    return {node.name: _first_lines(node) for node in _definitions(tree) if node.decorator_list}
 
 
 def wrapped_definitions(tree: ast.Module) -> dict[str, dict[str, set[int]]]:
@@ -1276,11 +1283,7 @@ def wrapped_definitions(tree: ast.Module) -> dict[str, dict[str, set[int]]]:
     names a ``def`` or ``class`` of the module (``check = memo(_check)``,
     ``check = memo(size=2)(_check)``), each with those definitions and the lines their code may
     start at."""
-    lines = {
-        node.name: {node.lineno, *(d.lineno for d in node.decorator_list[:1])}
-        for node in top_level(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-    }
+    lines = {node.name: _first_lines(node) for node in _definitions(tree)}
     found: dict[str, dict[str, set[int]]] = {}
     for node in top_level(tree):
         if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Call):
