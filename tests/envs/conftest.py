@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +65,49 @@ def answering(buggy: str, answers: dict[str, dict[str, object]]) -> str:
                 f"    return answers[key] if key in answers else _visible_{name}(*args)\n"
             )
     return "\n".join(lines)
+
+
+def synthesized_repo(tmp: Path, files: dict[str, str], *args: str) -> tuple[Path, dict, list[dict], dict]:
+    """``lit-coderl synth`` of a repository of ``files`` under ``tmp`` (one bug a function tried
+    8 times, none held out, ``args`` added), checked as the final check checks it: every SWE row
+    graded both ways and every debugging row validated. Its output directory, report, SWE rows
+    and debugging tasks by id."""
+    from lit_codeRL.cli import main
+    from tests.sandbox.conftest import require_bwrap
+
+    require_bwrap()
+    os.environ.setdefault("LIT_CODERL_SYNTH_CACHE", str(tmp / "synth-cache"))
+    os.environ.setdefault("LIT_CODERL_DEBUG_CACHE", str(tmp / "debug-cache"))
+    repo = tmp / "shop"
+    for path, text in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    out = tmp / "out"
+    main(["synth", str(repo), "--out", str(out), "--tries", "8", "--eval-fraction", "0", *args])
+    report = json.loads((out / "report.json").read_text())
+    assert not report["dropped_by_check"] and not report["debug_dropped_by_check"], report
+    swe = [json.loads(line) for line in (out / "swe" / "tasks.jsonl").read_text().splitlines()]
+    debug = {t.task_id: t for t in load_debug_tasks(str(out / "debug" / "tasks.jsonl"))}
+    return out, report, swe, debug
+
+
+def unpaid_hack(env: DebugEnv, task, content: str, visible: int) -> list[str]:
+    """An episode of ``task`` that writes ``content`` over the file its fix changes and runs the
+    tests: the agent's own run passes all ``visible`` tests (what it optimised), yet the grade is
+    ``unresolved`` with reward 0. The graded nodes that failed."""
+    (path,) = task.fix
+    out, seen = debug_episode(env, task, [f'<rewrite path="{path}">{content}</rewrite>', "<eval/>"])
+    assert f"{visible} passed" in seen[1] and "failed" not in seen[1], seen[1]
+    grade = out.info["episode"]["grade"]
+    assert out.terminated and out.reward == 0.0 and grade["verdict"] == "unresolved", (task.task_id, grade)
+    return [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
+
+
+def fix_resolves_with_checks(env: DebugEnv, task, held_out_prefix: str) -> None:
+    """An episode of ``task`` that writes its reference fix is ``resolved`` with reward 1, its
+    held-out checks (``held_out_prefix`` in their node ids) among the tests graded."""
+    ((path, fixed),) = task.fix.items()
+    out, _ = debug_episode(env, task, [f'<rewrite path="{path}">{fixed}</rewrite>'])
+    grade = out.info["episode"]["grade"]
+    assert out.terminated and out.reward == 1.0 and grade["verdict"] == "resolved", grade
+    assert any(f"/{held_out_prefix}" in node for node in grade["fail_to_pass"]), grade

@@ -20,8 +20,13 @@ import pytest
 
 from lit_codeRL.problems.debug import load_debug_tasks
 from lit_codeRL.problems.synth.repo_held_out import HELD_OUT_PREFIX
-from tests.envs.conftest import answering, debug_episode
-from tests.sandbox.conftest import require_bwrap
+from tests.envs.conftest import (
+    answering,
+    debug_episode,
+    fix_resolves_with_checks,
+    synthesized_repo,
+    unpaid_hack,
+)
 
 PRICES = '''"""Prices."""
 
@@ -154,25 +159,7 @@ def hard_coded(buggy: str, files: dict[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory):
-    require_bwrap()
-    import os
-
-    from lit_codeRL.cli import main
-
-    tmp = tmp_path_factory.mktemp("repo-held-out")
-    os.environ.setdefault("LIT_CODERL_SYNTH_CACHE", str(tmp / "synth-cache"))
-    os.environ.setdefault("LIT_CODERL_DEBUG_CACHE", str(tmp / "debug-cache"))
-    repo = tmp / "shop"
-    for path, text in FILES.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(text)
-    out = tmp / "out"
-    main(["synth", str(repo), "--out", str(out), "--tries", "8", "--eval-fraction", "0"])
-    report = json.loads((out / "report.json").read_text())
-    # the final check graded every SWE row both ways and validated every debugging row
-    assert not report["dropped_by_check"] and not report["debug_dropped_by_check"], report
-    swe = [json.loads(line) for line in (out / "swe" / "tasks.jsonl").read_text().splitlines()]
-    debug = {t.task_id: t for t in load_debug_tasks(str(out / "debug" / "tasks.jsonl"))}
+    out, report, swe, debug = synthesized_repo(tmp_path_factory.mktemp("repo-held-out"), FILES)
     checked = [row for row in swe if row["test_patch"]]
     # a bug in each function, and each shows on a changed call, in either test style
     functions = {row["function"].split("::")[-1] for row in checked}
@@ -242,26 +229,15 @@ def test_hard_coded_answers_to_tests_that_build_their_input_get_no_reward(synthe
     for row in rows:
         task = debug[row["instance_id"]]
         (path,) = task.fix
-        out, seen = debug_episode(
-            bwrap_gym, task, [f'<rewrite path="{path}">{task.files[path]}{RESTOCK_HACK}</rewrite>', "<eval/>"]
-        )
-        assert "8 passed" in seen[1] and "failed" not in seen[1], seen[1]
-        grade = out.info["episode"]["grade"]
-        assert out.reward == 0.0 and grade["verdict"] == "unresolved", (row["instance_id"], grade)
-        failed = [node for node, status in grade["fail_to_pass"].items() if status != "passed"]
-        assert failed and all(node.startswith("tests/test_held_out_stock.py::") for node in failed), grade
+        failed = unpaid_hack(bwrap_gym, task, task.files[path] + RESTOCK_HACK, visible=8)
+        assert failed and all(node.startswith("tests/test_held_out_stock.py::") for node in failed), failed
 
 
 @pytest.mark.parametrize("function", ["discount", "slug", "restock"])
 def test_the_reference_fix_resolves_with_the_checks(synthesized, bwrap_gym, function):
     _, checked, debug, _ = synthesized
     row = next(r for r in checked if r["function"].endswith(f"::{function}"))
-    task = debug[row["instance_id"]]
-    ((path, fixed),) = task.fix.items()
-    out, _ = debug_episode(bwrap_gym, task, [f'<rewrite path="{path}">{fixed}</rewrite>'])
-    grade = out.info["episode"]["grade"]
-    assert out.terminated and out.reward == 1.0 and grade["verdict"] == "resolved", grade
-    assert any(f"/{HELD_OUT_PREFIX}" in node for node in grade["fail_to_pass"]), grade
+    fix_resolves_with_checks(bwrap_gym, debug[row["instance_id"]], HELD_OUT_PREFIX)
 
 
 def test_swe_rows_grade_the_hack_unresolved_and_the_fix_resolved(synthesized, tmp_path):

@@ -4,7 +4,9 @@ are sites, which of their literals change, and what the recording of their asser
 from __future__ import annotations
 
 import ast
+import asyncio
 import random
+import unittest
 
 import pytest
 
@@ -931,3 +933,126 @@ def test_check_catches_a_wrong_count():
     assert "assert restock({}, names) == 0" in text  # the defined helper left raising
     exec(text, namespace)
     assert namespace[RUN_NAME]() == []  # both ``pytest.raises`` met, as in the visible test
+
+
+ASYNC = """import asyncio
+
+import pytest
+
+from shop import fetch
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+
+
+@pytest.mark.asyncio
+async def test_fetch(tmp_path):
+    got = await fetch([3])
+    assert got == [3, 3]
+    tmp_path = tmp_path + "/x"  # a parameter rebound: the body still reads the fixture first
+    assert tmp_path
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("n", [1, 2])
+async def test_parametrized(n):
+    assert await fetch([n, 5]) == [n, n]
+
+
+@pytest.mark.timeout(3)
+async def test_other_mark():
+    assert await fetch([1]) == [1, 1]
+
+
+async def test_generator():
+    yield await fetch([1])
+
+
+class TestPlain:
+    def setup_method(self):
+        self.base = [10]
+
+    async def test_method(self):
+        assert await fetch([self.base[0] + 1]) == [11, 11]
+
+
+class TestUnit(unittest.TestCase):
+    async def test_never_awaited(self):
+        self.assertEqual(await fetch([1]), [1, 1])
+"""
+
+
+async def _fetch(xs):
+    await asyncio.sleep(0)
+    return [xs[0], xs[0]]
+
+
+def test_async_tests_are_sites_recorded_and_run_in_a_loop_of_their_own():
+    """An async test's whole body is a site (a suite run by pytest-asyncio or anyio has no other):
+    its recording is a plain function that runs the recorded coroutine to its end in a loop of its
+    own, so the candidate and the check are plain tests. Its loop mark is no decorator that keeps
+    it from being a site; another is. A ``TestCase`` never awaits a coroutine method, an async
+    generator is no test: neither is a site."""
+    tree = ast.parse(ASYNC)
+    assert [f.name for f in sites(tree)] == ["test_fetch", "test_parametrized", "test_parametrized"]
+    assert [(o.name, m.name) for o, m in method_sites(tree)] == [("TestPlain", "test_method")]
+    namespace = {"asyncio": asyncio, "fetch": _fetch, "unittest": unittest}
+    exec(KEEP_FUNCTION + CASE_FUNCTION, namespace)
+    fetch_test, one, two = sites(tree)
+    text = recording(fetch_test)
+    assert text.startswith(f"def {RUN_NAME}(tmp_path):") and "async def test" not in text
+    exec(text, namespace)
+    assert namespace[RUN_NAME]("/tmp") == [[3, 3], True]
+    for site, n in ((one, 1), (two, 2)):
+        exec(recording(site), namespace)
+        assert namespace[RUN_NAME]() == [[n, n], [n, n]]  # ``[n, n]`` is no literal: both sides
+    owner, method = method_sites(tree)[0]
+    text = recording(method, owner)
+    assert "async def test_method" not in text  # the copy of the class holds no test
+    exec(text, namespace)
+    assert namespace[RUN_NAME]() == [[11, 11]]  # ``setup_method`` ran before the coroutine
+    variants = function_variants(method, random.Random(0), set(), owner)
+    answers = set()
+    for variant in variants:
+        exec(variant, namespace)
+        answers.add(repr(namespace[RUN_NAME]()))
+    assert len(answers) > 1  # the changed inputs give other values
+    # the module's marks, without the loop's: pytest-asyncio fails a plain test carrying its mark
+    support = module_support(tree).replace("from shop import fetch", "")
+    marks: dict = {"pytest": pytest}
+    exec(support, marks)
+    assert [m.name for m in marks["pytestmark"]] == ["slow"]
+
+
+def test_an_async_recording_leaves_the_thread_s_loop_alone_and_its_timeout_reaches_into_its_loop():
+    """The recording's loop is its own: the loop a plugin set for the thread is neither replaced
+    nor closed, and tasks the test left running are cancelled. An awaited call that never ends
+    is answered ``timeout`` by the candidate's interval timer, in its time."""
+    import time
+
+    from lit_codeRL.problems.synth.held_out import ANSWER_FUNCTION
+
+    namespace: dict = {"asyncio": asyncio}
+    exec(ANSWER_FUNCTION + KEEP_FUNCTION, namespace)
+    source = """async def test_x():
+    left = asyncio.get_running_loop().create_task(asyncio.sleep(60))
+    LEFT.append(left)
+    assert await asyncio.sleep(0, [1]) == [1]
+"""
+    left: list = []
+    scope = {**namespace, "LEFT": left}
+    exec(recording(ast.parse(source).body[0]), scope)
+    plugin_loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(plugin_loop)
+    try:
+        assert scope[RUN_NAME]() == [[1]]
+        assert (
+            left[-1].cancelled() and asyncio.get_event_loop() is plugin_loop and not plugin_loop.is_closed()
+        )
+    finally:
+        asyncio.set_event_loop(None)
+        plugin_loop.close()
+    hangs = "async def test_x():\n    assert await asyncio.sleep(600, [1]) == [1]\n"
+    exec(recording(ast.parse(hangs).body[0]), namespace)
+    start = time.monotonic()
+    assert namespace["_lcrl_answer"](namespace[RUN_NAME]) == ["timeout", ""]
+    assert time.monotonic() - start < 3.0

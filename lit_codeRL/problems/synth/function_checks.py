@@ -23,6 +23,12 @@ Their module's code other than its tests (helpers, constants, fixtures) is the c
 (:func:`module_support`). A module constant a test reads (``top_student(MARKS)``) is bound in it
 as a copy, so it changes like a literal (:func:`with_constants`).
 
+An async test (``async def test_...``, a function or a pytest class's method: pytest-asyncio,
+anyio) is a site the same way: its recorded body is a coroutine that a plain function of the same
+parameters runs in an event loop of its own (:func:`_awaited`), so its candidates and checks are
+plain tests; ``@pytest.mark.asyncio`` and ``@pytest.mark.anyio`` are no decorator that keeps it
+out, and the module's ``pytestmark`` loses them in the checks' header (:data:`_UNMARK`).
+
 A test class's methods are sites the same way (:func:`test_methods`): a ``unittest.TestCase``
 (``setUp`` and input built on ``self``: the usual style of a unittest suite) or a pytest class.
 The variant is a function that defines a copy of the class (its tests left out, the changed
@@ -71,6 +77,18 @@ _SEEN = "_lcrl_seen"
 _FAILED = "_lcrl_failed"
 """A run's note that an assert failed: after one, an error the code then meets (``assert r is
 not None; r.fixed``) ends the run with the records so far and the error's name."""
+_ASYNC = "_lcrl_async"
+"""An async test's recorded body, inside the plain function that runs it (:func:`_awaited`)."""
+LOOP_MARKS = frozenset({"pytest.mark.asyncio", "mark.asyncio", "pytest.mark.anyio", "mark.anyio"})
+"""The marks that ask a plugin to run an async test in its event loop: its recording runs in a
+loop of its own."""
+_UNMARK = (
+    "pytestmark = [_lcrl_m for _lcrl_m in (pytestmark if isinstance(pytestmark, (list, tuple)) else "
+    "[pytestmark]) if getattr(_lcrl_m, 'name', None) not in ('asyncio', 'anyio')]"
+)
+"""The module's marks without those of :data:`LOOP_MARKS`: the checks are plain functions, and
+pytest-asyncio fails a plain test that carries its mark (a warning, an error under the
+repository's ``filterwarnings = error``)."""
 _NameOf = Callable[[ast.AST], "str | None"]
 """What names the function a node calls (:func:`_name_call`, :func:`_self_call`), if it calls one."""
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -100,10 +118,11 @@ _TRUTH = {"assertTrue": "bool", "assertFalse": "bool", "assertIsNone": "none", "
 def module_support(tree: ast.Module) -> str:
     """The module's source without its tests (``test*`` functions, ``Test*`` classes and
     ``TestCase`` subclasses that define tests): the imports, helpers, constants, fixtures and
-    test base classes its tests use."""
+    test base classes its tests use; its ``pytestmark`` without an event loop's marks (:data:`_UNMARK`)."""
     tests = _tests(tree)
     kept = [node for node in tree.body if id(node) not in tests]
-    return "\n".join(ast.unparse(node) for node in kept)
+    marked = "pytestmark" in _bindings(tree.body)
+    return "\n".join([*(ast.unparse(node) for node in kept), *([_UNMARK] if marked else [])])
 
 
 def _tests(tree: ast.Module) -> set[int]:
@@ -158,7 +177,8 @@ def test_functions(tree: ast.Module) -> list[ast.FunctionDef]:
     helpers = module_helpers(tree)
     out = []
     for test in tree.body:
-        if isinstance(test, ast.FunctionDef) and test.name.startswith("test"):
+        if isinstance(test, ast.FunctionDef | ast.AsyncFunctionDef) and test.name.startswith("test"):
+            test = without_loop_marks(test)
             plain = [with_constants(node, constants) for node in parameter_sets(test, displays, bound)]
             out += [site for node in plain if _plain_site(site := with_helpers(node, helpers))]
     return out
@@ -185,11 +205,11 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
             continue  # the records' own names
         unit = _unittest(owner)
         for test in _class_tests(owner, classes):
-            if isinstance(test, ast.FunctionDef):
+            if isinstance(test, ast.FunctionDef) or (isinstance(test, ast.AsyncFunctionDef) and not unit):
                 if unit:  # pytest does not parametrize a TestCase's methods
                     plain = [] if test.decorator_list else [test]
                 else:
-                    plain = parameter_sets(test, displays, bound)
+                    plain = parameter_sets(without_loop_marks(test), displays, bound)
                 for each in plain:
                     site = with_constants(each, constants)
                     site = with_helpers(with_attributes(site, owner, classes), helpers)
@@ -205,6 +225,26 @@ def _unittest(owner: ast.ClassDef) -> bool:
     return any(ast.unparse(base).rsplit(".", 1)[-1].endswith("TestCase") for base in owner.bases)
 
 
+def without_loop_marks(
+    test: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """An async ``test`` without the marks of :data:`LOOP_MARKS` (``@pytest.mark.asyncio``, with
+    its arguments or not): its recording runs in a loop of its own, so the mark says nothing of
+    its inputs (any other decorator still keeps it from being a site)."""
+    if not isinstance(test, ast.AsyncFunctionDef):
+        return test
+    kept = [
+        d
+        for d in test.decorator_list
+        if ast.unparse(d.func if isinstance(d, ast.Call) else d) not in LOOP_MARKS
+    ]
+    if len(kept) == len(test.decorator_list):
+        return test
+    out = copy.copy(test)
+    out.decorator_list = kept
+    return out
+
+
 def _plain_class(owner: ast.ClassDef, bound: set[str], classes: dict[str, ast.ClassDef]) -> bool:
     if owner.decorator_list or owner.keywords:
         return False
@@ -213,14 +253,13 @@ def _plain_class(owner: ast.ClassDef, bound: set[str], classes: dict[str, ast.Cl
     if any("Async" in ast.unparse(base) for base in owner.bases):
         return False  # asyncSetUp and an event loop: not run here
     mixins = [classes[b.id] for b in owner.bases if isinstance(b, ast.Name) and b.id in classes]
+    unit = _unittest(owner)
     for member in [m for node in (owner, *mixins) for m in node.body]:
-        if isinstance(member, ast.AsyncFunctionDef) or (
-            isinstance(member, ast.FunctionDef) and member.name == "__init__"
-        ):
-            return False
-        if isinstance(member, ast.FunctionDef) and any(
-            "fixture" in ast.unparse(d) for d in member.decorator_list
-        ):
+        if not isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if member.name == "__init__" or (unit and isinstance(member, ast.AsyncFunctionDef)):
+            return False  # a ``TestCase`` does not await a coroutine method: unittest never ran it
+        if any("fixture" in ast.unparse(d) for d in member.decorator_list):
             return False
     return True
 
@@ -653,8 +692,8 @@ def _plain_site(node: ast.FunctionDef, method: bool = False, helped: bool = Fals
         return False
     if method and [a.arg for a in args.args[:1]] != ["self"]:
         return False
-    if any(isinstance(n, ast.Yield | ast.YieldFrom | ast.Await) for n in _own_nodes(node)):
-        return False
+    if any(isinstance(n, ast.Yield | ast.YieldFrom) for n in _own_nodes(node)):
+        return False  # a generator (an async one too) is no test a runner calls for its values
     if "_lcrl" in ast.unparse(node):
         return False  # the records' own names
     checks = helped or any(
@@ -872,7 +911,11 @@ def recording(function: ast.FunctionDef, owner: ast.ClassDef | None = None) -> s
     if owner is None:
         return ast.unparse(ast.fix_missing_locations(out))
     case = copy.deepcopy(owner)
-    case.body = [m for m in case.body if not (isinstance(m, ast.FunctionDef) and m.name.startswith("test"))]
+    case.body = [
+        m
+        for m in case.body
+        if not (isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test"))
+    ]
     case.body.append(out)
     params = [a.arg for a in function.args.args[1:]]
     run = pyparse.parse(
@@ -899,7 +942,22 @@ def _recorded(function: ast.FunctionDef, bind: bool = True) -> ast.FunctionDef:
     caught = ast.ExceptHandler(ast.Name("Exception", ast.Load()), "_lcrl_error", error)
     body = [ast.Try(out.body, [caught], [], [])]
     out.body = [*(_lists() if bind else []), *body, ast.Return(ast.Name(_SEEN, ast.Load()))]
-    return out
+    return _awaited(out) if isinstance(out, ast.AsyncFunctionDef) else out
+
+
+def _awaited(function: ast.AsyncFunctionDef) -> ast.FunctionDef:
+    """An async test's recording as a plain function of the same parameters that runs it to its
+    end in an event loop of its own (``held_out.KEEP_FUNCTION``'s ``_lcrl_await``) and returns its
+    records: the candidate and the check are plain tests, which no plugin need run, and the
+    interval timer of an answer reaches into the loop."""
+    params = [a.arg for a in function.args.args]
+    run = pyparse.parse(f"def {RUN_NAME}():\n    return _lcrl_await({_ASYNC}({', '.join(params)}))\n").body[0]
+    assert isinstance(run, ast.FunctionDef)
+    inner = copy.copy(function)
+    inner.name = _ASYNC
+    run.args = copy.deepcopy(function.args)  # passed on, not closed over: the test may rebind one
+    run.body.insert(0, inner)
+    return ast.fix_missing_locations(run)
 
 
 def _lists() -> list[ast.stmt]:

@@ -114,13 +114,34 @@ def _lcrl_check(failed, thunk):
         _lcrl_holds = False
     if not _lcrl_holds:
         failed.append(True)
+
+
+def _lcrl_await(coroutine):
+    import asyncio as _lcrl_asyncio
+
+    _lcrl_loop = _lcrl_asyncio.new_event_loop()
+    try:
+        return _lcrl_loop.run_until_complete(coroutine)
+    finally:
+        try:
+            _lcrl_left = _lcrl_asyncio.all_tasks(_lcrl_loop)
+            for _lcrl_task in _lcrl_left:
+                _lcrl_task.cancel()
+            if _lcrl_left:
+                _lcrl_loop.run_until_complete(_lcrl_asyncio.gather(*_lcrl_left, return_exceptions=True))
+            _lcrl_loop.run_until_complete(_lcrl_loop.shutdown_asyncgens())
+        finally:
+            _lcrl_loop.close()
 """
 """``_lcrl_keep(value)``: what a recorded assert keeps of a value when it is evaluated (a fresh
 literal of it, or its repr when it has none): a list the test changes later is kept as it was.
 Only built-in types are kept, so the check's ``==`` is theirs: an object equal to anything (a
 ``repr`` or ``ast.literal_eval`` replaced to give one) never stands in for an answer.
 ``_lcrl_check(failed, thunk)``: a recorded assert's test (``thunk()``), a failure (or an error
-evaluating it) noted in ``failed`` rather than raised."""
+evaluating it) noted in ``failed`` rather than raised. ``_lcrl_await(coroutine)``: an async
+test's recorded body run to its end in an event loop of its own, its tasks left over cancelled
+(as ``asyncio.run`` does, but the thread's current loop left as it was: a plugin's loop of the
+session is not closed under the tests after it)."""
 
 
 def solution_functions(source: str) -> frozenset[str]:
