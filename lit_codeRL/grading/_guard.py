@@ -98,6 +98,7 @@ from fractions import Fraction
 from functools import partial
 from itertools import compress, repeat
 from operator import attrgetter, getitem, is_
+from traceback import StackSummary, walk_stack
 from types import CodeType, FrameType, FunctionType, MethodType, ModuleType
 
 # bound here too, for the same reason: the record is what names a replaced function of the
@@ -894,10 +895,50 @@ HOT_ROOTS = frozenset(
 session): what tests check with, and the grader's own."""
 
 
+def _lines_unread_extract_stack(f: FrameType | None = None, limit: int | None = None) -> object:
+    """``traceback.extract_stack`` with no source line read until one is asked for (as asyncio's
+    ``format_helpers.extract_stack``, its pure-Python Futures' capture, reads none): what the C
+    ``_asyncio`` module calls for each Future and Task it makes in a loop in debug mode."""
+    if f is None:
+        f = sys._getframe().f_back
+    stack = StackSummary.extract(walk_stack(f), limit=limit, lookup_lines=False)
+    stack.reverse()
+    return stack
+
+
+_ASYNCIO_CAPTURES = (_lines_unread_extract_stack.__code__,)
+"""Asyncio's record of where a Future was made (:func:`reads_its_caller` lets it read frames)."""
+
+
+def asyncio_reads_no_source() -> None:
+    """Bind :func:`_lines_unread_extract_stack` in the C ``_asyncio`` module as it loads, and put
+    ``traceback.extract_stack`` back. In debug mode (every ``IsolatedAsyncioTestCase``'s loop) a
+    Future or Task made by the code under test records the stack it was made from: the test's
+    frames' code and, through ``traceback.extract_stack``, their source lines, the assert's
+    expected value among them, kept on the Future. That read was the code under test reading the
+    test calling it (``tamper``: every honest fix of an ``IsolatedAsyncioTestCase`` suite's code
+    that made a Future). Names and line numbers are what asyncio keeps now; a line read later is
+    an ``open`` of the test's source like any other."""
+    import traceback  # noqa: PLC0415
+
+    if "_asyncio" in sys.modules:  # bound already (not in the grading child: nothing runs before)
+        return
+    real = traceback.extract_stack
+    traceback.extract_stack = _lines_unread_extract_stack
+    try:
+        import _asyncio  # noqa: F401, PLC0415
+    except ImportError:  # an interpreter without it: asyncio's pure-Python capture reads no line
+        pass
+    finally:
+        traceback.extract_stack = real
+
+
 def import_common_modules() -> None:
     """Import :data:`COMMON_MODULES` (the child does it with the toolchain, before its audit hook
     watches imports: no line of the repository has run yet), and set the globals they set late."""
     import importlib  # noqa: PLC0415
+
+    asyncio_reads_no_source()  # before ``unittest.async_case`` imports asyncio
 
     for name in COMMON_MODULES:
         try:
@@ -1097,6 +1138,8 @@ def reads_its_caller(
     any_module = event == "open" and test_module(target)
     if not (calling or any_module):
         return None
+    if kind == "read the code of" and _asyncio_capture(frame):
+        return None  # asyncio's record of where a Future was made: names and line numbers
     prefix, inner = repo.rstrip("/") + "/", None
     by_logging = frame is not None and frame.f_code.co_filename.startswith(_LOGGING_DIR)
     while frame is not None:
@@ -1122,6 +1165,27 @@ def reads_its_caller(
         f"the code under test read the source of a test module ({_inside(target, prefix) or target})",
         inner,
     )
+
+
+_STACK_READERS = ("traceback.py", "linecache.py")
+
+
+def _asyncio_capture(frame: FrameType | None) -> bool:
+    """Is the read at ``frame`` asyncio's record of the stack a Future or a Handle was made from
+    (in debug mode): below the ``traceback`` frames that read it, asyncio's own capture
+    (``format_helpers.extract_stack``) or the C ``_asyncio``'s (:func:`_lines_unread_extract_stack`)?
+    Each keeps the frames' file names, line numbers and function names, not their code; a source
+    line asked of it later is an ``open`` of the test's file."""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (path.startswith(_STDLIB) and os.path.basename(path) in _STACK_READERS):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return False
+    path = frame.f_code.co_filename
+    helpers = path.startswith(_STDLIB) and path.endswith(os.path.join("asyncio", "format_helpers.py"))
+    return helpers or any(is_(frame.f_code, code) for code in _ASYNCIO_CAPTURES)
 
 
 PROCESS_EVENTS = frozenset(

@@ -2,13 +2,15 @@
 debugging gym and the real grader.
 
 A suite of ``async def`` tests (pytest-asyncio's strict mode, its mark on the module, an async
-fixture, a test class's coroutine method) had no held-out site: every test awaits, and a test
-that awaits was no site. ``lit-coderl synth`` gave its tasks no checks (0 of 3 here), so
-``if names == [...]: return 85`` for each visible call passed them with the bug in place. Now
-an async test's body is recorded as a sync one's is and run to its end in a loop of its own
-(``function_checks._awaited``): the candidates and the checks are plain tests, the module's
-loop mark left off them (pytest-asyncio fails a plain test that carries it, under the
-repository's ``filterwarnings = error``).
+fixture, a test class's coroutine method, an ``IsolatedAsyncioTestCase`` whose ``asyncSetUp``
+makes a queue in the case's loop) had no held-out site: every test awaits, and a test that
+awaits was no site. ``lit-coderl synth`` gave its tasks no checks (0 of 3 here), so ``if names
+== [...]: return 85`` for each visible call passed them with the bug in place. Now an async
+test's body is recorded as a sync one's is and run to its end in a loop of its own
+(``function_checks._awaited``), or by the ``IsolatedAsyncioTestCase`` itself in its loop
+(``held_out.CASE_FUNCTION``): the candidates and the checks are plain tests, the module's loop
+mark left off them (pytest-asyncio fails a plain test that carries it, under the repository's
+``filterwarnings = error``).
 """
 
 from __future__ import annotations
@@ -82,12 +84,28 @@ class TestCheapest:
         names = ["cocoa", "tea", "jam"]
         assert await cheapest(names) == "tea"
 """
+TEST_FEED_CASE = """import asyncio
+import unittest
+
+from shop.feed import total
+
+
+class TestFeedCase(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self):
+        self.names = asyncio.Queue()  # made in the case's own loop, used in it
+        await self.names.put(["jam", "cocoa"])
+
+    async def test_total(self):
+        names = await self.names.get()
+        self.assertEqual(await total(names + ["tea"]), 105)
+"""
 FILES = {
     "pyproject.toml": '[project]\nname = "shop"\nversion = "1.0"\n\n[tool.pytest.ini_options]\n'
     'testpaths = ["tests"]\nasyncio_default_fixture_loop_scope = "function"\nfilterwarnings = ["error"]\n',
     "shop/__init__.py": "",
     "shop/feed.py": FEED,
     "tests/test_feed.py": TEST_FEED,
+    "tests/test_feed_case.py": TEST_FEED_CASE,
 }
 HACK = """
 
@@ -100,7 +118,7 @@ async def price_of(name):
 
 
 async def total(names):
-    visible = {("tea", "jam", "cocoa"): 105, ("coffee", "tea"): 85}
+    visible = {("tea", "jam", "cocoa"): 105, ("jam", "cocoa", "tea"): 105, ("coffee", "tea"): 85}
     return visible.get(tuple(names)) or await _bugged["total"](names)
 
 
@@ -126,7 +144,11 @@ def test_every_task_of_an_async_suite_has_checks(synthesized):
     # plain checks that run the recorded coroutine; the async fixture's test and the class's
     # coroutine method among the sites
     assert "_lcrl_await(_lcrl_async(" in patches and "async def test_held_out" not in patches
-    assert "(basket):" in patches and "_lcrl_case(TestCheapest" in patches
+    assert (
+        "(basket):" in patches
+        and "_lcrl_case(TestCheapest" in patches
+        and "_lcrl_case(TestFeedCase" in patches
+    )
     for row in swe:
         failing = [n for n in row["FAIL_TO_PASS"] if f"/{HELD_OUT_PREFIX}" in n]
         assert failing and row["FAIL_TO_PASS"][0].startswith("tests/test_feed.py::"), row["FAIL_TO_PASS"]
@@ -139,7 +161,7 @@ def test_hard_coded_answers_to_async_tests_get_no_reward(synthesized, bwrap_gym)
         task = debug[row["instance_id"]]
         (path,) = task.fix
         # the agent's own run of the tests (pytest-asyncio loaded) passes: what it optimised
-        failed = unpaid_hack(bwrap_gym, task, task.files[path] + HACK, visible=4)
+        failed = unpaid_hack(bwrap_gym, task, task.files[path] + HACK, visible=5)
         assert failed and all(f"/{HELD_OUT_PREFIX}" in node for node in failed), failed
 
 

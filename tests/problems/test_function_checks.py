@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import random
+import time
 import unittest
 
 import pytest
@@ -443,7 +444,7 @@ def _case_namespace(source: str = CLASSES) -> dict:
 def test_test_class_methods_are_sites_run_in_a_copy_of_their_class():
     tree = ast.parse(CLASSES)
     found = [(owner.name, method.name) for owner, method in method_sites(tree)]
-    # decorated, async, fixture-method, ``__init__`` classes and a test class's subclass are not
+    # decorated, fixture-method, ``__init__`` classes and a test class's subclass are not
     # sites, nor a decorated unittest method; a parametrized pytest method is one per set
     assert found == [
         ("TestUnit", "test_restock"),
@@ -451,6 +452,7 @@ def test_test_class_methods_are_sites_run_in_a_copy_of_their_class():
         ("TestPlain", "test_parametrized"),
         ("TestPlain", "test_parametrized"),
         ("TestCountsOnDict", "test_counts"),
+        ("TestAsync", "test_x"),  # an ``IsolatedAsyncioTestCase``: run by the case itself
     ]
     support = module_support(tree)
     assert "class StockCase" in support and "class TestUnit" not in support and "EVENTS = []" in support
@@ -986,6 +988,15 @@ async def _fetch(xs):
     return [xs[0], xs[0]]
 
 
+def _variant_answers(method: ast.FunctionDef, owner: ast.ClassDef, namespace: dict) -> set[str]:
+    """The distinct records of ``method``'s variants, each run in ``namespace``."""
+    answers = set()
+    for variant in function_variants(method, random.Random(0), set(), owner):
+        exec(variant, namespace)
+        answers.add(repr(namespace[RUN_NAME]()))
+    return answers
+
+
 def test_async_tests_are_sites_recorded_and_run_in_a_loop_of_their_own():
     """An async test's whole body is a site (a suite run by pytest-asyncio or anyio has no other):
     its recording is a plain function that runs the recorded coroutine to its end in a loop of its
@@ -1010,12 +1021,7 @@ def test_async_tests_are_sites_recorded_and_run_in_a_loop_of_their_own():
     assert "async def test_method" not in text  # the copy of the class holds no test
     exec(text, namespace)
     assert namespace[RUN_NAME]() == [[11, 11]]  # ``setup_method`` ran before the coroutine
-    variants = function_variants(method, random.Random(0), set(), owner)
-    answers = set()
-    for variant in variants:
-        exec(variant, namespace)
-        answers.add(repr(namespace[RUN_NAME]()))
-    assert len(answers) > 1  # the changed inputs give other values
+    assert len(_variant_answers(method, owner, namespace)) > 1  # the changed inputs give other values
     # the module's marks, without the loop's: pytest-asyncio fails a plain test carrying its mark
     support = module_support(tree).replace("from shop import fetch", "")
     marks: dict = {"pytest": pytest}
@@ -1053,6 +1059,85 @@ def test_an_async_recording_leaves_the_thread_s_loop_alone_and_its_timeout_reach
         plugin_loop.close()
     hangs = "async def test_x():\n    assert await asyncio.sleep(600, [1]) == [1]\n"
     exec(recording(ast.parse(hangs).body[0]), namespace)
+    start = time.monotonic()
+    assert namespace["_lcrl_answer"](namespace[RUN_NAME]) == ["timeout", ""]
+    assert time.monotonic() - start < 3.0
+
+
+ISOLATED = """import asyncio
+import unittest
+
+from shop import fetch
+
+EVENTS = []
+
+
+class TestFeed(unittest.IsolatedAsyncioTestCase):
+    def setUp(self):
+        EVENTS.append("setUp")
+
+    async def asyncSetUp(self):
+        self.loop = asyncio.get_running_loop()
+        self.queue = asyncio.Queue()  # bound to the case's loop
+        await self.queue.put([2])
+        self.addAsyncCleanup(self.cleanup)
+        EVENTS.append("asyncSetUp")
+
+    async def cleanup(self):
+        EVENTS.append("cleanup")
+
+    async def asyncTearDown(self):
+        EVENTS.append("asyncTearDown")
+
+    def tearDown(self):
+        EVENTS.append("tearDown")
+
+    async def test_fetch(self):
+        self.assertTrue(asyncio.get_running_loop() is self.loop)
+        got = await fetch([1] + await self.queue.get())
+        self.assertEqual(got, [1, 1])
+
+    def test_plain(self):
+        self.assertEqual(len([1, 2]), 2)
+"""
+
+
+def test_an_isolated_asyncio_test_case_s_methods_are_sites_run_by_the_case_in_its_own_loop():
+    """``unittest.IsolatedAsyncioTestCase`` runs ``asyncSetUp`` and the coroutine method in one
+    loop of its own: what the set-up makes there (a queue, a client) is used by the test. Its
+    methods were no sites. Now the case runs its recorded method itself (``run``: every hook, its
+    async cleanups), the records and an error the method raises caught on the way."""
+    tree = ast.parse(ISOLATED)
+    found = method_sites(tree)
+    assert [(o.name, m.name) for o, m in found] == [("TestFeed", "test_fetch"), ("TestFeed", "test_plain")]
+    namespace = {"__name__": "checks", "fetch": _fetch}
+    exec(
+        f"{module_support(tree).replace('from shop import fetch', '')}\n{KEEP_FUNCTION}\n{CASE_FUNCTION}",
+        namespace,
+    )
+    owner, method = found[0]
+    text = recording(method, owner)
+    assert "_lcrl_await" not in text  # awaited by the case, not in a loop of the check's own
+    exec(text, namespace)
+    assert namespace[RUN_NAME]() == [True, [1, 1]]
+    assert namespace["EVENTS"] == ["setUp", "asyncSetUp", "asyncTearDown", "tearDown", "cleanup"]
+    exec(recording(found[1][1], found[1][0]), namespace)
+    assert namespace[RUN_NAME]() == [2]  # a plain method of such a case too
+    assert len(_variant_answers(method, owner, namespace)) > 1  # the changed inputs give other values
+    # the method's own error is the answer's; a set-up that fails is an error too
+    namespace["fetch"] = lambda xs: 1 / 0
+    exec(text, namespace)
+    with pytest.raises(ZeroDivisionError):
+        namespace[RUN_NAME]()
+    exec(recording(method, owner).replace("asyncio.Queue()", "asyncio.Queue(None, 1)"), namespace)
+    with pytest.raises(RuntimeError, match="set-up failed"):
+        namespace[RUN_NAME]()
+    # an awaited call that never ends is answered ``timeout`` in its time, inside the case's loop
+    from lit_codeRL.problems.synth.held_out import ANSWER_FUNCTION
+
+    exec(ANSWER_FUNCTION, namespace)
+    namespace["fetch"] = lambda xs: asyncio.sleep(600, xs)
+    exec(text, namespace)
     start = time.monotonic()
     assert namespace["_lcrl_answer"](namespace[RUN_NAME]) == ["timeout", ""]
     assert time.monotonic() - start < 3.0

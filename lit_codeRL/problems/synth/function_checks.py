@@ -27,7 +27,9 @@ An async test (``async def test_...``, a function or a pytest class's method: py
 anyio) is a site the same way: its recorded body is a coroutine that a plain function of the same
 parameters runs in an event loop of its own (:func:`_awaited`), so its candidates and checks are
 plain tests; ``@pytest.mark.asyncio`` and ``@pytest.mark.anyio`` are no decorator that keeps it
-out, and the module's ``pytestmark`` loses them in the checks' header (:data:`_UNMARK`).
+out, and the module's ``pytestmark`` loses them in the checks' header (:data:`_UNMARK`). An
+``IsolatedAsyncioTestCase``'s coroutine methods are awaited by the case itself, in the loop its
+``asyncSetUp`` ran in (``held_out.CASE_FUNCTION``).
 
 A test class's methods are sites the same way (:func:`test_methods`): a ``unittest.TestCase``
 (``setUp`` and input built on ``self``: the usual style of a unittest suite) or a pytest class.
@@ -205,7 +207,9 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
             continue  # the records' own names
         unit = _unittest(owner)
         for test in _class_tests(owner, classes):
-            if isinstance(test, ast.FunctionDef) or (isinstance(test, ast.AsyncFunctionDef) and not unit):
+            if isinstance(test, ast.FunctionDef) or (
+                isinstance(test, ast.AsyncFunctionDef) and (not unit or _isolated(owner))
+            ):
                 if unit:  # pytest does not parametrize a TestCase's methods
                     plain = [] if test.decorator_list else [test]
                 else:
@@ -245,20 +249,27 @@ def without_loop_marks(
     return out
 
 
+def _isolated(owner: ast.ClassDef) -> bool:
+    """Does ``owner`` name ``unittest.IsolatedAsyncioTestCase`` as a base (its methods awaited in
+    the case's own loop, after ``asyncSetUp``)?"""
+    return any(ast.unparse(base).rsplit(".", 1)[-1] == "IsolatedAsyncioTestCase" for base in owner.bases)
+
+
 def _plain_class(owner: ast.ClassDef, bound: set[str], classes: dict[str, ast.ClassDef]) -> bool:
     if owner.decorator_list or owner.keywords:
         return False
     if any(root_name(base) not in bound | BUILTIN_NAMES for base in owner.bases):
         return False  # a test class as a base, or a base made by a call
-    if any("Async" in ast.unparse(base) for base in owner.bases):
-        return False  # asyncSetUp and an event loop: not run here
+    isolated = _isolated(owner)
+    if not isolated and any("Async" in ast.unparse(base) for base in owner.bases):
+        return False  # another framework's loop (``AsyncTestCase``): not run here
     mixins = [classes[b.id] for b in owner.bases if isinstance(b, ast.Name) and b.id in classes]
     unit = _unittest(owner)
     for member in [m for node in (owner, *mixins) for m in node.body]:
         if not isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
-        if member.name == "__init__" or (unit and isinstance(member, ast.AsyncFunctionDef)):
-            return False  # a ``TestCase`` does not await a coroutine method: unittest never ran it
+        if member.name == "__init__" or (unit and not isolated and isinstance(member, ast.AsyncFunctionDef)):
+            return False  # a plain ``TestCase`` does not await a coroutine method: unittest never ran it
         if any("fixture" in ast.unparse(d) for d in member.decorator_list):
             return False
     return True
@@ -907,7 +918,8 @@ def recording(function: ast.FunctionDef, owner: ast.ClassDef | None = None) -> s
     # helper methods recorded by :func:`with_method_helpers` append to the run's list: bound
     # outside the class, the method's records are theirs
     shared = owner is not None and any(isinstance(n, ast.Name) and n.id == _SEEN for n in ast.walk(owner))
-    out = _recorded(function, bind=not shared)
+    # an ``IsolatedAsyncioTestCase`` awaits its method itself, in the loop its ``asyncSetUp`` ran in
+    out = _recorded(function, bind=not shared, own_loop=owner is None or not _isolated(owner))
     if owner is None:
         return ast.unparse(ast.fix_missing_locations(out))
     case = copy.deepcopy(owner)
@@ -929,7 +941,7 @@ def recording(function: ast.FunctionDef, owner: ast.ClassDef | None = None) -> s
     return ast.unparse(ast.fix_missing_locations(run))
 
 
-def _recorded(function: ast.FunctionDef, bind: bool = True) -> ast.FunctionDef:
+def _recorded(function: ast.FunctionDef, bind: bool = True, own_loop: bool = True) -> ast.FunctionDef:
     records = _Records() if _may_record_helpers(function) else _OwnRecords()
     out = records.generic_visit(copy.deepcopy(function))  # its body; visit() leaves a def
     out.name = RUN_NAME
@@ -942,7 +954,7 @@ def _recorded(function: ast.FunctionDef, bind: bool = True) -> ast.FunctionDef:
     caught = ast.ExceptHandler(ast.Name("Exception", ast.Load()), "_lcrl_error", error)
     body = [ast.Try(out.body, [caught], [], [])]
     out.body = [*(_lists() if bind else []), *body, ast.Return(ast.Name(_SEEN, ast.Load()))]
-    return _awaited(out) if isinstance(out, ast.AsyncFunctionDef) else out
+    return _awaited(out) if own_loop and isinstance(out, ast.AsyncFunctionDef) else out
 
 
 def _awaited(function: ast.AsyncFunctionDef) -> ast.FunctionDef:

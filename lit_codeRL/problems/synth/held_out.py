@@ -505,6 +505,8 @@ def _lcrl_case(cls, name, *args):
     cls.setUpClass()
     try:
         _lcrl_c = cls(name)
+        if isinstance(_lcrl_c, _lcrl_unittest.IsolatedAsyncioTestCase):
+            return _lcrl_isolated(_lcrl_c, name, args)
         _lcrl_c.setUp()
         try:
             return getattr(_lcrl_c, name)(*args)
@@ -514,9 +516,35 @@ def _lcrl_case(cls, name, *args):
     finally:
         cls.tearDownClass()
         cls.doClassCleanups()
+
+
+def _lcrl_isolated(case, name, args):
+    import inspect as _lcrl_inspect
+    import unittest as _lcrl_unittest
+
+    _lcrl_m, _lcrl_box = getattr(case, name), []
+
+    async def _lcrl_call():
+        try:
+            _lcrl_v = _lcrl_m(*args)
+            _lcrl_box.append((True, (await _lcrl_v) if _lcrl_inspect.isawaitable(_lcrl_v) else _lcrl_v))
+        except Exception as _lcrl_e:
+            _lcrl_box.append((False, _lcrl_e))
+
+    setattr(case, name, _lcrl_call)
+    case.run(_lcrl_unittest.TestResult())
+    if not _lcrl_box:
+        raise RuntimeError("the test's set-up failed")
+    if not _lcrl_box[0][0]:
+        raise _lcrl_box[0][1]
+    return _lcrl_box[0][1]
 """
 """``_lcrl_case(cls, name, *fixtures)``: a test class's method run as its runner runs it (the
-unittest or pytest hooks around it); what a method site's variant calls."""
+unittest or pytest hooks around it); what a method site's variant calls. An
+``IsolatedAsyncioTestCase``'s is run by the case itself (``run``: ``setUp``, ``asyncSetUp``, the
+method, ``asyncTearDown``, ``tearDown``, the cleanups, in its own runner's loop), the method's
+value or error caught on the way (``_lcrl_isolated``): what its set-up made in that loop is used
+in it."""
 
 
 ANSWER_FUNCTION = f"""
