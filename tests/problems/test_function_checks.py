@@ -8,6 +8,7 @@ import asyncio
 import random
 import time
 import unittest
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,8 @@ from lit_codeRL.problems.synth.function_checks import (
     test_methods as method_sites,
 )
 from lit_codeRL.problems.synth.held_out import CASE_FUNCTION, KEEP_FUNCTION, RUN_NAME
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MODULE = '''"""Tests."""
 import pytest
@@ -1141,3 +1144,48 @@ def test_an_isolated_asyncio_test_case_s_methods_are_sites_run_by_the_case_in_it
     start = time.monotonic()
     assert namespace["_lcrl_answer"](namespace[RUN_NAME]) == ["timeout", ""]
     assert time.monotonic() - start < 3.0
+
+
+LEFT_WAITING = '''import asyncio, gc, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+
+from lit_codeRL.problems.synth.function_checks import recording
+from lit_codeRL.problems.synth.held_out import ANSWER_FUNCTION, KEEP_FUNCTION, RUN_NAME
+import ast
+
+SOURCE = """async def test_x():
+    never = threading.Event()
+    with ThreadPoolExecutor(1) as executor:
+        executor.submit(never.wait)  # a worker that never ends: the exit waits for it
+        try:
+            assert await asyncio.sleep(600, [1]) == [1]
+        finally:
+            await asyncio.sleep(600)  # cancelled, it waits again: suspended when its loop ends
+"""
+namespace = {"asyncio": asyncio, "threading": threading, "ThreadPoolExecutor": ThreadPoolExecutor}
+exec(ANSWER_FUNCTION + KEEP_FUNCTION + recording(ast.parse(SOURCE).body[0]), namespace)
+start = time.monotonic()
+print(namespace["_lcrl_answer"](namespace[RUN_NAME]), flush=True)
+gc.collect()  # what a later test's collection would do to a coroutine left suspended
+print(round(time.monotonic() - start, 1), flush=True)
+sys.stdout.flush()
+import os
+os._exit(0)  # the worker is the test's own and never ends: leave without joining it
+'''
+
+
+def test_an_async_call_that_times_out_inside_a_thread_pool_leaves_nothing_to_hang_on():
+    """janus' tests wait in ``with ThreadPoolExecutor(4)`` for getters a changed input left
+    without an item: the candidate timed out, and its coroutine, left suspended, was closed when
+    collected, after the timer was off: the ``with``'s exit joined a thread that never ends, and
+    the clean run of every candidate hung to its limit (no answer, no check for the repository).
+    The coroutine is now closed while the timer can still end it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", LEFT_WAITING], capture_output=True, text=True, timeout=60, cwd=str(ROOT)
+    )
+    lines = done.stdout.split()
+    assert lines[:2] == ["['timeout',", "'']"], (done.stdout, done.stderr[-2000:])
+    assert float(lines[2]) < 5.0, done.stdout

@@ -131,6 +131,14 @@ def _lcrl_await(coroutine):
                 _lcrl_loop.run_until_complete(_lcrl_asyncio.gather(*_lcrl_left, return_exceptions=True))
             _lcrl_loop.run_until_complete(_lcrl_loop.shutdown_asyncgens())
         finally:
+            # a coroutine still suspended is closed now, while a call's timer can still end it:
+            # closed when collected, its ``with ThreadPoolExecutor()`` waited for a thread that
+            # never ends, with no timer left (a whole run of answers lost to its time limit)
+            for _lcrl_coroutine in [coroutine, *(t.get_coro() for t in _lcrl_asyncio.all_tasks(_lcrl_loop))]:
+                try:
+                    _lcrl_coroutine.close()
+                except BaseException:
+                    pass
             _lcrl_loop.close()
 """
 """``_lcrl_keep(value)``: what a recorded assert keeps of a value when it is evaluated (a fresh
