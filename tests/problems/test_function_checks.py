@@ -1150,7 +1150,7 @@ LEFT_WAITING = '''import asyncio, gc, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 
 from lit_codeRL.problems.synth.function_checks import recording
-from lit_codeRL.problems.synth.held_out import ANSWER_FUNCTION, KEEP_FUNCTION, RUN_NAME
+from lit_codeRL.problems.synth.held_out import ANSWER_FUNCTION, CASE_FUNCTION, KEEP_FUNCTION, RUN_NAME
 import ast
 
 SOURCE = """async def test_x():
@@ -1163,7 +1163,14 @@ SOURCE = """async def test_x():
             await asyncio.sleep(600)  # cancelled, it waits again: suspended when its loop ends
 """
 namespace = {"asyncio": asyncio, "threading": threading, "ThreadPoolExecutor": ThreadPoolExecutor}
-exec(ANSWER_FUNCTION + KEEP_FUNCTION + recording(ast.parse(SOURCE).body[0]), namespace)
+if sys.argv[1] == "function":
+    exec(ANSWER_FUNCTION + KEEP_FUNCTION + recording(ast.parse(SOURCE).body[0]), namespace)
+else:  # the same test, a method of an ``IsolatedAsyncioTestCase``
+    import textwrap, unittest
+    case = "class TestX(unittest.IsolatedAsyncioTestCase):\\n" + textwrap.indent(SOURCE.replace("test_x()", "test_x(self)"), "    ")
+    owner = ast.parse(case).body[0]
+    namespace["unittest"] = unittest
+    exec(ANSWER_FUNCTION + KEEP_FUNCTION + CASE_FUNCTION + recording(owner.body[0], owner), namespace)
 start = time.monotonic()
 print(namespace["_lcrl_answer"](namespace[RUN_NAME]), flush=True)
 gc.collect()  # what a later test's collection would do to a coroutine left suspended
@@ -1174,17 +1181,23 @@ os._exit(0)  # the worker is the test's own and never ends: leave without joinin
 '''
 
 
-def test_an_async_call_that_times_out_inside_a_thread_pool_leaves_nothing_to_hang_on():
+@pytest.mark.parametrize("kind", ["function", "isolated case"])
+def test_an_async_call_that_times_out_inside_a_thread_pool_leaves_nothing_to_hang_on(kind):
     """janus' tests wait in ``with ThreadPoolExecutor(4)`` for getters a changed input left
     without an item: the candidate timed out, and its coroutine, left suspended, was closed when
     collected, after the timer was off: the ``with``'s exit joined a thread that never ends, and
     the clean run of every candidate hung to its limit (no answer, no check for the repository).
-    The coroutine is now closed while the timer can still end it."""
+    The coroutine is now closed while the timer can still end it, an ``IsolatedAsyncioTestCase``'s
+    too (its runner cancels its tasks, and its cancellation met the timer as well)."""
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-c", LEFT_WAITING], capture_output=True, text=True, timeout=60, cwd=str(ROOT)
+        [sys.executable, "-c", LEFT_WAITING, kind.split()[0]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(ROOT),
     )
     lines = done.stdout.split()
     assert lines[:2] == ["['timeout',", "'']"], (done.stdout, done.stderr[-2000:])

@@ -527,12 +527,14 @@ def _lcrl_case(cls, name, *args):
 
 
 def _lcrl_isolated(case, name, args):
+    import asyncio as _lcrl_asyncio
     import inspect as _lcrl_inspect
     import unittest as _lcrl_unittest
 
-    _lcrl_m, _lcrl_box = getattr(case, name), []
+    _lcrl_m, _lcrl_box, _lcrl_loops = getattr(case, name), [], []
 
     async def _lcrl_call():
+        _lcrl_loops.append(_lcrl_asyncio.get_running_loop())
         try:
             _lcrl_v = _lcrl_m(*args)
             _lcrl_box.append((True, (await _lcrl_v) if _lcrl_inspect.isawaitable(_lcrl_v) else _lcrl_v))
@@ -540,7 +542,14 @@ def _lcrl_isolated(case, name, args):
             _lcrl_box.append((False, _lcrl_e))
 
     setattr(case, name, _lcrl_call)
-    case.run(_lcrl_unittest.TestResult())
+    try:
+        case.run(_lcrl_unittest.TestResult())
+    finally:  # as ``_lcrl_await``: nothing left suspended to wait, when collected, with no timer
+        for _lcrl_t in [t for loop in _lcrl_loops for t in _lcrl_asyncio.all_tasks(loop)]:
+            try:
+                _lcrl_t.get_coro().close()
+            except BaseException:
+                pass
     if not _lcrl_box:
         raise RuntimeError("the test's set-up failed")
     if not _lcrl_box[0][0]:
