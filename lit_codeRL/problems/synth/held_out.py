@@ -131,15 +131,21 @@ def _lcrl_await(coroutine):
                 _lcrl_loop.run_until_complete(_lcrl_asyncio.gather(*_lcrl_left, return_exceptions=True))
             _lcrl_loop.run_until_complete(_lcrl_loop.shutdown_asyncgens())
         finally:
-            # a coroutine still suspended is closed now, while a call's timer can still end it:
-            # closed when collected, its ``with ThreadPoolExecutor()`` waited for a thread that
-            # never ends, with no timer left (a whole run of answers lost to its time limit)
-            for _lcrl_coroutine in [coroutine, *(t.get_coro() for t in _lcrl_asyncio.all_tasks(_lcrl_loop))]:
-                try:
-                    _lcrl_coroutine.close()
-                except BaseException:
-                    pass
+            _lcrl_close([coroutine], [_lcrl_loop])
             _lcrl_loop.close()
+
+
+def _lcrl_close(coroutines, loops):
+    import asyncio as _lcrl_asyncio
+
+    # a coroutine still suspended is closed now, while a call's timer can still end it: closed
+    # when collected, its ``with ThreadPoolExecutor()`` waited for a thread that never ends, with
+    # no timer left (a whole run of answers lost to its time limit)
+    for _lcrl_c in [*coroutines, *(t.get_coro() for loop in loops for t in _lcrl_asyncio.all_tasks(loop))]:
+        try:
+            _lcrl_c.close()
+        except BaseException:
+            pass
 """
 """``_lcrl_keep(value)``: what a recorded assert keeps of a value when it is evaluated (a fresh
 literal of it, or its repr when it has none): a list the test changes later is kept as it was.
@@ -149,7 +155,8 @@ Only built-in types are kept, so the check's ``==`` is theirs: an object equal t
 evaluating it) noted in ``failed`` rather than raised. ``_lcrl_await(coroutine)``: an async
 test's recorded body run to its end in an event loop of its own, its tasks left over cancelled
 (as ``asyncio.run`` does, but the thread's current loop left as it was: a plugin's loop of the
-session is not closed under the tests after it)."""
+session is not closed under the tests after it). ``_lcrl_close(coroutines, loops)``: those and the
+loops' tasks' coroutines closed, an error closing one (the call's timer) dropped."""
 
 
 def solution_functions(source: str) -> frozenset[str]:
@@ -545,11 +552,7 @@ def _lcrl_isolated(case, name, args):
     try:
         case.run(_lcrl_unittest.TestResult())
     finally:  # as ``_lcrl_await``: nothing left suspended to wait, when collected, with no timer
-        for _lcrl_t in [t for loop in _lcrl_loops for t in _lcrl_asyncio.all_tasks(loop)]:
-            try:
-                _lcrl_t.get_coro().close()
-            except BaseException:
-                pass
+        _lcrl_close([], _lcrl_loops)
     if not _lcrl_box:
         raise RuntimeError("the test's set-up failed")
     if not _lcrl_box[0][0]:
