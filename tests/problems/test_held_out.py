@@ -3,6 +3,7 @@ changed arguments, answered by the reference, checked against hand-computed valu
 
 from __future__ import annotations
 
+import ast
 import random
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from lit_codeRL.problems.record import Problem
 from lit_codeRL.problems.synth.held_out import (
     HELD_OUT_TESTS,
+    RUN_NAME,
     HeldOutJob,
     Variant,
     choose,
@@ -302,11 +304,14 @@ def test_choose_puts_the_checks_the_bug_fails_first_and_keeps_one_it_passes():
 
 
 def test_the_module_compares_floats_with_a_tolerance_and_the_rest_exactly(tmp_path):
-    expected = {0: 0.1, 1: ["a"], 2: {"mean": [0.3, 2]}, 3: (1.5, "x")}
+    expected = {0: 0.1, 1: ["a"], 2: {"mean": [0.3, 2]}, 3: (1.5, "x"), 4: 0.2}
     variants = [Variant("f(1)", 0), Variant("g('a')", 0), Variant("h(2)", 0), Variant("k()", 0)]
-    text = module_text("from solution import *\n", variants, expected, [0, 1, 2, 3])
+    # a whole test's variant: its support function brings the recording helpers into the module
+    variants.append(Variant(f"{RUN_NAME}()", 1, support=f"def {RUN_NAME}():\n    return f(2)\n"))
+    text = module_text("from solution import *\n", variants, expected, [0, 1, 2, 3, 4])
     assert "assert _lcrl_close(f(1), 0.1)" in text and "assert _lcrl_close(h(2), {'mean': [0.3, 2]})" in text
-    assert "assert g('a') == ['a']" in text and text.count("def test_held_out_") == 4
+    assert "assert g('a') == ['a']" in text and text.count("def test_held_out_") == 5
+    assert "assert _lcrl_close(_lcrl_f5(), 0.2)" in text and "def _lcrl_plain(" in text
     # run: the floats computed otherwise pass within the tolerance; a type or a value off fails
     (tmp_path / HELD_OUT_TESTS).write_text(text)
     for solution, failing in (
@@ -316,11 +321,11 @@ def test_the_module_compares_floats_with_a_tolerance_and_the_rest_exactly(tmp_pa
         ),
         (
             "f = lambda x: 0.1001\ng = lambda s: (s,)\nh = lambda n: {'mean': (0.3, n)}\nk = lambda: [1.5, 'x']",
-            4,
+            5,
         ),
         (
             "f = lambda x: True\ng = lambda s: ['a']\nh = lambda n: {'mean': [0.3, n], 'x': 1}\nk = lambda: (1.5,)",
-            3,
+            4,
         ),
     ):
         (tmp_path / "solution.py").write_text(solution + "\n")
@@ -329,6 +334,36 @@ def test_the_module_compares_floats_with_a_tolerance_and_the_rest_exactly(tmp_pa
             cwd=tmp_path, capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert f"{failing} failed" in done.stdout if failing else done.returncode == 0, done.stdout
+
+
+def test_the_helpers_written_into_one_check_module_define_no_name_twice():
+    """The helper texts a held-out or candidate module may hold together: a name two of them
+    define is the later one's in the module, and the earlier one's callers call the wrong function
+    (the float comparison once replaced by a coroutine closer: every float check failed on the
+    reference patch)."""
+    from lit_codeRL.problems.synth.held_out import (
+        ANSWER_FUNCTION,
+        CASE_FUNCTION,
+        CLOSE_FUNCTION,
+        KEEP_FUNCTION,
+    )
+    from lit_codeRL.problems.synth.repo_held_out import _ANSWER
+
+    defined: list[str] = []
+    for text in (
+        CLOSE_FUNCTION,
+        KEEP_FUNCTION,
+        CASE_FUNCTION,
+        ANSWER_FUNCTION,
+        _ANSWER.replace(ANSWER_FUNCTION, ""),
+    ):
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                defined.append(node.name)
+            elif isinstance(node, ast.Assign):
+                defined += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    twice = {name for name in defined if defined.count(name) > 1}
+    assert not twice and len(defined) > 8, twice
 
 
 def test_held_out_modules_pass_with_the_reference_and_fail_the_bug_where_they_say(tmp_path):

@@ -131,11 +131,11 @@ def _lcrl_await(coroutine):
                 _lcrl_loop.run_until_complete(_lcrl_asyncio.gather(*_lcrl_left, return_exceptions=True))
             _lcrl_loop.run_until_complete(_lcrl_loop.shutdown_asyncgens())
         finally:
-            _lcrl_close([coroutine], [_lcrl_loop])
+            _lcrl_end_suspended([coroutine], [_lcrl_loop])
             _lcrl_loop.close()
 
 
-def _lcrl_close(coroutines, loops):
+def _lcrl_end_suspended(coroutines, loops):
     import asyncio as _lcrl_asyncio
 
     # a coroutine still suspended is closed now, while a call's timer can still end it: closed
@@ -155,7 +155,7 @@ Only built-in types are kept, so the check's ``==`` is theirs: an object equal t
 evaluating it) noted in ``failed`` rather than raised. ``_lcrl_await(coroutine)``: an async
 test's recorded body run to its end in an event loop of its own, its tasks left over cancelled
 (as ``asyncio.run`` does, but the thread's current loop left as it was: a plugin's loop of the
-session is not closed under the tests after it). ``_lcrl_close(coroutines, loops)``: those and the
+session is not closed under the tests after it). ``_lcrl_end_suspended(coroutines, loops)``: those and the
 loops' tasks' coroutines closed, an error closing one (the call's timer) dropped."""
 
 
@@ -552,7 +552,7 @@ def _lcrl_isolated(case, name, args):
     try:
         case.run(_lcrl_unittest.TestResult())
     finally:  # as ``_lcrl_await``: nothing left suspended to wait, when collected, with no timer
-        _lcrl_close([], _lcrl_loops)
+        _lcrl_end_suspended([], _lcrl_loops)
     if not _lcrl_box:
         raise RuntimeError("the test's set-up failed")
     if not _lcrl_box[0][0]:
