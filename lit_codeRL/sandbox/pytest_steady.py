@@ -17,6 +17,10 @@ so that a test behaves in the agent's own runs as in every grading run of the sa
   quicker). The profile is loaded once pytest knows the repository's root and before any conftest,
   so a profile the repository loads itself still wins, and its deadline with it; the seed holds
   over it.
+- The warnings a run gives only because the sandbox's plugins are not the repository's own (an
+  unknown option of a plugin it lacks, pytest-asyncio's request to set its fixture loop scope) are
+  ignored (:data:`SANDBOX_WARNINGS`): under the repository's ``filterwarnings = error`` they stopped
+  pytest before any test ran.
 
 Standard library and pytest only: it runs inside the sandbox, with the sandbox's interpreter.
 """
@@ -34,6 +38,16 @@ SEED = 0
 """The seed of ``random``, NumPy and Hypothesis (the workspace's ``PYTHONHASHSEED`` is 0 too)."""
 PROFILE = "lit-coderl-steady"
 """The Hypothesis settings profile this plugin loads."""
+SANDBOX_WARNINGS = (
+    "ignore:Unknown config option:pytest.PytestConfigWarning",
+    'ignore:The configuration option "asyncio_default_fixture_loop_scope" is unset:DeprecationWarning',
+)
+"""``-W`` filters of the warnings that say how the sandbox's plugins differ from the ones the
+repository was written against, not what its code does: an option of a plugin the sandbox lacks
+(``timeout = 10``, pytest-timeout's) is unknown here, and pytest-asyncio since 0.24 asks every
+repository that does not set ``asyncio_default_fixture_loop_scope`` to set it. Each warns while
+pytest configures itself, where a repository's ``filterwarnings = error`` turned it into a run that
+never started (every task of such a repository lost, the agent's own test runs too)."""
 
 
 def _hypothesis_outside_repository(root: str) -> bool:
@@ -77,6 +91,10 @@ def reseed() -> None:
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # the rootdir is known here, and no conftest of the repository is loaded yet
     _steady_property_tests(str(early_config.rootpath))
+    # as if given first on the command line (``-W``): the repository's ``filterwarnings``, even
+    # ``error``, and a later ``-W`` still win over them for every other warning
+    namespace = early_config.known_args_namespace
+    namespace.pythonwarnings = [*SANDBOX_WARNINGS, *(getattr(namespace, "pythonwarnings", None) or [])]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -753,6 +753,33 @@ def test_the_agents_pytest_draws_numbers_and_examples_as_grading_does(tmp_path: 
         assert "2 failed" in out.output, out.output  # the control: the plugin is what does it
 
 
+PLUGIN_MISMATCH = {
+    # warnings are errors; an option of pytest-timeout, which the sandbox lacks; pytest-asyncio
+    # without asyncio_default_fixture_loop_scope, which it asks every repository to set
+    "pyproject.toml": '[tool.pytest.ini_options]\ntimeout = 30\nfilterwarnings = ["error"]\n',
+    "calc.py": "import warnings\n\n\ndef add(a, b):\n    return a + b\n\n\n"
+    "def old_add(a, b):\n    warnings.warn('use add', DeprecationWarning)\n    return a + b\n",
+    "test_calc.py": "import pytest\nimport pytest_asyncio\n\nfrom calc import add, old_add\n\n\n"
+    "@pytest_asyncio.fixture\nasync def two():\n    return 2\n\n\n"
+    "@pytest.mark.asyncio\nasync def test_add(two):\n    assert add(two, 1) == 3\n\n\n"
+    "def test_old_add():\n    assert old_add(1, 1) == 2\n",
+}
+
+
+def test_the_agents_pytest_starts_where_only_the_sandboxs_plugins_warn(tmp_path: Path) -> None:
+    """A repository whose warnings are errors starts its tests in a session (and in grading: the
+    same plugin) although the sandbox lacks a plugin its config names and its pytest-asyncio asks
+    for an option the repository does not set: ``pytest_steady.SANDBOX_WARNINGS``. Its code's own
+    warnings are still errors. Without the plugin pytest stops before any test runs."""
+    repo = _layout(tmp_path / "proj", PLUGIN_MISMATCH)
+    with open_workspace(CFG.plus_toolchain(["pytest-asyncio"]), repo) as ws:
+        out = ws.run("python -m pytest -q -p no:cacheprovider 2>&1 | tail -3", timeout=120)
+        assert "1 failed, 1 passed" in out.output and "DeprecationWarning: use add" in out.output, out.output
+        out = ws.run("python -m pytest -q -p no:cacheprovider -p no:lcrl_steady; echo exit=$?", timeout=120)
+        assert "passed" not in out.output and "asyncio_default_fixture_loop_scope" in out.output, out.output
+        assert "exit=0" not in out.output
+
+
 def test_apptainer_argv() -> None:
     start = apptainer_start_argv(
         "/img.sif", "lcrl-ws-x", "/scratch/work", "/repo", workspace_dir="/scratch/ws",
