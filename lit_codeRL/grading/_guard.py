@@ -926,8 +926,12 @@ def asyncio_reads_no_source() -> None:
     real = traceback.extract_stack
     traceback.extract_stack = _lines_unread_extract_stack
     try:
-        import _asyncio  # noqa: F401, PLC0415
-    except ImportError:  # an interpreter without it: asyncio's pure-Python capture reads no line
+        # asyncio, not ``_asyncio`` alone: the C module imports asyncio as it starts, and asyncio's
+        # ``tasks`` imported it again from there, a second copy whose ``_enter_task`` the loop
+        # called while ``current_task()`` asked the first: None inside every task (``Timeout
+        # should be used inside a task``: async_timeout's whole suite failed when graded)
+        import asyncio  # noqa: F401, PLC0415
+    except ImportError:  # pragma: no cover - asyncio is the standard library's
         pass
     finally:
         traceback.extract_stack = real

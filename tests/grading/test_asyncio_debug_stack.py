@@ -12,6 +12,10 @@ check dropped that one too. The record now keeps names and line numbers only
 (``_guard.asyncio_reads_no_source``), and reading its frames is asyncio's, not the diff's; a line
 asked of it later is a read of the test's source like any other, and an answer read that way is
 still ``tamper``. Through the real sandbox, grader and pytest.
+
+The capture is bound as asyncio loads, not by importing the C module alone: that imported asyncio
+from inside itself, and asyncio a second copy of it, so ``asyncio.current_task()`` was None in
+every task of a graded run (``sub`` below asks it, as ``asyncio.timeout`` does).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ async def add(a, b):
 
 
 async def sub(a, b):
+    if asyncio.current_task() is None:  # what asyncio.timeout and async_timeout ask first
+        raise RuntimeError("Timeout should be used inside a task")
     future = asyncio.get_running_loop().create_future()
     future.set_result(a - b)
     return await future
