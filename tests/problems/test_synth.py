@@ -1912,7 +1912,8 @@ def test_a_clean_suite_that_hangs_stops_at_its_first_run_in_one_line(tmp_path, m
 def test_tests_that_fail_on_the_clean_repository_are_left_out_and_counted(tmp_path, monkeypatch, caplog):
     """The design leaves a test that fails or errors in a clean run out of both lists (a user's
     suite often has one); it did so silently. Now they are counted in the report
-    (``failing_at_base``) and named in a warning, and the other tests still give tasks. A test
+    (``failing_at_base``) and named in a warning, with the first one's message (an ``async def``
+    test no plugin runs: which to name in ``--test-deps``), and the other tests still give tasks. A test
     module that collects no test (helpers named like tests) is named in a warning too."""
     require_bwrap()
     monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
@@ -1922,6 +1923,7 @@ def test_tests_that_fail_on_the_clean_repository_are_left_out_and_counted(tmp_pa
     (repo / "pkg" / "lib.py").write_text("def one(x):\n    if x:\n        return 1\n    return 0\n")
     (repo / "tests" / "test_lib.py").write_text(
         "from pkg.lib import one\n\n\ndef test_one():\n    assert one(5) == 1\n\n\n"
+        "async def test_async():\n    assert one(5) == 1\n\n\n"  # no plugin runs it here
         "def test_zero():\n    assert one(0) == 0\n\n\ndef test_broken():\n    assert one(5) == 2\n\n\n"
         "def test_error(no_such_fixture):\n    pass\n"
     )
@@ -1934,9 +1936,12 @@ def test_tests_that_fail_on_the_clean_repository_are_left_out_and_counted(tmp_pa
     with caplog.at_level(logging.WARNING, logger="lit_codeRL.problems.synth.repository"):
         main(["synth", str(repo), "--out", str(out), "--no-check", "--kinds", "drop_branch"])
     (source,) = json.loads((out / "report.json").read_text())["sources"]
-    assert (source["clean_tests"], source["failing_at_base"], source["kept"]) == (4, 2, 1), source
-    assert "2 test(s) fail or error on the clean repository" in caplog.text
+    assert (source["clean_tests"], source["failing_at_base"], source["kept"]) == (5, 3, 1), source
+    assert "3 test(s) fail or error on the clean repository" in caplog.text
     assert "tests/test_lib.py::test_broken" in caplog.text
+    # why, in pytest's words, and what to do when no plugin ran an async test
+    said = "tests/test_lib.py::test_async: Failed: async def functions are not natively supported."
+    assert said in caplog.text and "pytest-asyncio or anyio, in --test-deps" in caplog.text, caplog.text
     assert (
         "2 test module(s) collect no test, none of theirs graded: tests/test_helpers.py, tests/test_klass.py"
         in (caplog.text)

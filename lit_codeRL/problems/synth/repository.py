@@ -467,8 +467,9 @@ def synthesize_files(
             )  # fmt: skip
         if clean.failing:
             log.warning(
-                "synth: %s: %d test(s) fail or error on the clean repository, never graded: %s",
+                "synth: %s: %d test(s) fail or error on the clean repository, never graded: %s%s",
                 repo_name, len(clean.failing), listed(clean.failing),
+                f"; {clean.first_failure}" if clean.first_failure else "",
             )  # fmt: skip
         if clean.unstable:
             log.warning(

@@ -79,6 +79,9 @@ class Baseline:
     failing: tuple[str, ...] = ()
     """Test ids that failed or errored in some clean run (of ``ids``, not ``passing``): never
     graded, counted in the report. Empty in a baseline cached before it was recorded."""
+    first_failure: str = ""
+    """``node: message`` of the first of ``failing`` that has a message (what the warning that
+    names them says of why: ``async def functions are not natively supported``)."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +257,7 @@ def baseline(
                 data["cpu_s"],
                 tuple(data.get("unstable", ())),
                 tuple(data.get("failing", ())),
+                str(data.get("first_failure", "")),
             )
         except (KeyError, TypeError):
             pass
@@ -307,6 +311,7 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         raise ValueError(f"no test passes on the clean repository: {_why_none_passes(runs)}")
     cpu = [run.cpu_s for run in runs]
     failing = [node for node in stable if any(run.statuses.get(node) in ("failed", "error") for run in runs)]
+    said = [(node, run.messages[node]) for node in failing for run in runs if run.messages.get(node)]
     return Baseline(
         frozenset(stable),
         passing,
@@ -314,6 +319,7 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         None if None in cpu else max(c for c in cpu if c is not None),
         tuple(unstable),
         tuple(failing),
+        _said(*said[0]) if said else "",
     )
 
 
@@ -347,8 +353,19 @@ def _why_none_passes(runs: Sequence[SuiteRun]) -> str:
     node = next(iter(first.messages), None)
     if node is None:
         return said
-    message = " ".join(first.messages[node].split())
-    return f"{said}; {node}: {message[:200]}"
+    return f"{said}; {_said(node, first.messages[node])}"
+
+
+def _said(node: str, message: str) -> str:
+    """``node: message`` on one line, the message cut at 200 characters, and what to do when it
+    says pytest had no plugin to run an ``async def`` test."""
+    message = " ".join(message.split())
+    hint = (
+        " (name the suite's async plugin, pytest-asyncio or anyio, in --test-deps)"
+        if "async def functions are not natively supported" in message
+        else ""
+    )
+    return f"{node}: {message[:200]}{hint}"
 
 
 def candidate_limits(grader: SWEGrader, clean: Baseline) -> tuple[float, float | None]:
