@@ -1909,6 +1909,35 @@ def test_a_clean_suite_that_hangs_stops_at_its_first_run_in_one_line(tmp_path, m
     assert time.monotonic() - began < 15
 
 
+def test_a_suite_that_changes_its_own_test_files_says_why_it_gives_no_task(tmp_path, monkeypatch):
+    """aiofiles' tests rename files under ``tests/resources`` and back through the code under test:
+    its clean run is ``tamper`` (grading cannot tell that from the code under test rewriting what
+    the tests read). Synthesis stops in one line that says so and what would work; it said only
+    the watch's reasons."""
+    require_bwrap()
+    monkeypatch.setenv("LIT_CODERL_SYNTH_CACHE", str(tmp_path / "cache"))
+    from lit_codeRL.grading import SWEGrader
+    from lit_codeRL.problems.swe import RepoCache
+    from lit_codeRL.problems.synth.repository import synthesize_repository
+    from lit_codeRL.sandbox.workspace_config import WorkspaceConfig
+
+    repo = _small_repo(tmp_path / "r", git=False)
+    (repo / "pkg" / "files.py").write_text("import os\n\n\ndef move(a, b):\n    os.rename(a, b)\n")
+    (repo / "tests" / "data").mkdir()
+    (repo / "tests" / "data" / "a.txt").write_text("kept\n")
+    (repo / "tests" / "test_files.py").write_text(
+        "import os\n\nfrom pkg.files import move\n\nHERE = os.path.join(os.path.dirname(__file__), 'data')\n\n\n"
+        "def test_move_and_back():\n    a, b = os.path.join(HERE, 'a.txt'), os.path.join(HERE, 'b.txt')\n"
+        "    move(a, b)\n    assert os.path.exists(b)\n    move(b, a)\n"
+    )
+    grader = SWEGrader(WorkspaceConfig(), RepoCache(tmp_path / "prepared"), timeout_s=60)
+    with pytest.raises(ConfigError, match="did not run: tamper") as err:
+        synthesize_repository(repo, grader)
+    said = str(err.value)
+    assert "while the tests ran" in said and "its own tests change files among the tests" in said, said
+    assert "\n" not in said
+
+
 def test_tests_that_fail_on_the_clean_repository_are_left_out_and_counted(tmp_path, monkeypatch, caplog):
     """The design leaves a test that fails or errors in a clean run out of both lists (a user's
     suite often has one); it did so silently. Now they are counted in the report

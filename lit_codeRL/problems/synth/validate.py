@@ -284,7 +284,7 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
             )
             raise ValueError(
                 f"the clean test suite did not run: {run.verdict} ({run.reason}){ended}"
-                f"{_printed_error(run.output) if ended else ''}"
+                f"{_printed_error(run.output) if ended else ''}{_changes_its_own_files(run)}"
             )
         if run.collect_errors:
             raise SuiteDoesNotCollect(run.collect_errors, run.collect_reasons)
@@ -320,6 +320,20 @@ def _measure_baseline(grader: SWEGrader, task: SWETask, modules: Sequence[str], 
         tuple(unstable),
         tuple(failing),
         _said(*said[0]) if said else "",
+    )
+
+
+def _changes_its_own_files(run: SuiteRun) -> str:
+    """Why a clean run is ``tamper`` when the suite itself changed files among its tests (aiofiles
+    renames and deletes files under ``tests/resources`` through the code under test): grading
+    watches those files, since code under test that rewrites what the tests read forges their
+    answers, and it cannot tell the test asking for the change from the code making it."""
+    if run.verdict != "tamper" or "while the tests ran" not in run.reason:
+        return ""
+    return (
+        ": its own tests change files among the tests (they write, rename or delete them in place), "
+        "which grading cannot tell from the code under test rewriting what the tests read; this "
+        "repository gives no task (tests that write under tmp_path do)"
     )
 
 
