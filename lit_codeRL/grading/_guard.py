@@ -574,6 +574,13 @@ def _nearest(frame: FrameType | None, prefix: str, files: frozenset[str] | None 
     return None
 
 
+def _innermost(frame: FrameType | None, prefix: str) -> FrameType | None:
+    """The innermost frame from ``frame`` whose code is a file of the repository (``prefix``)."""
+    while frame is not None and not frame.f_code.co_filename.startswith(prefix):
+        frame = frame.f_back
+    return frame
+
+
 def foreign_frames(frame: FrameType | None, repo: str, changed: frozenset[str]) -> list[str]:
     """``path:line (function)`` of every frame from ``frame`` outward whose code is in a file
     of ``changed`` (repository-relative paths of the source files the diff changed)."""
@@ -1196,6 +1203,14 @@ PROCESS_EVENTS = frozenset(
     {"subprocess.Popen", "os.system", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec", "pty.spawn"}
 )
 """The audit events of a process started (``os.popen`` and ``pty.spawn`` go through them)."""
+FORK_EVENTS = frozenset({"os.fork", "os.forkpty"})
+"""A fork without an exec: the child is this interpreter, the audit hook in it, and what the hook
+names there is a report from another pid (``tamper``). One the tests' own code makes (the nearest
+frame of the repository a test file's: a callback of the tests the code under test runs, which
+starts a ``multiprocessing.Process`` by the fork start method) is theirs, as a fork of the test's
+own function is: the child goes on in the tests' code. One whose nearest frame of the repository is
+the diff's code is named as any start (:func:`started_process`): a child that goes on in the diff's
+code runs where no later check of the grader's own state follows it."""
 FORK_EXEC_EVENT = "lcrl.fork_exec"
 """Raised by the runner's wrapper of ``_posixsubprocess.fork_exec``, which raises none of its own:
 ``multiprocessing.util.spawnv_passfds`` calls it directly, past ``subprocess.Popen``."""
@@ -1223,7 +1238,12 @@ def loaded_again(args: tuple, frame: FrameType | None, repo: str) -> tuple[str, 
 
 
 def started_process(
-    event: str, frame: FrameType | None, repo: str, quiet: frozenset[str], threads: Threads
+    event: str,
+    frame: FrameType | None,
+    repo: str,
+    quiet: frozenset[str],
+    threads: Threads,
+    in_tests: Callable[[str], bool],
 ) -> tuple[str, str] | None:
     """For the audit hook: ``(what, where)`` when a process starts (:data:`PROCESS_EVENTS`,
     :data:`FORK_EXEC_EVENT`) with a frame of a ``quiet`` file on the stack (a source file the diff
@@ -1232,10 +1252,16 @@ def started_process(
     test_calc.py``, the literal beside the call parsed out of it) where no audit hook of this
     process sees the read, and the answer it returns holds in the mirror run too (the mirror
     changes the values in the compiled tests, not in the files). The tests' own processes, pytest's,
-    and those of repository files that started processes before are not named."""
+    and those of repository files that started processes before are not named, nor is a fork the
+    tests' own code makes (:data:`FORK_EVENTS`), whatever code called it."""
     if not quiet:
         return None
-    where = _nearest(frame, repo.rstrip("/") + "/", quiet)
+    prefix = repo.rstrip("/") + "/"
+    if event in FORK_EVENTS:
+        nearest = _innermost(frame, prefix)
+        if nearest is not None and in_tests(nearest.f_code.co_filename):
+            return None
+    where = _nearest(frame, prefix, quiet)
     if where is None and threads.tainted(frame):
         where = "a thread the diff's code started"
     if where is None:

@@ -1420,7 +1420,7 @@ def _install_monitor(
                 lambda: _guard.reads_its_caller(event, args, frame, repo, changed, in_tests, test_module)
             ]
             if event in _PROCESS_STARTS:  # a second interpreter to read the test files with
-                checks = [lambda: _guard.started_process(event, frame, repo, quiet, threads)]
+                checks = [lambda: _guard.started_process(event, frame, repo, quiet, threads, in_tests)]
             elif event == "import":
                 checks = [lambda: _guard.loaded_again(args, frame, repo)]
             elif event == "compile":
