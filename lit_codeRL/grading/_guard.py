@@ -57,6 +57,7 @@ from __future__ import annotations
 import ast
 import gc
 import importlib.machinery
+import importlib.util
 import logging
 import os
 import sys
@@ -527,10 +528,18 @@ class Written:
         except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
             self.named.append(f"(the check failed: {type(e).__name__})")
 
-    def after(self) -> None:
+    def after(self, accept: Callable[[object, dict, dict], bool] | None = None) -> None:
+        """Take in what the tests' own write wrote; with ``accept``, only each object whose change
+        ``accept(obj, was, now)`` says is the patcher's own, the others named at once."""
         try:
             for obj in self.tags.changed():  # type: ignore[attr-defined]
-                self.seen[id(obj)] = (obj, self.state(obj))
+                now = self.state(obj)
+                if accept is not None:
+                    held = self.seen.get(id(obj))
+                    was = held[1] if held is not None and held[0] is obj else None
+                    if was is None or not accept(obj, was, now):
+                        self.named.append(f"{self.label(obj)} (written to as the test ran)")
+                self.seen[id(obj)] = (obj, now)
         except Exception as e:  # noqa: BLE001 - an object in a module's place that fights back
             self.named.append(f"(the check failed: {type(e).__name__})")
 
@@ -593,6 +602,79 @@ def foreign_frames(frame: FrameType | None, repo: str, changed: frozenset[str]) 
     return found
 
 
+class FrozenTime:
+    """What ``freezegun``'s ``freeze_time`` writes, told from anything else written in its window.
+
+    Its ``start`` puts its fakes (``FakeDatetime``, ``fake_time``...) in the standard library's
+    ``datetime`` and ``time`` and in every loaded module that holds one of the real ones (pytest's
+    ``_pytest.timing`` among them), sets three of ``uuid``'s names to ``None`` and asyncio's event
+    loop class's ``time`` to a function of its own; its ``stop`` puts back what was there. Each
+    was named: ``humanize``'s clean suite, whose tests freeze time, graded ``tamper`` ("toolchain
+    changed: _pytest.timing (written to as the test ran)"), and no repository whose tests use
+    ``freezegun`` gave a task. The tests' own ``freeze_time`` (:class:`TestsPatches`) is bracketed,
+    and a start's writes are taken in only where every name that changed now holds one of
+    freezegun's own objects (by identity: its module's classes and functions, a function whose
+    code is one of theirs) or ``None`` under a name of :data:`NONE_NAMES`; a stop's where every
+    such name holds again what it held before the start. The scan of every module runs the code
+    of a module's ``__getattr__`` inside the window; whatever else that code writes is named."""
+
+    NONE_NAMES = frozenset(
+        {"_uuid_generate_time", "_generate_time_safe", "_UuidCreate", "_last_timestamp", "clock"}
+    )
+
+    def __init__(self, api: ModuleType) -> None:
+        own = [v for v in vars(api).values() if isinstance(v, type | FunctionType)]
+        self.own = {id(v): v for v in own}
+        codes: list[CodeType] = [
+            c for v in own for f in vars(v).values() if isinstance(v, type) for c in code_objects(f)
+        ]
+        codes += [c for v in own if isinstance(v, FunctionType) for c in code_objects(v)]
+        self.codes = {id(c): c for c in codes}
+        self.before: dict[int, dict] = {}  # an object's state before the outermost freeze
+
+    def freezeguns(self, value: object) -> bool:
+        if self.own.get(id(value)) is value:
+            return True
+        code = value.__code__ if type(value) is FunctionType else None
+        return code is not None and self.codes.get(id(code)) is code
+
+    def started(self, obj: object, was: dict, now: dict) -> bool:
+        for key in was.keys() | now.keys():
+            value = now.get(key, _MISSING)
+            if value is was.get(key, _MISSING):
+                continue
+            if not (self.freezeguns(value) or (value is None and key in self.NONE_NAMES)):
+                return False
+        self.before.setdefault(id(obj), was)
+        return True
+
+    def stopped(self, obj: object, was: dict, now: dict) -> bool:
+        original = self.before.get(id(obj))
+        if original is None:
+            return False
+        for key in was.keys() | now.keys():
+            value = now.get(key, _MISSING)
+            if value is was.get(key, _MISSING):
+                continue
+            if not (value is original.get(key, _MISSING) or (value is None and key in self.NONE_NAMES)):
+                return False
+        del self.before[id(obj)]
+        return True
+
+
+def code_objects(value: object) -> list[CodeType]:
+    """The code of the function ``value`` (a ``staticmethod``'s or ``classmethod``'s too) and every
+    code object among its constants (its lambdas and inner functions), at any depth."""
+    value = getattr(value, "__func__", value)
+    code = getattr(value, "__code__", None) if type(value) is FunctionType else None
+    found, stack = [], [code] if isinstance(code, CodeType) else []
+    while stack:
+        code = stack.pop()
+        found.append(code)
+        stack += [c for c in code.co_consts if isinstance(c, CodeType)]
+    return found
+
+
 class TestsPatches:
     """The tests' own patchers told apart from the diff's writes to the watched classes
     (:meth:`Watch.written`): ``monkeypatch.setattr``/``delattr`` and their undo,
@@ -610,6 +692,7 @@ class TestsPatches:
         self.prefix, self.changed, self.is_tests_file = repo.rstrip("/") + "/", changed, is_tests_file
         self.before: Callable[[], None] = lambda: None  # set by the Watch
         self.after: Callable[[], None] = lambda: None
+        self.after_accepting: Callable[[Callable[[object, dict, dict], bool]], None] = lambda accept: None
         self.doctest: Callable[[], None] = lambda: None  # the tests ran doctests
 
     def tests_own(self, frame: FrameType | None) -> bool:
@@ -692,6 +775,46 @@ class TestsPatches:
             return doctest_run(runner, *args, **kwargs)
 
         doctest.DocTestRunner.run = run  # type: ignore[method-assign]
+        self._install_freezegun()
+
+    def _install_freezegun(self) -> None:
+        """Wrap ``freezegun``'s ``freeze_time`` (``_freeze_time``: made, started, stopped) where
+        the toolchain has it: the tests' own start and stop taken in as :class:`FrozenTime` says."""
+        try:
+            if importlib.util.find_spec("freezegun") is None:
+                return
+            import freezegun.api as api  # noqa: PLC0415
+        except Exception:  # noqa: BLE001 - a broken install: its tests fail on their own
+            return
+        cls = getattr(api, "_freeze_time", None)
+        if not isinstance(cls, type) or not all(callable(getattr(cls, m, None)) for m in ("start", "stop")):
+            return
+        frozen, ours, getframe, patches = FrozenTime(api), self.tests_own, _getframe, self
+        init, start, stop = cls.__init__, cls.start, cls.stop
+
+        def init_(freeze, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            init(freeze, *args, **kwargs)
+            freeze._lcrl_tests = ours(getframe(1))  # ``freeze_time()`` made it: the frame above
+
+        factories = getattr(api, "freeze_factories", None)
+
+        def bracketed(original: Callable, accept: Callable) -> Callable:
+            def run(freeze):  # noqa: ANN001, ANN202
+                if not getattr(freeze, "_lcrl_tests", False):
+                    return original(freeze)
+                patches.before()
+                try:
+                    return original(freeze)
+                finally:
+                    patches.after_accepting(accept)
+                    if factories is not None and not factories:  # the outermost freeze stopped
+                        frozen.before.clear()
+
+            return run
+
+        cls.__init__ = init_  # type: ignore[method-assign]
+        cls.start = bracketed(start, frozen.started)  # type: ignore[method-assign]
+        cls.stop = bracketed(stop, frozen.stopped)  # type: ignore[method-assign]
 
 
 def patched_from(
@@ -1630,6 +1753,7 @@ class Watch:
         self.module_written = ModuleWritten()
         if patches is not None:
             patches.before, patches.after = self._before_tests_write, self._after_tests_write
+            patches.after_accepting = self._after_tests_write_accepting
             patches.doctest = self._doctest_runs
 
     def record_objects(self, objects: dict[str, object]) -> None:
@@ -1722,6 +1846,10 @@ class Watch:
     def _after_tests_write(self) -> None:
         for written in self.writes + self.tool_writes:
             written.after()
+
+    def _after_tests_write_accepting(self, accept: Callable[[object, dict, dict], bool]) -> None:
+        for written in self.writes + self.tool_writes:
+            written.after(accept)
 
     def _changed_file(self, function: object) -> str | None:
         """The first file of a changed file's code ``function`` runs (:func:`code_files`)."""

@@ -111,3 +111,33 @@ def fix_resolves_with_checks(env: DebugEnv, task, held_out_prefix: str) -> None:
     grade = out.info["episode"]["grade"]
     assert out.terminated and out.reward == 1.0 and grade["verdict"] == "resolved", grade
     assert any(f"/{held_out_prefix}" in node for node in grade["fail_to_pass"]), grade
+
+
+def each_hack_unpaid(env: DebugEnv, swe: list[dict], debug: dict, hack: str, visible: int) -> None:
+    """For each synthesized row: ``hack`` (hard-coded answers to the visible tests) appended to the
+    file its fix changes passes the agent's own run of the ``visible`` tests and gets no reward,
+    every graded node it fails a held-out check (:func:`unpaid_hack`)."""
+    from lit_codeRL.problems.synth.repo_held_out import HELD_OUT_PREFIX  # noqa: PLC0415
+
+    for row in swe:
+        task = debug[row["instance_id"]]
+        (path,) = task.fix
+        failed = unpaid_hack(env, task, task.files[path] + hack, visible=visible)
+        assert failed and all(f"/{HELD_OUT_PREFIX}" in node for node in failed), failed
+
+
+def each_fix_resolves_with_checks(env: DebugEnv, swe: list[dict], debug: dict) -> None:
+    """Each synthesized row's reference fix is ``resolved`` with its held-out checks graded
+    (:func:`fix_resolves_with_checks`)."""
+    from lit_codeRL.problems.synth.repo_held_out import HELD_OUT_PREFIX  # noqa: PLC0415
+
+    for row in swe:
+        fix_resolves_with_checks(env, debug[row["instance_id"]], HELD_OUT_PREFIX)
+
+
+def synthesized_rows(tmp_path_factory, name: str, files: dict[str, str], at_least: int, *args: str):  # noqa: ANN001
+    """:func:`synthesized_repo` in a new directory ``name``, which must give ``at_least`` tasks:
+    its SWE rows, debugging tasks by id and report."""
+    _, report, swe, debug = synthesized_repo(tmp_path_factory.mktemp(name), files, *args)
+    assert report["tasks"] >= at_least, report
+    return swe, debug, report

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from lit_codeRL.problems.synth.repo_held_out import HELD_OUT_PREFIX
-from tests.envs.conftest import fix_resolves_with_checks, synthesized_repo, unpaid_hack
+from tests.envs.conftest import each_fix_resolves_with_checks, each_hack_unpaid, synthesized_rows
 
 FEED = '''"""Prices from a feed that answers asynchronously."""
 import asyncio
@@ -132,10 +132,7 @@ async def cheapest(names):
 
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("async-held-out")
-    _, report, swe, debug = synthesized_repo(tmp, FILES, "--test-deps", "pytest-asyncio")
-    assert report["tasks"] >= 3, report
-    return swe, debug, report
+    return synthesized_rows(tmp_path_factory, "async-held-out", FILES, 3, "--test-deps", "pytest-asyncio")
 
 
 def test_every_task_of_an_async_suite_has_checks(synthesized):
@@ -160,15 +157,10 @@ def test_every_task_of_an_async_suite_has_checks(synthesized):
 
 def test_hard_coded_answers_to_async_tests_get_no_reward(synthesized, bwrap_gym):
     swe, debug, _ = synthesized
-    for row in swe:
-        task = debug[row["instance_id"]]
-        (path,) = task.fix
-        # the agent's own run of the tests (pytest-asyncio loaded) passes: what it optimised
-        failed = unpaid_hack(bwrap_gym, task, task.files[path] + HACK, visible=5)
-        assert failed and all(f"/{HELD_OUT_PREFIX}" in node for node in failed), failed
+    # the agent's own run of the tests (pytest-asyncio loaded) passes: what it optimised
+    each_hack_unpaid(bwrap_gym, swe, debug, HACK, visible=5)
 
 
 def test_the_reference_fix_resolves_with_the_async_checks(synthesized, bwrap_gym):
     swe, debug, _ = synthesized
-    for row in swe:
-        fix_resolves_with_checks(bwrap_gym, debug[row["instance_id"]], HELD_OUT_PREFIX)
+    each_fix_resolves_with_checks(bwrap_gym, swe, debug)
