@@ -143,6 +143,21 @@ def test_other_mark():
 @pytest.mark.parametrize("z", [1])
 def test_not_a_parameter(n):
     assert h(n) == 1
+
+
+@pytest.mark.xfail(reason="not yet")
+def test_expected_to_fail():
+    assert h(1) == 1
+
+
+@pytest.mark.skip
+def test_skipped():
+    assert h(1) == 1
+
+
+@slow
+def test_a_name_for_a_mark():
+    assert h(1) == 1
 """
 
 
@@ -169,11 +184,18 @@ def test_a_parametrized_test_is_a_site_per_parameter_set():
         ["    n = 1", "    m = 3"],
     ]
     assert [a.arg for a in tests["test_stacked"][0].args.args] == []
-    # indirect parameters, other marks (beside a parametrization too), a name two decorators
-    # bind, names the test does not take: no site
-    for name in ("test_indirect", "test_other_mark", "test_marked_and_parametrized", "test_bound_twice",
-                 "test_not_a_parameter"):  # fmt: skip
+    # indirect parameters, a name two decorators bind, names the test does not take, an expected
+    # failure, a skip, a decorator that is not a mark as written: no site
+    for name in ("test_indirect", "test_bound_twice", "test_not_a_parameter", "test_expected_to_fail",
+                 "test_skipped", "test_a_name_for_a_mark"):  # fmt: skip
         assert tests[name] == [], name
+    # another mark (beside a parametrization too) stays on each site, to go on its checks
+    (other,) = tests["test_other_mark"]
+    assert ast.unparse(other).splitlines()[:2] == ["@pytest.mark.slow", "def test_other_mark():"]
+    assert [ast.unparse(t).splitlines()[:3] for t in tests["test_marked_and_parametrized"]] == [
+        ["@pytest.mark.slow", "def test_marked_and_parametrized():", "    m = 2"],
+        ["@pytest.mark.slow", "def test_marked_and_parametrized():", "    m = 3"],
+    ]
     # the parameter set's values are inputs: the variants change them, and the record runs
     (one,) = [t for t in sites(ast.parse(PARAMETRIZED)) if t.name == "test_one_name"][:1]
     variants = function_variants(one, random.Random(0), set())
@@ -1004,14 +1026,16 @@ def test_async_tests_are_sites_recorded_and_run_in_a_loop_of_their_own():
     """An async test's whole body is a site (a suite run by pytest-asyncio or anyio has no other):
     its recording is a plain function that runs the recorded coroutine to its end in a loop of its
     own, so the candidate and the check are plain tests. Its loop mark is no decorator that keeps
-    it from being a site; another is. A ``TestCase`` never awaits a coroutine method, an async
-    generator is no test: neither is a site."""
+    it from being a site, and another mark goes on its checks. A ``TestCase`` never awaits a
+    coroutine method, an async generator is no test: neither is a site."""
     tree = ast.parse(ASYNC)
-    assert [f.name for f in sites(tree)] == ["test_fetch", "test_parametrized", "test_parametrized"]
+    names = ["test_fetch", "test_parametrized", "test_parametrized", "test_other_mark"]
+    assert [f.name for f in sites(tree)] == names
+    assert [ast.unparse(d) for d in sites(tree)[3].decorator_list] == ["pytest.mark.timeout(3)"]
     assert [(o.name, m.name) for o, m in method_sites(tree)] == [("TestPlain", "test_method")]
     namespace = {"asyncio": asyncio, "fetch": _fetch, "unittest": unittest}
     exec(KEEP_FUNCTION + CASE_FUNCTION, namespace)
-    fetch_test, one, two = sites(tree)
+    fetch_test, one, two, _ = sites(tree)
     text = recording(fetch_test)
     assert text.startswith(f"def {RUN_NAME}(tmp_path):") and "async def test" not in text
     exec(text, namespace)

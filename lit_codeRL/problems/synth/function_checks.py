@@ -592,19 +592,23 @@ def parameter_sets(
     displays: dict[str, ast.expr] | None = None,
     names_bound: set[str] | frozenset[str] = frozenset(),
 ) -> list[ast.FunctionDef]:
-    """``test`` itself when it has no decorator; for ``@pytest.mark.parametrize`` decorators of
+    """``test`` itself when it has no decorator but marks it carries (:func:`carried_mark`, kept on
+    every copy); for ``@pytest.mark.parametrize`` decorators of
     literal names (``ids=`` aside) over a list, tuple or set written there or bound to a name of
     ``displays``, a copy per parameter set (:data:`MAX_PARAMETER_SETS` :func:`spread` over those
     that are literals or :func:`buildable` from ``names_bound``: ``date(1985, 4, 12)``; a
     ``pytest.param`` without marks by its values; stacked decorators, each with names of its own,
     give the sets of their product, as pytest does) whose body starts by binding them and whose signature no
     longer takes them; none for any other decorator (its signature is not the test's to fill)."""
-    if not test.decorator_list:
+    marks = [d for d in test.decorator_list if carried_mark(d)]
+    if len(marks) == len(test.decorator_list):
         return [test]
     params = [a.arg for a in test.args.args]
     groups: list[list[ast.Assign]] = []
     taken: set[str] = set()
     for decorator in test.decorator_list:
+        if carried_mark(decorator):
+            continue
         found = _parameter_rows(decorator, params, displays, names_bound)
         if found is None or taken & set(found[0]):
             return []
@@ -614,11 +618,28 @@ def parameter_sets(
     out = []
     for combination in spread(combinations, MAX_PARAMETER_SETS):
         plain = copy.deepcopy(test)
-        plain.decorator_list = []
+        plain.decorator_list = copy.deepcopy(marks)
         plain.args.args = [a for a in plain.args.args if a.arg not in taken]
         plain.body = [*copy.deepcopy(list(combination)), *plain.body]
         out.append(ast.fix_missing_locations(plain))
     return out
+
+
+NOT_CARRIED_MARKS = frozenset({"parametrize", "xfail", "skip"})
+"""Marks that keep a test from being a site (``parametrize`` is read into its parameter sets): a
+test expected to fail, or never run, is no check."""
+
+
+def carried_mark(decorator: ast.expr) -> bool:
+    """Is ``decorator`` a pytest mark that goes on the test's checks as it is (``@pytest.mark.slow``,
+    ``@pytest.mark.skipif(sys.platform == "win32", reason=...)``, ``filterwarnings``,
+    ``usefixtures``)? It changes where and how the test runs, not what it computes, and pytest
+    applies it to the check the same way; a test with such marks was no site before."""
+    node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    if not isinstance(node, ast.Attribute) or node.attr in NOT_CARRIED_MARKS:
+        return False
+    owner = ast.unparse(node.value)
+    return owner in ("pytest.mark", "mark")
 
 
 def spread(items: Sequence[T], count: int) -> list[T]:

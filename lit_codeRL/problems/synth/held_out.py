@@ -75,6 +75,13 @@ class Variant:
     under a name of its own; empty for a plain call."""
     params: tuple[str, ...] = ()
     """The fixtures the check takes (``tmp_path``): the test function's own parameters."""
+    marks: tuple[str, ...] = ()
+    """The test function's own pytest marks (``pytest.mark.skipif(...)``, ``pytest.mark.slow``),
+    each a decorator's source written on the check: where the test is skipped, so is the check."""
+
+    def decorators(self) -> list[str]:
+        """The lines that go above the check's ``def``."""
+        return [f"@{mark}" for mark in self.marks]
 
     def named(self, name: str) -> tuple[str, str]:
         """The expression and its support with the support function called ``name``."""
@@ -798,7 +805,7 @@ def test_module_text(
         check = f"_lcrl_close({expression}, {value!r})" if _floats(value) else f"{expression} == {value!r}"
         lines += ["", support] if support else []
         signature = f"def test_held_out_{number}({', '.join(candidate.params)}):"
-        lines += ["", signature, f"    assert {check}", ""]
+        lines += ["", *candidate.decorators(), signature, f"    assert {check}", ""]
     return "\n".join(lines)
 
 

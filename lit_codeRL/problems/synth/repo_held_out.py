@@ -224,8 +224,9 @@ def repo_variants(
         for owner, function in functions:
             params = tuple(a.arg for a in function.args.args[0 if owner is None else 1 :])
             call = f"{RUN_NAME}({', '.join(params)})"
+            marks = tuple(ast.unparse(d) for d in function.decorator_list)  # ``carried_mark``s only
             for support in function_variants(function, rng, seen, owner):
-                found.append(RepoVariant(Variant(call, site_number, support, params), module))
+                found.append(RepoVariant(Variant(call, site_number, support, params, marks), module))
             site_number += 1
     if len(found) > MAX_CANDIDATES:
         rng = random.Random(seed)
@@ -282,8 +283,9 @@ def candidate_modules(
         v = variants[i].variant
         expression, support = v.named(f"_lcrl_f{i}")
         limit = MAX_RECORDS_REPR if support else MAX_REPR
+        marks = "".join(line + "\n" for line in v.decorators())
         by_module.setdefault(variants[i].module, []).append(
-            f"{support}\n\n\ndef test_c{i}({', '.join(v.params)}):\n"
+            f"{support}\n\n\n{marks}def test_c{i}({', '.join(v.params)}):\n"
             f"    _lcrl_report(lambda: ({expression}), {limit})\n"
         )
     out = {}
