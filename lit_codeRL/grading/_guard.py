@@ -55,10 +55,12 @@ end of the session. Together about 0.4 ms a test on a 2-core EPYC (3,179 names r
 from __future__ import annotations
 
 import ast
+import dis
 import gc
 import importlib.machinery
 import importlib.util
 import logging
+import opcode
 import os
 import sys
 import sysconfig
@@ -68,6 +70,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     bytes,
     callable,
     classmethod,
+    compile,
     dict,
     enumerate,
     float,
@@ -81,6 +84,7 @@ from builtins import (  # noqa: A004, UP029 - bound here: the code under test ma
     len,
     list,
     map,
+    max,
     open,
     property,
     range,
@@ -435,7 +439,7 @@ class ModuleWritten:
 
     def __call__(self, now: dict, was: dict) -> bool:
         exempt = self.exempt
-        differ = [k for k in was.keys() | now.keys() if now.get(k, _MISSING) is not was.get(k, _MISSING)]
+        differ = _changed_keys(was, now)
         if differ == [_WARNING_REGISTRY] and type(now.get(_WARNING_REGISTRY)) is dict:
             return False
         return not differ or any(k not in exempt for k in differ)
@@ -454,11 +458,7 @@ excuses that swap too."""
 def _same_code(now: dict, was: dict) -> bool:
     """A class's attributes as they were where any runs code (its data may have changed); read
     only for a class written to, so that taking a state is a copy in C."""
-    return all(
-        not (_runs_code(was.get(k)) or _runs_code(now.get(k)))
-        for k in was.keys() | now.keys()
-        if now.get(k, _MISSING) is not was.get(k, _MISSING)
-    )
+    return not any(_runs_code(was.get(k)) or _runs_code(now.get(k)) for k in _changed_keys(was, now))
 
 
 class Written:
@@ -572,6 +572,11 @@ def _inside(path: str, prefix: str) -> str | None:
     return path[len(prefix) :] if path.startswith(prefix) else None
 
 
+def _changed_keys(was: dict, now: dict) -> list[str]:
+    """The keys of ``now`` and ``was`` whose values differ (by identity; one missing from either)."""
+    return [k for k in was.keys() | now.keys() if now.get(k, _MISSING) is not was.get(k, _MISSING)]
+
+
 def _nearest(frame: FrameType | None, prefix: str, files: frozenset[str] | None = None) -> str | None:
     """``path:line`` of the innermost frame from ``frame`` whose repository path is in ``files``
     (``None``: any file of the repository)."""
@@ -623,7 +628,14 @@ class FrozenTime:
     )
 
     def __init__(self, api: ModuleType) -> None:
-        own = [v for v in vars(api).values() if isinstance(v, type | FunctionType)]
+        # its own, not what it imported (``datetime.datetime``, ``functools.wraps``): taken before
+        # the repository runs, when ``__module__`` is still what freezegun's code set
+        own = [
+            v
+            for v in vars(api).values()
+            if isinstance(v, type | FunctionType)
+            and str(getattr(v, "__module__", "")).startswith("freezegun")
+        ]
         self.own = {id(v): v for v in own}
         codes: list[CodeType] = [
             c for v in own for f in vars(v).values() if isinstance(v, type) for c in code_objects(f)
@@ -639,10 +651,8 @@ class FrozenTime:
         return code is not None and self.codes.get(id(code)) is code
 
     def started(self, obj: object, was: dict, now: dict) -> bool:
-        for key in was.keys() | now.keys():
+        for key in _changed_keys(was, now):
             value = now.get(key, _MISSING)
-            if value is was.get(key, _MISSING):
-                continue
             if not (self.freezeguns(value) or (value is None and key in self.NONE_NAMES)):
                 return False
         self.before.setdefault(id(obj), was)
@@ -652,10 +662,8 @@ class FrozenTime:
         original = self.before.get(id(obj))
         if original is None:
             return False
-        for key in was.keys() | now.keys():
+        for key in _changed_keys(was, now):
             value = now.get(key, _MISSING)
-            if value is was.get(key, _MISSING):
-                continue
             if not (value is original.get(key, _MISSING) or (value is None and key in self.NONE_NAMES)):
                 return False
         del self.before[id(obj)]
@@ -1261,7 +1269,7 @@ def reads_its_caller(
             return None
         kind = "read the source of"
     elif event == "object.__getattr__" and len(args) > 1 and args[1] == "f_code":
-        if not isinstance(args[0], FrameType):
+        if not isinstance(args[0], FrameType) or reads_names_only(frame, args[0]):
             return None
         target, kind = args[0].f_code.co_filename, "read the code of"
     elif event == "sys._getframe" and args and isinstance(args[0], FrameType):
@@ -1299,6 +1307,86 @@ def reads_its_caller(
         f"the code under test read the source of a test module ({_inside(target, prefix) or target})",
         inner,
     )
+
+
+CODE_NAMES = frozenset({"co_filename", "co_name", "co_qualname", "co_firstlineno"})
+"""What a code object says of where it is, not what it computes: its file, its name, its first line."""
+
+
+def _attribute_reads() -> tuple[int, int, int]:
+    """``(LOAD_ATTR's opcode, the bytes from one attribute read to the next, how far its argument is
+    shifted past the name's index)`` on this interpreter (3.11: 10 bytes, none; 3.12: 20, one bit
+    for a method load), measured on a sample compiled here rather than read from ``dis``'s private
+    tables."""
+    code = compile("a.f_code.co_filename", "<sample>", "eval")
+    first, second = (i for i in dis.get_instructions(code) if i.opname == "LOAD_ATTR")
+    index = code.co_names.index("f_code")
+    return first.opcode, second.offset - first.offset, (first.arg // index).bit_length() - 1
+
+
+_LOAD_ATTR, _ATTR_STRIDE, _NAME_SHIFT = _attribute_reads()
+
+
+def _plain(table: object) -> tuple | None:
+    """The items of the list, set or dict ``table`` when each is a plain ``int`` or ``str`` (exact
+    types: comparing them runs no code of the repository's), else None."""
+    if type(table) is dict:
+        items: list = [x for pair in table.items() for x in pair]
+    elif type(table) in (list, set):
+        items = list(table)
+    else:
+        return None
+    return tuple(items) if all(type(x) in (int, str) for x in items) else None
+
+
+_DIS_TABLES = [v for m in (dis, opcode) for v in vars(m).values() if _plain(v) is not None]
+_DIS_TABLES_AS_LOADED = [_plain(t) for t in _DIS_TABLES]
+"""The opcode tables ``dis.findlabels`` reads (``hasjrel``, the cache entries...), as they were
+before the repository ran: a list emptied in place keeps the identity the record checks."""
+
+
+_LOAD_LOCALS = frozenset(
+    dis.opmap[n] for n in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW") if n in dis.opmap
+)
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+
+
+def reads_names_only(frame: FrameType | None, read: FrameType) -> bool:
+    """Is the ``f_code`` read of ``read`` at ``frame`` a local frame's code, going no further than
+    one of :data:`CODE_NAMES` (``caller.f_code.co_filename``)? Told from the bytes of ``frame``'s
+    code (``dis.get_instructions`` would call the ``repr`` of constants a code object made at run
+    time holds) around its running instruction (``f_lasti``): a local loaded, holding ``read``
+    itself; ``f_code`` read from it, an instruction no jump lands on; one of the names read from
+    that. Code that finds the file it was called from this way (python-dotenv's ``find_dotenv``
+    walks up to the first frame outside its own file for the ``.env`` beside it) learns a path and
+    a name, as asyncio's record does; the test's constants and source stay out of reach (``code =
+    caller.f_code``, ``getattr(caller, "f_code")``, ``caller.f_code.co_consts`` are still named).
+    The local must hold the frame read: an object whose ``f_code`` is a property calling C code
+    (``lru_cache(partial(getattr, caller, "f_code"))``, which keeps what it read) reads with the
+    same instructions, from another object; one reached by a jump (``(holder if c else
+    frame).f_code``) is told by ``dis.findlabels``, on its tables as they were loaded."""
+    if frame is None:
+        return False
+    code = frame.f_code
+    raw, at, names, local_names = code.co_code, frame.f_lasti, code.co_names, code.co_varnames
+    after = at + _ATTR_STRIDE
+    if at < 2 or after + 1 >= len(raw) or raw[at] != _LOAD_ATTR or raw[after] != _LOAD_ATTR:
+        return False
+    if raw[at - 2] not in _LOAD_LOCALS or (at >= 4 and raw[at - 4] == _EXTENDED_ARG):
+        return False
+    method_bit = (1 << _NAME_SHIFT) - 1  # 3.12's method load keeps the code object for its call
+    this, following, local = raw[at + 1], raw[after + 1], raw[at - 1]
+    if (this | following) & method_bit or max(this, following) >> _NAME_SHIFT >= len(names):
+        return False
+    if names[this >> _NAME_SHIFT] != "f_code" or names[following >> _NAME_SHIFT] not in CODE_NAMES:
+        return False
+    if (
+        local >= len(local_names)
+        or [_plain(t) for t in _DIS_TABLES] != _DIS_TABLES_AS_LOADED
+        or at in dis.findlabels(raw)
+    ):
+        return False
+    return frame.f_locals.get(local_names[local], _MISSING) is read
 
 
 _STACK_READERS = ("traceback.py", "linecache.py")
@@ -1772,9 +1860,7 @@ class Watch:
             if type(obj) is not cls or vars(obj) is not space:
                 found.append(label)
                 continue
-            for key in sorted(set(space) | set(was)):
-                if space.get(key, _MISSING) is not was.get(key, _MISSING):
-                    found.append(f"{label}.{key}")
+            found += [f"{label}.{key}" for key in sorted(_changed_keys(was, space))]
         return found
 
     def record_trusted(self, toolchain: list[str]) -> None:

@@ -600,15 +600,15 @@ def parameter_sets(
     ``pytest.param`` without marks by its values; stacked decorators, each with names of its own,
     give the sets of their product, as pytest does) whose body starts by binding them and whose signature no
     longer takes them; none for any other decorator (its signature is not the test's to fill)."""
-    marks = [d for d in test.decorator_list if carried_mark(d)]
-    if len(marks) == len(test.decorator_list):
+    marks, others = [], []
+    for decorator in test.decorator_list:
+        (marks if carried_mark(decorator) else others).append(decorator)
+    if not others:
         return [test]
     params = [a.arg for a in test.args.args]
     groups: list[list[ast.Assign]] = []
     taken: set[str] = set()
-    for decorator in test.decorator_list:
-        if carried_mark(decorator):
-            continue
+    for decorator in others:
         found = _parameter_rows(decorator, params, displays, names_bound)
         if found is None or taken & set(found[0]):
             return []
