@@ -1269,7 +1269,7 @@ def reads_its_caller(
             return None
         kind = "read the source of"
     elif event == "object.__getattr__" and len(args) > 1 and args[1] == "f_code":
-        if not isinstance(args[0], FrameType) or reads_names_only(frame, args[0]):
+        if not isinstance(args[0], FrameType):
             return None
         target, kind = args[0].f_code.co_filename, "read the code of"
     elif event == "sys._getframe" and args and isinstance(args[0], FrameType):
@@ -1280,8 +1280,8 @@ def reads_its_caller(
     any_module = event == "open" and test_module(target)
     if not (calling or any_module):
         return None
-    if kind == "read the code of" and _asyncio_capture(frame):
-        return None  # asyncio's record of where a Future was made: names and line numbers
+    if kind == "read the code of" and (_asyncio_capture(frame) or reads_names_only(frame, args[0])):
+        return None  # asyncio's record of where a Future was made, a caller's file: names and lines
     prefix, inner = repo.rstrip("/") + "/", None
     by_logging = frame is not None and frame.f_code.co_filename.startswith(_LOGGING_DIR)
     while frame is not None:

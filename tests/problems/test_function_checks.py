@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lit_codeRL.problems.synth.function_checks import (
+    class_fixtures,
     function_variants,
     input_literals,
     module_support,
@@ -24,7 +25,7 @@ from lit_codeRL.problems.synth.function_checks import (
 from lit_codeRL.problems.synth.function_checks import (
     test_methods as method_sites,
 )
-from lit_codeRL.problems.synth.held_out import CASE_FUNCTION, KEEP_FUNCTION, RUN_NAME
+from lit_codeRL.problems.synth.held_out import CASE_FUNCTION, KEEP_FUNCTION, RUN_NAME, Variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -514,6 +515,104 @@ def test_test_class_methods_are_sites_run_in_a_copy_of_their_class():
     owner, method = method_sites(tree)[4]
     exec(recording(method, owner), namespace)
     assert namespace[RUN_NAME]() == [1]
+
+
+FIXTURE_CLASSES = """import unittest
+
+import pytest
+
+
+class CartFixtures:
+    rate = 10
+    pytestmark = pytest.mark.slow
+
+    @pytest.fixture
+    def prices(self):
+        return [1]
+
+    @pytest.fixture
+    def percent(self):
+        return self.rate
+
+    def setup_method(self):
+        self.seen = []
+
+    def test_in_the_base(self):
+        assert True
+
+
+class TestOverriding(CartFixtures):
+    @pytest.fixture
+    def prices(self):
+        return [2]
+
+    def test_sum(self, prices, percent):
+        assert sum(prices + [1]) == 3
+
+
+class TestNoFixtures:
+    def test_len(self):
+        assert len([1]) == 1
+
+
+class TestAutouse:
+    @pytest.fixture(autouse=True)
+    def ready(self):
+        self.ready = True
+
+    def test_ready(self):
+        assert self.ready and len([1]) == 1
+
+
+class TestFrozen:
+    @pytest.fixture(autouse=True)
+    def frozen(self):
+        yield "a clock frozen around each test: no state on self"
+
+    def test_frozen(self):
+        assert len([1]) == 1
+
+
+class TestUnitWithFixture(unittest.TestCase):
+    @pytest.fixture
+    def prices(self):
+        return [1]
+
+    def test_unit(self):
+        self.assertEqual(len([1]), 1)
+"""
+
+
+def test_a_pytest_class_s_fixture_methods_go_on_the_class_its_checks_are_methods_of():
+    tree = ast.parse(FIXTURE_CLASSES)
+    found = {owner.name: method for owner, method in method_sites(tree)}
+    # a class's own fixtures and its base's make its methods sites, an autouse one that sets no
+    # state on ``self`` too; one that does (on the instance pytest makes, not the case's copy) and a
+    # ``TestCase``'s fixture (pytest passes it none) keep theirs out
+    assert sorted(found) == ["TestFrozen", "TestNoFixtures", "TestOverriding"]
+    body = class_fixtures(next(o for o, _ in method_sites(tree) if o.name == "TestOverriding"), tree)
+    # the subclass's fixture over its base's, the attribute a fixture reads, no test, no runner
+    # method (the case's copy runs those), no class marks
+    assert "return [2]" in body and "return [1]" not in body and "rate = 10" in body, body
+    assert "def percent(self)" in body and "setup_method" not in body and "test_" not in body
+    assert "pytestmark" not in body
+    assert class_fixtures(next(o for o, _ in method_sites(tree) if o.name == "TestNoFixtures"), tree) == ""
+    # written as a method of a class of them, collected whatever ``python_classes`` says
+    check = Variant("x", 0, params=("prices", "percent"), marks=("pytest.mark.slow",), fixtures=body)
+    lines = check.test_lines("test_held_out_1", "assert sum(prices) * percent == 20", "TestHeldOut1")
+    namespace: dict = {}
+    exec("import pytest\n" + "\n".join(lines), namespace)
+    holder = namespace["TestHeldOut1"]
+    assert (
+        holder.__test__ is True
+        and check.node("test_held_out_1", "TestHeldOut1") == "TestHeldOut1::test_held_out_1"
+    )
+    holder().test_held_out_1([2], 10)
+    plain = Variant("x", 0, params=("tmp_path",))
+    assert (
+        plain.test_lines("test_held_out_1", "assert x", "TestHeldOut1")[0] == "def test_held_out_1(tmp_path):"
+    )
+    assert plain.node("test_held_out_1", "TestHeldOut1") == "test_held_out_1"
 
 
 def test_a_method_s_variants_change_its_inputs_not_the_assertions_arguments():

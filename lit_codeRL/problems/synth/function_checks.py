@@ -36,7 +36,8 @@ A test class's methods are sites the same way (:func:`test_methods`): a ``unitte
 The variant is a function that defines a copy of the class (its tests left out, the changed
 method added) and runs the method as the runner would: ``setUpClass``, ``setUp``, the method,
 ``tearDown``, the cleanups (pytest's ``setup_class``/``setup_method`` and their teardowns for a
-plain class). unittest's comparisons (``self.assertEqual(f(x), 3)``, ``assertIn``,
+plain class). A pytest class's fixture methods go on a class the candidates and checks are
+methods of (:func:`class_fixtures`), so pytest finds the fixtures the method takes. unittest's comparisons (``self.assertEqual(f(x), 3)``, ``assertIn``,
 ``assertAlmostEqual``...) are recorded as ``assert`` is; ``assertTrue``/``assertIsNone`` as
 truth; the others (``assertRaises``, ``assertRegex``) are left to check in place.
 
@@ -191,8 +192,10 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
     subclass's undecorated ``test*`` methods (its own and those a mixin of the module gives it),
     a pytest ``Test*`` class's as a test function's (:func:`parameter_sets`). A class is left out
     when it is decorated, has a metaclass, a base its module's support does not bind (a test
-    class), ``__init__``, async tests, or fixture methods (pytest's autouse ones would not run),
-    its own or a mixin's."""
+    class), ``__init__``, async tests, or, its own or a mixin's, autouse fixture methods that set
+    state on ``self`` (they would set up the instance pytest makes, not the case's copy) or any fixture method of a
+    ``TestCase`` (pytest passes it none). A pytest class's other fixture methods go on the class
+    the check is a method of (:func:`class_fixtures`)."""
     bound = _bound(tree)
     constants, displays, helpers = module_constants(tree), module_displays(tree), module_helpers(tree)
     tests = _tests(tree)
@@ -270,9 +273,79 @@ def _plain_class(owner: ast.ClassDef, bound: set[str], classes: dict[str, ast.Cl
             continue
         if member.name == "__init__" or (unit and not isolated and isinstance(member, ast.AsyncFunctionDef)):
             return False  # a plain ``TestCase`` does not await a coroutine method: unittest never ran it
-        if any("fixture" in ast.unparse(d) for d in member.decorator_list):
-            return False
+        if any("fixture" in ast.unparse(d) for d in member.decorator_list) and (unit or _autouse(member)):
+            return False  # such a fixture sets up the instance pytest makes, not the case's copy
     return True
+
+
+def _fixture(member: ast.stmt) -> bool:
+    """Is ``member`` a fixture method (``@pytest.fixture``, ``@pytest.fixture(scope=...)``)?"""
+    return isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+        "fixture" in ast.unparse(d) for d in member.decorator_list
+    )
+
+
+def _autouse(member: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Is ``member`` an autouse fixture that sets state on ``self`` (``self.client = ...``)? pytest
+    runs it on the instance it makes, which the case's copy is not; one that sets none (a clock
+    frozen around each test) runs for the check as it does for the test."""
+    autouse = any("autouse" in ast.unparse(d) for d in member.decorator_list)
+    return autouse and any(
+        isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store | ast.Del) and root_name(n) == "self"
+        for n in ast.walk(member)
+    )
+
+
+_RUNNER_METHODS = frozenset(
+    {
+        "setup_method",
+        "teardown_method",
+        "setup_class",
+        "teardown_class",
+        "setup",
+        "teardown",
+        "setUp",
+        "tearDown",
+    }
+)
+"""The methods a runner calls around each test: the case's copy runs them (``_lcrl_case``), the
+class of the check's fixtures must not run them again."""
+
+
+def class_fixtures(owner: ast.ClassDef, tree: ast.Module) -> str:
+    """The body of the class a check of a method of ``owner`` is a method of, so that pytest finds
+    the fixtures it takes: the fixture methods of ``owner`` and the module's classes it names as
+    bases (``TestSigner.signer``, overridden by a subclass), with every other member they may read
+    through ``self`` (class attributes, helper methods), each name once, the subclass's first; no
+    test, no runner method, no ``pytestmark``. Empty when the class has no fixture methods (the
+    check is a plain function)."""
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    family = _family(classes.get(owner.name, owner), classes)
+    if not any(_fixture(m) for node in family for m in node.body):
+        return ""
+    members: dict[str, ast.stmt] = {}
+    for node in family:
+        for member in node.body:
+            if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names = [member.name]
+            elif isinstance(member, ast.Assign | ast.AnnAssign):
+                targets = member.targets if isinstance(member, ast.Assign) else [member.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            kept = [
+                n
+                for n in names
+                if not n.startswith("test") and n not in _RUNNER_METHODS | {"__test__", "pytestmark"}
+            ]
+            if kept and kept == names and not any(n in members for n in names):
+                members.update((n, member) for n in names)
+    body = list(dict.fromkeys(id(m) for m in members.values()))
+    by_id = {id(m): m for m in members.values()}
+    return "\n\n".join(
+        "\n".join(f"    {line}" if line else line for line in ast.unparse(by_id[i]).splitlines())
+        for i in body
+    )
 
 
 def _bound(tree: ast.Module) -> set[str]:

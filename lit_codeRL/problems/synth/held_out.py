@@ -79,9 +79,28 @@ class Variant:
     """The test function's own pytest marks (``pytest.mark.skipif(...)``, ``pytest.mark.slow``),
     each a decorator's source written on the check: where the test is skipped, so is the check."""
 
+    fixtures: str = ""
+    """The body of the class the check is a method of, when the test is a method of a pytest class
+    with fixture methods (``function_checks.class_fixtures``): pytest finds them through the
+    class. Empty: the check is a plain function."""
+
     def decorators(self) -> list[str]:
         """The lines that go above the check's ``def``."""
         return [f"@{mark}" for mark in self.marks]
+
+    def test_lines(self, name: str, body: str, holder: str) -> list[str]:
+        """The test ``name`` whose body is the line ``body``: a function, or a method of a class
+        ``holder`` of :attr:`fixtures` (collected whatever the repository's ``python_classes``
+        says: ``__test__ = True``)."""
+        if not self.fixtures:
+            return [*self.decorators(), f"def {name}({', '.join(self.params)}):", f"    {body}"]
+        signature = f"    def {name}({', '.join(('self', *self.params))}):"
+        head = [f"class {holder}:", "    __test__ = True", "", self.fixtures, ""]
+        return [*head, *(f"    {line}" for line in self.decorators()), signature, f"        {body}"]
+
+    def node(self, name: str, holder: str) -> str:
+        """The node id of :meth:`test_lines`'s test within its module."""
+        return f"{holder}::{name}" if self.fixtures else name
 
     def named(self, name: str) -> tuple[str, str]:
         """The expression and its support with the support function called ``name``."""
@@ -804,8 +823,8 @@ def test_module_text(
         expression = _operand(expression)
         check = f"_lcrl_close({expression}, {value!r})" if _floats(value) else f"{expression} == {value!r}"
         lines += ["", support] if support else []
-        signature = f"def test_held_out_{number}({', '.join(candidate.params)}):"
-        lines += ["", *candidate.decorators(), signature, f"    assert {check}", ""]
+        name, holder = f"test_held_out_{number}", f"TestHeldOut{number}"
+        lines += ["", *candidate.test_lines(name, f"assert {check}", holder), ""]
     return "\n".join(lines)
 
 

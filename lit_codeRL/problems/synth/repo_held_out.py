@@ -44,6 +44,7 @@ from lit_codeRL.problems.swe import SWETask, git_environment
 from lit_codeRL.problems.synth import run_cache
 from lit_codeRL.problems.synth.function_checks import (
     asserted,
+    class_fixtures,
     compared_sides,
     function_variants,
     is_literal,
@@ -225,8 +226,10 @@ def repo_variants(
             params = tuple(a.arg for a in function.args.args[0 if owner is None else 1 :])
             call = f"{RUN_NAME}({', '.join(params)})"
             marks = tuple(ast.unparse(d) for d in function.decorator_list)  # ``carried_mark``s only
+            fixtures = "" if owner is None else class_fixtures(owner, tree)
             for support in function_variants(function, rng, seen, owner):
-                found.append(RepoVariant(Variant(call, site_number, support, params, marks), module))
+                variant = Variant(call, site_number, support, params, marks, fixtures)
+                found.append(RepoVariant(variant, module))
             site_number += 1
     if len(found) > MAX_CANDIDATES:
         rng = random.Random(seed)
@@ -283,11 +286,8 @@ def candidate_modules(
         v = variants[i].variant
         expression, support = v.named(f"_lcrl_f{i}")
         limit = MAX_RECORDS_REPR if support else MAX_REPR
-        marks = "".join(line + "\n" for line in v.decorators())
-        by_module.setdefault(variants[i].module, []).append(
-            f"{support}\n\n\n{marks}def test_c{i}({', '.join(v.params)}):\n"
-            f"    _lcrl_report(lambda: ({expression}), {limit})\n"
-        )
+        test = v.test_lines(f"test_c{i}", f"_lcrl_report(lambda: ({expression}), {limit})", f"TestC{i}")
+        by_module.setdefault(variants[i].module, []).append(f"{support}\n\n\n" + "\n".join(test) + "\n")
     out = {}
     for module, tests in by_module.items():
         pure = PurePosixPath(module)
@@ -444,5 +444,6 @@ def _checks(
             continue
         out[path] = test_module_text(headers[module], plain, dict(expected), indices)
         for number, index in enumerate(indices, 1):
-            (fails if index in failing_set else passes).append(f"{path}::test_held_out_{number}")
+            node = plain[index].node(f"test_held_out_{number}", f"TestHeldOut{number}")
+            (fails if index in failing_set else passes).append(f"{path}::{node}")
     return RepoHeldOut(out, tuple(fails), tuple(passes)) if fails else None
