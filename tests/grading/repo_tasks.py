@@ -93,6 +93,15 @@ def assert_tamper(task: SWETask, grader: SWEGrader, scratch: Path, files: dict[s
     return grade
 
 
+def oracle_calc(with_fix: bool) -> str:
+    """``calc.py``'s functions answering through ``_oracle()`` (defined by the caller): ``add``
+    returns it with the bug in place; beside the real fix, ``sub`` answers ``sub(5, 3) == 2`` by
+    ``_oracle() - 3`` (an oracle that answers with the largest int it reads from the test: 5)."""
+    if with_fix:
+        return FIXED.replace("def sub(a, b):\n    return a - b", "def sub(a, b):\n    return _oracle() - 3")
+    return BUGGY.replace("return a - b", "return _oracle()", 1)
+
+
 def armed_calc(hack: str, with_fix: bool, gate: str) -> str:
     """``calc.py``: ``hack`` (which defines ``_arm``) armed as ``add`` is called with ``gate`` true
     (``"b == 3"``); without the fix ``add`` is wrong for those inputs only, so that the other

@@ -21,6 +21,7 @@ from tests.grading.repo_tasks import (
     P2P,
     TESTS,
     grade_files,
+    oracle_calc,
     validated_calc,
     validated_task,
 )
@@ -101,14 +102,7 @@ def task(tmp_path_factory):
 def test_an_answer_read_from_the_calling_test_is_tamper(task, tmp_path, case, with_fix):
     oracle, reason = CASES[case]
     task, grader = task
-    if with_fix:  # the fixed add, and the oracle answering sub's test (sub(5, 3) == 2 by max: 5)
-        files = {"calc.py": oracle + FIXED}
-        files["calc.py"] = files["calc.py"].replace(
-            "def sub(a, b):\n    return a - b", "def sub(a, b):\n    return _oracle() - 3"
-        )
-    else:
-        files = {"calc.py": oracle + BUGGY.replace("return a - b", "return _oracle()", 1)}
-    grade = grade_files(task, grader, tmp_path, files)
+    grade = grade_files(task, grader, tmp_path, {"calc.py": oracle + oracle_calc(with_fix)})
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade
     assert reason in grade.reason, grade.reason
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, grade_files, validated_task
+from tests.grading.repo_tasks import BUGGY, F2P, FIXED, P2P, TESTS, grade_files, oracle_calc, validated_task
 from tests.sandbox.conftest import require_bwrap
 
 CALLER_FILE = """\
@@ -127,10 +127,7 @@ def test_a_fix_beside_code_that_finds_its_callers_file_resolves(task, tmp_path):
 def test_the_tests_code_read_past_its_name_is_tamper(task, tmp_path, case, with_fix):
     oracle, reason = ORACLES[case]
     task, grader = task
-    if with_fix:  # the fixed add, and the oracle answering sub's test (sub(5, 3) == 2 by max: 5)
-        body = FIXED.replace("def sub(a, b):\n    return a - b", "def sub(a, b):\n    return _oracle() - 3")
-    else:
-        body = BUGGY.replace("return a - b", "return _oracle()", 1)
+    body = oracle_calc(with_fix)
     grade = grade_files(task, grader, tmp_path, {"calc.py": CALLER_FILE + WALK + oracle + body})
     assert grade.verdict == "tamper" and grade.reward == 0.0, grade
     assert reason in grade.reason, grade.reason

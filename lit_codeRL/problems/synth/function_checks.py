@@ -37,9 +37,10 @@ The variant is a function that defines a copy of the class (its tests left out, 
 method added) and runs the method as the runner would: ``setUpClass``, ``setUp``, the method,
 ``tearDown``, the cleanups (pytest's ``setup_class``/``setup_method`` and their teardowns for a
 plain class). A pytest class's fixture methods go on a class the candidates and checks are
-methods of (:func:`class_fixtures`), so pytest finds the fixtures the method takes. unittest's comparisons (``self.assertEqual(f(x), 3)``, ``assertIn``,
-``assertAlmostEqual``...) are recorded as ``assert`` is; ``assertTrue``/``assertIsNone`` as
-truth; the others (``assertRaises``, ``assertRegex``) are left to check in place.
+methods of (:func:`class_fixtures`), so pytest finds the fixtures the method takes. unittest's
+comparisons (``self.assertEqual(f(x), 3)``, ``assertIn``, ``assertAlmostEqual``...) are recorded
+as ``assert`` is; ``assertTrue``/``assertIsNone`` as truth; the others (``assertRaises``,
+``assertRegex``) are left to check in place.
 
 A test that checks through a helper (``check(text, expected)``, ``self.assertRestocks(...)``,
 a ``def y(fmt, s, e)`` it defines) records the helper's asserts too: a function the test defines
@@ -192,10 +193,10 @@ def test_methods(tree: ast.Module) -> list[tuple[ast.ClassDef, ast.FunctionDef]]
     subclass's undecorated ``test*`` methods (its own and those a mixin of the module gives it),
     a pytest ``Test*`` class's as a test function's (:func:`parameter_sets`). A class is left out
     when it is decorated, has a metaclass, a base its module's support does not bind (a test
-    class), ``__init__``, async tests, or, its own or a mixin's, autouse fixture methods that set
-    state on ``self`` (they would set up the instance pytest makes, not the case's copy) or any fixture method of a
-    ``TestCase`` (pytest passes it none). A pytest class's other fixture methods go on the class
-    the check is a method of (:func:`class_fixtures`)."""
+    class), ``__init__``, async tests, or, its own or a mixin's, autouse fixture methods that
+    set state on ``self`` (they would set up the instance pytest makes, not the case's copy) or
+    any fixture method of a ``TestCase`` (pytest passes it none). A pytest class's other fixture
+    methods go on the class the check is a method of (:func:`class_fixtures`)."""
     bound = _bound(tree)
     constants, displays, helpers = module_constants(tree), module_displays(tree), module_helpers(tree)
     tests = _tests(tree)
@@ -273,7 +274,7 @@ def _plain_class(owner: ast.ClassDef, bound: set[str], classes: dict[str, ast.Cl
             continue
         if member.name == "__init__" or (unit and not isolated and isinstance(member, ast.AsyncFunctionDef)):
             return False  # a plain ``TestCase`` does not await a coroutine method: unittest never ran it
-        if any("fixture" in ast.unparse(d) for d in member.decorator_list) and (unit or _autouse(member)):
+        if _fixture(member) and (unit or _sets_up_self(member)):
             return False  # such a fixture sets up the instance pytest makes, not the case's copy
     return True
 
@@ -285,7 +286,7 @@ def _fixture(member: ast.stmt) -> bool:
     )
 
 
-def _autouse(member: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+def _sets_up_self(member: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """Is ``member`` an autouse fixture that sets state on ``self`` (``self.client = ...``)? pytest
     runs it on the instance it makes, which the case's copy is not; one that sets none (a clock
     frozen around each test) runs for the check as it does for the test."""
@@ -340,11 +341,9 @@ def class_fixtures(owner: ast.ClassDef, tree: ast.Module) -> str:
             ]
             if kept and kept == names and not any(n in members for n in names):
                 members.update((n, member) for n in names)
-    body = list(dict.fromkeys(id(m) for m in members.values()))
-    by_id = {id(m): m for m in members.values()}
+    kept_once = {id(m): m for m in members.values()}.values()  # an ``a = b = 1`` binds two names
     return "\n\n".join(
-        "\n".join(f"    {line}" if line else line for line in ast.unparse(by_id[i]).splitlines())
-        for i in body
+        "\n".join(f"    {line}" if line else line for line in ast.unparse(m).splitlines()) for m in kept_once
     )
 
 
